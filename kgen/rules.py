@@ -1,0 +1,348 @@
+"""The validator's rules: each a small pure function with a stable id.
+
+A variant rule takes `(spec, layout)` and yields every `Problem` it finds (unlocated: `loc` names
+the key, the caller resolves it to file:line:col). `layout` is None when the byte math could not be
+computed; rules that need it then stay silent (another rule says why).
+
+Rules marked `twin=True` protect the kernel: the rendered source carries a `static_assert` whose
+message starts with `[rule-id]`, so `--no-validate` still fails at compile time, with the same id.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from . import layout as L
+from .diagnostics import Problem
+from .spec import Spec
+
+Check = Callable[[Spec, "L.Layout | None"], Iterable[Problem]]
+
+NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
+NAME_MAX = 64
+PAGE_SIZE_MAX = 65536
+PAGE_BYTES_LIMIT = 1 << 31
+HEAD_DIM_RANGE = (32, 1024)
+MAX_THREADS_PER_BLOCK = 1024
+MAX_TOKENS_PER_WARP = 8
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    summary: str
+    check: Check
+    twin: bool  # has a static_assert twin in the rendered kernel
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(rule_id: str, summary: str, *, twin: bool = False):
+    def register(fn: Check) -> Check:
+        assert rule_id not in RULES, rule_id
+        RULES[rule_id] = Rule(rule_id, summary, fn, twin)
+        return fn
+
+    return register
+
+
+def check_variant(spec: Spec) -> tuple["L.Layout | None", list[Problem]]:
+    """Run every variant rule; return the layout (if computable) and all problems found."""
+    try:
+        lay = L.compute(spec)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        lay = None
+    problems: list[Problem] = []
+    for r in RULES.values():
+        problems.extend(r.check(spec, lay))
+    return lay, problems
+
+
+def _p(rule_id: str, loc: tuple, message: str, fix: str, severity="error") -> Problem:
+    return Problem(rule_id, message, loc=loc, fix=fix, severity=severity)
+
+
+def _lanes(n: int, V) -> str:
+    """'64 dims = 16 lanes of 4' style arithmetic for messages."""
+    return f"{n} dims / {V} per lane = {n / V:g} lanes"
+
+
+# ---------------------------------------------------------------------------------------------
+# names and targets
+
+
+def check_name(value, loc: tuple, what: str) -> Iterator[Problem]:
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value) or len(value) > NAME_MAX:
+        yield _p("name", loc, f"{what} '{value}' is not an identifier: it must match "
+                 f"[a-z][a-z0-9_]* and have at most {NAME_MAX} characters (it names files and symbols)",
+                 "use lower-case letters, digits and underscores, starting with a letter")
+
+
+@rule("name", "names are identifiers")
+def rule_name(spec: Spec, lay) -> Iterator[Problem]:
+    yield from check_name(spec.name, ("name",), "name")
+
+
+ARCH_RE = re.compile(r"sm_(\d+)([af]?)")
+
+
+@rule("targets", "each target is an architecture NVRTC can compile for")
+def rule_targets(spec: Spec, lay) -> Iterator[Problem]:
+    from .toolchain import supported_archs
+
+    if not spec.targets:
+        yield _p("targets", ("targets",), "no targets", "list at least one, e.g. [sm_90a]")
+    known, source = supported_archs()
+    seen = set()
+    for i, t in enumerate(spec.targets):
+        m = ARCH_RE.fullmatch(t)
+        if t in seen:
+            yield _p("targets", ("targets", i), f"target {t} is listed twice", "remove the duplicate", "warning")
+        seen.add(t)
+        if not m:
+            yield _p("targets", ("targets", i), f"'{t}' is not an architecture name like sm_90a",
+                     "write sm_<major><minor>[a|f], e.g. sm_90a")
+            continue
+        cc, suffix = int(m.group(1)), m.group(2)
+        if cc not in known:
+            yield _p("targets", ("targets", i), f"{source} cannot target {t}: it supports compute "
+                     f"capabilities {', '.join(map(str, sorted(known)))}", "pick one of those")
+        elif suffix == "a" and cc < 90 or suffix == "f" and cc < 100:
+            yield _p("targets", ("targets", i), f"{t}: the '{suffix}' suffix needs compute capability "
+                     f"{'9.0' if suffix == 'a' else '10.0'} or newer", f"write sm_{cc}")
+        elif cc < 80:
+            yield _p("targets", ("targets", i), f"{t}: kgen kernels need bf16 arithmetic (sm_80 or newer)",
+                     "target sm_80 or newer")
+
+
+# ---------------------------------------------------------------------------------------------
+# dims and the warp mapping
+
+
+@rule("head-dim", "head_dim is a multiple of 32 in [32, 1024] with a power-of-two count per lane", twin=True)
+def rule_head_dim(spec: Spec, lay) -> Iterator[Problem]:
+    h = spec.head_dim
+    lo, hi = HEAD_DIM_RANGE
+    if not (lo <= h <= hi and h % L.WARP == 0 and L.is_pow2(h // L.WARP)):
+        yield _p("head-dim", ("head_dim",), f"head_dim {h} cannot be spread over a warp: it must be 32 lanes "
+                 f"x a power-of-two count of values in [{lo}, {hi}] (got {h} / 32 = {h / 32:g} per lane)",
+                 "use 32, 64, 128, 256, 512 or 1024")
+
+
+@rule("rope-dim", "rope.dim is even and at most head_dim (0 = no RoPE)", twin=True)
+def rule_rope_dim(spec: Spec, lay) -> Iterator[Problem]:
+    r, h = spec.rope.dim, spec.head_dim
+    if r < 0 or r % 2 or r > h:
+        yield _p("rope-dim", ("rope", "dim"), f"rope.dim {r} must be even and within [0, head_dim = {h}]",
+                 "use an even count of rotated dims, e.g. 64, or 0 for no RoPE")
+
+
+@rule("rope-lanes", "the rotated span is made of whole lanes and each pair meets in one place", twin=True)
+def rule_rope_lanes(spec: Spec, lay) -> Iterator[Problem]:
+    if lay is None or spec.rope.dim <= 0 or lay.values_per_lane.denominator != 1:
+        return
+    r, V = spec.rope.dim, int(lay.values_per_lane)
+    if r % V:
+        yield _p("rope-lanes", ("rope", "dim"), f"the rotated span is not whole lanes: {_lanes(r, V)}",
+                 f"make rope.dim a multiple of head_dim/32 = {V}")
+    elif spec.rope.style == "interleaved" and V % 2:
+        yield _p("rope-lanes", ("rope", "style"), f"interleaved pairs (2i, 2i+1) would straddle lanes: "
+                 f"each lane holds {V} value(s) (head_dim {spec.head_dim} / 32)",
+                 "use style neox, or head_dim >= 64")
+    elif spec.rope.style == "neox" and (r // 2) % V:
+        yield _p("rope-lanes", ("rope", "dim"), f"neox pairs (i, i + {r // 2}) must be whole lanes apart: "
+                 f"{r // 2} dims / {V} per lane = {r / 2 / V:g} lanes", f"make rope.dim a multiple of {2 * V}")
+
+
+@rule("hadamard", "the Walsh-Hadamard transform needs a power-of-two head_dim", twin=True)
+def rule_hadamard(spec: Spec, lay) -> Iterator[Problem]:
+    if spec.hadamard and not L.is_pow2(spec.head_dim):
+        yield _p("hadamard", ("hadamard",), f"Walsh-Hadamard needs a power-of-two head_dim (got {spec.head_dim})",
+                 "set hadamard: false or use a power-of-two head_dim")
+
+
+@rule("norm-eps", "norm.eps is finite and > 0", twin=True)
+def rule_norm_eps(spec: Spec, lay) -> Iterator[Problem]:
+    eps = spec.norm.eps
+    if spec.norm.kind != "none" and not (math.isfinite(eps) and eps > 0):
+        yield _p("norm-eps", ("norm", "eps"), f"norm.eps must be finite and > 0 (got {eps})", "use e.g. 1.0e-6")
+
+
+# ---------------------------------------------------------------------------------------------
+# store and scales
+
+SCALES_FOR = {
+    "bf16": ("none",),
+    "fp16": ("none",),
+    "fp8_e4m3": ("fp32", "fp32_pow2", "ue8m0", "none"),
+    "fp4_e2m1": ("ue8m0",),
+}
+FP4_BLOCK = 32
+
+
+@rule("store-scale", "the store dtype takes this scale kind", twin=True)
+def rule_store_scale(spec: Spec, lay) -> Iterator[Problem]:
+    s = spec.store
+    allowed = SCALES_FOR[s.dtype]
+    if s.scale not in allowed:
+        yield _p("store-scale", ("store", "scale"), f"{s.dtype} takes scale {' or '.join(allowed)} (got {s.scale})",
+                 f"set store.scale: {allowed[0]}")
+    if s.dtype == "fp4_e2m1" and s.block is not None and s.block != FP4_BLOCK:
+        yield _p("store-scale", ("store", "block"), f"fp4_e2m1 needs scale ue8m0 with block {FP4_BLOCK} "
+                 f"(got {s.scale}, block {s.block})", f"set store.block: {FP4_BLOCK}")
+    if s.dtype == "fp4_e2m1" and s.block is None and lay is not None and lay.quant_span.size != FP4_BLOCK:
+        yield _p("store-scale", ("store",), f"fp4_e2m1 needs block {FP4_BLOCK}; the default block is the "
+                 f"whole quantized span ({lay.quant_span.size})", f"set store.block: {FP4_BLOCK}")
+
+
+@rule("store-block", "the scale block divides the quantized span and is one aligned warp reduction", twin=True)
+def rule_store_block(spec: Spec, lay) -> Iterator[Problem]:
+    s = spec.store
+    if lay is None or s.scale == "none":
+        return
+    b, n = lay.block, lay.quant_span.size
+    loc = ("store", "block")
+    if n % b:
+        yield _p("store-block", loc, f"block {b} does not divide the quantized span of {n} dims "
+                 f"({n} / {b} = {n / b:g})", "pick a block that divides it")
+        return
+    if lay.values_per_lane.denominator != 1:
+        return
+    V = int(lay.values_per_lane)
+    if b % V:
+        yield _p("store-block", loc, f"block {b} is not whole lanes: {_lanes(b, V)}", f"use a multiple of {V}")
+        return
+    lanes = b // V
+    if not L.is_pow2(lanes) or lanes > L.WARP:
+        yield _p("store-block", loc, f"block {b} spans {lanes} lanes ({b} / {V} per lane); one warp reduction "
+                 f"covers a power of two up to 32 lanes", f"use {V} x a power of two up to {32 * V}")
+    elif (lay.quant_span.start // V) % lanes:
+        yield _p("store-block", loc, f"blocks of {lanes} lanes start at lane {lay.quant_span.start // V}, "
+                 f"not a multiple of {lanes}", "pick a block that aligns with the quantized span")
+
+
+@rule("store-rope-dtype", "rope_dtype only with a quantized store and RoPE", twin=True)
+def rule_store_rope_dtype(spec: Spec, lay) -> Iterator[Problem]:
+    s = spec.store
+    if s.rope_dtype is None:
+        return
+    if s.dtype in ("bf16", "fp16"):
+        yield _p("store-rope-dtype", ("store", "rope_dtype"), f"rope_dtype keeps RoPE dims unquantized, but "
+                 f"the store ({s.dtype}) is not quantized", "remove store.rope_dtype")
+    elif spec.rope.dim == 0:
+        yield _p("store-rope-dtype", ("store", "rope_dtype"), "rope_dtype is set but rope.dim is 0",
+                 "remove store.rope_dtype or set rope.dim")
+    elif spec.rope.dim >= spec.head_dim:
+        yield _p("store-rope-dtype", ("store", "rope_dtype"), f"rope_dtype with rope.dim {spec.rope.dim} = "
+                 f"head_dim leaves nothing to quantize", "store bf16 instead")
+
+
+@rule("store-amax-floor", "amax_floor is finite and > 0 for scaled stores", twin=True)
+def rule_store_amax_floor(spec: Spec, lay) -> Iterator[Problem]:
+    s = spec.store
+    if s.scale != "none" and not (math.isfinite(s.amax_floor) and s.amax_floor > 0):
+        yield _p("store-amax-floor", ("store", "amax_floor"), f"amax_floor must be finite and > 0 (got "
+                 f"{s.amax_floor}); a zero amax would give a zero scale", "use e.g. 1.0e-4")
+
+
+# ---------------------------------------------------------------------------------------------
+# page layout
+
+
+@rule("page-size", "page_size is a power of two in [1, 65536]", twin=True)
+def rule_page_size(spec: Spec, lay) -> Iterator[Problem]:
+    P = spec.layout.page_size
+    if not (L.is_pow2(P) and P <= PAGE_SIZE_MAX):
+        yield _p("page-size", ("layout", "page_size"), f"page_size {P} must be a power of two in "
+                 f"[1, {PAGE_SIZE_MAX}] (the kernel splits a slot with a shift and a mask)",
+                 f"use {1 << max(0, min(16, P.bit_length() - 1)) if P > 0 else 64}")
+
+
+@rule("page-align", "page_align is at least 1", twin=True)
+def rule_page_align(spec: Spec, lay) -> Iterator[Problem]:
+    a = spec.layout.page_align
+    if a < 1 or a > PAGE_BYTES_LIMIT:
+        yield _p("page-align", ("layout", "page_align"), f"page_align must be in [1, 2^31) (got {a})",
+                 "use 1 for no rounding")
+
+
+@rule("scale-stride", "the scale slot holds a token's scales, aligned for them", twin=True)
+def rule_scale_stride(spec: Spec, lay) -> Iterator[Problem]:
+    st = spec.layout.scale_stride
+    if st is None or lay is None:
+        if st is not None and st < 0:
+            yield _p("scale-stride", ("layout", "scale_stride"), f"scale_stride {st} is negative", "remove it")
+        return
+    need, unit = lay.scale_bytes, lay.scale_unit
+    if st < need:
+        yield _p("scale-stride", ("layout", "scale_stride"), f"scale_stride {st} B is less than a token's scales "
+                 f"need: {lay.blocks_per_token} x {unit} B = {need} B", f"set scale_stride: {need} (or remove it)")
+    elif unit and st % unit:
+        yield _p("scale-stride", ("layout", "scale_stride"), f"scale_stride {st} B is not a multiple of the "
+                 f"{unit}-B scale", f"use {-(-st // unit) * unit}")
+
+
+@rule("layout-align", "rows, RoPE part and scale region are aligned for the kernel's vector stores", twin=True)
+def rule_layout_align(spec: Spec, lay) -> Iterator[Problem]:
+    if lay is None or lay.values_per_lane.denominator != 1 or lay.values_per_lane < 1:
+        return
+    vec = L.store_vector_bytes(lay)
+    kvec = L.kept_vector_bytes(lay)
+    checks = [
+        ("row_bytes", lay.row_bytes, vec, ("store", "dtype")),
+        ("quantized part offset", lay.quant_row_offset, vec, ("store", "rope_dtype")),
+    ]
+    if kvec:
+        checks += [("RoPE part offset", lay.kept_row_offset, kvec, ("store", "rope_dtype")),
+                   ("row_bytes", lay.row_bytes, kvec, ("store", "rope_dtype"))]
+    for what, value, width, loc in checks:
+        if width and value % width:
+            yield _p("layout-align", loc, f"{what} = {value} B is not a multiple of the {width}-B vector store "
+                     f"each lane issues ({lay.bytes_per_token_formula()})", "change head_dim, rope.dim or dtypes")
+    need = max(vec, kvec, lay.scale_unit if lay.scale_unit > 1 else 1)
+    if lay.page_bytes % need:
+        yield _p("layout-align", ("layout", "page_align"), f"page_bytes {lay.page_bytes} is not a multiple of "
+                 f"{need} B, so rows of the next page lose their store alignment ({lay.page_bytes_formula()})",
+                 f"set page_align to a multiple of {need}")
+    if lay.scale_unit > 1 and lay.scale_region_offset % lay.scale_unit:
+        yield _p("layout-align", ("layout", "page_size"), f"the scale region starts at {lay.scale_region_offset} "
+                 f"(= P x {lay.row_bytes} B), not a multiple of the {lay.scale_unit}-B scale",
+                 "change page_size or head_dim")
+
+
+@rule("page-bytes-limit", "a page is smaller than 2^31 bytes (32-bit offsets)", twin=True)
+def rule_page_bytes_limit(spec: Spec, lay) -> Iterator[Problem]:
+    if lay is not None and lay.page_bytes >= PAGE_BYTES_LIMIT:
+        yield _p("page-bytes-limit", ("layout", "page_size"), f"a page of {lay.page_bytes} B "
+                 f"({lay.page_bytes_formula()}) does not fit 32-bit offsets (< 2^31 = {PAGE_BYTES_LIMIT})",
+                 "use a smaller page_size")
+
+
+@rule("host", "the host's allocation matches kgen's byte math")
+def rule_host(spec: Spec, lay) -> Iterator[Problem]:
+    if spec.host is None or lay is None:
+        return
+    h = spec.host
+    if h.bytes_per_token is not None and h.bytes_per_token != lay.bytes_per_token:
+        yield _p("host", ("host", "bytes_per_token"), f"the host allocates {h.bytes_per_token} B/token but the "
+                 f"kernel writes {lay.bytes_per_token} B/token: {lay.bytes_per_token_formula()}",
+                 f"set host.bytes_per_token: {lay.bytes_per_token}, or change the store")
+    if h.page_bytes is not None and h.page_bytes != lay.page_bytes:
+        yield _p("host", ("host", "page_bytes"), f"the host allocates pages of {h.page_bytes} B but the kernel "
+                 f"expects {lay.page_bytes} B: {lay.page_bytes_formula()}",
+                 f"set host.page_bytes: {lay.page_bytes}, or change the store/layout")
+
+
+@rule("launch", "the launch shape fits a thread block", twin=True)
+def rule_launch(spec: Spec, lay) -> Iterator[Problem]:
+    w, t = spec.launch.warps_per_block, spec.launch.tokens_per_warp
+    if not 1 <= w <= MAX_THREADS_PER_BLOCK // L.WARP:
+        yield _p("launch", ("launch", "warps_per_block"), f"{w} warps x 32 = {w * 32} threads; a block holds "
+                 f"1 to {MAX_THREADS_PER_BLOCK}", "use 1 to 32 warps (8 is a good default)")
+    if not 1 <= t <= MAX_TOKENS_PER_WARP:
+        yield _p("launch", ("launch", "tokens_per_warp"), f"tokens_per_warp {t} must be in "
+                 f"[1, {MAX_TOKENS_PER_WARP}] (registers)", "use 1 or 2")
