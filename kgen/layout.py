@@ -295,3 +295,10 @@ def kernel_constants(lay: Layout) -> dict[str, object]:
         "kWarpsPerBlock": spec.launch.warps_per_block,
         "kTokensPerWarp": spec.launch.tokens_per_warp,
     }
+
+
+def launch_shape(spec: Spec, num_tokens: int) -> tuple[int, int]:
+    """(blocks, threads per block) of a launch over `num_tokens`: one warp per token at a time,
+    each warp owning `tokens_per_warp` consecutive tokens."""
+    per_block = spec.launch.warps_per_block * spec.launch.tokens_per_warp
+    return max(1, -(-num_tokens // per_block)), spec.launch.warps_per_block * WARP
