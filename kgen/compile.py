@@ -1,0 +1,449 @@
+"""`kgen compile`: NVRTC-compile rendered variants to cubins, through the content-hash cache.
+
+`compile_variant(spec, arch)` renders one variant and returns a `CompiledKernel` (from the cache when
+its key matches, else compiled by NVRTC and stored). Compile options are fixed by the numerics
+contract (docs/numerics.md): no FMA contraction, IEEE division and square root, C++17, and
+`ptxas -v` so registers and spills can be checked without a GPU.
+
+cuda-python is imported only on a cache miss: a warm `kgen compile` never loads it. A cold compile
+says what it compiles before it starts and how long it took; a failure shows the first `error:` lines
+of NVRTC's log, where the rendered source was written, and which spec it came from — no traceback.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cache import Cache, Entry, compute_key, cudart_include_dir, toolchain_fingerprint
+from .diagnostics import KgenError, Problem
+
+STD = "c++17"
+MAX_ERROR_LINES = 5
+
+_print_lock = threading.Lock()
+
+
+def _stderr(text: str) -> None:
+    with _print_lock:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    uri: str
+    arch: str
+    cubin: bytes
+    symbol: str  # mangled name of name_expression in the cubin
+    name_expression: str
+    registers: int | None
+    spill_bytes: int | None  # spill stores + spill loads, over every function
+    cached: bool
+    seconds: float  # this call: compile time on a miss, lookup time on a hit
+    log: str  # NVRTC + ptxas -v log of the compile that built the cubin
+    cache_dir: Path  # the cache entry's directory
+    stack_bytes: int | None = None
+
+    @property
+    def symbol_mapping(self) -> dict[str, bytes]:
+        return {self.name_expression: self.symbol.encode()}
+
+    def object_code(self):
+        """A cuda.core ObjectCode for launching (imports cuda.core)."""
+        from cuda.core import ObjectCode
+
+        return ObjectCode.from_cubin(self.cubin, symbol_mapping=self.symbol_mapping)
+
+
+class CompileError(KgenError):
+    """NVRTC rejected a variant: a user error, printed without a traceback."""
+
+    def __init__(self, problems: list[Problem], *, uri: str, arch: str, log: str, source_path: Path,
+                 rule: str | None):
+        super().__init__(problems, exit_code=1)
+        self.uri, self.arch, self.log, self.source_path, self.rule = uri, arch, log, source_path, rule
+
+
+# ---------------------------------------------------------------------------------------------
+# options and logs
+
+
+def compile_options(uri: str, arch: str) -> dict:
+    """ProgramOptions fields (without include_path, which is not part of the key: content is)."""
+    return {"arch": arch, "std": STD, "fma": False, "prec_div": True, "prec_sqrt": True,
+            "ptxas_options": "-v", "name": f"{uri}.cu"}
+
+
+_REGS_RE = re.compile(r"Used (\d+) registers")
+_FRAME_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def parse_ptxas(log: str) -> dict:
+    """registers (max over functions), spill_bytes (stores + loads, summed), stack_bytes (max)."""
+    regs = [int(m) for m in _REGS_RE.findall(log)]
+    frames = [tuple(map(int, m)) for m in _FRAME_RE.findall(log)]
+    return {"registers": max(regs) if regs else None,
+            "spill_bytes": sum(s + ld for _, s, ld in frames) if frames else (0 if regs else None),
+            "stack_bytes": max(f for f, _, _ in frames) if frames else (0 if regs else None)}
+
+
+_ERROR_RE = re.compile(r"\berror\b", re.IGNORECASE)
+_SUMMARY_RE = re.compile(r"^\d+ errors? detected|^NVRTC_ERROR|^\d+: NVRTC_ERROR")
+_RULE_RE = re.compile(r"\[([a-z][a-z0-9-]*)\]")
+
+
+def first_errors(log: str, n: int = MAX_ERROR_LINES) -> list[str]:
+    lines = [ln.rstrip() for ln in log.splitlines()]
+    errs = [ln for ln in lines if _ERROR_RE.search(ln) and not _SUMMARY_RE.match(ln.strip())]
+    if not errs:
+        errs = [ln for ln in lines if ln.strip()][-n:]
+    return errs[:n]
+
+
+def _twin_rule(lines: list[str]) -> str | None:
+    from .rules import RULES
+
+    for ln in lines:
+        for rid in _RULE_RE.findall(ln):
+            if rid in RULES:
+                return rid
+    return None
+
+
+def _clean(log: str) -> str:
+    return log.replace("\x00", "").strip() + "\n" if log.strip("\x00 \n") else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# one variant
+
+
+def kgen_include_dirs() -> list[Path]:
+    from .render import include_dirs
+
+    return [Path(d) for d in include_dirs()]
+
+
+def variant_key(rendered, arch: str, include_dirs: list[Path]) -> str:
+    return compute_key(files=rendered.files, kernel_file=rendered.kernel_file,
+                       name_expression=rendered.name_expression, arch=arch,
+                       options=compile_options(rendered.uri, arch), include_dirs=include_dirs)
+
+
+def lookup(rendered, arch: str, *, include_dirs: list[Path] | None = None, cache: Cache | None = None,
+           key: str | None = None) -> CompiledKernel | None:
+    """The cached kernel, or None. Never imports cuda-python."""
+    t0 = time.perf_counter()
+    inc = kgen_include_dirs() if include_dirs is None else list(include_dirs)
+    cache = cache or Cache()
+    key = key or variant_key(rendered, arch, inc)
+    hit = cache.load(rendered.uri, arch, key)
+    return None if hit is None else _from_entry(hit, rendered, arch, cached=True, seconds=time.perf_counter() - t0)
+
+
+def compile_rendered(rendered, arch: str, *, include_dirs: list[Path] | None = None, cache: Cache | None = None,
+                     spec_path: Path | None = None, progress: Progress | None = _stderr) -> CompiledKernel:
+    """Compile one rendered variant for `arch`, or load it from the cache."""
+    t0 = time.perf_counter()
+    inc = kgen_include_dirs() if include_dirs is None else list(include_dirs)
+    cache = cache or Cache()
+    key = variant_key(rendered, arch, inc)
+    hit = lookup(rendered, arch, include_dirs=inc, cache=cache, key=key)
+    if hit is not None:
+        return hit
+    say = progress or (lambda _s: None)
+    with cache.lock(rendered.uri, arch, key):
+        hit = cache.load(rendered.uri, arch, key)  # another process built it while we waited
+        if hit is not None:
+            return _from_entry(hit, rendered, arch, cached=True, seconds=time.perf_counter() - t0)
+        entry = cache.entry_dir(rendered.uri, arch, key)
+        if entry.exists():
+            say(f"kgen: cache entry {entry} is damaged; rebuilding it")
+        say(f"compiling {rendered.uri} for {arch} ...")
+        t1 = time.perf_counter()
+        cubin, symbol, log = _nvrtc(rendered, arch, inc, cache, key, spec_path)
+        seconds = time.perf_counter() - t1
+        info = parse_ptxas(log)
+        symbol_str = symbol.decode("ascii", "backslashreplace")
+        meta = {"name_expression": rendered.name_expression, "symbol_mapping": {rendered.name_expression: symbol_str},
+                "symbol_hex": symbol.hex(), "kernel_file": rendered.kernel_file, "seconds": round(seconds, 4),
+                "nvrtc": toolchain_fingerprint()["nvrtc"], "options": compile_options(rendered.uri, arch),
+                "log": log, **info}
+        stored = cache.store(rendered.uri, arch, key, cubin, meta, rendered.files)
+        spill = f", {info['spill_bytes']} spill bytes" if info["spill_bytes"] else ", no spills"
+        say(f"compiled {rendered.uri} for {arch} in {seconds:.2f} s ({info['registers']} registers{spill})")
+        return _from_entry(stored, rendered, arch, cached=False, seconds=seconds)
+
+
+def compile_variant(spec, arch: str, *, spec_path: Path | None = None, cache: Cache | None = None,
+                    progress: Progress | None = _stderr) -> CompiledKernel:
+    """Render `spec` and compile it for `arch` (cached)."""
+    from .render import render_variant
+
+    return compile_rendered(render_variant(spec), arch, cache=cache, spec_path=spec_path, progress=progress)
+
+
+def _from_entry(e: Entry, rendered, arch: str, *, cached: bool, seconds: float) -> CompiledKernel:
+    m = e.meta
+    expr = m.get("name_expression", rendered.name_expression)
+    sym = m["symbol_mapping"].get(expr)
+    if sym is None and m.get("symbol_hex"):
+        sym = bytes.fromhex(m["symbol_hex"]).decode("ascii", "backslashreplace")
+    return CompiledKernel(uri=rendered.uri, arch=arch, cubin=e.cubin, symbol=sym, name_expression=expr,
+                          registers=m.get("registers"), spill_bytes=m.get("spill_bytes"), cached=cached,
+                          seconds=seconds, log=m.get("log", ""), cache_dir=e.dir, stack_bytes=m.get("stack_bytes"))
+
+
+def _nvrtc(rendered, arch: str, inc: list[Path], cache: Cache, key: str, spec_path: Path | None):
+    """(cubin, mangled symbol, log). Raises CompileError with the log's first errors."""
+    buf = io.StringIO()
+    with tempfile.TemporaryDirectory(prefix=f"kgen-{rendered.uri}-") as tmp:
+        from .cache import write_sources
+
+        write_sources(Path(tmp), rendered.files)  # sibling headers resolve from here
+        include_path = [tmp, *map(str, inc)]
+        cudart = cudart_include_dir()
+        if cudart is not None:
+            include_path.append(str(cudart))
+        try:
+            from cuda.core import Program, ProgramOptions
+
+            opts = ProgramOptions(**compile_options(rendered.uri, arch), include_path=include_path)
+            prog = Program(rendered.files[rendered.kernel_file], "c++", opts)
+            try:
+                obj = prog.compile("cubin", name_expressions=[rendered.name_expression], logs=buf)
+            finally:
+                prog.close()
+            cubin = bytes(obj.code)
+            symbol = obj.symbol_mapping.get(rendered.name_expression)
+            if symbol is None:
+                raise RuntimeError(f"NVRTC returned no symbol for the name expression {rendered.name_expression!r}")
+        except Exception as e:  # noqa: BLE001 - every compile failure is the user's spec/template problem
+            raise _failure(rendered, arch, cache, key, spec_path, _clean(buf.getvalue()), e) from None
+    return cubin, symbol if isinstance(symbol, bytes) else str(symbol).encode(), _clean(buf.getvalue())
+
+
+def _failure(rendered, arch, cache: Cache, key: str, spec_path, log: str, exc: Exception) -> CompileError:
+    text = str(exc).replace("\x00", "")
+    if "compilation log:" in text:  # "6: NVRTC_ERROR_COMPILATION, compilation log:\n\n<log>"
+        text = text.split("compilation log:", 1)[1].strip("\n") + "\n"
+    full = log + ("\n" if log else "") + text if text not in log else log
+    d = cache.write_failed(rendered.uri, arch, key, rendered.files, full)
+    src = d / rendered.kernel_file
+    # NVRTC names the program <uri>.cu; point the lines at the file the user can open
+    prog_name = f"{rendered.uri}.cu"
+    errs = [ln.replace(prog_name + "(", f"{src}(") if ln.startswith(prog_name) else ln for ln in first_errors(full)]
+    rid = _twin_rule(errs)
+    lines = [f"NVRTC cannot compile {rendered.uri} for {arch}:", *errs,
+             f"rendered source: {src}", f"full log: {d / 'nvrtc.log'}"]
+    if spec_path is not None:
+        lines.append(f"spec: {spec_path}")
+    fix = (f"the kernel's static_assert twin of rule '{rid}' fired: `kgen validate` explains it"
+           if rid else "")
+    return CompileError([Problem(rid or "compile", "\n  ".join(lines), fix=fix,
+                                 file=spec_path if spec_path else src)],
+                        uri=rendered.uri, arch=arch, log=full, source_path=src, rule=rid)
+
+
+# ---------------------------------------------------------------------------------------------
+# the command
+
+
+@dataclass
+class _Job:
+    variant: object  # kgen.spec.Variant
+    spec: object
+    path: Path
+    arch: str
+    rendered: object = None
+    key: str = ""
+    result: CompiledKernel | None = None
+    error: KgenError | None = None
+
+
+def check_archs(archs: list[str] | None) -> list[str] | None:
+    if not archs:
+        return None
+    from .rules import ARCH_RE
+    from .toolchain import supported_archs
+
+    known, source = supported_archs()
+    bad = []
+    for a in archs:
+        m = ARCH_RE.fullmatch(a)
+        if not m:
+            bad.append(Problem("arch", f"--arch {a}: not an architecture name like sm_90a", fix="write e.g. --arch sm_90a"))
+        elif int(m.group(1)) not in known:
+            bad.append(Problem("arch", f"--arch {a}: {source} cannot target it (it supports "
+                               f"{', '.join(map(str, sorted(known)))})", fix="pick one of those"))
+    if bad:
+        raise KgenError(bad, exit_code=2)
+    return list(dict.fromkeys(archs))
+
+
+def _load(paths: list[Path], validate: bool) -> tuple[list[tuple], list[Problem]]:
+    """[(variant, spec, path)] and every error that stops the compile."""
+    from .load import load_document
+    from .validate import validate_path
+
+    found, problems = [], []
+    for path in paths:
+        try:
+            if validate:
+                r = validate_path(path)
+                problems += r.errors
+                variants = r.document.variants if r.document else []
+            else:
+                doc = load_document(path)
+                problems += [p for p in doc.problems if p.severity == "error"]
+                variants = doc.variants
+        except KgenError as e:
+            problems += e.problems
+            if e.exit_code != 1:
+                raise
+            continue
+        found += [(v, v.spec, Path(v.source.path)) for v in variants if v.spec is not None]
+    return found, problems
+
+
+def compile_command(paths: list[Path], archs: list[str] | None, validate: bool = True, as_json: bool = False) -> int:
+    archs = check_archs(archs)
+    found, problems = _load(paths, validate)
+    if problems:
+        if as_json:
+            print(json.dumps({"results": [], "errors": [p.to_json() for p in problems]}, indent=2))
+        for p in problems:
+            _stderr(p.format())
+        return 1
+
+    from .render import render_variant
+
+    cache = Cache()
+    inc = kgen_include_dirs()
+    jobs: list[_Job] = []
+    seen: set = set()
+    for variant, spec, path in found:
+        try:
+            rendered = render_variant(spec)
+        except KgenError as e:
+            for p in e.problems:
+                _stderr(p.format())
+            return 1
+        for arch in archs or spec.targets:
+            ident = (rendered.uri, arch, tuple(sorted(rendered.files.items())))
+            if ident in seen:  # the same variant reached through several paths
+                continue
+            seen.add(ident)
+            job = _Job(variant, spec, path, arch, rendered)
+            job.key = variant_key(rendered, arch, inc)
+            job.result = lookup(rendered, arch, include_dirs=inc, cache=cache, key=job.key)
+            jobs.append(job)
+
+    misses = [j for j in jobs if j.result is None]
+    if misses:
+        _compile_all(misses, inc, cache)
+
+    failed = [j for j in jobs if j.result is None]
+    if as_json:
+        print(json.dumps({"results": [_json(j) for j in jobs]}, indent=2))
+    else:
+        _table(jobs)
+    for j in failed:
+        for p in j.error.problems:
+            _stderr(_locate_failure(j, p).format())
+    for j in jobs:
+        if j.result is not None and j.result.spill_bytes:
+            _stderr(j.variant.locate(Problem(
+                "spill", f"{j.rendered.uri} spills {j.result.spill_bytes} bytes to local memory on {j.arch} "
+                f"({j.result.registers} registers)", loc=("launch",), severity="warning",
+                fix="lower launch.tokens_per_warp or warps_per_block")).format())
+    return 1 if failed else 0
+
+
+def _compile_all(jobs: list[_Job], inc: list[Path], cache: Cache) -> None:
+    def run(job: _Job) -> None:
+        try:
+            job.result = compile_rendered(job.rendered, job.arch, include_dirs=inc, cache=cache, spec_path=job.path)
+        except KgenError as e:
+            job.error = e
+
+    workers = _workers(len(jobs))
+    if workers == 1:
+        for j in jobs:
+            run(j)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    # NVRTC is thread-safe for separate programs and releases the GIL while it compiles
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kgen-nvrtc") as ex:
+        list(ex.map(run, jobs))
+
+
+def _workers(n: int) -> int:
+    env = os.environ.get("KGEN_JOBS")
+    try:
+        want = int(env) if env else (os.cpu_count() or 2)
+    except ValueError:
+        want = os.cpu_count() or 2
+    return max(1, min(n, want))
+
+
+def _locate_failure(job: _Job, p: Problem) -> Problem:
+    """Point a compile failure at the spec key its twin rule guards (or the variant's name)."""
+    if not isinstance(job.error, CompileError):
+        return p
+    loc: tuple = ("name",)
+    if job.error.rule:
+        from .rules import RULES, check_variant
+
+        lay, _ = check_variant(job.spec)
+        hits = [q for q in RULES[job.error.rule].check(job.spec, lay)]
+        if hits:
+            loc = hits[0].loc
+    try:
+        located = job.variant.locate(Problem(p.rule, p.message, loc=loc, fix=p.fix))
+    except Exception:  # noqa: BLE001 - a location is a nicety
+        return p
+    return located if located.file is not None else p
+
+
+def _json(j: _Job) -> dict:
+    r = j.result
+    if r is None:
+        return {"variant": j.rendered.uri, "arch": j.arch, "ok": False, "cached": False, "seconds": None,
+                "registers": None, "spill_bytes": None,
+                "log": getattr(j.error, "log", None) or "\n".join(p.format() for p in j.error.problems)}
+    return {"variant": r.uri, "arch": r.arch, "ok": True, "cached": r.cached, "seconds": round(r.seconds, 4),
+            "registers": r.registers, "spill_bytes": r.spill_bytes, "log": r.log}
+
+
+def _table(jobs: list[_Job]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col, right in (("variant", False), ("arch", False), ("cached", False), ("seconds", True),
+                       ("registers", True), ("spills", True)):
+        t.add_column(col, justify="right" if right else "left")
+    for j in jobs:
+        r = j.result
+        if r is None:
+            t.add_row(j.rendered.uri, j.arch, "[red]FAILED[/red]", "", "", "")
+        else:
+            t.add_row(r.uri, r.arch, "yes" if r.cached else "no", f"{r.seconds:.3f}",
+                      str(r.registers if r.registers is not None else "?"),
+                      str(r.spill_bytes) if r.spill_bytes is not None else "?")
+    Console(soft_wrap=True).print(t)
