@@ -1,0 +1,322 @@
+"""Load compiled variants onto the GPU and launch them on torch tensors, through cuda.core.
+
+One job: turn a `Spec` into a launchable kernel on the current torch device.
+
+    loaded = load(spec)                 # arch check -> compile_variant (cached cubin) -> module load
+    loaded.launch(ptrs..., num_tokens, num_slots)   # on torch's current stream
+
+* The device's architecture is checked against the spec's `targets` *before* anything is
+  compiled or loaded (`pick_target`, a pure function), so an unsupported GPU gets a message that
+  names the device, its compute capability and the targets, never CUDA's "no kernel image".
+* cuda.core's `Device` is made current on the same (primary) context torch uses, and launches go
+  to `torch.cuda.current_stream()` (so they order with torch's work and are captured by CUDA graphs).
+* Scalars are passed as `numpy.int32` / `numpy.int64` (a Python int would become an intptr_t),
+  pointers as Python ints, null as 0. Loaded kernels are cached per (uri, arch, device).
+
+torch and cuda.core are imported lazily: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from .diagnostics import KgenError, Problem
+from .layout import Layout, compute, launch_shape
+from .spec import Spec
+
+ARCH_RE = re.compile(r"sm_(\d+)([af]?)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Architecture check (pure: testable without a GPU)
+
+
+def arch_name(capability: tuple[int, int]) -> str:
+    """(9, 0) -> 'sm_90'."""
+    major, minor = capability
+    return f"sm_{major}{minor}"
+
+
+def parse_target(target: str) -> tuple[int, int, str] | None:
+    """'sm_90a' -> (9, 0, 'a'); 'sm_100f' -> (10, 0, 'f'); None if not an arch name."""
+    m = ARCH_RE.fullmatch(target)
+    if not m:
+        return None
+    cc = int(m.group(1))
+    return cc // 10, cc % 10, m.group(2)
+
+
+def target_runs_on(target: str, capability: tuple[int, int]) -> bool:
+    """Can a cubin built for `target` run on a device of `capability`?
+
+    cubins (SASS) are forward compatible within a major version only: sm_XY runs on X.Z for Z >= Y.
+    Arch-specific targets ('a', e.g. sm_90a) run on exactly that compute capability; family targets
+    ('f', e.g. sm_100f) run on the same major with minor >= theirs. Nothing runs across majors
+    (kgen ships cubins, no PTX for the driver to JIT).
+    """
+    parsed = parse_target(target)
+    if parsed is None:
+        return False
+    major, minor, suffix = parsed
+    dev_major, dev_minor = capability
+    if major != dev_major:
+        return False
+    if suffix == "a":
+        return minor == dev_minor
+    return dev_minor >= minor
+
+
+def pick_target(capability: tuple[int, int], targets: list[str]) -> str | None:
+    """The best of `targets` for a device: an exact match ('a' first: it may use the arch-specific
+    instructions, then 'f', then plain), else the compatible one with the highest minor."""
+    ok = [t for t in targets if target_runs_on(t, capability)]
+    if not ok:
+        return None
+    rank = {"a": 0, "f": 1, "": 2}
+
+    def key(t: str):
+        major, minor, suffix = parse_target(t)  # type: ignore[misc]
+        return (0 if (major, minor) == tuple(capability) else 1, -minor, rank[suffix])
+
+    return sorted(ok, key=key)[0]
+
+
+def check_arch(capability: tuple[int, int], targets: list[str], *, device_name: str = "this GPU",
+               variant: str = "the variant") -> str:
+    """The target to load on this device, or a KgenError naming the device, its arch and the targets."""
+    target = pick_target(capability, targets)
+    if target is not None:
+        return target
+    arch = arch_name(capability)
+    want = f"{arch}a" if capability[0] >= 9 else arch
+    raise KgenError([Problem(
+        "gpu-arch",
+        f"{variant} has no cubin that runs on {device_name} (compute capability "
+        f"{capability[0]}.{capability[1]}, {arch}): its targets are [{', '.join(targets) or 'none'}]; "
+        f"cubins run only on their own major version (and 'a' targets only on their exact arch)",
+        loc=("targets",), fix=f"add {want} to targets (or compile with --arch {want})")], exit_code=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch / cuda.core plumbing
+
+
+def torch_or_none():
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - a broken torch install is "no GPU" for kgen's purposes
+        return None
+    return torch
+
+
+def gpu_problem() -> str | None:
+    """None if a CUDA GPU is usable through torch, else a one-line reason."""
+    torch = torch_or_none()
+    if torch is None:
+        return "torch is not installed (pip install 'kgen[torch]')"
+    try:
+        if not torch.cuda.is_available():
+            build = torch.version.cuda or "CPU-only"
+            return f"no CUDA GPU is visible to torch {torch.__version__} (build: {build})"
+    except Exception as e:  # noqa: BLE001
+        return f"torch cannot talk to CUDA: {e}"
+    return None
+
+
+def require_gpu() -> Any:
+    """torch, or KgenError (exit 2) saying why there is no GPU."""
+    reason = gpu_problem()
+    if reason is not None:
+        raise KgenError([Problem("no-gpu", f"{reason}; this needs an NVIDIA GPU (see docs/gpu.md)")],
+                        exit_code=2)
+    return torch_or_none()
+
+
+_tls = threading.local()
+
+
+def _cuda_core():
+    try:
+        import cuda.core as cc
+
+        cc.ObjectCode  # noqa: B018 - cuda-core >= 1.0 exports everything at top level
+        return cc
+    except (ImportError, AttributeError):
+        try:
+            import cuda.core.experimental as cc  # cuda-core 0.x
+
+            return cc
+        except ImportError as e:
+            raise KgenError([Problem("no-cuda-core", f"cuda-core is not importable ({e})",
+                                     fix="pip install cuda-core (see pyproject.toml for the version)")],
+                            exit_code=2) from None
+
+
+def set_current_device(index: int):
+    """Make cuda.core's Device `index` current on torch's (primary) context; cached per thread."""
+    torch = torch_or_none()
+    cur = getattr(_tls, "devices", None)
+    if cur is None:
+        cur = _tls.devices = {}
+    if index in cur:
+        dev = cur[index]
+        if getattr(_tls, "current", None) != index:
+            dev.set_current()
+            _tls.current = index
+        return dev
+    torch.cuda.init()
+    with torch.cuda.device(index):
+        torch.cuda.current_stream(index)  # makes torch create/retain its primary context
+    cc = _cuda_core()
+    dev = cc.Device(index)
+    dev.set_current()
+    cur[index] = dev
+    _tls.current = index
+    return dev
+
+
+_streams: dict[int, Any] = {}
+
+
+def torch_stream():
+    """cuda.core Stream wrapping torch.cuda.current_stream() (cached per handle)."""
+    torch = torch_or_none()
+    handle = int(torch.cuda.current_stream().cuda_stream)
+    s = _streams.get(handle)
+    if s is None:
+        cc = _cuda_core()
+        if handle == 0:  # torch's legacy default stream
+            s = getattr(cc, "LEGACY_DEFAULT_STREAM", None) or cc.Stream.from_handle(0)
+        else:
+            s = cc.Stream.from_handle(handle)
+        _streams[handle] = s
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# Loaded kernels
+
+
+@dataclass
+class LoadedKernel:
+    spec: Spec
+    layout: Layout
+    arch: str
+    device_index: int
+    device_name: str
+    compiled: Any  # kgen.compile.CompiledKernel
+    kernel: Any  # cuda.core Kernel
+    object_code: Any = None
+    _configs: dict[int, Any] = field(default_factory=dict)
+
+    @property
+    def uri(self) -> str:
+        return self.compiled.uri
+
+    def config(self, num_tokens: int):
+        grid, block = launch_shape(self.spec, num_tokens)
+        cfg = self._configs.get(grid)
+        if cfg is None:
+            cfg = self._configs[grid] = _cuda_core().LaunchConfig(grid=grid, block=block)
+        return cfg
+
+    def launch(self, x: int, weight: int, bias: int, freqs: int, positions: int, out_loc: int,
+               cache: int, num_tokens: int, num_slots: int, stream=None) -> None:
+        """Launch on raw device pointers (ints, 0 = null) on `stream` (default: torch's current)."""
+        import numpy as np
+
+        if num_tokens <= 0:
+            return
+        cc = _cuda_core()
+        set_current_device(self.device_index)
+        cc.launch(stream if stream is not None else torch_stream(), self.config(num_tokens), self.kernel,
+                  int(x), int(weight), int(bias), int(freqs), int(positions), int(out_loc), int(cache),
+                  np.int32(num_tokens), np.int64(num_slots))
+
+    def registers(self) -> int | None:
+        try:
+            regs = self.kernel.attributes.num_regs
+            return int(regs() if callable(regs) else regs)
+        except Exception:  # noqa: BLE001
+            return getattr(self.compiled, "registers", None)
+
+
+_by_spec: dict[tuple[str, int], LoadedKernel] = {}
+_by_uri: dict[tuple[str, str, int], LoadedKernel] = {}
+_lock = threading.Lock()
+
+
+def spec_key(spec: Spec) -> str:
+    return spec.model_dump_json()
+
+
+def device_info(index: int | None = None) -> dict:
+    torch = require_gpu()
+    idx = torch.cuda.current_device() if index is None else index
+    props = torch.cuda.get_device_properties(idx)
+    cap = (props.major, props.minor)
+    return {"index": idx, "name": props.name, "capability": f"{cap[0]}.{cap[1]}", "arch": arch_name(cap),
+            "sm_count": props.multi_processor_count, "total_memory": props.total_memory,
+            "l2_bytes": getattr(props, "L2_cache_size", None)}
+
+
+def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False) -> LoadedKernel:
+    """The kernel of `spec` loaded on a torch device (default: the current one).
+
+    Order: GPU present -> arch check against spec.targets -> compile_variant (cache hit: no NVRTC)
+    -> module load. Cached in-process per (spec, device) and per (uri, arch, device).
+    """
+    torch = require_gpu()
+    idx = torch.cuda.current_device() if device_index is None else device_index
+    skey = (spec_key(spec), idx)
+    hit = _by_spec.get(skey)
+    if hit is not None:
+        return hit
+    with _lock:
+        hit = _by_spec.get(skey)
+        if hit is not None:
+            return hit
+        cap = tuple(torch.cuda.get_device_capability(idx))
+        name = torch.cuda.get_device_name(idx)
+        arch = check_arch(cap, list(spec.targets), device_name=f"GPU {idx} ({name})", variant=spec.name)
+        from .compile import compile_variant
+
+        ck = compile_variant(spec, arch)
+        if verbose or not getattr(ck, "cached", True):
+            sys.stderr.write(f"kgen: {spec.name} for {arch}: "
+                             f"{'cache hit' if getattr(ck, 'cached', False) else 'compiled'}"
+                             f" in {getattr(ck, 'seconds', 0.0):.2f} s\n")
+        ukey = (ck.uri, arch, idx)
+        loaded = _by_uri.get(ukey)
+        if loaded is None:
+            set_current_device(idx)
+            kernel, oc = _load_kernel(ck)
+            loaded = LoadedKernel(spec=spec, layout=compute(spec), arch=arch, device_index=idx,
+                                  device_name=name, compiled=ck, kernel=kernel, object_code=oc)
+            _by_uri[ukey] = loaded
+        _by_spec[skey] = loaded
+        return loaded
+
+
+def _load_kernel(ck) -> tuple[Any, Any]:
+    cc = _cuda_core()
+    symbol = ck.symbol.decode() if isinstance(ck.symbol, bytes) else ck.symbol
+    name_expr = getattr(ck, "name_expression", None)
+    if name_expr:
+        oc = cc.ObjectCode.from_cubin(ck.cubin, symbol_mapping={name_expr: symbol})
+        try:
+            return oc.get_kernel(name_expr), oc
+        except Exception:  # noqa: BLE001 - fall back to the mangled name below
+            pass
+    oc = cc.ObjectCode.from_cubin(ck.cubin)
+    return oc.get_kernel(symbol), oc
+
+
+def clear_cache() -> None:
+    """Forget loaded kernels (tests)."""
+    _by_spec.clear()
+    _by_uri.clear()
