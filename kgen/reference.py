@@ -1,0 +1,545 @@
+"""Plain PyTorch reference of the fused norm -> RoPE -> Hadamard -> quantize -> paged store.
+
+It performs the arithmetic of docs/numerics.md operation by operation, so that it writes the same
+bytes as the CUDA kernel. Every byte offset comes from `kgen.layout` (`spans`, `value_offset`,
+`scale_offset`, `row_parts`, `kernel_constants`); nothing here computes one on its own.
+
+Device-agnostic (CPU or CUDA tensors), vectorized over tokens. Rules followed so that torch
+rounds exactly like the kernel:
+
+* every product and every sum is its own elementwise op (no addcmul/lerp/matmul/baddbmm, which
+  fuse or reorder);
+* divisions are `torch.div(tensor, tensor)` with both operands on the device: torch's CUDA
+  `tensor / python_scalar` is computed as a multiplication by the reciprocal;
+* `1 / sqrt(x)` is an IEEE division of ones by `torch.sqrt(x)` (never `torch.rsqrt`);
+* fp32 constants (eps, amax floor, 1/QMAX, Hadamard scale) are the exact fp32 values of
+  `layout.kernel_constants`, held in fp32 tensors;
+* sums follow the warp order (`warp_sum`); maxima are order-independent (`amax`).
+
+Stage functions (all take/return fp32 `[N, head_dim]` unless noted):
+    norm -> rope -> hadamard -> bf16_roundtrip   (= `prequant`)
+    quantize -> pack_row -> store                 (= `encode` + `store`)
+plus `decode` (cache bytes -> dequantized values and scales) and `make_inputs`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from . import layout as L
+from .spec import Spec
+
+__all__ = [
+    "E2M1_THRESHOLDS", "E2M1_VALUES", "QMAX", "Quantized",
+    "load_spec", "constants", "warp_sum", "norm", "rope", "hadamard", "bf16_roundtrip", "prequant",
+    "ceil_log2", "pow2", "block_scales", "e4m3_sat_rne", "e2m1_codes", "pack_nibbles",
+    "quantize", "pack_row", "token_byte_columns", "store", "norm_rope_store",
+    "decode", "poison_pattern", "rope_freqs", "make_inputs",
+]
+
+WARP = L.WARP
+QMAX = L.QUANT_MAX
+# e2m1 magnitudes by code 0..7, and the decision thresholds between neighbours (ties go down)
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+E2M1_THRESHOLDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+_HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_INPUT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def load_spec(path: str | Path) -> Spec:
+    """The single spec of a YAML file (raises on a family file or schema problems)."""
+    from .load import load_document
+
+    doc = load_document(Path(path))
+    if doc.is_family or len(doc.variants) != 1 or doc.variants[0].spec is None:
+        raise ValueError(f"{path}: not a single valid spec ({[str(p) for p in doc.problems]})")
+    return doc.variants[0].spec
+
+
+def _layout(spec: Spec | L.Layout) -> L.Layout:
+    return spec if isinstance(spec, L.Layout) else L.compute(spec)
+
+
+def _hexf(s: str) -> float:
+    """A `layout.float_hex` literal back to its (exactly fp32) value."""
+    return float.fromhex(s[:-1] if s.endswith("f") else s)
+
+
+def constants(spec: Spec | L.Layout) -> dict[str, float]:
+    """The fp32 constants of the arithmetic, exactly as the kernel's config header defines them."""
+    k = L.kernel_constants(_layout(spec))
+    return {name: _hexf(k[key]) for name, key in (
+        ("eps", "kEps"), ("amax_floor", "kAmaxFloor"), ("qmax", "kQuantMax"),
+        ("inv_qmax", "kInvQuantMax"), ("hadamard_scale", "kHadamardScale"))}
+
+
+def _f32(value: float, like: torch.Tensor) -> torch.Tensor:
+    """A 0-dim fp32 tensor on `like`'s device (never a CPU scalar: see the module docstring)."""
+    return torch.tensor(value, dtype=torch.float32, device=like.device)
+
+
+def _div(a: torch.Tensor, b: torch.Tensor | float) -> torch.Tensor:
+    """IEEE fp32 division a / b, with b broadcast to a full tensor on the device."""
+    if not isinstance(b, torch.Tensor):
+        b = _f32(b, a)
+    a, b = torch.broadcast_tensors(a, b.to(a.device))
+    return torch.div(a, b.contiguous())
+
+
+# ---------------------------------------------------------------------------------------------
+# §1 warp-order sum
+
+
+def warp_sum(t: torch.Tensor) -> torch.Tensor:
+    """Sum over the last dim (n = 32*V) in the kernel's order: each lane l sums its V values
+    [l*V, (l+1)*V) left to right, then 5 xor-butterfly steps (off 16, 8, 4, 2, 1).
+    Returns `t.shape[:-1]` (every lane holds the same value; lane 0's is returned)."""
+    n = t.shape[-1]
+    if n % WARP:
+        raise ValueError(f"warp_sum needs a multiple of {WARP} values, got {n}")
+    v = t.reshape(*t.shape[:-1], WARP, n // WARP)
+    s = v[..., 0]
+    for j in range(1, v.shape[-1]):
+        s = s + v[..., j]
+    lanes = torch.arange(WARP, device=t.device)
+    for off in (16, 8, 4, 2, 1):
+        s = s + s[..., lanes ^ off]
+    return s[..., 0]
+
+
+# ---------------------------------------------------------------------------------------------
+# §2 norm, §3 RoPE, §4 Hadamard, §5 bf16 round trip
+
+
+def norm(spec: Spec, x: torch.Tensor, weight: torch.Tensor | None = None,
+         bias: torch.Tensor | None = None) -> torch.Tensor:
+    """RMSNorm / LayerNorm / none in fp32 (x [N, n] any float dtype, widened exactly)."""
+    v = x.to(torch.float32)
+    kind = spec.norm.kind
+    if kind == "none":
+        return v.clone()
+    n = v.shape[-1]
+    eps = _f32(constants(spec)["eps"], v)
+    nn = _f32(float(n), v)
+    one = _f32(1.0, v)
+    w = weight.to(device=v.device, dtype=torch.float32)
+    if kind == "rmsnorm":
+        sq = v * v
+        mean = _div(warp_sum(sq), nn)
+        r = _div(one, torch.sqrt(mean + eps))
+        return (v * r[..., None]) * w
+    if kind == "layernorm":
+        mu = _div(warp_sum(v), nn)
+        d = v - mu[..., None]
+        var = _div(warp_sum(d * d), nn)
+        r = _div(one, torch.sqrt(var + eps))
+        return (d * r[..., None]) * w + bias.to(device=v.device, dtype=torch.float32)
+    raise ValueError(f"unknown norm kind {kind!r}")
+
+
+def _rope_pairs(spec: Spec) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dim indices (re, im) of every RoPE pair i (python lists as long tensors, CPU)."""
+    rope_span = L.spans(spec)[0]
+    half = spec.rope.dim // 2
+    i = torch.arange(half)
+    if spec.rope.style == "interleaved":
+        re, im = rope_span.start + 2 * i, rope_span.start + 2 * i + 1
+    else:
+        re, im = rope_span.start + i, rope_span.start + i + half
+    return re, im
+
+
+def rope(spec: Spec, y: torch.Tensor, freqs: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Rotate the RoPE span: re' = re*c - im*s, im' = re*s + im*c (each product rounded)."""
+    if spec.rope.dim == 0:
+        return y
+    re_i, im_i = (t.to(y.device) for t in _rope_pairs(spec))
+    f = freqs.to(device=y.device, dtype=torch.float32)[positions.to(y.device)]  # [N, rope_dim]
+    c, s = f[:, 0::2], f[:, 1::2]
+    re, im = y[:, re_i], y[:, im_i]
+    new_re = re * c - im * s
+    new_im = re * s + im * c
+    out = y.clone()
+    out[:, re_i] = new_re
+    out[:, im_i] = new_im
+    return out
+
+
+def hadamard(y: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """Natural-order Walsh-Hadamard over the last dim, stages h = 1, 2, ..., n/2 in that order
+    (a, b -> a + b, a - b), then `* scale` (default: fp32(1)/sqrt(fp32(n)), the kernel's
+    kHadamardScale; pass 1.0 for the unscaled transform)."""
+    n = y.shape[-1]
+    if not L.is_pow2(n):
+        raise ValueError(f"Hadamard needs a power-of-two length, got {n}")
+    lead = y.shape[:-1]
+    h = 1
+    while h < n:
+        v = y.reshape(*lead, n // (2 * h), 2, h)
+        a, b = v[..., 0, :], v[..., 1, :]
+        y = torch.stack((a + b, a - b), dim=-2).reshape(*lead, n)
+        h *= 2
+    if scale is None:
+        import numpy as np
+
+        scale = float(np.float32(1.0) / np.sqrt(np.float32(n)))
+    return y * _f32(scale, y)
+
+
+def bf16_roundtrip(y: torch.Tensor) -> torch.Tensor:
+    return y.to(torch.bfloat16).to(torch.float32)
+
+
+def prequant(spec: Spec, x, weight, bias, freqs, positions) -> torch.Tensor:
+    """norm -> rope -> hadamard -> bf16 round trip: the fp32 values [N, n] the quantizer sees."""
+    y = norm(spec, x, weight, bias)
+    y = rope(spec, y, freqs, positions)
+    if spec.hadamard:
+        y = hadamard(y, constants(spec)["hadamard_scale"])
+    if spec.store.bf16_roundtrip:
+        y = bf16_roundtrip(y)
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# §6 quantize
+
+
+def ceil_log2(t: torch.Tensor) -> torch.Tensor:
+    """Exact ceil(log2(t)) of positive fp32 t, int32: with t = m * 2^E (1 <= m < 2), E if m == 1
+    else E + 1. From the fp32 bits (exponent field, mantissa != 0), as the kernel does; subnormal
+    t (outside the contract) is handled exactly through frexp."""
+    t = t.to(torch.float32).contiguous()
+    bits = t.view(torch.int32)
+    E = ((bits >> 23) & 0xFF) - 127
+    e = E + ((bits & 0x7FFFFF) != 0).to(torch.int32)
+    m, ex = torch.frexp(t)  # t = m * 2^ex, 0.5 <= m < 1
+    exact = ex - (m == 0.5).to(ex.dtype)
+    return torch.where(E == -127, exact.to(torch.int32), e.to(torch.int32))
+
+
+def pow2(e: torch.Tensor) -> torch.Tensor:
+    """2^e as fp32, built from the exponent bits (exact; e in [-126, 127])."""
+    return ((e.to(torch.int32) + 127) << 23).contiguous().view(torch.float32)
+
+
+def block_scales(spec: Spec, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """From block maxima (fp32 [..., blocks]): (scale fp32, multiplier fp32, exponent int32 or None).
+    `q = code(x * multiplier)`; dequantized = code value * scale."""
+    c = constants(spec)
+    kind = spec.store.scale
+    a = torch.maximum(amax, _f32(c["amax_floor"], amax))
+    if spec.store.scale_math == "divide":
+        t = _div(a, c["qmax"])
+    else:
+        t = a * _f32(c["inv_qmax"], a)
+    if kind == "fp32":
+        return t, _div(_f32(1.0, t).expand_as(t), t), None
+    if kind in ("fp32_pow2", "ue8m0"):
+        e = ceil_log2(t)
+        return pow2(e), pow2(-e), e
+    raise ValueError(f"no scale for kind {kind!r}")
+
+
+def e4m3_sat_rne(v: torch.Tensor) -> torch.Tensor:
+    """fp32 -> e4m3fn byte codes (uint8): clamp to [-448, 448], then round to nearest even
+    (subnormals kept) = CUDA __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)."""
+    return v.to(torch.float32).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+
+
+def e2m1_codes(v: torch.Tensor) -> torch.Tensor:
+    """fp32 (already divided by the scale) -> e2m1 nibbles (uint8 0..15): magnitude code by the
+    thresholds with ties going down, sign bit 8 only for a nonzero code (no negative zero)."""
+    mag = v.abs()
+    code = torch.zeros(v.shape, dtype=torch.uint8, device=v.device)
+    for th in E2M1_THRESHOLDS:
+        code += (mag > th).to(torch.uint8)
+    neg = (v < 0) & (code != 0)
+    return code | (neg.to(torch.uint8) << 3)
+
+
+def pack_nibbles(nib: torch.Tensor) -> torch.Tensor:
+    """[..., 2k] nibbles -> [..., k] bytes; element 2k in the low nibble."""
+    pairs = nib.reshape(*nib.shape[:-1], nib.shape[-1] // 2, 2)
+    return pairs[..., 0] | (pairs[..., 1] << 4)
+
+
+def _le_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A [N, k] tensor of multi-byte values as [N, k * size] uint8, little-endian."""
+    import sys
+
+    assert sys.byteorder == "little", "the cache is little-endian; this host is not"
+    return t.contiguous().view(torch.uint8)
+
+
+@dataclass
+class Quantized:
+    """One token per row. `values`: the quantized span's bytes [N, quant_bytes]; `kept`: the kept
+    RoPE span's bytes [N, kept_bytes]; `scale_bytes`: [N, blocks * scale_unit] (block g at
+    g * scale_unit); `scales`: fp32 [N, blocks] (what a dequantizer multiplies by)."""
+
+    values: torch.Tensor
+    kept: torch.Tensor
+    scale_bytes: torch.Tensor
+    scales: torch.Tensor
+
+
+def quantize(spec: Spec, y: torch.Tensor) -> Quantized:
+    """§6 on prequantized fp32 values y [N, n] (bf16 round trip already applied)."""
+    lay = _layout(spec)
+    s = spec.store
+    N = y.shape[0]
+    dev = y.device
+    q = y[:, lay.quant_span.start:lay.quant_span.end]
+    kept = y[:, lay.kept_span.start:lay.kept_span.end]
+    kept_bytes = (_le_bytes(kept.to(_HALF[s.rope_dtype])) if lay.kept_span.size
+                  else torch.zeros((N, 0), dtype=torch.uint8, device=dev))
+    empty = torch.zeros((N, 0), dtype=torch.uint8, device=dev)
+    noscale = torch.zeros((N, 0), dtype=torch.float32, device=dev)
+
+    if s.dtype in _HALF:
+        return Quantized(_le_bytes(q.to(_HALF[s.dtype])), kept_bytes, empty, noscale)
+    if s.scale == "none":
+        if s.dtype != "fp8_e4m3":
+            raise ValueError(f"{s.dtype} needs a scale")
+        return Quantized(e4m3_sat_rne(q), kept_bytes, empty, noscale)
+
+    B, G = lay.block, lay.blocks_per_token
+    if q.shape[1] != B * G:  # the rules forbid it; pad with zeros (amax unchanged) to be total
+        q = torch.nn.functional.pad(q, (0, B * G - q.shape[1]))
+    blocks = q.reshape(N, G, B)
+    amax = blocks.abs().amax(dim=-1)
+    scale, mult, e = block_scales(spec, amax)
+    v = (blocks * mult[..., None]).reshape(N, G * B)[:, :lay.quant_span.size]
+    if s.dtype == "fp8_e4m3":
+        codes = e4m3_sat_rne(v)
+    elif s.dtype == "fp4_e2m1":
+        codes = pack_nibbles(e2m1_codes(v))
+    else:
+        raise ValueError(f"unknown store dtype {s.dtype!r}")
+    if s.scale == "ue8m0":
+        sbytes = (e + 127).to(torch.uint8)
+    else:
+        sbytes = _le_bytes(scale)
+    return Quantized(codes, kept_bytes, sbytes, scale)
+
+
+# ---------------------------------------------------------------------------------------------
+# §7 rows and the paged store
+
+
+def _part_bytes(lay: L.Layout, qz: Quantized) -> dict[str, torch.Tensor]:
+    return {"values": qz.values, "rope": qz.kept}
+
+
+def pack_row(spec: Spec, qz: Quantized) -> torch.Tensor:
+    """A token's row [N, row_bytes], its parts placed as `layout.row_parts()` says."""
+    lay = _layout(spec)
+    parts = _part_bytes(lay, qz)
+    N = qz.values.shape[0]
+    row = torch.empty((N, lay.row_bytes), dtype=torch.uint8, device=qz.values.device)
+    for r in lay.row_parts():
+        b = parts[r.name]
+        if b.shape[1] != r.size:
+            raise AssertionError(f"{r.name}: {b.shape[1]} B for a {r.size}-B part")
+        row[:, r.offset:r.end] = b
+    return row
+
+
+def token_byte_columns(spec: Spec | L.Layout) -> torch.Tensor:
+    """int64 [P, row_bytes + blocks * scale_unit]: for a token at slot t of a page, the page
+    column of each byte of (its row, then its scales g = 0, 1, ...), from `value_offset` and
+    `scale_offset`. Scale-slot padding and page padding appear nowhere (never written)."""
+    lay = _layout(spec)
+    out = []
+    for t in range(lay.page_size):
+        cols = list(range(lay.value_offset(t), lay.value_offset(t) + lay.row_bytes))
+        for g in range(lay.blocks_per_token if lay.scale_unit else 0):
+            o = lay.scale_offset(t, g)
+            cols.extend(range(o, o + lay.scale_unit))
+        out.append(cols)
+    return torch.tensor(out, dtype=torch.int64)
+
+
+def _slots(lay: L.Layout, cache: torch.Tensor, locs: torch.Tensor):
+    num_slots = cache.shape[0] * lay.page_size
+    locs = locs.to(device=cache.device, dtype=torch.int64)
+    valid = (locs >= 0) & (locs < num_slots)
+    page = torch.div(locs, lay.page_size, rounding_mode="floor")
+    slot = locs - page * lay.page_size
+    return valid, page, slot
+
+
+def _check_cache(lay: L.Layout, cache: torch.Tensor) -> None:
+    if cache.dtype != torch.uint8 or cache.dim() != 2 or cache.shape[1] != lay.page_bytes:
+        raise ValueError(f"cache must be uint8 [num_pages, {lay.page_bytes}], got "
+                         f"{cache.dtype} {tuple(cache.shape)}")
+
+
+def store(spec: Spec, cache: torch.Tensor, out_loc: torch.Tensor, row: torch.Tensor,
+          scale_bytes: torch.Tensor) -> None:
+    """Write each token's row and scale bytes at its `out_loc` slot; locs < 0 or >= num_slots
+    are skipped. Duplicate valid locs are a caller error (the kernel races on them too)."""
+    lay = _layout(spec)
+    _check_cache(lay, cache)
+    valid, page, slot = _slots(lay, cache, out_loc)
+    cols = token_byte_columns(lay).to(cache.device)
+    data = torch.cat((row, scale_bytes.reshape(row.shape[0], -1)), dim=1)
+    if data.shape[1] != cols.shape[1]:
+        raise AssertionError(f"{data.shape[1]} B per token for {cols.shape[1]} columns")
+    # boolean selection: the one host sync of the reference (a data-dependent count)
+    page, slot, data = page[valid], slot[valid], data[valid]
+    cache[page[:, None], cols[slot]] = data
+
+
+def encode(spec: Spec, x, weight, bias, freqs, positions) -> tuple[torch.Tensor, Quantized]:
+    """(row bytes [N, row_bytes], Quantized) of every token, before the store."""
+    qz = quantize(spec, prequant(spec, x, weight, bias, freqs, positions))
+    return pack_row(spec, qz), qz
+
+
+def norm_rope_store(spec: Spec, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                    freqs: torch.Tensor, positions: torch.Tensor, out_loc: torch.Tensor,
+                    cache: torch.Tensor) -> None:
+    """The whole kernel: writes into `cache` (uint8 [num_pages, page_bytes]) in place the bytes
+    the CUDA kernel writes for these inputs."""
+    row, qz = encode(spec, x, weight, bias, freqs, positions)
+    store(spec, cache, out_loc, row, qz.scale_bytes)
+
+
+# ---------------------------------------------------------------------------------------------
+# decoding (inspection, precision reports)
+
+
+def _e2m1_value(nib: torch.Tensor) -> torch.Tensor:
+    table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=nib.device)
+    mag = table[(nib & 7).long()]
+    return torch.where((nib & 8) != 0, -mag, mag)
+
+
+def decode(spec: Spec, cache: torch.Tensor, locs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Read tokens back from the cache: (values fp32 [n, head_dim] = code value * block scale,
+    scales fp32 [n, blocks]). Locs outside the cache give NaN rows."""
+    lay = _layout(spec)
+    _check_cache(lay, cache)
+    s = spec.store
+    valid, page, slot = _slots(lay, cache, locs)
+    cols = token_byte_columns(lay).to(cache.device)
+    page_c = torch.where(valid, page, torch.zeros_like(page))
+    slot_c = torch.where(valid, slot, torch.zeros_like(slot))
+    data = cache[page_c[:, None], cols[slot_c]]  # [n, row + scale bytes]
+    n_tok = data.shape[0]
+    row, sb = data[:, :lay.row_bytes], data[:, lay.row_bytes:]
+    parts = {r.name: row[:, r.offset:r.end] for r in lay.row_parts()}
+    G = lay.blocks_per_token if lay.scale_unit else 0
+
+    if G == 0:
+        scales = torch.zeros((n_tok, 0), dtype=torch.float32, device=cache.device)
+    elif s.scale == "ue8m0":
+        scales = pow2(sb.to(torch.int32) - 127)
+    else:
+        scales = sb.contiguous().view(torch.float32)
+
+    qb = parts["values"].contiguous()
+    if s.dtype in _HALF:
+        qv = qb.view(_HALF[s.dtype]).to(torch.float32)
+    elif s.dtype == "fp8_e4m3":
+        qv = qb.view(torch.float8_e4m3fn).to(torch.float32)
+    else:
+        nib = torch.stack((qb & 15, qb >> 4), dim=-1).reshape(n_tok, -1)
+        qv = _e2m1_value(nib)
+    if G:
+        B = lay.block
+        pad = B * G - qv.shape[1]
+        qv = torch.nn.functional.pad(qv, (0, pad)).reshape(n_tok, G, B)
+        qv = (qv * scales[..., None]).reshape(n_tok, G * B)[:, :lay.quant_span.size]
+
+    values = torch.empty((n_tok, spec.head_dim), dtype=torch.float32, device=cache.device)
+    values[:, lay.quant_span.start:lay.quant_span.end] = qv
+    if lay.kept_span.size:
+        kv = parts["rope"].contiguous().view(_HALF[s.rope_dtype]).to(torch.float32)
+        values[:, lay.kept_span.start:lay.kept_span.end] = kv
+    nan = torch.tensor(float("nan"), device=cache.device)
+    values = torch.where(valid[:, None], values, nan)
+    scales = torch.where(valid[:, None], scales, nan)
+    return values, scales
+
+
+# ---------------------------------------------------------------------------------------------
+# test inputs
+
+
+def poison_pattern(num_pages: int, page_bytes: int, *, device="cpu", invert: bool = False) -> torch.Tensor:
+    """A uint8 [num_pages, page_bytes] cache filled with a position-dependent, non-zero pattern
+    (so a misplaced or missing write is visible). `invert=True` gives its bitwise complement,
+    which differs from it in every byte (two runs tell exactly which bytes were written)."""
+    i = torch.arange(num_pages * page_bytes, dtype=torch.int64, device=device)
+    p = ((i * 37 + (i >> 8) * 11 + 0x5B) & 0xFF)
+    p = torch.where(p == 0, torch.full_like(p, 0xA5), p).to(torch.uint8)
+    if invert:
+        p = ~p
+    return p.reshape(num_pages, page_bytes)
+
+
+def rope_freqs(max_pos: int, rope_dim: int, theta: float = 10000.0, device="cpu") -> torch.Tensor:
+    """fp32 [max_pos, rope_dim]: (cos, sin) of pair i at [2i, 2i+1], angle pos * theta^(-2i/dim)
+    (computed in float64, rounded once)."""
+    half = rope_dim // 2
+    inv = theta ** (-torch.arange(half, dtype=torch.float64) * 2.0 / max(rope_dim, 1))
+    ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None, :]
+    f = torch.stack((torch.cos(ang), torch.sin(ang)), dim=-1).reshape(max_pos, 2 * half)
+    return f.to(torch.float32).to(device)
+
+
+def make_inputs(spec: Spec, n_tokens: int, *, seed: int = 0, device="cpu", max_pos: int = 4096,
+                num_pages: int | None = None, outliers: bool = True, skip_fraction: float = 0.1,
+                overflow_locs: bool = True) -> dict[str, torch.Tensor]:
+    """Inputs as the GPU test uses them, keyed like `norm_rope_store`'s parameters:
+    x [N, n] (input_dtype; per-token magnitudes spread over ~2 decades, a few outlier channels x
+    10..60 when `outliers`), weight ~ 1 +- 0.1 and bias ~ 0 +- 0.1 (input_dtype), freqs (a real
+    theta-10000 table), positions in [0, max_pos), out_loc (a shuffled subset of the cache's
+    slots, which outnumber the tokens; `skip_fraction` of the tokens get a skipped loc: negative,
+    and, with `overflow_locs`, some >= num_slots), cache (poisoned, see `poison_pattern`)."""
+    lay = _layout(spec)
+    n, P = spec.head_dim, lay.page_size
+    g = torch.Generator().manual_seed(seed)
+    dt = _INPUT[spec.input_dtype]
+
+    mag = torch.exp(torch.empty(n_tokens, 1).uniform_(-2.5, 2.0, generator=g))
+    x = torch.randn(n_tokens, n, generator=g) * mag
+    if outliers:
+        k = max(1, n // 64)
+        cols = torch.randperm(n, generator=g)[:k]
+        x[:, cols] *= torch.empty(k).uniform_(10.0, 60.0, generator=g)
+    weight = 1.0 + 0.1 * torch.randn(n, generator=g)
+    bias = 0.1 * torch.randn(n, generator=g)
+    positions = torch.randint(0, max_pos, (n_tokens,), generator=g, dtype=torch.int64)
+
+    if num_pages is None:
+        num_pages = max(2, -(-2 * n_tokens // P) + 1)
+    num_slots = num_pages * P
+    if num_slots < n_tokens:
+        raise ValueError(f"{num_pages} pages of {P} slots hold fewer than {n_tokens} tokens")
+    out_loc = torch.randperm(num_slots, generator=g)[:n_tokens].to(torch.int64)
+    n_skip = int(round(skip_fraction * n_tokens))
+    if n_skip:
+        who = torch.randperm(n_tokens, generator=g)[:n_skip]
+        bad = -1 - torch.randint(0, 4 * num_slots, (n_skip,), generator=g)
+        if overflow_locs:
+            hi = num_slots + torch.randint(0, 4 * num_slots, (n_skip,), generator=g)
+            bad = torch.where(torch.arange(n_skip) % 2 == 1, hi, bad)
+        out_loc[who] = bad
+
+    return {
+        "x": x.to(dt).to(device),
+        "weight": weight.to(dt).to(device),
+        "bias": bias.to(dt).to(device),
+        "freqs": rope_freqs(max_pos, spec.rope.dim, device=device),
+        "positions": positions.to(device),
+        "out_loc": out_loc.to(device),
+        "cache": poison_pattern(num_pages, lay.page_bytes, device=device),
+    }
