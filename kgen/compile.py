@@ -209,7 +209,6 @@ def _from_entry(e: Entry, rendered, arch: str, *, cached: bool, seconds: float) 
 
 def _nvrtc(rendered, arch: str, inc: list[Path], cache: Cache, key: str, spec_path: Path | None):
     """(cubin, mangled symbol, log). Raises CompileError with the log's first errors."""
-    buf = io.StringIO()
     with tempfile.TemporaryDirectory(prefix=f"kgen-{rendered.uri}-") as tmp:
         from .cache import write_sources
 
@@ -218,26 +217,41 @@ def _nvrtc(rendered, arch: str, inc: list[Path], cache: Cache, key: str, spec_pa
         cudart = cudart_include_dir()
         if cudart is not None:
             include_path.append(str(cudart))
+        cubin, symbol, log, failure = _run_nvrtc(rendered, arch, include_path)
+    if failure is not None:
+        raise _failure(rendered, arch, cache, key, spec_path, log, failure)
+    return cubin, symbol, log
+
+
+def _run_nvrtc(rendered, arch: str, include_path: list[str]):
+    """(cubin, symbol, log, failure text or None); never raises, so no traceback frame keeps the
+    Program alive (cuda.core's Program.__dealloc__ complains when it runs at interpreter exit)."""
+    buf = io.StringIO()
+    cubin, symbol, failure = b"", b"", None
+    try:
+        from cuda.core import Program, ProgramOptions
+
+        opts = ProgramOptions(**compile_options(rendered.uri, arch), include_path=include_path)
+        prog = Program(rendered.files[rendered.kernel_file], "c++", opts)
         try:
-            from cuda.core import Program, ProgramOptions
+            obj = prog.compile("cubin", name_expressions=[rendered.name_expression], logs=buf)
+        finally:
+            prog.close()
+            del prog
+        cubin = bytes(obj.code)
+        symbol = obj.symbol_mapping.get(rendered.name_expression)
+        del obj
+        if symbol is None:
+            failure = f"NVRTC returned no symbol for the name expression {rendered.name_expression!r}"
+        elif not isinstance(symbol, bytes):
+            symbol = str(symbol).encode()
+    except Exception as e:  # noqa: BLE001 - every compile failure is the user's spec/template problem
+        failure = str(e) or type(e).__name__
+    return cubin, symbol, _clean(buf.getvalue()), failure
 
-            opts = ProgramOptions(**compile_options(rendered.uri, arch), include_path=include_path)
-            prog = Program(rendered.files[rendered.kernel_file], "c++", opts)
-            try:
-                obj = prog.compile("cubin", name_expressions=[rendered.name_expression], logs=buf)
-            finally:
-                prog.close()
-            cubin = bytes(obj.code)
-            symbol = obj.symbol_mapping.get(rendered.name_expression)
-            if symbol is None:
-                raise RuntimeError(f"NVRTC returned no symbol for the name expression {rendered.name_expression!r}")
-        except Exception as e:  # noqa: BLE001 - every compile failure is the user's spec/template problem
-            raise _failure(rendered, arch, cache, key, spec_path, _clean(buf.getvalue()), e) from None
-    return cubin, symbol if isinstance(symbol, bytes) else str(symbol).encode(), _clean(buf.getvalue())
 
-
-def _failure(rendered, arch, cache: Cache, key: str, spec_path, log: str, exc: Exception) -> CompileError:
-    text = str(exc).replace("\x00", "")
+def _failure(rendered, arch, cache: Cache, key: str, spec_path, log: str, error: str) -> CompileError:
+    text = error.replace("\x00", "")
     if "compilation log:" in text:  # "6: NVRTC_ERROR_COMPILATION, compilation log:\n\n<log>"
         text = text.split("compilation log:", 1)[1].strip("\n") + "\n"
     full = log + ("\n" if log else "") + text if text not in log else log
