@@ -201,6 +201,8 @@ def compute(spec: Spec) -> Layout:
     s, lay = spec.store, spec.layout
     if spec.head_dim <= 0 or lay.page_size <= 0 or lay.page_align <= 0:
         raise ValueError("head_dim, page_size and page_align must be positive")
+    if s.rope_dtype is not None and not 0 <= spec.rope.dim <= spec.head_dim:
+        raise ValueError("the kept RoPE span must lie inside head_dim")
     rope, quant, kept = spans(spec)
     bits = VALUE_BITS[s.dtype]
     if quant.size * bits % 8:
@@ -302,3 +304,86 @@ def launch_shape(spec: Spec, num_tokens: int) -> tuple[int, int]:
     each warp owning `tokens_per_warp` consecutive tokens."""
     per_block = spec.launch.warps_per_block * spec.launch.tokens_per_warp
     return max(1, -(-num_tokens // per_block)), spec.launch.warps_per_block * WARP
+
+
+# ---------------------------------------------------------------------------------------------
+# What the rendered kernel config needs beyond `kernel_constants` (kgen.render substitutes these;
+# the header `templates/include/kgen/norm_rope_store.cuh` only multiplies a lane index by them).
+
+INT64_MAX = (1 << 63) - 1
+
+
+def _q(n, d) -> int:
+    """n / d when it is a whole number, else 0 (the kernel's static_asserts say why)."""
+    if d == 0 or n % d:
+        return 0
+    return int(n // d)
+
+
+def lane_constants(lay: Layout) -> dict[str, object]:
+    """Lane mapping of the spans, per-lane byte counts, the slot split: what the kernel's lanes index
+    with. Zeros where the mapping does not exist (the kernel's twins reject such a spec)."""
+    spec = lay.spec
+    V = lay.values_per_lane
+    Vi = int(V) if V.denominator == 1 else 0
+    bits = VALUE_BITS[spec.store.dtype]
+    r = spec.rope.dim
+    neox = spec.rope.style == "neox"
+    P = lay.page_size
+    return {
+        "kRopeLane0": _q(lay.rope_span.start, Vi),
+        "kRopeLanes": _q(lay.rope_span.size, Vi),
+        "kRopeHalfLanes": _q(r // 2, Vi) if r > 0 else 0,  # lanes between NeoX partners
+        "kQuantLane0": _q(lay.quant_span.start, Vi),
+        "kQuantLanes": _q(lay.quant_span.size, Vi),
+        "kKeptLane0": _q(lay.kept_span.start, Vi),
+        "kKeptLanes": _q(lay.kept_span.size, Vi),
+        "kBlockLanes": _q(lay.block, Vi),
+        "kInLaneBytes": Vi * INPUT_BYTES[spec.input_dtype],  # bytes of x (and weight, bias) per lane
+        "kFreqsLaneFloats": (2 * Vi if neox else Vi) if r > 0 else 0,  # freqs floats per rope lane
+        "kQuantLaneBits": Vi * bits,  # bits of quantized values per lane (4 = two lanes share a byte)
+        "kQuantLaneBytes": lane_bytes(lay, bits),
+        "kKeptLaneBytes": Vi * 2 if lay.kept_bytes else 0,
+        "kPageShift": P.bit_length() - 1 if is_pow2(P) else 0,  # slot -> (page, token): shift and mask
+        "kScaleBytes": lay.scale_bytes,
+        "kBytesPerToken": lay.bytes_per_token,
+    }
+
+
+def null_layout(spec: Spec) -> Layout:
+    """A layout of zeros, for rendering a spec whose byte math cannot be computed (`--no-validate`):
+    the kernel's static_asserts then say which rule it breaks."""
+    z = Span(0, 0)
+    return Layout(spec=spec, values_per_lane=Fraction(0), rope_span=z, quant_span=z, kept_span=z,
+                  block=0, blocks_per_token=0, quant_bytes=0, kept_bytes=0, row_bytes=0, scale_unit=0,
+                  scale_bytes=0, scale_stride=0, bytes_per_token=0, page_bytes=0)
+
+
+def host_constants(lay: Layout) -> dict[str, object]:
+    """The byte math an engine's allocator needs, by name (rendered as C++ and Python constants)."""
+    spec = lay.spec
+    return {
+        "PAGE_SIZE": lay.page_size,
+        "BYTES_PER_TOKEN": lay.bytes_per_token,
+        "PAGE_BYTES": lay.page_bytes,
+        "ROW_BYTES": lay.row_bytes,
+        "ROWS_BYTES": lay.rows_bytes,
+        "QUANT_ROW_OFFSET": lay.quant_row_offset,
+        "QUANT_BYTES": lay.quant_bytes,
+        "KEPT_ROW_OFFSET": lay.kept_row_offset,
+        "KEPT_BYTES": lay.kept_bytes,
+        "SCALE_REGION_OFFSET": lay.scale_region_offset,
+        "SCALE_REGION_BYTES": lay.scale_region_bytes,
+        "SCALE_STRIDE": lay.scale_stride,
+        "SCALE_UNIT": lay.scale_unit,
+        "SCALE_BYTES": lay.scale_bytes,
+        "BLOCKS_PER_TOKEN": lay.blocks_per_token,
+        "BLOCK": lay.block,
+        "PADDING_BYTES": lay.padding_bytes,
+        "HEAD_DIM": spec.head_dim,
+        "ROPE_DIM": spec.rope.dim,
+        "WARPS_PER_BLOCK": spec.launch.warps_per_block,
+        "TOKENS_PER_WARP": spec.launch.tokens_per_warp,
+        "THREADS_PER_BLOCK": spec.launch.warps_per_block * WARP,
+        "TOKENS_PER_BLOCK": spec.launch.warps_per_block * spec.launch.tokens_per_warp,
+    }

@@ -36,7 +36,7 @@ def _family_model(doc: Document, source: SourceFile) -> Family | None:
     try:
         return Family.model_validate(source.data)
     except ValidationError as e:
-        doc.problems.extend(source.locate(p) for p in schema_problems(e))
+        doc.problems.extend(source.locate(p) for p in schema_problems(e, source.data))
         return None
 
 
@@ -67,6 +67,12 @@ def _load_family(doc: Document, source: SourceFile, stack: tuple[Path, ...]) -> 
             chain = " -> ".join(p.name for p in (*stack, target))
             doc.problems.append(source.locate(Problem(
                 "family-include", f"include cycle: {chain}", loc=loc, fix="remove the include that closes the cycle")))
+            continue
+        if target in doc.includes:
+            # read once: a second copy would only repeat its name and dispatch key
+            doc.problems.append(source.locate(Problem(
+                "family-include", f"'{entry}' is included twice ({target.name} is already part of the family)",
+                loc=loc, fix="list each file once")))
             continue
         if len(doc.includes) >= MAX_INCLUDES:
             doc.problems.append(source.locate(Problem(

@@ -66,9 +66,30 @@ def _p(rule_id: str, loc: tuple, message: str, fix: str, severity="error") -> Pr
     return Problem(rule_id, message, loc=loc, fix=fix, severity=severity)
 
 
+def _ratio(a: int, b: int) -> str:
+    """a / b for a message, exact where a float cannot hold it (huge user numbers)."""
+    try:
+        return f"{a / b:g}"
+    except (OverflowError, ZeroDivisionError):
+        return f"{a}/{b}"
+
+
 def _lanes(n: int, V) -> str:
-    """'64 dims = 16 lanes of 4' style arithmetic for messages."""
-    return f"{n} dims / {V} per lane = {n / V:g} lanes"
+    """'64 dims / 4 per lane = 16 lanes' style arithmetic for messages."""
+    return f"{n} dims / {V} per lane = {_ratio(n, V)} lanes"
+
+
+def head_dim_ok(spec: Spec) -> bool:
+    """The warp mapping exists (rule head-dim). Rules about lanes stay silent when it does not:
+    one wrong head_dim is one problem, not one per lane-derived check."""
+    h = spec.head_dim
+    lo, hi = HEAD_DIM_RANGE
+    return lo <= h <= hi and h % L.WARP == 0 and L.is_pow2(h // L.WARP)
+
+
+def rope_dim_ok(spec: Spec) -> bool:
+    r = spec.rope.dim
+    return 0 <= r <= spec.head_dim and r % 2 == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,23 +148,23 @@ def rule_targets(spec: Spec, lay) -> Iterator[Problem]:
 def rule_head_dim(spec: Spec, lay) -> Iterator[Problem]:
     h = spec.head_dim
     lo, hi = HEAD_DIM_RANGE
-    if not (lo <= h <= hi and h % L.WARP == 0 and L.is_pow2(h // L.WARP)):
+    if not head_dim_ok(spec):
         yield _p("head-dim", ("head_dim",), f"head_dim {h} cannot be spread over a warp: it must be 32 lanes "
-                 f"x a power-of-two count of values in [{lo}, {hi}] (got {h} / 32 = {h / 32:g} per lane)",
+                 f"x a power-of-two count of values in [{lo}, {hi}] (got {h} / 32 = {_ratio(h, 32)} per lane)",
                  "use 32, 64, 128, 256, 512 or 1024")
 
 
 @rule("rope-dim", "rope.dim is even and at most head_dim (0 = no RoPE)", twin=True)
 def rule_rope_dim(spec: Spec, lay) -> Iterator[Problem]:
     r, h = spec.rope.dim, spec.head_dim
-    if r < 0 or r % 2 or r > h:
+    if not rope_dim_ok(spec):
         yield _p("rope-dim", ("rope", "dim"), f"rope.dim {r} must be even and within [0, head_dim = {h}]",
                  "use an even count of rotated dims, e.g. 64, or 0 for no RoPE")
 
 
 @rule("rope-lanes", "the rotated span is made of whole lanes and each pair meets in one place", twin=True)
 def rule_rope_lanes(spec: Spec, lay) -> Iterator[Problem]:
-    if lay is None or spec.rope.dim <= 0 or lay.values_per_lane.denominator != 1:
+    if lay is None or spec.rope.dim <= 0 or not head_dim_ok(spec) or not rope_dim_ok(spec):
         return
     r, V = spec.rope.dim, int(lay.values_per_lane)
     if r % V:
@@ -155,7 +176,7 @@ def rule_rope_lanes(spec: Spec, lay) -> Iterator[Problem]:
                  "use style neox, or head_dim >= 64")
     elif spec.rope.style == "neox" and (r // 2) % V:
         yield _p("rope-lanes", ("rope", "dim"), f"neox pairs (i, i + {r // 2}) must be whole lanes apart: "
-                 f"{r // 2} dims / {V} per lane = {r / 2 / V:g} lanes", f"make rope.dim a multiple of {2 * V}")
+                 f"{r // 2} dims / {V} per lane = {_ratio(r // 2, V)} lanes", f"make rope.dim a multiple of {2 * V}")
 
 
 @rule("hadamard", "the Walsh-Hadamard transform needs a power-of-two head_dim", twin=True)
@@ -208,9 +229,9 @@ def rule_store_block(spec: Spec, lay) -> Iterator[Problem]:
     loc = ("store", "block")
     if n % b:
         yield _p("store-block", loc, f"block {b} does not divide the quantized span of {n} dims "
-                 f"({n} / {b} = {n / b:g})", "pick a block that divides it")
+                 f"({n} / {b} = {_ratio(n, b)})", "pick a block that divides it")
         return
-    if lay.values_per_lane.denominator != 1:
+    if not head_dim_ok(spec):
         return
     V = int(lay.values_per_lane)
     if b % V:
@@ -262,10 +283,14 @@ def rule_page_size(spec: Spec, lay) -> Iterator[Problem]:
                  f"use {1 << max(0, min(16, P.bit_length() - 1)) if P > 0 else 64}")
 
 
-@rule("page-align", "page_align is at least 1", twin=True)
+def page_align_ok(spec: Spec) -> bool:
+    return 1 <= spec.layout.page_align < PAGE_BYTES_LIMIT
+
+
+@rule("page-align", "page_align is in [1, 2^31)", twin=True)
 def rule_page_align(spec: Spec, lay) -> Iterator[Problem]:
     a = spec.layout.page_align
-    if a < 1 or a > PAGE_BYTES_LIMIT:
+    if not page_align_ok(spec):
         yield _p("page-align", ("layout", "page_align"), f"page_align must be in [1, 2^31) (got {a})",
                  "use 1 for no rounding")
 
@@ -288,7 +313,14 @@ def rule_scale_stride(spec: Spec, lay) -> Iterator[Problem]:
 
 @rule("layout-align", "rows, RoPE part and scale region are aligned for the kernel's vector stores", twin=True)
 def rule_layout_align(spec: Spec, lay) -> Iterator[Problem]:
-    if lay is None or lay.values_per_lane.denominator != 1 or lay.values_per_lane < 1:
+    if lay is None or not head_dim_ok(spec):
+        return
+    bits = L.VALUE_BITS[spec.store.dtype]
+    V = lay.values_per_lane
+    if V * bits % 8:
+        yield _p("layout-align", ("store", "dtype"), f"a lane holds head_dim {spec.head_dim} / 32 = {V} value(s) "
+                 f"x {bits} bit = {V * bits} bit, not whole bytes: lanes cannot store a fraction of a byte",
+                 f"use head_dim >= {32 * 8 // bits} for {spec.store.dtype}")
         return
     vec = L.store_vector_bytes(lay)
     kvec = L.kept_vector_bytes(lay)
@@ -299,10 +331,16 @@ def rule_layout_align(spec: Spec, lay) -> Iterator[Problem]:
     if kvec:
         checks += [("RoPE part offset", lay.kept_row_offset, kvec, ("store", "rope_dtype")),
                    ("row_bytes", lay.row_bytes, kvec, ("store", "rope_dtype"))]
+    # one problem per offending key, listing every misaligned quantity it causes
+    failed: dict[tuple, list[str]] = {}
     for what, value, width, loc in checks:
         if width and value % width:
-            yield _p("layout-align", loc, f"{what} = {value} B is not a multiple of the {width}-B vector store "
-                     f"each lane issues ({lay.bytes_per_token_formula()})", "change head_dim, rope.dim or dtypes")
+            text = f"{what} = {value} B is not a multiple of the {width}-B vector store each lane issues"
+            if text not in failed.setdefault(loc, []):
+                failed[loc].append(text)
+    for loc, texts in failed.items():
+        yield _p("layout-align", loc, f"{'; '.join(texts)} ({lay.bytes_per_token_formula()})",
+                 "change head_dim, rope.dim or dtypes")
     need = max(vec, kvec, lay.scale_unit if lay.scale_unit > 1 else 1)
     if lay.page_bytes % need:
         yield _p("layout-align", ("layout", "page_align"), f"page_bytes {lay.page_bytes} is not a multiple of "
@@ -310,13 +348,14 @@ def rule_layout_align(spec: Spec, lay) -> Iterator[Problem]:
                  f"set page_align to a multiple of {need}")
     if lay.scale_unit > 1 and lay.scale_region_offset % lay.scale_unit:
         yield _p("layout-align", ("layout", "page_size"), f"the scale region starts at {lay.scale_region_offset} "
-                 f"(= P x {lay.row_bytes} B), not a multiple of the {lay.scale_unit}-B scale",
+                 f"(= {lay.page_size} tokens x {lay.row_bytes} B), not a multiple of the {lay.scale_unit}-B scale",
                  "change page_size or head_dim")
 
 
 @rule("page-bytes-limit", "a page is smaller than 2^31 bytes (32-bit offsets)", twin=True)
 def rule_page_bytes_limit(spec: Spec, lay) -> Iterator[Problem]:
-    if lay is not None and lay.page_bytes >= PAGE_BYTES_LIMIT:
+    # a page_align out of range is the page-align rule's problem (it alone rounds the page past 2^31)
+    if lay is not None and lay.page_bytes >= PAGE_BYTES_LIMIT and page_align_ok(spec):
         yield _p("page-bytes-limit", ("layout", "page_size"), f"a page of {lay.page_bytes} B "
                  f"({lay.page_bytes_formula()}) does not fit 32-bit offsets (< 2^31 = {PAGE_BYTES_LIMIT})",
                  "use a smaller page_size")

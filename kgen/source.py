@@ -16,8 +16,10 @@ from typing import Any
 
 from .diagnostics import KgenError, Loc, Problem
 
-MAX_FILE_BYTES = 1 << 20  # specs are a few hundred bytes; a megabyte is already absurd
+MAX_FILE_BYTES = 1 << 16  # specs are a few hundred bytes, a family of 50 inline specs ~30 KiB
 MAX_DEPTH = 16
+MAX_EVENTS = 20000  # YAML nodes (events) in one file: bounds the parse time (~10 us each)
+MAX_NUMBER_DIGITS = 100  # 10**100 is already absurd; Python refuses to parse > 4300 digits
 
 
 @dataclass(frozen=True)
@@ -62,21 +64,35 @@ def _fail(path: Path, rule: str, message: str, fix: str = "", line: int = 1, col
     raise KgenError([Problem(rule, message, fix=fix, file=path, line=line, col=col)], exit_code)
 
 
-def _plain(node: Any, path: Path, depth: int = 0) -> Any:
-    """Deep copy of a ruamel tree as builtin types (pydantic's strict mode wants exact types)."""
+def _pos(node: Any, key: Any, fallback: tuple[int, int]) -> tuple[int, int]:
+    """1-based (line, col) of `key` (a mapping key or list index) inside a ruamel node."""
+    lc = getattr(node, "lc", None)
+    try:
+        if lc is not None:
+            line, col = lc.key(key) if isinstance(node, dict) else lc.item(key)
+            return line + 1, col + 1
+    except (KeyError, IndexError, TypeError, AttributeError):
+        pass
+    return fallback
+
+
+def _plain(node: Any, path: Path, depth: int = 0, where: tuple[int, int] = (1, 1)) -> Any:
+    """Deep copy of a ruamel tree as builtin types (pydantic's strict mode wants exact types).
+
+    `where` is the position of the key or item that holds `node`, for located errors."""
     if depth > MAX_DEPTH:
-        _fail(path, "yaml-syntax", f"nesting deeper than {MAX_DEPTH} levels", "flatten the file")
+        _fail(path, "yaml-syntax", f"nesting deeper than {MAX_DEPTH} levels", "flatten the file", *where)
     if isinstance(node, dict):
         out = {}
         for k, v in node.items():
+            at = _pos(node, k, where)
             if not isinstance(k, str):
-                line, col = (node.lc.key(k) if hasattr(node, "lc") else (0, 0))
-                _fail(path, "yaml-syntax", f"key {k!r} is not a string", "write keys as plain names",
-                      line + 1, col + 1)
-            out[str(k)] = _plain(v, path, depth + 1)
+                shown = type(k).__name__ if isinstance(k, (dict, list, tuple)) else repr(k)
+                _fail(path, "yaml-syntax", f"key {shown} is not a string", "write keys as plain names", *at)
+            out[str(k)] = _plain(v, path, depth + 1, at)
         return out
     if isinstance(node, list):
-        return [_plain(v, path, depth + 1) for v in node]
+        return [_plain(v, path, depth + 1, _pos(node, i, where)) for i, v in enumerate(node)]
     if isinstance(node, bool) or node is None:
         return node
     if isinstance(node, int):
@@ -85,25 +101,99 @@ def _plain(node: Any, path: Path, depth: int = 0) -> Any:
         return float(node)
     if isinstance(node, str):
         return str(node)
-    # timestamps, binary, sets...: nothing a spec uses
-    _fail(path, "yaml-syntax", f"unsupported YAML value of type {type(node).__name__}: {node!r}",
-          "use strings, numbers, booleans, lists and mappings")
+    # timestamps, binary, sets, tagged values...: nothing a spec uses
+    tag = getattr(getattr(node, "tag", None), "value", None) or getattr(node, "tag", None)
+    what = f"tag {tag}" if isinstance(tag, str) and tag else type(node).__name__
+    _fail(path, "yaml-type", f"unsupported YAML value ({what}): {_short(repr(node))}",
+          "use plain strings (quote dates), numbers, booleans, lists and mappings", *where)
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _flow_depth_problem(text: str) -> tuple[int, int] | None:
+    """Position of the first `[`/`{` nested deeper than MAX_DEPTH, found without the YAML scanner
+    (ruamel's scanner is quadratic in flow nesting: a few KB of `[[[[` would take seconds).
+    Brackets in quoted scalars and comments are skipped; elsewhere this over-approximates, which
+    only matters for 17 unclosed brackets in a row."""
+    depth, line, col, quote = 0, 1, 0, ""
+    prev = "\n"  # previous non-space character
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        col += 1
+        if c == "\n":
+            line, col, prev = line + 1, 0, "\n"
+            if quote == "'":  # single-quoted scalars may span lines; keep the state
+                pass
+            i += 1
+            continue
+        if quote:
+            if quote == '"' and c == "\\":
+                i += 2
+                col += 1
+                continue
+            if c == quote:
+                if quote == "'" and text.startswith("''", i):
+                    i += 2
+                    col += 1
+                    continue
+                quote = ""
+            i += 1
+            continue
+        if c == "#" and (prev == "\n" or text[i - 1] in " \t"):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            col -= 1
+            continue
+        if c in "'\"" and prev in "\n:-[{,?":
+            quote = c
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return line, col
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        if c not in " \t":
+            prev = c
+        i += 1
+    return None
+
+
+_NUMBER_RE = None
+
+
+def _number_too_long(value: str) -> bool:
+    """A plain scalar that YAML would read as a number, with absurdly many digits."""
+    global _NUMBER_RE
+    if len(value) <= MAX_NUMBER_DIGITS:
+        return False
+    if _NUMBER_RE is None:
+        import re
+
+        _NUMBER_RE = re.compile(r"[-+]?(0x[0-9a-fA-F_]+|0o[0-7_]+|[0-9][0-9_]*(\.[0-9_]*)?([eE][-+]?[0-9]+)?"
+                                r"|\.[0-9_]+([eE][-+]?[0-9]+)?)")
+    return _NUMBER_RE.fullmatch(value) is not None
 
 
 def load_yaml(path: Path) -> SourceFile:
     """Load one YAML file or raise `KgenError` with a located problem (exit 2 if it is missing)."""
     from ruamel.yaml import YAML
+    from ruamel.yaml.constructor import DuplicateKeyError
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
-    from ruamel.yaml.events import AliasEvent
+    from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
+    from ruamel.yaml.reader import ReaderError
 
     if not path.exists():
         _fail(path, "file-missing", "no such file", "check the path", exit_code=2)
     if path.is_dir():
-        _fail(path, "file-kind", "is a directory, not a spec file", "name a .yaml file inside it", exit_code=2)
+        _fail(path, "file-kind", "is a directory, not a spec file", "name a .yaml file inside it")
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
-            _fail(path, "file-size", f"{size} bytes; a spec is at most {MAX_FILE_BYTES} bytes", "split the file")
+            _fail(path, "file-size", f"{size} bytes; a spec or family file is at most {MAX_FILE_BYTES} bytes",
+                  "split the file")
         raw = path.read_bytes()
     except OSError as e:
         _fail(path, "file-read", f"cannot read: {e.strerror}", exit_code=2)
@@ -113,6 +203,7 @@ def load_yaml(path: Path) -> SourceFile:
         line = raw[: e.start].count(b"\n") + 1
         col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
         _fail(path, "file-encoding", f"byte 0x{raw[e.start]:02x} is not UTF-8", "save the file as UTF-8", line, col)
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark is harmless
     for i, line_text in enumerate(text.splitlines(), 1):
         indent = line_text[: len(line_text) - len(line_text.lstrip(" \t"))]
         if "\t" in indent:
@@ -120,26 +211,55 @@ def load_yaml(path: Path) -> SourceFile:
                   i, indent.index("\t") + 1)
     if not text.strip():
         _fail(path, "yaml-empty", "file is empty", "write a spec (see specs/ for examples)")
+    deep = _flow_depth_problem(text)
+    if deep is not None:
+        _fail(path, "yaml-syntax", f"nesting deeper than {MAX_DEPTH} levels", "flatten the file", *deep)
 
     yaml = YAML(typ="rt", pure=True)
     yaml.allow_duplicate_keys = False
     try:
-        for event in yaml.parse(text):
+        depth = 0
+        for count, event in enumerate(yaml.parse(text)):
+            m = event.start_mark
             if isinstance(event, AliasEvent):
-                m = event.start_mark
                 _fail(path, "yaml-alias", "anchors and aliases are not allowed in specs",
                       "write the value out in full", m.line + 1, m.column + 1)
+            if count >= MAX_EVENTS:
+                _fail(path, "file-size", f"more than {MAX_EVENTS} YAML nodes; a spec has about 50",
+                      "split the file", m.line + 1, m.column + 1)
+            if isinstance(event, CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    _fail(path, "yaml-syntax", f"nesting deeper than {MAX_DEPTH} levels", "flatten the file",
+                          m.line + 1, m.column + 1)
+            elif isinstance(event, CollectionEndEvent):
+                depth -= 1
+            elif isinstance(event, ScalarEvent) and event.style is None and _number_too_long(event.value):
+                _fail(path, "yaml-type", f"a number with {len(event.value)} characters; a spec's numbers "
+                      f"have at most {MAX_NUMBER_DIGITS} digits", "write a sensible number",
+                      m.line + 1, m.column + 1)
         tree = yaml.load(text)
+    except DuplicateKeyError as e:
+        mark = e.problem_mark or e.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        what = (e.problem or "duplicate key").replace("\n", " ").replace("found ", "")
+        _fail(path, "yaml-duplicate-key", what, "keep one of them", line, col)
     except MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         what = " ".join(x for x in (e.context, e.problem) if x) or "malformed YAML"
         _fail(path, "yaml-syntax", what.replace("\n", " "), "fix the YAML syntax", line, col)
+    except ReaderError as e:
+        line = text.count("\n", 0, e.position) + 1
+        col = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+        _fail(path, "yaml-syntax", f"character U+{ord(e.character) if isinstance(e.character, str) else e.character:04X} is not allowed in YAML", "remove it", line, col)
     except YAMLError as e:
-        _fail(path, "yaml-syntax", str(e).replace("\n", " "), "fix the YAML syntax")
+        _fail(path, "yaml-syntax", _short(str(e).replace("\n", " "), 200), "fix the YAML syntax")
     except RecursionError:
         _fail(path, "yaml-syntax", "nesting too deep", "flatten the file")
+    except ValueError as e:  # e.g. an integer beyond Python's digit limit, past the check above
+        _fail(path, "yaml-type", _short(str(e), 200), "write a sensible value")
     if not isinstance(tree, dict):
-        kind = "empty document" if tree is None else f"a {type(tree).__name__}"
+        kind = "an empty document" if tree is None else ("a list" if isinstance(tree, list) else "a scalar")
         _fail(path, "yaml-shape", f"the top level is {kind}, not a mapping", "write `key: value` lines")
     return SourceFile(path=path, tree=tree, data=_plain(tree, path))

@@ -162,20 +162,59 @@ class Document:
         return "family" in self.source.data or "variants" in self.source.data
 
 
-def schema_problems(error: ValidationError) -> list[Problem]:
-    """pydantic errors as (unlocated) problems, one per offending field."""
-    out = []
+def _real_loc(loc: tuple, data, keep_last: bool) -> tuple:
+    """`loc` without pydantic's union tags ('str', 'int', 'dict[any,any]'...): keep the parts that
+    exist in the data (and the last one of a missing/unknown-key error, which names the key)."""
+    out, node = [], data
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif data is None and not (isinstance(part, str) and "[" in part):
+            pass  # no data to compare with: keep all but the obvious tags
+        elif keep_last and i == len(loc) - 1:
+            pass
+        else:
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _got(value) -> str:
+    if isinstance(value, (dict, list)):
+        return type(value).__name__
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def schema_problems(error: ValidationError, data=None) -> list[Problem]:
+    """pydantic errors as (unlocated) problems, one per offending field.
+
+    A value that fails every member of a union (e.g. `variants: [5]`) gives pydantic one error per
+    member; they are merged into one problem ("a valid string or a valid dictionary")."""
+    out: list[Problem] = []
+    merged: dict[tuple, int] = {}
     for e in error.errors(include_url=False):
-        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and "[" in p))  # drop union tags
         kind = e["type"]
+        loc = _real_loc(tuple(e["loc"]), data, keep_last=kind in ("missing", "extra_forbidden"))
         if kind == "extra_forbidden":
             rule, msg, fix = "schema-unknown-key", f"unknown key '{loc[-1]}'", "remove it or fix its spelling"
         elif kind == "missing":
             rule, msg, fix = "schema-missing", f"required key '{loc[-1]}' is missing", f"add '{loc[-1]}:'"
         else:
-            got = e.get("input")
-            got_s = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
-            rule, msg, fix = "schema-type", f"{e['msg']} (got {got_s})", "see docs/spec.md for the field"
+            rule, fix = "schema-type", "see docs/spec.md for the field"
+            want = e["msg"]
+            if (rule, loc) in merged:  # another member of the same union
+                i = merged[(rule, loc)]
+                prev = out[i]
+                head, _, tail = prev.message.rpartition(" (got ")
+                want = want.removeprefix("Input should be ")
+                if want not in head:
+                    out[i] = Problem(rule, f"{head} or {want} (got {tail}", loc=loc, fix=fix)
+                continue
+            msg = f"{want} (got {_got(e.get('input'))})"
+            merged[(rule, loc)] = len(out)
         out.append(Problem(rule, msg, loc=loc, fix=fix))
     return out
 
@@ -189,5 +228,5 @@ def parse_variant(source, base: Loc = ()) -> Variant:
     try:
         v.spec = Spec.model_validate(data)
     except ValidationError as e:
-        v.problems.extend(v.locate(p) for p in schema_problems(e))
+        v.problems.extend(v.locate(p) for p in schema_problems(e, data))
     return v

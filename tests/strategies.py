@@ -1,0 +1,314 @@
+"""Spec builders and hypothesis strategies shared by the test suite.
+
+* `to_yaml(data)` writes a spec dict as block YAML and returns the text plus the 1-based (line, col)
+  of every key and list item it wrote, computed here independently of ruamel, so tests can check
+  that kgen's locations point at the right key.
+* `base_spec()` / `SHIPPED`: known-good starting points for mutation tests.
+* `valid_specs()`: spec dicts the validator ACCEPTS (reuse it to render, compile and GPU-test
+  accepted specs: `@given(valid_specs())`). `spec_dicts()`: the whole field space, valid or not,
+  including wrong types, missing and unknown keys, huge and negative numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "specs"
+
+# Every shipped variant and the byte math shared docs/domain.md §3 gives for it.
+SHIPPED = {
+    # file: (variant name, bytes_per_token, page_bytes)
+    "dsv4/indexer_fp8.yaml": ("dsv4_indexer_fp8", 132, 8448),
+    "dsv4/indexer_fp4.yaml": ("dsv4_indexer_fp4", 68, 4352),
+    "indexer_bf16.yaml": ("dsv4_indexer_bf16", 256, 16384),
+    "dsv4/latent_fp8_p64.yaml": ("dsv4_latent_fp8_p64", 584, 37440),
+    "dsv4/latent_fp8_p2.yaml": ("dsv4_latent_fp8_p2", 584, 1728),
+    "dsv4/latent_bf16.yaml": ("dsv4_latent_bf16", 1024, 65536),
+    "dsv4/latent_fp8_uniform.yaml": ("dsv4_latent_fp8_uniform", 512, 32768),
+    "dsv32_indexer.yaml": ("dsv32_indexer_fp8", 132, 8448),
+}
+
+
+def base_spec() -> dict:
+    """A valid bf16 indexer spec without a host section (so that no host check is involved)."""
+    return {
+        "kgen": 1,
+        "name": "t_spec",
+        "input_dtype": "fp32",
+        "head_dim": 128,
+        "norm": {"kind": "rmsnorm", "eps": 1e-6},
+        "rope": {"dim": 64, "style": "interleaved", "placement": "last"},
+        "hadamard": True,
+        "store": {"dtype": "bf16", "scale": "none"},
+        "layout": {"page_size": 64},
+        "targets": ["sm_90a"],
+    }
+
+
+def fp8_spec() -> dict:
+    s = base_spec()
+    s["store"] = {"dtype": "fp8_e4m3", "scale": "fp32", "block": 128, "amax_floor": 1e-4}
+    return s
+
+
+def packed_latent_spec() -> dict:
+    s = base_spec()
+    s.update(head_dim=512, hadamard=False)
+    s["store"] = {"dtype": "fp8_e4m3", "scale": "ue8m0", "block": 64, "bf16_roundtrip": True, "rope_dtype": "bf16"}
+    s["layout"] = {"page_size": 64, "scale_stride": 8, "page_align": 576}
+    return s
+
+
+def fp4_spec() -> dict:
+    s = base_spec()
+    s["store"] = {"dtype": "fp4_e2m1", "scale": "ue8m0", "block": 32}
+    return s
+
+
+def clone(d: dict) -> dict:
+    return copy.deepcopy(d)
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML writing with known positions
+
+
+def scalar(v) -> str:
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return ".nan"
+        if math.isinf(v):
+            return ".inf" if v > 0 else "-.inf"
+        text = repr(v)
+        return text if any(c in text for c in ".en") else text + ".0"
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a valid YAML double-quoted scalar
+    raise TypeError(type(v))
+
+
+def to_yaml(data: dict) -> tuple[str, dict[tuple, tuple[int, int]]]:
+    """Block YAML for `data` and {loc: (line, col)} of every key / item written (1-based)."""
+    lines: list[str] = []
+    pos: dict[tuple, tuple[int, int]] = {}
+
+    def is_flat_list(v) -> bool:
+        return isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v)
+
+    def emit_map(d: dict, indent: int, loc: tuple, first_prefix: str | None = None) -> None:
+        for i, (k, v) in enumerate(d.items()):
+            prefix = first_prefix if (i == 0 and first_prefix is not None) else " " * indent
+            col = len(prefix) + 1
+            pos[(*loc, k)] = (len(lines) + 1, col)
+            if isinstance(v, dict) and v:
+                lines.append(f"{prefix}{k}:")
+                emit_map(v, indent + 2, (*loc, k))
+            elif isinstance(v, dict):
+                lines.append(f"{prefix}{k}: {{}}")
+            elif is_flat_list(v):
+                head = f"{prefix}{k}: ["
+                items, c = [], len(head) + 1
+                for j, x in enumerate(v):
+                    pos[(*loc, k, j)] = (len(lines) + 1, c)
+                    items.append(scalar(x))
+                    c += len(items[-1]) + 2
+                lines.append(head + ", ".join(items) + "]")
+            elif isinstance(v, list):
+                lines.append(f"{prefix}{k}:")
+                emit_list(v, indent + 2, (*loc, k))
+            else:
+                lines.append(f"{prefix}{k}: {scalar(v)}")
+
+    def emit_list(items: list, indent: int, loc: tuple) -> None:
+        for j, x in enumerate(items):
+            prefix = " " * indent + "- "
+            pos[(*loc, j)] = (len(lines) + 1, len(prefix) + 1)
+            if isinstance(x, dict) and x:
+                emit_map(x, indent + 2, (*loc, j), first_prefix=prefix)
+            elif isinstance(x, list):
+                lines.append(f"{prefix}[{', '.join(scalar(y) for y in x)}]" if is_flat_list(x) else f"{prefix}[]")
+            elif isinstance(x, dict):
+                lines.append(f"{prefix}{{}}")
+            else:
+                lines.append(f"{prefix}{scalar(x)}")
+
+    emit_map(data, 0, ())
+    return "\n".join(lines) + "\n", pos
+
+
+def write_yaml(path: Path, data: dict) -> dict[tuple, tuple[int, int]]:
+    text, pos = to_yaml(data)
+    path.write_text(text)
+    return pos
+
+
+# ---------------------------------------------------------------------------------------------
+# hypothesis strategies
+
+HEAD_DIMS = [32, 64, 128, 256, 512, 1024]
+TARGETS = ["sm_90a", "sm_100a", "sm_120a", "sm_80", "sm_89"]
+
+
+def accepted(data: dict) -> bool:
+    """Does kgen's validator accept this spec dict (no errors; warnings allowed)?"""
+    from pydantic import ValidationError
+
+    from kgen.rules import check_variant
+    from kgen.spec import Spec
+
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError:
+        return False
+    _, problems = check_variant(spec)
+    return not any(p.severity == "error" for p in problems)
+
+
+@st.composite
+def _spec_candidates(draw, max_page_size: int = 1024) -> dict:
+    head = draw(st.sampled_from(HEAD_DIMS))
+    V = head // 32
+    kind = draw(st.sampled_from(["bf16", "fp16", "fp8_fp32", "fp8_pow2", "fp8_ue8m0", "fp8_none", "fp4",
+                                 "packed"]))
+    rope_style = draw(st.sampled_from(["interleaved", "neox"]))
+    if rope_style == "interleaved" and V % 2:
+        rope_style = "neox"
+    unit = 2 * V  # rope.dim multiple of 2V keeps both styles on whole lanes
+    rope_dim = draw(st.sampled_from([0, unit, 2 * unit, 64 if 64 % unit == 0 and 64 <= head else unit]))
+    rope_dim = min(rope_dim, head)
+    store: dict = {}
+    if kind in ("bf16", "fp16"):
+        store = {"dtype": kind, "scale": "none"}
+    elif kind == "fp8_none":
+        store = {"dtype": "fp8_e4m3", "scale": "none"}
+    elif kind == "fp4":
+        if head < 64:
+            head, V = 64, 2
+            rope_dim = min(rope_dim, head)
+        store = {"dtype": "fp4_e2m1", "scale": "ue8m0", "block": 32}
+    else:
+        scale = {"fp8_fp32": "fp32", "fp8_pow2": "fp32_pow2", "fp8_ue8m0": "ue8m0", "packed": "ue8m0"}[kind]
+        store = {"dtype": "fp8_e4m3", "scale": scale}
+        span = head
+        if kind == "packed":
+            rope_dim = draw(st.sampled_from([d for d in (unit, 2 * unit, 64, 128) if 0 < d < head and d % unit == 0]
+                                            or [unit]))
+            if rope_dim >= head:
+                rope_dim = head // 2
+            store["rope_dtype"] = draw(st.sampled_from(["bf16", "fp16"]))
+            span = head - rope_dim
+        lanes = draw(st.sampled_from([1, 2, 4, 8, 16, 32]))
+        block = V * lanes
+        if span % block:
+            block = V
+        store["block"] = draw(st.sampled_from([block, None])) if kind != "packed" else block
+    store["amax_floor"] = draw(st.sampled_from([1e-4, 1e-6, 0.5]))
+    store["bf16_roundtrip"] = draw(st.booleans())
+    store["scale_math"] = draw(st.sampled_from(["divide", "reciprocal"]))
+    layout: dict = {"page_size": 2 ** draw(st.integers(0, max(0, max_page_size.bit_length() - 1)))}
+    if store.get("scale", "none") != "none" and draw(st.booleans()):
+        unit_b = 1 if store["scale"] == "ue8m0" else 4
+        blocks = -(-((head - rope_dim) if "rope_dtype" in store else head) // (store.get("block") or head))
+        layout["scale_stride"] = blocks * unit_b + unit_b * draw(st.integers(0, 3))
+    align = draw(st.sampled_from([1, 16, 64, 576, 4096]))
+    if align != 1:
+        layout["page_align"] = align
+    spec = {
+        "kgen": 1,
+        "name": draw(st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True)),
+        "input_dtype": draw(st.sampled_from(["fp32", "bf16", "fp16"])),
+        "head_dim": head,
+        "norm": {"kind": draw(st.sampled_from(["rmsnorm", "layernorm", "none"])),
+                 "eps": draw(st.sampled_from([1e-6, 1e-5, 1.0]))},
+        "rope": {"dim": rope_dim, "style": rope_style, "placement": draw(st.sampled_from(["first", "last"]))},
+        "hadamard": draw(st.booleans()),
+        "store": store,
+        "layout": layout,
+        "launch": {"warps_per_block": draw(st.sampled_from([1, 4, 8, 32])),
+                   "tokens_per_warp": draw(st.sampled_from([1, 2, 4]))},
+        "targets": draw(st.lists(st.sampled_from(["sm_90a", "sm_100a", "sm_120a"]), min_size=1, max_size=3,
+                                 unique=True)),
+    }
+    if draw(st.booleans()):
+        del spec["launch"]
+    return spec
+
+
+def valid_specs(max_page_size: int = 1024) -> st.SearchStrategy[dict]:
+    """Spec dicts the validator accepts: every store kind (bf16, fp16, fp8 with each scale kind,
+    fp4, packed fp8 + kept RoPE), head_dim 32..1024, both RoPE styles and placements, scale
+    strides, page alignment, page_size up to `max_page_size` (a power of two)."""
+    return _spec_candidates(max_page_size).filter(accepted)
+
+
+# -- the whole field space, valid or not ---------------------------------------------------------
+
+_junk = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**30), 10**30), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FF), max_size=12),
+    st.lists(st.integers(-3, 3), max_size=3), st.dictionaries(st.sampled_from(["a", "dim", "x"]), st.integers(), max_size=2),
+)
+
+
+def _field(valid: st.SearchStrategy) -> st.SearchStrategy:
+    """Mostly a valid value, sometimes junk of any type."""
+    return st.one_of(valid, valid, valid, _junk)
+
+
+_ints = st.one_of(st.integers(-70000, 70000), st.sampled_from([0, 1, 2, 3, 31, 32, 63, 64, 576, 2**31, 10**30, -1]))
+
+
+@st.composite
+def spec_dicts(draw) -> dict:
+    """Any spec dict, valid or not: values from the whole field space, wrong types, huge and negative
+    numbers, missing required keys and unknown keys."""
+    d = {
+        "kgen": draw(_field(st.sampled_from([1, 1, 2]))),
+        "name": draw(_field(st.sampled_from(["ok_name", "Bad-Name", "../x", "", "a" * 70]))),
+        "input_dtype": draw(_field(st.sampled_from(["fp32", "bf16", "fp16", "fp64"]))),
+        "head_dim": draw(_field(st.one_of(st.sampled_from(HEAD_DIMS), _ints))),
+        "norm": draw(_field(st.fixed_dictionaries({}, optional={
+            "kind": _field(st.sampled_from(["rmsnorm", "layernorm", "none", "batchnorm"])),
+            "eps": _field(st.floats(allow_nan=True, allow_infinity=True))}))),
+        "rope": draw(_field(st.fixed_dictionaries({}, optional={
+            "dim": _field(st.one_of(st.sampled_from([0, 2, 4, 8, 32, 64, 66, 128, 512]), _ints)),
+            "style": _field(st.sampled_from(["interleaved", "neox", "other"])),
+            "placement": _field(st.sampled_from(["first", "last", "middle"]))}))),
+        "hadamard": draw(_field(st.booleans())),
+        "store": draw(_field(st.fixed_dictionaries(
+            {"dtype": _field(st.sampled_from(["bf16", "fp16", "fp8_e4m3", "fp4_e2m1", "int8"]))}, optional={
+                "scale": _field(st.sampled_from(["none", "fp32", "fp32_pow2", "ue8m0", "int"])),
+                "block": _field(st.one_of(st.none(), st.sampled_from([1, 4, 16, 32, 64, 128, 448, 512]), _ints)),
+                "amax_floor": _field(st.floats(allow_nan=True, allow_infinity=True)),
+                "bf16_roundtrip": _field(st.booleans()),
+                "rope_dtype": _field(st.sampled_from([None, "bf16", "fp16", "fp8_e4m3"])),
+                "scale_math": _field(st.sampled_from(["divide", "reciprocal", "guess"]))}))),
+        "layout": draw(_field(st.fixed_dictionaries(
+            {"page_size": _field(st.one_of(st.sampled_from([1, 2, 64, 65536, 131072]), _ints))}, optional={
+                "scale_stride": _field(st.one_of(st.none(), _ints)),
+                "page_align": _field(st.one_of(st.sampled_from([1, 576, 2**31 - 1]), _ints))}))),
+        "host": draw(st.one_of(st.none(), _field(st.fixed_dictionaries({}, optional={
+            "bytes_per_token": _field(_ints), "page_bytes": _field(_ints)})))),
+        "launch": draw(_field(st.fixed_dictionaries({}, optional={
+            "warps_per_block": _field(_ints), "tokens_per_warp": _field(_ints)}))),
+        "targets": draw(_field(st.lists(st.sampled_from(TARGETS + ["sm_1000", "compute_90", "sm_90x"]),
+                                        max_size=4))),
+    }
+    for k in draw(st.sets(st.sampled_from(sorted(d)), max_size=3)):
+        del d[k]  # missing keys (required or not)
+    if draw(st.integers(0, 9)) == 0:
+        d[draw(st.sampled_from(["colour", "head_dims", "storee"]))] = 1  # unknown key
+    return d
