@@ -1,0 +1,568 @@
+"""`kgen bench`: the kernel against the device's copy bandwidth and against torch, in one run.
+
+Measured in one process, written to one JSON file (atomically):
+  * the practical bandwidth limit: a 1 GiB device-to-device copy (bytes read + written);
+  * per variant and token count: the kgen kernel, the Torch reference eager, and torch.compile of
+    the reference (an error string if torch.compile fails; a skip once its time budget is spent);
+  * two timings, as SGLang's figures were taken:
+      cold - a 256 MiB memset flushes L2 before each call; CUDA events around the call only;
+      warm - back to back: 20 launches captured in a CUDA graph, replayed, divided by 20 (eager and
+             compiled torch, which sync on the host, are timed as a loop of 20 calls instead);
+  * peak extra device memory around one call (torch.cuda.max_memory_allocated delta): ~0 for kgen;
+  * at small N, the launch-bound floor: an empty kernel with the same grid, and a device copy of the
+    same number of bytes, timed the same two ways.
+
+Byte model (BYTE_MODEL), per token: the input row (head_dim x input bytes), the freqs row
+(rope_dim x 4 B) and the position (8 B) when there is RoPE, the out_loc entry (8 B) are read; the
+row and the scales (row_bytes + blocks x scale_unit: what the kernel stores, slot/page padding
+excluded) are written. The norm weight/bias (read once per block, L2-resident) are not counted.
+
+Inputs: `reference.make_inputs` values (outlier channels), random positions, out_loc a shuffled
+permutation of the cache's slots (no skipped slots), a cache of exactly ceil(N / page_size) pages.
+Medians of many runs after warm-up.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .diagnostics import KgenError
+from .layout import INPUT_BYTES, Layout, compute
+from .spec import Spec
+
+DEFAULT_TOKENS = (1, 64, 4096, 65536, 1048576)
+FLUSH_BYTES = 256 << 20
+COPY_BYTES = 1 << 30
+GRAPH_LAUNCHES = 20
+FLOOR_MAX_TOKENS = 4096  # the launch-bound floor is measured up to this N
+TARGET_SECONDS = 0.25  # time spent per measurement (sets the repetition count)
+DEFAULT_COMPILE_BUDGET_S = 300.0
+
+BYTE_MODEL = ("per token: read head_dim*input_bytes (x row) + rope_dim*4 (freqs row, if RoPE) + 8 (position, "
+              "if RoPE) + 8 (out_loc); written row_bytes + blocks*scale_unit (row and scales as stored; scale-slot "
+              "and page padding excluded); norm weight/bias not counted. GB/s = bytes / time / 1e9")
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# byte model (pure)
+
+
+def byte_model(spec: Spec, n_tokens: int, lay: Layout | None = None) -> dict:
+    """Bytes the op must move for `n_tokens` tokens (see BYTE_MODEL)."""
+    lay = lay or compute(spec)
+    rope = spec.rope.dim
+    read_tok = spec.head_dim * INPUT_BYTES[spec.input_dtype] + (rope * 4 + 8 if rope else 0) + 8
+    write_tok = lay.row_bytes + lay.blocks_per_token * lay.scale_unit
+    return {"read_per_token": read_tok, "written_per_token": write_tok, "bytes_per_token": lay.bytes_per_token,
+            "read": n_tokens * read_tok, "written": n_tokens * write_tok, "total": n_tokens * (read_tok + write_tok)}
+
+
+def gbps(nbytes: int, ms: float | None) -> float | None:
+    return None if not ms or ms <= 0 else nbytes / (ms * 1e-3) / 1e9
+
+
+# ---------------------------------------------------------------------------------------------
+# timers (CUDA events)
+
+
+class Timer:
+    def __init__(self, torch):
+        self.torch = torch
+        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+
+    def _reps(self, once_ms: float, lo: int, hi: int) -> int:
+        return int(max(lo, min(hi, TARGET_SECONDS * 1e3 / max(once_ms, 1e-3))))
+
+    def once_ms(self, fn) -> float:
+        t = self.torch
+        e0, e1 = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+        e1.synchronize()
+        return e0.elapsed_time(e1)
+
+    def cold(self, fn, *, warmup: int = 3, lo: int = 5, hi: int = 100) -> dict:
+        """L2 flushed by a 256 MiB memset before each call; events around the call only."""
+        t = self.torch
+        for _ in range(warmup):
+            fn()
+        reps = self._reps(self.once_ms(fn), lo, hi)
+        pairs = []
+        for _ in range(reps):
+            self.flush.zero_()
+            e0, e1 = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+            e0.record()
+            fn()
+            e1.record()
+            pairs.append((e0, e1))
+        t.cuda.synchronize()
+        ms = [a.elapsed_time(b) for a, b in pairs]
+        return {"ms": statistics.median(ms), "min_ms": min(ms), "reps": reps}
+
+    def loop(self, fn, *, launches: int = GRAPH_LAUNCHES, warmup: int = 2, lo: int = 3, hi: int = 30) -> dict:
+        """Back to back: events around `launches` calls, divided."""
+        t = self.torch
+        for _ in range(warmup):
+            fn()
+        one = self.once_ms(fn)
+        reps = self._reps(one * launches, lo, hi)
+        ms = []
+        for _ in range(reps):
+            e0, e1 = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(launches):
+                fn()
+            e1.record()
+            e1.synchronize()
+            ms.append(e0.elapsed_time(e1) / launches)
+        return {"ms": statistics.median(ms), "min_ms": min(ms), "reps": reps, "launches": launches, "how": "loop"}
+
+    def graph(self, fn, *, launches: int = GRAPH_LAUNCHES, lo: int = 5, hi: int = 50) -> dict:
+        """Back to back: `launches` calls captured in a CUDA graph, replayed, divided."""
+        t = self.torch
+        side = t.cuda.Stream()
+        side.wait_stream(t.cuda.current_stream())
+        with t.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        t.cuda.current_stream().wait_stream(side)
+        t.cuda.synchronize()
+        g = t.cuda.CUDAGraph()
+        with t.cuda.graph(g):
+            for _ in range(launches):
+                fn()
+        g.replay()
+        t.cuda.synchronize()
+        reps = self._reps(self.once_ms(g.replay), lo, hi)
+        pairs = []
+        for _ in range(reps):
+            e0, e1 = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+            e0.record()
+            g.replay()
+            e1.record()
+            pairs.append((e0, e1))
+        t.cuda.synchronize()
+        ms = [a.elapsed_time(b) / launches for a, b in pairs]
+        del g
+        return {"ms": statistics.median(ms), "min_ms": min(ms), "reps": reps, "launches": launches, "how": "graph"}
+
+    def warm(self, fn, **kw) -> dict:
+        """Graph replay; if capture fails, a loop (the error is kept)."""
+        try:
+            return self.graph(fn, **kw)
+        except Exception as e:  # noqa: BLE001
+            self.torch.cuda.synchronize()
+            r = self.loop(fn)
+            r["graph_error"] = f"{type(e).__name__}: {e}"[:500]
+            return r
+
+    def peak_extra(self, fn) -> int:
+        t = self.torch
+        t.cuda.synchronize()
+        t.cuda.reset_peak_memory_stats()
+        base = t.cuda.memory_allocated()
+        fn()
+        t.cuda.synchronize()
+        return int(t.cuda.max_memory_allocated() - base)
+
+
+def _with_bw(r: dict, nbytes: int, copy_gbps: float | None) -> dict:
+    r = dict(r)
+    r["us"] = r["ms"] * 1e3
+    r["gbps"] = gbps(nbytes, r["ms"])
+    if copy_gbps and r["gbps"]:
+        r["fraction_of_copy"] = r["gbps"] / copy_gbps
+    return r
+
+
+# ---------------------------------------------------------------------------------------------
+# pieces
+
+
+def copy_bandwidth(torch, timer: Timer) -> dict:
+    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    warm = timer.loop(lambda: dst.copy_(src), launches=5, lo=5, hi=20)
+    nbytes = 2 * COPY_BYTES
+    del src, dst
+    return {"bytes": nbytes, "ms": warm["ms"], "gbps": gbps(nbytes, warm["ms"]),
+            "what": "1 GiB device-to-device copy_, bytes read + written, median"}
+
+
+_EMPTY_SRC = 'extern "C" __global__ void kgen_empty_kernel() {}\n'
+_empty_kernel = None
+
+
+def empty_kernel(arch: str):
+    """An empty kernel (NVRTC, in memory) for the launch floor; None if NVRTC is unavailable."""
+    global _empty_kernel
+    if _empty_kernel is None:
+        from cuda.core import Program, ProgramOptions
+
+        prog = Program(_EMPTY_SRC, "c++", ProgramOptions(arch=arch))
+        _empty_kernel = prog.compile("cubin").get_kernel("kgen_empty_kernel")
+    return _empty_kernel
+
+
+def floor_runs(torch, timer: Timer, spec: Spec, n: int, nbytes: int, arch: str) -> dict:
+    out: dict = {}
+    half = max(1, nbytes // 2)
+    src = torch.empty(half, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    fn = lambda: dst.copy_(src)  # noqa: E731
+    out["copy_same_bytes"] = {"bytes": 2 * half, "cold": timer.cold(fn), "warm": timer.warm(fn)}
+    try:
+        from cuda.core import LaunchConfig, launch
+
+        from .layout import launch_shape
+        from .runtime import torch_stream
+
+        k = empty_kernel(arch)
+        grid, block = launch_shape(spec, n)
+        cfg = LaunchConfig(grid=grid, block=block)
+        efn = lambda: launch(torch_stream(), cfg, k)  # noqa: E731
+        out["empty_kernel"] = {"grid": grid, "block": block, "cold": timer.cold(efn), "warm": timer.warm(efn)}
+    except Exception as e:  # noqa: BLE001
+        out["empty_kernel"] = {"error": f"{type(e).__name__}: {e}"[:500]}
+    return out
+
+
+def bench_inputs(spec: Spec, n: int, seed: int):
+    from . import reference
+    from .gputest import kernel_args
+
+    lay = compute(spec)
+    pages = max(1, -(-n // lay.page_size))
+    inp = reference.make_inputs(spec, n, seed=seed, device="cuda", num_pages=pages, skip_fraction=0.0,
+                                overflow_locs=False)
+    return (*kernel_args(spec, inp), inp["cache"])
+
+
+class CompileState:
+    def __init__(self, enabled: bool, budget_s: float):
+        self.enabled, self.budget_s, self.spent = enabled, budget_s, 0.0
+        self.fns: dict[str, object] = {}
+        self.broken: dict[str, str] = {}
+
+
+def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate: CompileState,
+               seed: int) -> dict:
+    from . import ops, reference
+    from .runtime import load
+
+    lay = compute(spec)
+    bm = byte_model(spec, n, lay)
+    args = bench_inputs(spec, n, seed)
+    loaded = load(spec)
+    entry: dict = {"variant": spec.name, "tokens": n, "bytes": bm,
+                   "launch": {"grid": None, "block": None, "arch": loaded.arch,
+                              "registers": loaded.registers(), "spill_bytes": getattr(loaded.compiled, "spill_bytes", None)}}
+    from .layout import launch_shape
+
+    entry["launch"]["grid"], entry["launch"]["block"] = launch_shape(spec, n)
+
+    # kgen
+    run = ops.prepare(spec, *args)
+    k: dict = {}
+    k["peak_extra_bytes"] = timer.peak_extra(lambda: ops.norm_rope_store(spec, *args))
+    k["cold"] = _with_bw(timer.cold(run), bm["total"], copy_gbps)
+    k["warm"] = _with_bw(timer.warm(run), bm["total"], copy_gbps)
+    if n <= 65536:  # host cost of the full Python op (checks + launch), issue rate without syncs
+        m = 200
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(m):
+            ops.norm_rope_store(spec, *args)
+        k["host_us_per_call"] = (time.perf_counter() - t0) / m * 1e6
+        torch.cuda.synchronize()
+    entry["kgen"] = k
+
+    # torch eager (own cache: the reference writes the same bytes)
+    x, w, b, f, p, loc, cache = args
+    ref_cache = cache.clone()
+
+    def eager():
+        reference.norm_rope_store(spec, x, w, b, f, p, loc, ref_cache)
+
+    e: dict = {}
+    try:
+        e["peak_extra_bytes"] = timer.peak_extra(eager)
+        e["cold"] = _with_bw(timer.cold(eager, warmup=1, lo=3, hi=30), bm["total"], copy_gbps)
+        e["warm"] = _with_bw(timer.loop(eager, launches=5, warmup=1, lo=2, hi=10), bm["total"], copy_gbps)
+    except Exception as ex:  # noqa: BLE001
+        e["error"] = f"{type(ex).__name__}: {ex}"[:500]
+    entry["eager"] = e
+
+    # torch.compile of the reference
+    entry["compile"] = compile_case(torch, timer, spec, bm, copy_gbps, cstate, (x, w, b, f, p, loc, ref_cache))
+
+    # floors
+    if n <= FLOOR_MAX_TOKENS:
+        entry["floor"] = floor_runs(torch, timer, spec, n, bm["total"], loaded.arch)
+
+    # ratios
+    entry["ratios"] = ratios(entry)
+    del args, ref_cache, x, w, b, f, p, loc, cache
+    torch.cuda.empty_cache()
+    return entry
+
+
+def compile_case(torch, timer: Timer, spec: Spec, bm: dict, copy_gbps: float, cstate: CompileState,
+                 args: tuple) -> dict:
+    if not cstate.enabled:
+        return {"skipped": "disabled"}
+    if spec.name in cstate.broken:
+        return {"error": cstate.broken[spec.name]}
+    if cstate.spent > cstate.budget_s:
+        return {"skipped": f"torch.compile time budget of {cstate.budget_s:g} s spent"}
+    from . import reference
+
+    fn = cstate.fns.get(spec.name)
+    if fn is None:
+        def ref(x, w, b, f, p, loc, cache):
+            reference.norm_rope_store(spec, x, w, b, f, p, loc, cache)
+
+        fn = cstate.fns[spec.name] = torch.compile(ref, dynamic=None)
+    out: dict = {}
+    t0 = time.perf_counter()
+    try:
+        fn(*args)  # compiles (or recompiles for a new shape)
+        torch.cuda.synchronize()
+        out["first_call_s"] = time.perf_counter() - t0
+        cstate.spent += out["first_call_s"]
+        call = lambda: fn(*args)  # noqa: E731
+        out["peak_extra_bytes"] = timer.peak_extra(call)
+        out["cold"] = _with_bw(timer.cold(call, warmup=1, lo=3, hi=30), bm["total"], copy_gbps)
+        out["warm"] = _with_bw(timer.loop(call, launches=5, warmup=1, lo=2, hi=10), bm["total"], copy_gbps)
+    except Exception as ex:  # noqa: BLE001 - recorded, never fatal
+        cstate.spent += time.perf_counter() - t0
+        msg = f"{type(ex).__name__}: {ex}"
+        cstate.broken[spec.name] = msg[:2000]
+        out["error"] = msg[:2000]
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001
+            pass
+    return out
+
+
+def ratios(entry: dict) -> dict:
+    r: dict = {}
+    k = entry.get("kgen", {})
+    for mode in ("cold", "warm"):
+        kt = k.get(mode, {}).get("ms")
+        if not kt:
+            continue
+        r[f"{mode}_fraction_of_copy"] = k[mode].get("fraction_of_copy")
+        for other in ("eager", "compile"):
+            ot = entry.get(other, {}).get(mode, {}).get("ms")
+            if ot:
+                r[f"{mode}_speedup_vs_{other}"] = ot / kt
+        fl = entry.get("floor", {})
+        for name in ("empty_kernel", "copy_same_bytes"):
+            ft = fl.get(name, {}).get(mode, {}).get("ms") if isinstance(fl.get(name), dict) else None
+            if ft:
+                r[f"{mode}_over_{name}"] = kt / ft
+    return r
+
+
+# ---------------------------------------------------------------------------------------------
+# the command
+
+
+def environment(torch) -> dict:
+    from .runtime import device_info
+
+    env = {"device": device_info(), "torch": torch.__version__, "cuda": torch.version.cuda,
+           "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+           "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "python": sys.version.split()[0]}
+    try:
+        import cuda.core
+
+        env["cuda_core"] = getattr(cuda.core, "__version__", None)
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        from .toolchain import nvrtc_version
+
+        env["nvrtc"] = nvrtc_version()
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        env["driver"] = torch.cuda.driver_version() if hasattr(torch.cuda, "driver_version") else None
+    except Exception:  # noqa: BLE001
+        pass
+    return env
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path | None, *,
+                  use_compile: bool | None = None, compile_budget_s: float | None = None) -> int:
+    """Exit 0 ok, 1 a variant failed to run, 2 no GPU / usage.
+
+    torch.compile: on unless KGEN_BENCH_COMPILE=0 (or use_compile=False); its compile time is capped by
+    KGEN_BENCH_COMPILE_BUDGET_S (default 300 s), after which it is skipped (and said so).
+    KGEN_BENCH_BUDGET_S (default: none) caps the whole run: later cases are recorded as skipped."""
+    from .gputest import expand
+    from .runtime import gpu_problem
+
+    if not paths:
+        _say("kgen bench: give spec/family paths")
+        return 2
+    if tokens is not None and any(t <= 0 for t in tokens):
+        _say("kgen bench: --tokens must be > 0")
+        return 2
+    specs = expand(paths)
+    reason = gpu_problem()
+    if reason is not None:
+        _say(f"kgen bench: no GPU: {reason}. Nothing was measured; run it on a GPU machine (docs/gpu.md).")
+        return 2
+    import torch
+
+    if use_compile is None:
+        use_compile = os.environ.get("KGEN_BENCH_COMPILE", "1") not in ("0", "false", "no", "")
+    if compile_budget_s is None:
+        compile_budget_s = float(os.environ.get("KGEN_BENCH_COMPILE_BUDGET_S", DEFAULT_COMPILE_BUDGET_S))
+    try:
+        import torch._dynamo
+
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    except Exception:  # noqa: BLE001
+        pass
+
+    from .gputest import precompile
+
+    errors = precompile(specs)
+    data: dict = {**environment(torch), "byte_model": BYTE_MODEL, "timing": {
+        "cold": f"L2 flushed by a {FLUSH_BYTES >> 20} MiB memset before each call, CUDA events around the call only, median",
+        "warm": f"{GRAPH_LAUNCHES} launches captured in a CUDA graph, replayed, divided (torch eager/compile: a loop "
+                "of calls, since they sync on the host), median"},
+        "tokens": list(tokens or DEFAULT_TOKENS), "compile_errors": errors, "results": []}
+    timer = Timer(torch)
+    _say("kgen bench: device copy ...")
+    data["copy"] = copy_bandwidth(torch, timer)
+    copy_gbps = data["copy"]["gbps"]
+    _say(f"kgen bench: copy {copy_gbps:.0f} GB/s (read + write)")
+    cstate = CompileState(use_compile, compile_budget_s)
+    budget = float(os.environ.get("KGEN_BENCH_BUDGET_S", "0") or 0)  # 0 = no limit
+    started = time.perf_counter()
+    failed = bool(errors)
+    for spec in specs:
+        if spec.name in errors:
+            data["results"].append({"variant": spec.name, "error": errors[spec.name]})
+            continue
+        for i, n in enumerate(tokens or DEFAULT_TOKENS):
+            t0 = time.perf_counter()
+            if budget and t0 - started > budget:
+                data["results"].append({"variant": spec.name, "tokens": n,
+                                        "skipped": f"KGEN_BENCH_BUDGET_S={budget:g} s spent"})
+                continue
+            try:
+                entry = bench_case(torch, timer, spec, n, copy_gbps, cstate, seed=i)
+            except KgenError as e:
+                failed = True
+                entry = {"variant": spec.name, "tokens": n, "error": "; ".join(p.format() for p in e.problems)}
+            except Exception as e:  # noqa: BLE001
+                failed = True
+                entry = {"variant": spec.name, "tokens": n, "error": f"{type(e).__name__}: {e}"[:2000]}
+            entry["seconds"] = round(time.perf_counter() - t0, 2)
+            data["results"].append(entry)
+            _say(_line(entry))
+            if json_file is not None:  # keep what we have if a later case dies
+                write_json_atomic(json_file, data)
+    data["compile_seconds_spent"] = round(cstate.spent, 1)
+    if json_file is not None:
+        write_json_atomic(json_file, data)
+    print(summary_table(data))
+    return 1 if failed else 0
+
+
+def _fmt(v, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _line(e: dict) -> str:
+    if "skipped" in e:
+        return f"  skip {e['variant']} N={e.get('tokens')}: {e['skipped']}"
+    if "error" in e and "kgen" not in e:
+        return f"  FAIL {e['variant']} N={e.get('tokens')}: {e['error'].splitlines()[0]}"
+    k = e["kgen"]
+    return (f"  {e['variant']:<28} N={e['tokens']:<8} cold {_fmt(k['cold']['us'])} us "
+            f"({_fmt(k['cold']['gbps'], '.0f')} GB/s)  warm {_fmt(k['warm']['us'])} us "
+            f"({_fmt(k['warm']['gbps'], '.0f')} GB/s)  [{e['seconds']} s]")
+
+
+def summary_table(data: dict) -> str:
+    copy = data.get("copy", {}).get("gbps")
+    head = (f"device: {data['device']['name']}  copy: {_fmt(copy, '.0f')} GB/s  torch {data['torch']}\n"
+            f"{'variant':<28} {'N':>8} {'cold us':>9} {'warm us':>9} {'warm GB/s':>9} {'%copy':>6} "
+            f"{'x eager':>8} {'x compile':>9} {'x floor':>8} {'extra B':>8}")
+    rows = [head]
+    for e in data["results"]:
+        if "skipped" in e:
+            rows.append(f"{e['variant']:<28} {str(e.get('tokens', '')):>8} skipped: {e['skipped']}")
+            continue
+        if "kgen" not in e:
+            rows.append(f"{e['variant']:<28} {str(e.get('tokens', '')):>8} ERROR {e.get('error', '')[:60]}")
+            continue
+        k, r = e["kgen"], e.get("ratios", {})
+        frac = r.get("warm_fraction_of_copy")
+        rows.append(f"{e['variant']:<28} {e['tokens']:>8} {_fmt(k['cold']['us']):>9} {_fmt(k['warm']['us']):>9} "
+                    f"{_fmt(k['warm']['gbps'], '.0f'):>9} {_fmt(frac * 100 if frac else None, '.0f'):>6} "
+                    f"{_fmt(r.get('warm_speedup_vs_eager')):>8} {_fmt(r.get('warm_speedup_vs_compile')):>9} "
+                    f"{_fmt(r.get('warm_over_empty_kernel'), '.2f'):>8} {k.get('peak_extra_bytes', '-'):>8}")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m kgen.bench PATH... [--tokens N]... [--json FILE] [--no-compile] [--compile-budget S]"""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m kgen.bench", description=main.__doc__)
+    ap.add_argument("paths", nargs="+", type=Path)
+    ap.add_argument("--tokens", type=int, action="append")
+    ap.add_argument("--json", type=Path, dest="json_file")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--compile-budget", type=float)
+    a = ap.parse_args(argv)
+    try:
+        return bench_command(a.paths, a.tokens, a.json_file, use_compile=False if a.no_compile else None,
+                             compile_budget_s=a.compile_budget)
+    except KgenError as e:
+        for p in e.problems:
+            _say(p.format())
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
