@@ -11,7 +11,8 @@ rounds exactly like the kernel:
   fuse or reorder);
 * divisions are `torch.div(tensor, tensor)` with both operands on the device: torch's CUDA
   `tensor / python_scalar` is computed as a multiplication by the reciprocal;
-* `1 / sqrt(x)` is an IEEE division of ones by `torch.sqrt(x)` (never `torch.rsqrt`);
+* `1 / sqrt(x)` is an IEEE division of ones by a correctly rounded sqrt (`sqrt_rn`; never
+  `torch.rsqrt`, and not `torch.sqrt` either: on CPU it is off by one ulp for ~17% of fp32 inputs);
 * fp32 constants (eps, amax floor, 1/QMAX, Hadamard scale) are the exact fp32 values of
   `layout.kernel_constants`, held in fp32 tensors;
 * sums follow the warp order (`warp_sum`); maxima are order-independent (`amax`).
@@ -35,7 +36,7 @@ from .spec import Spec
 
 __all__ = [
     "E2M1_THRESHOLDS", "E2M1_VALUES", "QMAX", "Quantized",
-    "load_spec", "constants", "warp_sum", "norm", "rope", "hadamard", "bf16_roundtrip", "prequant",
+    "load_spec", "constants", "sqrt_rn", "warp_sum", "norm", "rope", "hadamard", "bf16_roundtrip", "prequant",
     "ceil_log2", "pow2", "block_scales", "e4m3_sat_rne", "e2m1_codes", "pack_nibbles",
     "quantize", "pack_row", "token_byte_columns", "store", "norm_rope_store",
     "decode", "poison_pattern", "rope_freqs", "make_inputs",
@@ -90,6 +91,25 @@ def _div(a: torch.Tensor, b: torch.Tensor | float) -> torch.Tensor:
     return torch.div(a, b.contiguous())
 
 
+def sqrt_rn(x: torch.Tensor) -> torch.Tensor:
+    """Correctly rounded fp32 sqrt (IEEE `sqrtf`, what `-prec-sqrt=true` gives).
+
+    torch.sqrt is NOT correctly rounded on CPU (this build's vectorized fp32 sqrt is off by one
+    ulp for ~17% of inputs; its fp64 sqrt is not exact either), so: a float64 sqrt rounded to
+    fp32 as a first guess, then an exact fix-up: the answer s is the fp32 with
+    (s - ulp/2)^2 < x < (s + ulp/2)^2; midpoints have 25 bits, so their squares are exact in
+    float64, and x is never exactly a midpoint's square."""
+    x = x.to(torch.float32)
+    s = torch.sqrt(x.double()).float()
+    inf = torch.full_like(s, float("inf"))
+    up, dn = torch.nextafter(s, inf), torch.nextafter(s, torch.zeros_like(s))
+    xd, sd = x.double(), s.double()
+    hi = (sd + up.double()) * 0.5
+    lo = (sd + dn.double()) * 0.5
+    s = torch.where(torch.isfinite(s) & (xd > hi * hi), up, s)
+    return torch.where(torch.isfinite(s) & (xd < lo * lo), dn, s)
+
+
 # ---------------------------------------------------------------------------------------------
 # §1 warp-order sum
 
@@ -130,13 +150,13 @@ def norm(spec: Spec, x: torch.Tensor, weight: torch.Tensor | None = None,
     if kind == "rmsnorm":
         sq = v * v
         mean = _div(warp_sum(sq), nn)
-        r = _div(one, torch.sqrt(mean + eps))
+        r = _div(one, sqrt_rn(mean + eps))
         return (v * r[..., None]) * w
     if kind == "layernorm":
         mu = _div(warp_sum(v), nn)
         d = v - mu[..., None]
         var = _div(warp_sum(d * d), nn)
-        r = _div(one, torch.sqrt(var + eps))
+        r = _div(one, sqrt_rn(var + eps))
         return (d * r[..., None]) * w + bias.to(device=v.device, dtype=torch.float32)
     raise ValueError(f"unknown norm kind {kind!r}")
 
