@@ -1,0 +1,375 @@
+// kgen::norm_rope_store: fused norm -> RoPE -> (Hadamard) -> quantize -> paged store.
+//
+// The arithmetic is docs/numerics.md, step for step; the byte offsets are kgen/layout.py's, handed
+// over by the rendered config (kgen_cfg::<variant>). One warp per token: lane l owns the
+// V = head_dim / 32 contiguous values [l*V, (l+1)*V). A warp owns `kTokensPerWarp` consecutive
+// tokens and issues all their global loads (slot, position, x row, then the freqs rows) before it
+// computes, for memory-level parallelism. No shared memory; every per-lane array is indexed only
+// by compile-time constants (fully unrolled loops), so it lives in registers.
+//
+// ABI (the runtime codes against it):
+//   grid, block = kgen.layout.launch_shape(spec, num_tokens); no dynamic shared memory.
+//   x [N, head_dim] contiguous, weight/bias [head_dim] (nullptr when unused), freqs [max_pos, rope_dim]
+//   fp32 and positions [N] (nullptr when rope.dim == 0), out_loc [N], cache [num_pages, page_bytes];
+//   pointers 16-B aligned. A token whose out_loc is < 0 or >= num_slots is skipped.
+#pragma once
+
+#include "checks.cuh"
+#include "memory.cuh"
+#include "numerics.cuh"
+
+namespace kgen {
+namespace detail {
+
+template <class Cfg>
+struct NormRopeStore {
+  using In = typename Cfg::In;
+
+  static constexpr int V = static_cast<int>(Cfg::kValuesPerLane);
+  static constexpr int T = static_cast<int>(Cfg::kTokensPerWarp);
+  static constexpr int W = static_cast<int>(Cfg::kWarpsPerBlock);
+  static constexpr int H = static_cast<int>(Cfg::kHeadDim);
+
+  static constexpr bool kFp32In = Cfg::kInputDtype == Dtype::fp32;
+  static constexpr bool kBf16In = Cfg::kInputDtype == Dtype::bf16;
+  static constexpr int kInBytes = static_cast<int>(Cfg::kInLaneBytes);
+  static_assert(kInBytes == V * static_cast<int>(sizeof(In)), "x lane bytes");
+
+  static constexpr bool kNorm = Cfg::kNormKind != NormKind::none;
+  static constexpr bool kLayerNorm = Cfg::kNormKind == NormKind::layernorm;
+
+  static constexpr bool kRope = Cfg::kRopeDim > 0;
+  static constexpr bool kNeox = Cfg::kRopeStyle == RopeStyle::neox;
+  static constexpr int kRopeDim = static_cast<int>(Cfg::kRopeDim);
+  static constexpr int kRopeLane0 = static_cast<int>(Cfg::kRopeLane0);
+  static constexpr int kRopeLanes = static_cast<int>(Cfg::kRopeLanes);
+  static constexpr int kRopeHalf = static_cast<int>(Cfg::kRopeHalfLanes);
+  static constexpr int kFreqFloats = kRope ? static_cast<int>(Cfg::kFreqsLaneFloats) : 1;
+  static constexpr int kFreqBytes = kFreqFloats * 4;
+
+  static constexpr Dtype kStore = Cfg::kStoreDtype;
+  static constexpr bool kHalfStore = kStore == Dtype::bf16 || kStore == Dtype::fp16;
+  static constexpr bool kFp8 = kStore == Dtype::fp8_e4m3;
+  static constexpr bool kFp4 = kStore == Dtype::fp4_e2m1;
+  static constexpr bool kScaled = Cfg::kScaleKind != ScaleKind::none;
+  static constexpr bool kFp32Scale = Cfg::kScaleKind == ScaleKind::fp32;
+  static constexpr bool kFloatScaleBytes =
+      Cfg::kScaleKind == ScaleKind::fp32 || Cfg::kScaleKind == ScaleKind::fp32_pow2;
+  static constexpr int kQuantLane0 = static_cast<int>(Cfg::kQuantLane0);
+  static constexpr int kQuantLanes = static_cast<int>(Cfg::kQuantLanes);
+  static constexpr int kBlockLanes = static_cast<int>(Cfg::kBlockLanes);
+  // bytes of quantized values a lane stores; with 4 bits per lane (fp4, V == 1) the even lane of a
+  // pair stores the shared byte
+  static constexpr bool kNibblePairs = Cfg::kQuantLaneBits < 8;
+  static constexpr int kQuantBytes = kNibblePairs ? 1 : static_cast<int>(Cfg::kQuantLaneBits / 8);
+
+  static constexpr bool kKept = Cfg::kKeptLanes > 0;
+  static constexpr int kKeptLane0 = static_cast<int>(Cfg::kKeptLane0);
+  static constexpr int kKeptLanes = static_cast<int>(Cfg::kKeptLanes);
+  static constexpr int kKeptBytes = kKept ? static_cast<int>(Cfg::kKeptLaneBytes) : 2;
+
+  using XWords = mem::Words<kInBytes>;
+  using FWords = mem::Words<kFreqBytes>;
+
+  static_assert(V >= 1 && V <= 32 && (V & (V - 1)) == 0, "values per lane");
+  static_assert(!kRope || kFreqFloats * 4 == kFreqBytes, "freqs lane bytes");
+  static_assert(!kScaled || (kBlockLanes >= 1 && kBlockLanes <= 32), "block lanes");
+  static_assert(!kNibblePairs || (kFp4 && V == 1), "nibble pairs only for fp4 with one value per lane");
+
+  // ---- helpers --------------------------------------------------------------------------------
+  __device__ static __forceinline__ void widen(const XWords& r, float (&v)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      if constexpr (kFp32In) {
+        v[k] = __uint_as_float(r.w[k]);
+      } else {
+        const uint32_t h = (r.w[k / 2] >> (16 * (k & 1))) & 0xffffu;
+        v[k] = kBf16In ? num::widen_bf16(h) : num::widen_fp16(h);
+      }
+    }
+  }
+
+  // docs/numerics.md §1: left to right in the lane, then butterflies 16, 8, 4, 2, 1.
+  __device__ static __forceinline__ float warp_sum(const float (&t)[V]) {
+    float s = t[0];
+#pragma unroll
+    for (int k = 1; k < V; ++k) s = num::add(s, t[k]);
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) s = num::add(s, __shfl_xor_sync(num::kFullMask, s, off));
+    return s;
+  }
+
+  template <Dtype D>
+  __device__ static __forceinline__ uint32_t half_bits(float x) {
+    if constexpr (D == Dtype::bf16) {
+      return num::bf16_bits(x);
+    } else {
+      static_assert(D == Dtype::fp16, "16-bit store dtype");
+      return num::fp16_bits(x);
+    }
+  }
+
+  template <Dtype D, int Bytes>
+  __device__ static __forceinline__ void pack_halves(const float (&v)[V], mem::Words<Bytes>& o) {
+    static_assert(Bytes == 2 * V, "16-bit lane bytes");
+    mem::zero(o);
+#pragma unroll
+    for (int k = 0; k < V; ++k) o.w[k / 2] |= half_bits<D>(v[k]) << (16 * (k & 1));
+  }
+
+  // ---- one token (warp-uniform: every lane runs it, so the shuffles are full-warp) -----------
+  __device__ static __forceinline__ void token(const XWords& xr, const FWords& fr, const float (&w)[V],
+                                               const float (&b)[V], long long loc, int lane,
+                                               uint8_t* __restrict__ cache) {
+    float v[V];
+    widen(xr, v);
+
+    // §2 norm
+    if constexpr (Cfg::kNormKind == NormKind::rmsnorm) {
+      float t[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) t[k] = num::mul(v[k], v[k]);
+      const float mean = num::div(warp_sum(t), static_cast<float>(H));
+      const float r = num::div(1.0f, num::sqrt(num::add(mean, Cfg::kEps)));
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = num::mul(num::mul(v[k], r), w[k]);
+    } else if constexpr (Cfg::kNormKind == NormKind::layernorm) {
+      const float mu = num::div(warp_sum(v), static_cast<float>(H));
+      float d[V], t[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        d[k] = num::sub(v[k], mu);
+        t[k] = num::mul(d[k], d[k]);
+      }
+      const float var = num::div(warp_sum(t), static_cast<float>(H));
+      const float r = num::div(1.0f, num::sqrt(num::add(var, Cfg::kEps)));
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = num::add(num::mul(num::mul(d[k], r), w[k]), b[k]);
+    }
+
+    // §3 RoPE
+    if constexpr (kRope) {
+      const int rl = lane - kRopeLane0;
+      const bool in_rope = static_cast<unsigned>(rl) < static_cast<unsigned>(kRopeLanes);
+      if constexpr (!kNeox) {
+        if (in_rope) {
+#pragma unroll
+          for (int k = 0; k < V; k += 2) {
+            const float re = v[k], im = v[k + 1];
+            const float c = __uint_as_float(fr.w[k]), s = __uint_as_float(fr.w[k + 1]);
+            v[k] = num::sub(num::mul(re, c), num::mul(im, s));
+            v[k + 1] = num::add(num::mul(re, s), num::mul(im, c));
+          }
+        }
+      } else {
+        const bool lower = rl < kRopeHalf;
+        const int partner = in_rope ? (lower ? lane + kRopeHalf : lane - kRopeHalf) : lane;
+        float p[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) p[k] = __shfl_sync(num::kFullMask, v[k], partner);
+        if (in_rope) {
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            const float c = __uint_as_float(fr.w[2 * k]), s = __uint_as_float(fr.w[2 * k + 1]);
+            v[k] = lower ? num::sub(num::mul(v[k], c), num::mul(p[k], s))   // re' = re*c - im*s
+                         : num::add(num::mul(p[k], s), num::mul(v[k], c));  // im' = re*s + im*c
+          }
+        }
+      }
+    }
+
+    // §4 Hadamard: in-lane stages h < V, then lane stages h = V, 2V, ..., n/2 (partner l ^ h/V)
+    if constexpr (Cfg::kHadamard) {
+#pragma unroll
+      for (int h = 1; h < V; h <<= 1) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          if ((i & h) == 0) {
+            const float a = v[i], c = v[i + h];
+            v[i] = num::add(a, c);
+            v[i + h] = num::sub(a, c);
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 1; m < 32; m <<= 1) {
+        const bool upper = (lane & m) != 0;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const float p = __shfl_xor_sync(num::kFullMask, v[k], m);
+          v[k] = upper ? num::sub(p, v[k]) : num::add(v[k], p);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = num::mul(v[k], Cfg::kHadamardScale);
+    }
+
+    // §5 bf16 round trip, before any amax
+    if constexpr (Cfg::kBf16Roundtrip) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = num::bf16_round(v[k]);
+    }
+
+    // §7 where the token goes (64-bit page offset)
+    const long long page = loc >> Cfg::kPageShift;
+    const long long t = loc & (Cfg::kPageSize - 1);
+    uint8_t* const page_ptr = cache + page * Cfg::kPageBytes;
+    uint8_t* const row = page_ptr + t * Cfg::kRowBytes;
+
+    // §6 quantize and store the quantized span
+    const int ql = lane - kQuantLane0;
+    const bool in_quant = static_cast<unsigned>(ql) < static_cast<unsigned>(kQuantLanes);
+    if constexpr (kHalfStore) {
+      mem::Words<kQuantBytes> o;
+      pack_halves<kStore>(v, o);
+      if (in_quant) mem::store_cs(row + Cfg::kQuantRowOffset + ql * kQuantBytes, o);
+    } else {
+      float mult = 1.0f;  // values are multiplied by this before they are encoded
+      float scale_f = 1.0f;
+      uint32_t scale_byte = 0u;
+      if constexpr (kScaled) {
+        float am = 0.0f;
+#pragma unroll
+        for (int k = 0; k < V; ++k) am = fmaxf(am, fabsf(v[k]));
+#pragma unroll
+        for (int m = 1; m < kBlockLanes; m <<= 1) am = fmaxf(am, __shfl_xor_sync(num::kFullMask, am, m));
+        const float a = fmaxf(am, Cfg::kAmaxFloor);
+        const float ts = Cfg::kScaleMath == ScaleMath::divide ? num::div(a, Cfg::kQuantMax)
+                                                               : num::mul(a, Cfg::kInvQuantMax);
+        if constexpr (kFp32Scale) {
+          scale_f = ts;
+          mult = num::div(1.0f, ts);
+        } else {
+          const int e = num::ceil_log2(ts);
+          scale_f = num::exp2i(e);
+          mult = num::exp2i(-e);
+          scale_byte = static_cast<uint32_t>(e + 127);
+        }
+      }
+      mem::Words<kQuantBytes> o;
+      mem::zero(o);
+      if constexpr (kFp8) {
+        if constexpr (V == 1) {
+          o.w[0] = num::e4m3(kScaled ? num::mul(v[0], mult) : v[0]);
+        } else {
+#pragma unroll
+          for (int k = 0; k < V; k += 2) {
+            const float lo = kScaled ? num::mul(v[k], mult) : v[k];
+            const float hi = kScaled ? num::mul(v[k + 1], mult) : v[k + 1];
+            o.w[k / 4] |= num::e4m3x2(lo, hi) << (16 * ((k / 2) & 1));
+          }
+        }
+        if (in_quant) mem::store_cs(row + Cfg::kQuantRowOffset + ql * kQuantBytes, o);
+      } else {
+        static_assert(kFp4, "store dtype");
+#pragma unroll
+        for (int k = 0; k < V; ++k) o.w[k / 8] |= num::e2m1(num::mul(v[k], mult)) << (4 * (k & 7));
+        if constexpr (kNibblePairs) {  // element 2k in the low nibble, 2k+1 in the high one
+          const uint32_t hi = __shfl_xor_sync(num::kFullMask, o.w[0], 1);
+          o.w[0] |= hi << 4;
+          if (in_quant && (ql & 1) == 0) mem::store_cs(row + Cfg::kQuantRowOffset + (ql >> 1), o);
+        } else {
+          if (in_quant) mem::store_cs(row + Cfg::kQuantRowOffset + ql * kQuantBytes, o);
+        }
+      }
+      if constexpr (kScaled) {
+        if (in_quant && ql % kBlockLanes == 0) {
+          uint8_t* const sp = page_ptr + Cfg::kScaleRegionOffset + t * Cfg::kScaleStride +
+                              (ql / kBlockLanes) * Cfg::kScaleUnit;
+          if constexpr (kFloatScaleBytes) {
+            mem::store_cs_f32(sp, scale_f);
+          } else {
+            mem::store_cs_u8(sp, scale_byte);
+          }
+        }
+      }
+    }
+
+    // kept RoPE dims: a round-to-nearest-even cast, no scale
+    if constexpr (kKept) {
+      const int kl = lane - kKeptLane0;
+      if (static_cast<unsigned>(kl) < static_cast<unsigned>(kKeptLanes)) {
+        mem::Words<kKeptBytes> o;
+        pack_halves<Cfg::kRopeDtype>(v, o);
+        mem::store_cs(row + Cfg::kKeptRowOffset + kl * kKeptBytes, o);
+      }
+    }
+  }
+
+  __device__ static __forceinline__ void load_lane_floats(const In* __restrict__ p, int lane, float (&out)[V]) {
+    XWords r;
+    mem::load_nc<kInBytes>(p + lane * V, r);
+    widen(r, out);
+  }
+
+  __device__ static __forceinline__ void run(const In* __restrict__ x, const In* __restrict__ weight,
+                                             const In* __restrict__ bias, const float* __restrict__ freqs,
+                                             const int64_t* __restrict__ positions,
+                                             const int64_t* __restrict__ out_loc, uint8_t* __restrict__ cache,
+                                             int32_t num_tokens, int64_t num_slots) {
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int warp = static_cast<int>(threadIdx.x) >> 5;
+    const long long first = (static_cast<long long>(blockIdx.x) * W + warp) * T;
+
+    // phase 1: slots, positions and x rows of all the warp's tokens
+    long long loc[T];
+    long long pos[T];
+    XWords xr[T];
+#pragma unroll
+    for (int j = 0; j < T; ++j) {
+      const long long tok = first + j;
+      loc[j] = -1;
+      pos[j] = 0;
+      mem::zero(xr[j]);
+      if (tok < num_tokens) {
+        loc[j] = __ldg(out_loc + tok);
+        if constexpr (kRope) pos[j] = __ldg(positions + tok);
+        mem::load_nc<kInBytes>(x + tok * H + lane * V, xr[j]);
+      }
+    }
+
+    // norm weight and bias: once per warp, for all its tokens
+    float w[V], b[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) w[k] = b[k] = 0.0f;
+    if constexpr (kNorm) load_lane_floats(weight, lane, w);
+    if constexpr (kLayerNorm) load_lane_floats(bias, lane, b);
+
+    // phase 2: freqs rows (they wait for the positions); only for tokens that are stored
+    FWords fr[T];
+    const int rl = lane - kRopeLane0;
+    const bool in_rope = kRope && static_cast<unsigned>(rl) < static_cast<unsigned>(kRopeLanes);
+    const int fidx = kNeox ? (rl < kRopeHalf ? rl : rl - kRopeHalf) : rl;
+#pragma unroll
+    for (int j = 0; j < T; ++j) {
+      mem::zero(fr[j]);
+      if constexpr (kRope) {
+        if (in_rope && loc[j] >= 0 && loc[j] < num_slots) {
+          mem::load_nc<kFreqBytes>(freqs + pos[j] * kRopeDim + fidx * kFreqFloats, fr[j]);
+        }
+      }
+    }
+
+    // phase 3: compute and store
+#pragma unroll
+    for (int j = 0; j < T; ++j) {
+      if (loc[j] >= 0 && loc[j] < num_slots) token(xr[j], fr[j], w, b, loc[j], lane, cache);
+    }
+  }
+};
+
+}  // namespace detail
+
+template <class Cfg>
+__global__ void __launch_bounds__(rules::launch_threads<Cfg>())
+    norm_rope_store(const typename Cfg::In* __restrict__ x, const typename Cfg::In* __restrict__ weight,
+                    const typename Cfg::In* __restrict__ bias, const float* __restrict__ freqs,
+                    const int64_t* __restrict__ positions, const int64_t* __restrict__ out_loc,
+                    uint8_t* __restrict__ cache, int32_t num_tokens, int64_t num_slots) {
+  static_assert(sizeof(rules::Twins<Cfg>) > 0, "instantiates the rule twins");
+  if constexpr (rules::Twins<Cfg>::run) {
+    detail::NormRopeStore<Cfg>::run(x, weight, bias, freqs, positions, out_loc, cache, num_tokens, num_slots);
+  }
+}
+
+}  // namespace kgen

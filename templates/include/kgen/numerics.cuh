@@ -1,0 +1,104 @@
+// kgen numerics: the fp32 operations of docs/numerics.md, pinned so that no compiler flag changes them.
+//
+// Every multiply/add/divide/sqrt of the pipeline goes through the `_rn` intrinsics: they are IEEE
+// round-to-nearest-even and are never contracted into an FMA, whatever --fmad / -prec-div /
+// -prec-sqrt / fast-math say. (kgen still compiles with --fmad=false -prec-div=true -prec-sqrt=true.)
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+namespace kgen {
+
+// NVRTC has no <cstdint>; these are the LP64 types the ABI names (int64_t is `long` on Linux).
+using int32_t = int;
+using int64_t = long;
+using uint8_t = unsigned char;
+using uint16_t = unsigned short;
+using uint32_t = unsigned int;
+static_assert(sizeof(int64_t) == 8 && sizeof(int32_t) == 4, "kgen needs an LP64 target");
+
+enum class Dtype : int { none = 0, fp32 = 1, bf16 = 2, fp16 = 3, fp8_e4m3 = 4, fp4_e2m1 = 5 };
+enum class NormKind : int { rmsnorm = 0, layernorm = 1, none = 2 };
+enum class RopeStyle : int { interleaved = 0, neox = 1 };
+enum class RopePlacement : int { first = 0, last = 1 };
+enum class ScaleKind : int { none = 0, fp32 = 1, fp32_pow2 = 2, ue8m0 = 3 };
+enum class ScaleMath : int { divide = 0, reciprocal = 1 };
+
+template <Dtype D> struct CType { using type = void; };
+template <> struct CType<Dtype::fp32> { using type = float; };
+template <> struct CType<Dtype::bf16> { using type = __nv_bfloat16; };
+template <> struct CType<Dtype::fp16> { using type = __half; };
+
+#define KGEN_HD __host__ __device__
+
+KGEN_HD constexpr bool is_pow2(long long n) { return n > 0 && (n & (n - 1)) == 0; }
+
+namespace num {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
+__device__ __forceinline__ float sqrt(float a) { return __fsqrt_rn(a); }
+
+// Exact widening of a stored value (bits) to fp32.
+__device__ __forceinline__ float widen_bf16(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
+__device__ __forceinline__ float widen_fp16(uint32_t bits16) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
+}
+
+// Round-to-nearest-even casts, as bits.
+__device__ __forceinline__ uint32_t bf16_bits(float x) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(x)));
+}
+__device__ __forceinline__ uint32_t fp16_bits(float x) {  // overflows to inf, as a cast does
+  return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(x)));
+}
+__device__ __forceinline__ float bf16_round(float x) { return __uint_as_float(bf16_bits(x) << 16); }
+
+// e4m3fn: clamp to [-448, 448], round to nearest even (subnormals kept). One byte per value;
+// the pair form puts `lo` in the low byte.
+__device__ __forceinline__ uint32_t e4m3(float v) {
+  return static_cast<uint32_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
+  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
+}
+
+// ceil(log2(t)) of a positive t from its bits: t = m * 2^E, 1 <= m < 2 -> E if m == 1 else E + 1.
+// (Subnormal t, only reachable with a tiny amax_floor, is handled exactly too.)
+__device__ __forceinline__ int ceil_log2(float t) {
+  const uint32_t b = __float_as_uint(t);
+  const int ex = static_cast<int>((b >> 23) & 0xffu);
+  const uint32_t m = b & 0x7fffffu;
+  if (ex == 0) {  // t = m * 2^-149
+    const int p = 31 - __clz(static_cast<int>(m));
+    return (m & (m - 1u)) ? p + 1 - 149 : p - 149;
+  }
+  return ex - 127 + (m != 0u ? 1 : 0);
+}
+
+// 2^e exactly (inf above the fp32 range, 0 below it).
+__device__ __forceinline__ float exp2i(int e) {
+  if (e > 127) return __uint_as_float(0x7f800000u);
+  if (e >= -126) return __uint_as_float(static_cast<uint32_t>(e + 127) << 23);
+  if (e >= -149) return __uint_as_float(1u << (e + 149));
+  return 0.0f;
+}
+
+// fp4 e2m1 code of v (already divided by its scale): thresholds, ties go down, no negative zero.
+__device__ __forceinline__ uint32_t e2m1(float v) {
+  const float a = fabsf(v);
+  const uint32_t code = static_cast<uint32_t>(a > 0.25f) + static_cast<uint32_t>(a > 0.75f) +
+                        static_cast<uint32_t>(a > 1.25f) + static_cast<uint32_t>(a > 1.75f) +
+                        static_cast<uint32_t>(a > 2.5f) + static_cast<uint32_t>(a > 3.5f) +
+                        static_cast<uint32_t>(a > 5.0f);
+  return code | ((v < 0.0f && code != 0u) ? 8u : 0u);
+}
+
+}  // namespace num
+}  // namespace kgen
