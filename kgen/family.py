@@ -64,6 +64,7 @@ def check_family(family: Family, variants: list[Variant]) -> Iterator[Problem]:
                           loc=("dispatch", "key", i), fix="use dotted names such as input_dtype, head_dim, "
                           "store.dtype, store.scale, layout.page_size")
     if len(set(key)) != len(key):
+        bad_fields = True
         yield Problem("dispatch-key", "a dispatch key field is listed twice", loc=("dispatch", "key"),
                       fix="list each field once")
     if not key:
@@ -89,6 +90,7 @@ def check_family(family: Family, variants: list[Variant]) -> Iterator[Problem]:
             by_key[k] = v
     served = {k: v for k, v in by_key.items()}
     used: set[tuple] = set()
+    malformed = False
     for i, entry in enumerate(family.dispatch.require):
         missing = [f for f in key if f not in entry]
         extra = [f for f in entry if f not in key]
@@ -97,6 +99,7 @@ def check_family(family: Family, variants: list[Variant]) -> Iterator[Problem]:
                                          extra and f"not in the key: {', '.join(extra)}") if x)
             yield Problem("dispatch-require", f"require entry {i} does not spell the key ({what})",
                           loc=("dispatch", "require", i), fix=f"give exactly the key fields: {', '.join(key)}")
+            malformed = True
             continue
         want = tuple(entry[f] for f in key)
         matches = [k for k in served if _key_eq(k, want)]
@@ -106,6 +109,8 @@ def check_family(family: Family, variants: list[Variant]) -> Iterator[Problem]:
                           f"{supported}", loc=("dispatch", "require", i),
                           fix="add a variant for it, or drop the entry")
         used.update(matches)
+    if malformed:
+        return  # a malformed entry may have meant any variant: do not guess which are unused
     for k, v in served.items():
         if k not in used:
             yield v.locate(Problem("dispatch-unused", f"variant '{v.spec.name}' ({format_key(key, k)}) is not "
