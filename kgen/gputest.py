@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .diagnostics import KgenError, Problem
+from .diagnostics import KgenError
 from .layout import Layout, compute
 from .spec import Spec
 
@@ -284,20 +284,23 @@ def kernel_args(spec: Spec, inputs: dict) -> tuple:
             inputs["out_loc"])
 
 
-def run_case(spec: Spec, n: int, *, seed: int) -> Comparison:
-    """Kernel on cache A, reference on cache B (both on the GPU), whole-cache comparison."""
+def run_case(spec: Spec, n: int, *, seed: int, device: str = "cuda", kernel=None) -> Comparison:
+    """Kernel on cache A, reference on cache B (both on `device`), whole-cache comparison.
+    `kernel` defaults to kgen.ops.norm_rope_store (tests pass the reference to dry-run on CPU)."""
     import torch
 
     from . import ops, reference
 
+    kernel = kernel or ops.norm_rope_store
     t0 = time.perf_counter()
-    inputs = reference.make_inputs(spec, n, seed=seed, device="cuda")
+    inputs = reference.make_inputs(spec, n, seed=seed, device=device)
     x, w, b, f, p, loc = kernel_args(spec, inputs)
     cache_a = inputs["cache"]
     cache_b = cache_a.clone()
-    ops.norm_rope_store(spec, x, w, b, f, p, loc, cache_a)
+    kernel(spec, x, w, b, f, p, loc, cache_a)
     reference.norm_rope_store(spec, x, w, b, f, p, loc, cache_b)
-    torch.cuda.synchronize()
+    if device != "cpu":
+        torch.cuda.synchronize()
     c = compare_caches(spec, cache_a, cache_b, out_loc=loc, tokens=n)
     c.seconds = round(time.perf_counter() - t0, 3)
     del inputs, cache_a, cache_b, x, w, b, f, p, loc

@@ -295,6 +295,7 @@ def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False) 
         if loaded is None:
             set_current_device(idx)
             kernel, oc = _load_kernel(ck)
+            check_abi(kernel, ck.uri)
             loaded = LoadedKernel(spec=spec, layout=compute(spec), arch=arch, device_index=idx,
                                   device_name=name, compiled=ck, kernel=kernel, object_code=oc)
             _by_uri[ukey] = loaded
@@ -314,6 +315,24 @@ def _load_kernel(ck) -> tuple[Any, Any]:
             pass
     oc = cc.ObjectCode.from_cubin(ck.cubin)
     return oc.get_kernel(symbol), oc
+
+
+# x, weight, bias, freqs, positions, out_loc, cache: pointers; num_tokens int32; num_slots int64
+ABI_SIZES = (8, 8, 8, 8, 8, 8, 8, 4, 8)
+
+
+def check_abi(kernel, uri: str) -> None:
+    """The loaded kernel takes the fixed ABI's 9 parameters with their sizes (else KgenError)."""
+    try:
+        info = kernel.arguments_info
+        sizes = tuple(int(p.size if hasattr(p, "size") else p[1]) for p in info)
+    except Exception:  # noqa: BLE001 - needs a recent driver / cuda-core; a nicety
+        return
+    if sizes != ABI_SIZES:
+        raise KgenError([Problem("kernel-abi", f"{uri}: the kernel takes {len(sizes)} parameters of sizes "
+                                 f"{list(sizes)} but kgen launches {len(ABI_SIZES)} of sizes {list(ABI_SIZES)} "
+                                 "(x, weight, bias, freqs, positions, out_loc, cache, int32 num_tokens, "
+                                 "int64 num_slots)", fix="re-render and recompile; the template and the runtime disagree")])
 
 
 def clear_cache() -> None:

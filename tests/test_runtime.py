@@ -1,0 +1,414 @@
+"""CPU-side checks of the GPU path: argument checks, arch logic, the no-GPU exit, byte math, the
+cache comparison and the random-spec sampler. Nothing here needs a GPU or NVRTC."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kgen import bench, gputest, ops, reference, runtime  # noqa: E402
+from kgen.diagnostics import KgenError  # noqa: E402
+from kgen.layout import compute  # noqa: E402
+from kgen.rules import check_variant  # noqa: E402
+from kgen.spec import Rope  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BF16 = ROOT / "specs" / "indexer_bf16.yaml"
+FAMILY = ROOT / "specs" / "dsv4.yaml"
+V32 = ROOT / "specs" / "dsv32_indexer.yaml"
+HAS_GPU = runtime.gpu_problem() is None
+
+
+def shipped():
+    from kgen.gputest import expand
+
+    return expand([FAMILY, V32])
+
+
+def good_args(spec, n=7, pages=3):
+    lay = compute(spec)
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.input_dtype]
+    h, r = spec.head_dim, spec.rope.dim
+    return dict(
+        x=torch.randn(n, h).to(dt),
+        weight=None if spec.norm.kind == "none" else torch.ones(h, dtype=dt),
+        bias=torch.zeros(h, dtype=dt) if spec.norm.kind == "layernorm" else None,
+        freqs=torch.randn(100, r) if r else None,
+        positions=torch.zeros(n, dtype=torch.int64) if r else None,
+        out_loc=torch.arange(n, dtype=torch.int64),
+        cache=torch.zeros(pages, lay.page_bytes, dtype=torch.uint8),
+    )
+
+
+def check(spec, **override):
+    args = good_args(spec)
+    args.update(override)
+    with pytest.raises(ops.ArgumentError) as e:
+        ops.check_arguments(spec, **args)
+    return str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# kgen.ops argument checks (metadata only, before any CUDA call)
+
+
+def test_dtype_error_names_argument_and_shapes():
+    spec = ops.resolve_spec(BF16)
+    msg = check(spec, x=torch.randn(7, 128).to(torch.bfloat16))
+    assert msg == "x: expected float32 [N, 128], got bfloat16 [7, 128]"
+
+
+@pytest.mark.parametrize("name,value,needle", [
+    ("x", torch.randn(7, 64), "x: expected float32 [N, 128], got float32 [7, 64]"),
+    ("x", torch.randn(7, 128, 2)[..., 0], "x: expected a contiguous tensor"),
+    ("weight", None, "weight: expected a tensor float32 [128]"),
+    ("weight", torch.ones(64), "weight: expected float32 [128] (rmsnorm weight), got float32 [64]"),
+    ("bias", torch.zeros(128), "bias: must be None (only layernorm has a bias; norm is rmsnorm)"),
+    ("freqs", torch.randn(100, 32), "freqs: expected float32 [max_pos, 64]"),
+    ("freqs", torch.randn(100, 64, dtype=torch.float64), "freqs: expected float32 [max_pos, 64]"),
+    ("freqs", None, "freqs: expected a tensor float32 [max_pos, 64], got None"),
+    ("positions", torch.zeros(7, dtype=torch.int32), "positions: expected int64 [N] with N = 7, got int32 [7]"),
+    ("positions", torch.zeros(6, dtype=torch.int64), "positions: expected int64 [N] with N = 7, got int64 [6]"),
+    ("out_loc", torch.zeros(7, dtype=torch.int32), "out_loc: expected int64 [N] with N = 7, got int32 [7]"),
+    ("cache", torch.zeros(3, 8448, dtype=torch.uint8), "cache: expected uint8 [num_pages, 16384]"),
+    ("cache", torch.zeros(3, 16384, dtype=torch.int8), "cache: expected uint8 [num_pages, 16384]"),
+    ("cache", torch.zeros(16384, 3, dtype=torch.uint8).t(), "cache: expected a contiguous tensor"),
+    ("cache", torch.zeros(3 * 16384, dtype=torch.uint8), "cache: expected uint8 [num_pages, 16384]"),
+])
+def test_each_argument_is_named(name, value, needle):
+    spec = ops.resolve_spec(BF16)
+    msg = check(spec, **{name: value})
+    assert msg.startswith(name + ":"), msg
+    assert needle in msg, msg
+
+
+def test_cache_error_shows_page_math():
+    spec = ops.resolve_spec(BF16)
+    msg = check(spec, cache=torch.zeros(2, 8448, dtype=torch.uint8))
+    assert "64 tokens x 256 B = 16384 B" in msg and "got uint8 [2, 8448]" in msg
+
+
+def test_layernorm_needs_bias_and_no_rope_refuses_freqs():
+    v32 = ops.resolve_spec(V32)
+    assert check(v32, bias=None).startswith("bias: expected a tensor bfloat16 [128] (layernorm bias)")
+    norope = v32.model_copy(update={"rope": Rope(dim=0)})
+    args = good_args(norope)
+    msg = check(norope, freqs=torch.randn(10, 64))
+    assert msg.startswith("freqs: must be None (rope.dim is 0)")
+    msg = check(norope, freqs=None, positions=torch.zeros(7, dtype=torch.int64))
+    assert msg.startswith("positions: must be None")
+    assert args["freqs"] is None
+
+
+def test_norm_none_refuses_weight():
+    spec = ops.resolve_spec(BF16)
+    from kgen.spec import Norm
+
+    nonorm = spec.model_copy(update={"norm": Norm(kind="none")})
+    assert check(nonorm, weight=torch.ones(128)).startswith("weight: must be None (norm is none)")
+
+
+def test_device_check_comes_last_on_cpu_tensors():
+    for spec in shipped():
+        msg = check(spec)  # every other argument is right
+        assert msg.startswith("x: expected a CUDA tensor, got one on cpu"), (spec.name, msg)
+
+
+def test_checks_pass_without_device_requirement():
+    for spec in shipped():
+        c = ops.check_arguments(spec, **good_args(spec, n=5, pages=2), require_cuda=False)
+        assert c.num_tokens == 5 and c.num_pages == 2 and c.num_slots == 2 * spec.layout.page_size
+
+
+def test_zero_tokens_still_checked():
+    spec = ops.resolve_spec(BF16)
+    msg = check(spec, x=torch.zeros(0, 128), positions=torch.zeros(0, dtype=torch.int64),
+                out_loc=torch.zeros(0, dtype=torch.int64))
+    assert msg.startswith("x: expected a CUDA tensor")  # checks run; N == 0 is a no-op after them
+
+
+def test_argument_error_is_a_value_error_and_a_kgen_error():
+    spec = ops.resolve_spec(BF16)
+    with pytest.raises(ValueError):
+        ops.norm_rope_store(spec, **{**good_args(spec), "x": torch.zeros(3, 3)})
+    with pytest.raises(KgenError):
+        ops.norm_rope_store(BF16, **{**good_args(spec), "x": torch.zeros(3, 3)})
+
+
+def test_resolve_spec_paths_and_families():
+    assert ops.resolve_spec(str(BF16)).name == "dsv4_indexer_bf16"
+    assert ops.resolve_spec(f"{FAMILY}::dsv4_indexer_fp8").store.dtype == "fp8_e4m3"
+    with pytest.raises(ops.ArgumentError, match="is a family of 7 variants"):
+        ops.resolve_spec(FAMILY)
+    with pytest.raises(ops.ArgumentError, match="no variant named 'nope'"):
+        ops.resolve_spec(f"{FAMILY}::nope")
+    with pytest.raises(KgenError) as e:
+        ops.resolve_spec(ROOT / "specs" / "missing.yaml")
+    assert e.value.exit_code == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# arch check (pure)
+
+
+@pytest.mark.parametrize("target,cap,runs", [
+    ("sm_90a", (9, 0), True), ("sm_90", (9, 0), True), ("sm_80", (8, 6), True), ("sm_86", (8, 0), False),
+    ("sm_90a", (10, 0), False), ("sm_100a", (10, 3), False), ("sm_100f", (10, 3), True),
+    ("sm_103a", (10, 3), True), ("sm_120a", (12, 0), True), ("sm_120a", (12, 1), False),
+    ("sm_120f", (12, 1), True), ("sm_100a", (9, 0), False), ("bogus", (9, 0), False),
+])
+def test_target_runs_on(target, cap, runs):
+    assert runtime.target_runs_on(target, cap) is runs
+
+
+def test_pick_target_prefers_exact_arch_specific():
+    ts = ["sm_90a", "sm_100a", "sm_120a"]
+    assert runtime.pick_target((9, 0), ts) == "sm_90a"
+    assert runtime.pick_target((10, 0), ts) == "sm_100a"
+    assert runtime.pick_target((12, 0), ts) == "sm_120a"
+    assert runtime.pick_target((8, 9), ts) is None
+    assert runtime.pick_target((8, 9), ["sm_80", "sm_86", "sm_89"]) == "sm_89"
+    assert runtime.pick_target((8, 9), ["sm_80", "sm_86"]) == "sm_86"
+    assert runtime.pick_target((10, 3), ["sm_100f", "sm_103a"]) == "sm_103a"
+    assert runtime.pick_target((9, 0), ["sm_90", "sm_90a"]) == "sm_90a"
+
+
+def test_check_arch_message_names_device_arch_and_targets():
+    with pytest.raises(KgenError) as e:
+        runtime.check_arch((8, 6), ["sm_90a", "sm_100a"], device_name="GPU 0 (NVIDIA A10)",
+                           variant="dsv4_indexer_bf16")
+    p = e.value.problems[0]
+    assert p.rule == "gpu-arch"
+    for needle in ("NVIDIA A10", "8.6", "sm_86", "sm_90a, sm_100a", "dsv4_indexer_bf16"):
+        assert needle in p.message, p.message
+    assert "no kernel image" not in p.message
+    assert runtime.check_arch((9, 0), ["sm_90a"]) == "sm_90a"
+
+
+def test_check_abi():
+    class P:
+        def __init__(self, size):
+            self.size = size
+
+    class K:
+        def __init__(self, sizes):
+            self.arguments_info = [P(s) for s in sizes]
+
+    runtime.check_abi(K(runtime.ABI_SIZES), "u")
+    with pytest.raises(KgenError, match="kernel-abi|parameters"):
+        runtime.check_abi(K((8, 8, 8, 8, 8, 8, 8, 8, 8)), "u")
+
+    class Old:  # no arguments_info: skipped
+        pass
+
+    runtime.check_abi(Old(), "u")
+
+
+# ---------------------------------------------------------------------------------------------
+# no GPU: clear line, exit 2
+
+
+def _kgen(*args):
+    return subprocess.run([sys.executable, "-m", "kgen.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
+def test_kgen_test_without_gpu_exits_2():
+    r = _kgen("test", str(BF16), "--json")
+    assert r.returncode == 2, r.stderr
+    assert "no GPU" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
+def test_kgen_bench_without_gpu_exits_2(tmp_path):
+    r = _kgen("bench", str(BF16), "--json", str(tmp_path / "b.json"))
+    assert r.returncode == 2 and "no GPU" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_kgen_test_invalid_spec_is_1_missing_is_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BF16.read_text().replace("page_size: 64", "page_size: 48"))
+    r = _kgen("test", str(bad))
+    assert r.returncode == 1 and "page-size" in r.stderr and "Traceback" not in r.stderr
+    r = _kgen("test", str(tmp_path / "missing.yaml"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_gpu_modules_import_without_torch_or_cuda():
+    code = ("import sys, kgen.runtime, kgen.ops, kgen.gputest, kgen.bench; "
+            "bad = [m for m in ('torch', 'cuda.core', 'cuda.bindings') if m in sys.modules]; print(bad)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# bench byte model
+
+
+def test_byte_model_arithmetic():
+    bf16 = ops.resolve_spec(BF16)
+    m = bench.byte_model(bf16, 1)
+    # fp32 row 128*4 + freqs 64*4 + position 8 + out_loc 8; 128 bf16 written
+    assert (m["read_per_token"], m["written_per_token"]) == (512 + 256 + 16, 256)
+    assert bench.byte_model(bf16, 4096)["total"] == 4096 * (784 + 256)
+    fp8 = ops.resolve_spec(f"{FAMILY}::dsv4_indexer_fp8")
+    assert bench.byte_model(fp8, 10)["written"] == 10 * 132
+    latent = ops.resolve_spec(f"{FAMILY}::dsv4_latent_fp8_p64")
+    m = bench.byte_model(latent, 1)
+    assert m["read_per_token"] == 512 * 4 + 64 * 4 + 16
+    assert m["written_per_token"] == 448 + 128 + 7 and m["bytes_per_token"] == 584  # the pad byte is not written
+    v32 = ops.resolve_spec(V32)
+    assert bench.byte_model(v32, 1)["read_per_token"] == 128 * 2 + 64 * 4 + 16
+    norope = bf16.model_copy(update={"rope": Rope(dim=0)})
+    assert bench.byte_model(norope, 1)["read_per_token"] == 512 + 8  # no freqs row, no position
+    assert bench.gbps(10**9, 1.0) == pytest.approx(1000.0)
+    assert bench.gbps(1, 0) is None
+
+
+def test_bench_ratios_and_table(tmp_path):
+    k = {"cold": {"ms": 0.02, "us": 20.0, "gbps": 100.0, "fraction_of_copy": 0.5},
+         "warm": {"ms": 0.01, "us": 10.0, "gbps": 200.0, "fraction_of_copy": 0.05}, "peak_extra_bytes": 0}
+    e = {"variant": "v", "tokens": 64, "kgen": k, "eager": {"cold": {"ms": 0.2}, "warm": {"ms": 0.1}},
+         "compile": {"error": "boom"}, "floor": {"empty_kernel": {"cold": {"ms": 0.01}, "warm": {"ms": 0.005}},
+                                                  "copy_same_bytes": {"cold": {"ms": 0.01}, "warm": {"ms": 0.004}}}}
+    r = bench.ratios(e)
+    assert r["warm_speedup_vs_eager"] == pytest.approx(10.0) and "warm_speedup_vs_compile" not in r
+    assert r["warm_over_empty_kernel"] == pytest.approx(2.0) and r["cold_over_copy_same_bytes"] == pytest.approx(2.0)
+    e["ratios"] = r
+    data = {"device": {"name": "Fake"}, "torch": "x", "copy": {"gbps": 4000.0},
+            "results": [e, {"variant": "w", "tokens": 1, "error": "bad"}, {"variant": "w", "tokens": 2, "skipped": "budget"}]}
+    table = bench.summary_table(data)
+    assert "Fake" in table and "ERROR" in table and "skipped" in table
+    out = tmp_path / "sub" / "b.json"
+    bench.write_json_atomic(out, data)
+    assert json.loads(out.read_text())["copy"]["gbps"] == 4000.0
+    assert [p.name for p in out.parent.iterdir()] == ["b.json"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole-cache comparison (CPU: reference against itself, then planted differences)
+
+
+def _ref_pair(spec, n=37, seed=1):
+    inp = reference.make_inputs(spec, n, seed=seed)
+    x, w, b, f, p, loc = gputest.kernel_args(spec, inp)
+    a = inp["cache"]
+    reference.norm_rope_store(spec, x, w, b, f, p, loc, a)
+    return a, loc
+
+
+def _first_written(spec, loc, a):
+    lay = compute(spec)
+    valid = ((loc >= 0) & (loc < a.shape[0] * lay.page_size)).nonzero()[0, 0]
+    return lay, *divmod(int(loc[valid]), lay.page_size)
+
+
+@pytest.mark.parametrize("spec", shipped(), ids=lambda s: s.name)
+def test_compare_identical_and_planted(spec):
+    a, loc = _ref_pair(spec)
+    c = gputest.compare_caches(spec, a, a.clone(), out_loc=loc, tokens=37)
+    assert c.ok and c.fraction == 1.0 and c.max_code_distance == 0
+    assert c.written_tokens == int(((loc >= 0) & (loc < a.shape[0] * compute(spec).page_size)).sum())
+    lay, page, t = _first_written(spec, loc, a)
+    quantized = spec.store.dtype not in ("bf16", "fp16")
+    # a value one code away (lowest bit of the first value byte)
+    b = a.clone()
+    b[page, lay.value_offset(t) + lay.quant_row_offset] ^= 1
+    c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+    assert c.diff_values == 1 and c.max_code_distance == 1
+    assert c.ok is quantized, c.reason
+    assert c.equal_bytes == c.total_bytes - 1
+    # a value several codes away
+    b = a.clone()
+    b[page, lay.value_offset(t) + lay.quant_row_offset] ^= 6
+    c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+    assert not c.ok and c.max_code_distance >= 2
+    # a byte nobody owns (the last page is larger than what was written, or padding)
+    untouched = a.shape[0] - 1
+    b = a.clone()
+    b[untouched, 0] ^= 0xFF
+    c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+    assert not c.ok
+    assert c.examples and c.examples[0]["page"] == untouched
+    # a scale byte
+    if lay.scale_unit:
+        b = a.clone()
+        b[page, lay.scale_offset(t, 0)] ^= 1
+        c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+        assert not c.ok and c.scale_mismatches == 1 and "scale" in c.reason
+    if lay.kept_bytes:
+        b = a.clone()
+        b[page, lay.value_offset(t) + lay.kept_row_offset] ^= 1
+        c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+        assert c.ok and c.diff_bytes_by_role == {"kept": 1}
+
+
+def test_compare_stray_write_in_padding():
+    spec = ops.resolve_spec(f"{FAMILY}::dsv4_latent_fp8_p2")  # 1728-B pages: 2*584 = 1168 used
+    a, loc = _ref_pair(spec)
+    b = a.clone()
+    b[0, 1700] ^= 1
+    c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+    assert not c.ok and c.stray_bytes == 1 and "no token owns" in c.reason
+
+
+def test_fp4_nibble_distance():
+    spec = ops.resolve_spec(f"{FAMILY}::dsv4_indexer_fp4")
+    a, loc = _ref_pair(spec)
+    lay, page, t = _first_written(spec, loc, a)
+    b = a.clone()
+    col = lay.value_offset(t)
+    lo = int(a[page, col]) & 15
+    new = (lo + 1) if (lo & 7) < 7 else (lo - 1)  # one magnitude step, same sign
+    b[page, col] = (int(a[page, col]) & 0xF0) | new
+    c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+    assert c.max_code_distance == 1 and c.diff_values == 1 and c.ok
+
+
+def test_sign_magnitude_distance_across_zero():
+    t = torch.tensor([0x80, 0x00, 0x81, 0x01], dtype=torch.int64)
+    o = gputest._ordinal(t, 8)
+    assert o.tolist() == [0, 0, -1, 1]
+
+
+@pytest.mark.parametrize("spec", shipped(), ids=lambda s: s.name)
+def test_run_case_dry_run_on_cpu(spec):
+    """The whole test flow with the reference standing in for the kernel."""
+    c = gputest.run_case(spec, 64, seed=3, device="cpu", kernel=reference.norm_rope_store)
+    assert c.ok and c.fraction == 1.0 and c.tokens == 64
+    assert json.loads(json.dumps(c.to_json()))["variant"] == spec.name
+    keys = {"variant", "tokens", "equal_bytes", "total_bytes", "fraction", "max_code_distance", "ok"}
+    assert keys <= set(c.to_json())
+
+
+# ---------------------------------------------------------------------------------------------
+# random valid specs
+
+
+def test_sample_specs_are_valid_diverse_and_deterministic():
+    specs = gputest.sample_specs(24, seed=0)
+    assert len(specs) == 24
+    for s in specs:
+        _, problems = check_variant(s)
+        assert not [p for p in problems if p.severity == "error"], s
+    assert {s.store.dtype for s in specs} == {"bf16", "fp16", "fp8_e4m3", "fp4_e2m1"}
+    assert any(s.store.rope_dtype for s in specs)
+    assert len({s.head_dim for s in specs}) >= 3 and len({s.layout.page_size for s in specs}) >= 3
+    again = gputest.sample_specs(24, seed=0)
+    assert [s.model_dump_json() for s in specs] == [s.model_dump_json() for s in again]
+    assert len({s.name for s in specs}) == 24
+
+
+def test_sampled_specs_dry_run_on_cpu():
+    for spec in gputest.sample_specs(8, seed=5):
+        c = gputest.run_case(spec, 9, seed=1, device="cpu", kernel=reference.norm_rope_store)
+        assert c.ok, (spec.name, c.reason)
