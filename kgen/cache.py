@@ -29,6 +29,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import posixpath
 import re
 import shutil
 import tempfile
@@ -145,48 +146,45 @@ def toolchain_fingerprint() -> dict:
 
 
 def include_closure(files: dict[str, str], kernel_file: str, include_dirs: list[Path]) -> list[tuple[str, str]]:
-    """[(resolved name, sha256)] of every header the kernel reaches through `#include`s that resolve in
-    the rendered files or kgen's include dirs. Others (cudart, system) are the toolchain's part of the
-    key. Conditional includes are followed too: over-approximating is safe."""
-    seen: dict[str, str] = {}
-    todo: list[tuple[str, str, Path | None]] = [(kernel_file, files[kernel_file], None)]
-    visited_text = {kernel_file}
+    """[(name, sha256)] of every header the kernel reaches through `#include`s that resolve in the
+    rendered files (name "rendered:<path>") or kgen's include dirs (name relative to its dir). Others
+    (cudart, system) are the toolchain's part of the key. Conditional includes are followed too:
+    over-approximating is safe."""
+    roots = [Path(d) for d in include_dirs]
+    found: dict[str, str] = {}
+    todo: list[tuple[str, str, str | None, Path | None]] = [(kernel_file, files[kernel_file], posixpath.dirname(kernel_file), None)]
     while todo:
-        _, text, here = todo.pop()
+        _, text, rdir, here = todo.pop()
         for quote, name in _INCLUDE_RE.findall(text):
             name = name.strip()
-            cands: list[tuple[str, Path | None]] = []
-            if quote == '"' and here is not None:
-                cands.append((None, here / name))
-            cands.append((name, None))
-            cands += [(None, d / name) for d in include_dirs]
-            for rendered_name, path in cands:
-                if rendered_name is not None:
-                    if rendered_name in files:
-                        if rendered_name not in visited_text:
-                            visited_text.add(rendered_name)
-                            todo.append((rendered_name, files[rendered_name], None))
+            hit = None
+            if rdir is not None:  # from a rendered file: its siblings first (quoted), then the others
+                for cand in ([posixpath.normpath(posixpath.join(rdir, name))] if quote == '"' else []) + [name]:
+                    if cand in files:
+                        hit = ("rendered:" + cand, files[cand].encode(), posixpath.dirname(cand), None)
                         break
-                    continue
+            disk = ([here / name] if quote == '"' and here is not None else []) + [d / name for d in roots]
+            for path in [] if hit else disk:
                 if path.is_file():
-                    real = str(path.resolve())
-                    if real not in seen:
-                        data = path.read_bytes()
-                        seen[real] = hashlib.sha256(data).hexdigest()
-                        todo.append((real, data.decode("utf-8", "replace"), path.parent))
+                    hit = (_header_name(path, roots), path.read_bytes(), None, path.parent)
                     break
-    # name headers relative to their include dir so the key does not depend on where kgen lives
-    out = []
-    for real, digest in seen.items():
-        rel = real
-        for d in include_dirs:
-            try:
-                rel = str(Path(real).relative_to(Path(d).resolve()))
-                break
-            except ValueError:
+            if hit is None or hit[0] in found:
                 continue
-        out.append((rel, digest))
-    return sorted(out)
+            ident, data, sub_rdir, sub_here = hit
+            found[ident] = hashlib.sha256(data).hexdigest()
+            todo.append((ident, data.decode("utf-8", "replace"), sub_rdir, sub_here))
+    return sorted(found.items())
+
+
+def _header_name(path: Path, roots: list[Path]) -> str:
+    """A header's name relative to its include dir, so the key does not depend on where kgen lives."""
+    real = path.resolve()
+    for d in roots:
+        try:
+            return real.relative_to(d.resolve()).as_posix()
+        except ValueError:
+            continue
+    return str(real)
 
 
 def compute_key(*, files: dict[str, str], kernel_file: str, name_expression: str, arch: str, options: dict,
@@ -204,8 +202,7 @@ def compute_key(*, files: dict[str, str], kernel_file: str, name_expression: str
     put("name_expression", name_expression)
     put("toolchain", json.dumps(toolchain if toolchain is not None else toolchain_fingerprint(), sort_keys=True))
     put("kernel_file", kernel_file)
-    for name in sorted(files):
-        put("file " + name, files[name])
+    put("kernel", files[kernel_file])  # the other rendered files count only if the kernel includes them
     for name, digest in include_closure(files, kernel_file, include_dirs):
         put("header " + name, digest)
     return h.hexdigest()

@@ -212,8 +212,9 @@ def _nvrtc(rendered, arch: str, inc: list[Path], cache: Cache, key: str, spec_pa
     with tempfile.TemporaryDirectory(prefix=f"kgen-{rendered.uri}-") as tmp:
         from .cache import write_sources
 
-        write_sources(Path(tmp), rendered.files)  # sibling headers resolve from here
-        include_path = [tmp, *map(str, inc)]
+        write_sources(Path(tmp), rendered.files)  # rendered headers resolve from here
+        kdir = Path(tmp, rendered.kernel_file).parent
+        include_path = [str(kdir), *([tmp] if kdir != Path(tmp) else []), *map(str, inc)]
         cudart = cudart_include_dir()
         if cudart is not None:
             include_path.append(str(cudart))
@@ -223,14 +224,25 @@ def _nvrtc(rendered, arch: str, inc: list[Path], cache: Cache, key: str, spec_pa
     return cubin, symbol, log
 
 
+_import_lock = threading.Lock()
+
+
+def _cuda_core():
+    """cuda.core's Program and ProgramOptions. Imported once, under a lock: a first import racing in
+    several threads sees a half-initialised module ("cannot import name 'Program'")."""
+    with _import_lock:
+        from cuda.core import Program, ProgramOptions
+
+    return Program, ProgramOptions
+
+
 def _run_nvrtc(rendered, arch: str, include_path: list[str]):
     """(cubin, symbol, log, failure text or None); never raises, so no traceback frame keeps the
     Program alive (cuda.core's Program.__dealloc__ complains when it runs at interpreter exit)."""
     buf = io.StringIO()
     cubin, symbol, failure = b"", b"", None
     try:
-        from cuda.core import Program, ProgramOptions
-
+        Program, ProgramOptions = _cuda_core()
         opts = ProgramOptions(**compile_options(rendered.uri, arch), include_path=include_path)
         prog = Program(rendered.files[rendered.kernel_file], "c++", opts)
         try:
@@ -400,6 +412,11 @@ def _compile_all(jobs: list[_Job], inc: list[Path], cache: Cache) -> None:
             run(j)
         return
     from concurrent.futures import ThreadPoolExecutor
+
+    try:
+        _cuda_core()  # import in this thread, before the workers race for it
+    except Exception:  # noqa: BLE001 - each job reports it
+        pass
 
     # NVRTC is thread-safe for separate programs and releases the GIL while it compiles
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kgen-nvrtc") as ex:

@@ -130,7 +130,7 @@ def test_key_ignores_mtimes_and_location(inc, tmp_path):
 def test_include_closure_lists_kgen_headers_only(inc):
     rv = fake()
     names = [n for n, _ in C.include_closure(rv.files, rv.kernel_file, [inc])]
-    assert names == ["fake_top.h", "sub/fake_inner.h"]  # cuda_bf16.h is the toolchain's part
+    assert names == ["fake_top.h", "rendered:fake_cfg.h", "sub/fake_inner.h"]  # cuda_bf16.h: the toolchain
 
 
 def test_changed_header_recompiles(cache, inc):
