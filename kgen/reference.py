@@ -146,6 +146,8 @@ def norm(spec: Spec, x: torch.Tensor, weight: torch.Tensor | None = None,
     eps = _f32(constants(spec)["eps"], v)
     nn = _f32(float(n), v)
     one = _f32(1.0, v)
+    if weight is None or (kind == "layernorm" and bias is None):
+        raise ValueError(f"{kind} needs a weight" + (" and a bias" if kind == "layernorm" else ""))
     w = weight.to(device=v.device, dtype=torch.float32)
     if kind == "rmsnorm":
         sq = v * v
@@ -375,14 +377,15 @@ def token_byte_columns(spec: Spec | L.Layout) -> torch.Tensor:
     column of each byte of (its row, then its scales g = 0, 1, ...), from `value_offset` and
     `scale_offset`. Scale-slot padding and page padding appear nowhere (never written)."""
     lay = _layout(spec)
-    out = []
-    for t in range(lay.page_size):
-        cols = list(range(lay.value_offset(t), lay.value_offset(t) + lay.row_bytes))
-        for g in range(lay.blocks_per_token if lay.scale_unit else 0):
-            o = lay.scale_offset(t, g)
-            cols.extend(range(o, o + lay.scale_unit))
-        out.append(cols)
-    return torch.tensor(out, dtype=torch.int64)
+    P = lay.page_size
+    rows = torch.tensor([lay.value_offset(t) for t in range(P)], dtype=torch.int64)
+    cols = rows[:, None] + torch.arange(lay.row_bytes)
+    G = lay.blocks_per_token if lay.scale_unit else 0
+    if G:
+        sc = torch.tensor([[lay.scale_offset(t, g) for g in range(G)] for t in range(P)], dtype=torch.int64)
+        sc = (sc[:, :, None] + torch.arange(lay.scale_unit)).reshape(P, G * lay.scale_unit)
+        cols = torch.cat((cols, sc), dim=1)
+    return cols
 
 
 def _slots(lay: L.Layout, cache: torch.Tensor, locs: torch.Tensor):

@@ -183,6 +183,21 @@ def test_ceil_log2_powers_and_neighbours():
     assert (np.array(got)[normal] == recipe[normal]).all()
 
 
+def test_sqrt_rn_is_correctly_rounded():
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(0, 100, 200000), rng.uniform(0, 1, 1000) * 2.0 ** rng.integers(-149, 127, 1000),
+                        [0.0, 1.0, 2.0, 4.0, 15.453603744506836, 2.0 ** -149, 2.0 ** -126, 3.4e38]]).astype(np.float32)
+    got = R.sqrt_rn(torch.from_numpy(x)).numpy()
+    assert np.array_equal(got, np.sqrt(x))  # numpy's float32 sqrt is the hardware's sqrtss
+    for xi, si in list(zip(x, got))[-200:]:  # and the midpoint criterion, in exact rationals
+        s = Fraction(float(si))
+        up = Fraction(float(np.nextafter(si, np.float32(np.inf))))
+        dn = Fraction(float(np.nextafter(si, np.float32(0))))
+        assert ((s + dn) / 2) ** 2 <= Fraction(float(xi)) <= ((s + up) / 2) ** 2
+    # 15.4536037... is one of the many inputs where this torch build's CPU sqrt is one ulp off
+    assert R.sqrt_rn(torch.tensor([15.453603744506836])).item() == float(np.sqrt(np.float32(15.453603744506836)))
+
+
 def test_pow2_exact():
     e = torch.arange(-126, 128, dtype=torch.int32)
     assert R.pow2(e).tolist() == [2.0 ** k for k in range(-126, 128)]
@@ -414,12 +429,16 @@ def emulate_token(spec: Spec, x, w, b, fr) -> tuple[bytes, bytes]:
         v = bf16_rt(v)
     kept = st.rope_dtype is not None
     qv = (v[r:] if spec.rope.placement == "first" else v[:n - r]) if kept else v
-    rope_b = bf16_rne_bits(v[:r] if spec.rope.placement == "first" else v[n - r:]).tobytes() if kept else b""
+    rope_v = v[:r] if spec.rope.placement == "first" else v[n - r:]
+    rope_b = b""
+    if kept:
+        rope_b = (bf16_rne_bits(rope_v) if st.rope_dtype == "bf16" else rope_v.astype(np.float16)).tobytes()
     scales = b""
     if st.dtype == "bf16":
         qb = bf16_rne_bits(qv).tobytes()
     elif st.dtype == "fp16":
-        qb = qv.astype(np.float16).tobytes()
+        with np.errstate(over="ignore"):
+            qb = qv.astype(np.float16).tobytes()
     elif st.scale == "none":
         qb = bytes(e4m3_encode_bruteforce(float(t)) for t in qv)
     else:
@@ -448,11 +467,39 @@ def emulate_token(spec: Spec, x, w, b, fr) -> tuple[bytes, bytes]:
     return row, scales
 
 
-@pytest.mark.parametrize("key", list(SHIPPED))
+VARIANTS = {  # beyond the shipped specs: every branch of the contract
+    "indexer_fp16": ("indexer_bf16", {"store": {"dtype": "fp16"}}),
+    "fp16_no_norm": ("indexer_bf16", {"store": {"dtype": "fp16"}, "norm": {"kind": "none"}, "rope": {"dim": 0},
+                                      "hadamard": False}),
+    "indexer_fp16_input": ("indexer_fp8", {"input_dtype": "fp16"}),
+    "indexer_fp8_reciprocal": ("indexer_fp8", {"store": {"scale_math": "reciprocal"}}),
+    "indexer_fp8_pow2_blocks": ("indexer_fp8", {"store": {"scale": "fp32_pow2", "block": 32}}),
+    "indexer_fp8_ue8m0_layernorm": ("indexer_fp8", {"store": {"scale": "ue8m0", "block": 64},
+                                                    "norm": {"kind": "layernorm"}}),
+    "indexer_no_norm_no_rope": ("indexer_fp4", {"norm": {"kind": "none"}, "rope": {"dim": 0}}),
+    "latent_rope_fp16": ("latent_p64", {"store": {"rope_dtype": "fp16"}}),
+    "latent_neox_first": ("latent_p64", {"rope": {"style": "neox", "placement": "first"}}),
+    "latent_uniform_no_roundtrip": ("latent_uniform", {"store": {"bf16_roundtrip": False}}),
+}
+
+
+def any_spec(key: str) -> Spec:
+    if key in SHIPPED:
+        return spec_of(key)
+    base, upd = VARIANTS[key]
+    return variant(spec_of(base), **{k: v for k, v in upd.items() if isinstance(v, dict)}).model_copy(
+        update={k: v for k, v in upd.items() if not isinstance(v, dict)})
+
+
+@pytest.mark.parametrize("key", [*SHIPPED, *VARIANTS])
 def test_tokens_bytes_match_scalar_emulation(key):
-    spec = spec_of(key)
+    spec = any_spec(key)
     n_tok = 3 if spec.head_dim > 128 else 6
     inp = R.make_inputs(spec, n_tok, seed=6)
+    if spec.store.dtype == "fp16":  # reach fp16 overflow (inf) and subnormals
+        inp["x"][0, :4] = torch.tensor([1e5, -1e5, 1e-6, 3e-8])
+        if spec.norm.kind == "none":
+            assert torch.isinf(inp["x"][0, :2].half()).all()
     row, qz = R.encode(spec, *(inp[k] for k in ("x", "weight", "bias", "freqs", "positions")))
     fr = inp["freqs"].numpy()[inp["positions"].numpy()]
     for i in range(n_tok):
