@@ -411,7 +411,7 @@ def store(spec: Spec, cache: torch.Tensor, out_loc: torch.Tensor, row: torch.Ten
     _check_cache(lay, cache)
     valid, page, slot = _slots(lay, cache, out_loc)
     cols = token_byte_columns(lay).to(cache.device)
-    data = torch.cat((row, scale_bytes.reshape(row.shape[0], -1)), dim=1)
+    data = torch.cat((row, scale_bytes.reshape(row.shape[0], scale_bytes.shape[-1] if scale_bytes.dim() else 0)), dim=1)
     if data.shape[1] != cols.shape[1]:
         raise AssertionError(f"{data.shape[1]} B per token for {cols.shape[1]} columns")
     # boolean selection: the one host sync of the reference (a data-dependent count)
