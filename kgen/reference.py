@@ -21,11 +21,23 @@ Stage functions (all take/return fp32 `[N, head_dim]` unless noted):
     norm -> rope -> hadamard -> bf16_roundtrip   (= `prequant`)
     quantize -> pack_row -> store                 (= `encode` + `store`)
 plus `decode` (cache bytes -> dequantized values and scales) and `make_inputs`.
+
+Readings of docs/numerics.md where it leaves room (the kernel must read it the same way):
+* the bf16 round trip (§5) applies to every value, the kept RoPE dims included, before their cast
+  to `rope_dtype` (a no-op for bf16, a double rounding for fp16);
+* the freqs table is (cos_i, sin_i) at [2i, 2i+1] for both RoPE styles (NeoX too);
+* `scale_math` changes power-of-two scales never: fp32(1/448) * 448*2^k and fp32(1/6) * 6*2^k
+  round to exactly 2^k, and both maps are monotone, so ceil_log2 agrees for every amax. It only
+  changes `scale: fp32` (about half of all amax values get a scale one ulp apart);
+* e4m3 keeps the sign of zero (-0.0 or a tiny negative -> 0x80), as the CUDA conversion does;
+  only e2m1 drops it;
+* t = a / QMAX is normal whenever amax_floor >= QMAX * 2^-126; the bit recipe of ceil_log2 needs
+  that (this module also handles a subnormal t exactly);
+* `torch.compile` of this module is not the reference: Inductor may contract a*b+c into an FMA.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -354,14 +366,14 @@ def quantize(spec: Spec, y: torch.Tensor) -> Quantized:
 # §7 rows and the paged store
 
 
-def _part_bytes(lay: L.Layout, qz: Quantized) -> dict[str, torch.Tensor]:
+def _part_bytes(qz: Quantized) -> dict[str, torch.Tensor]:
     return {"values": qz.values, "rope": qz.kept}
 
 
 def pack_row(spec: Spec, qz: Quantized) -> torch.Tensor:
     """A token's row [N, row_bytes], its parts placed as `layout.row_parts()` says."""
     lay = _layout(spec)
-    parts = _part_bytes(lay, qz)
+    parts = _part_bytes(qz)
     N = qz.values.shape[0]
     row = torch.empty((N, lay.row_bytes), dtype=torch.uint8, device=qz.values.device)
     for r in lay.row_parts():

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from kgen import layout as L  # noqa: E402
 from kgen import reference as R  # noqa: E402
-from kgen.spec import Norm, Rope, Spec, Store  # noqa: E402
+from kgen.spec import Spec  # noqa: E402
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 SHIPPED = {
