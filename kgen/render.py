@@ -102,16 +102,23 @@ def _cxx_name(upper_snake: str) -> str:
 
 
 def _fp32_problems(spec: Spec) -> list[Problem]:
-    """Float fields whose fp32 value cannot be written as a C++ literal (they overflow fp32)."""
+    """Positive float fields whose fp32 value is inf or 0: the kernel (fp32) cannot express them."""
     out = []
     for loc, value, rule in ((("norm", "eps"), spec.norm.eps, "norm-eps"),
                              (("store", "amax_floor"), spec.store.amax_floor, "store-amax-floor")):
         if math.isfinite(value):
             try:
-                L.float_hex(value)
+                import numpy as np
+
+                with np.errstate(over="ignore", under="ignore"):
+                    text = L.float_hex(value)
             except (ValueError, OverflowError):
                 out.append(Problem(rule, f"{loc[-1]} {value} is not a finite fp32 (it overflows to inf); "
                                    "the kernel cannot express it", loc=loc, fix="use a value below 3.4e38"))
+                continue
+            if value > 0 and text == "0.0f":
+                out.append(Problem(rule, f"{loc[-1]} {value} rounds to 0 as fp32, which the kernel computes in",
+                                   loc=loc, fix="use a value of at least 1.0e-45 (1.0e-38 avoids subnormals)"))
     return out
 
 
@@ -174,11 +181,22 @@ def _bool(b: bool) -> str:
     return "true" if b else "false"
 
 
+def _check_identifier(value: str, loc: tuple, what: str) -> None:
+    """Names become directories and C++ identifiers: refused even with --no-validate."""
+    from .rules import NAME_MAX, NAME_RE
+
+    if not NAME_RE.fullmatch(value) or len(value) > NAME_MAX:
+        raise KgenError([Problem("name", f"{what} '{value}' is not an identifier ([a-z][a-z0-9_]*, at most "
+                                 f"{NAME_MAX} characters): it cannot name a generated directory or a C++ symbol",
+                                 loc=loc, fix="use lower-case letters, digits and underscores")])
+
+
 def render_variant(spec: Spec) -> RenderedVariant:
     """The files of one variant. Total for every schema-valid spec: values that break a rule render
     (the kernel's static_assert twins reject them); values no C++ literal can hold raise KgenError
     (unlocated: `render_document` locates it in the spec's file)."""
     uri = spec.name
+    _check_identifier(uri, ("name",), "name")
     constants, lay, computed = _constants(spec)
     values = dict(uri=uri, description=_one_line(spec.description), input_dtype=spec.input_dtype,
                   constants=constants, name_expression=name_expression(uri), kernel=KERNEL)
@@ -227,6 +245,7 @@ def _cxx_literal(kind: str, v) -> str:
 
 def render_family(family, specs: list[Spec]) -> dict[str, str]:
     """The dispatch tables (C++ and Python) of a family over its loaded variants."""
+    _check_identifier(family.family, ("family",), "family")
     key = list(family.dispatch.key)
     rows = sorted(((variant_key(s, key), s) for s in specs), key=lambda r: r[1].name)
     kinds = [_key_kind([k[i] for k, _ in rows]) for i in range(len(key))]
@@ -277,6 +296,8 @@ def render_document(result_or_doc) -> list[tuple[str, str]]:
     if doc.family is not None and not problems:
         try:
             files.update(render_family(doc.family, specs))
+        except KgenError as e:
+            problems.extend(p if p.file is not None else doc.source.locate(p) for p in e.problems)
         except (ValueError, ZeroDivisionError, OverflowError) as e:
             problems.append(doc.source.locate(Problem("dispatch-key", f"cannot build the dispatch table: {e}",
                                                       loc=("dispatch",), fix="run kgen validate")))
@@ -297,6 +318,11 @@ def _load(path: Path, validate: bool):
         result = validate_path(path)
         if not result.valid:
             raise KgenError(result.errors)
+        # a spec every rule accepts but whose byte math cannot be computed (no rule covers it yet)
+        problems = [_uncomputable(v) for v in result.document.variants if v.spec is not None]
+        problems = [p for p in problems if p is not None]
+        if problems:
+            raise KgenError(problems)
         return result.document
     from .load import load_document
 
@@ -305,6 +331,18 @@ def _load(path: Path, validate: bool):
     if errors:  # schema errors: there is no spec to render
         raise KgenError(errors)
     return doc
+
+
+def _uncomputable(variant) -> Problem | None:
+    try:
+        L.compute(variant.spec)
+        return None
+    except (ValueError, ZeroDivisionError, OverflowError) as e:
+        text = str(e)
+        loc = (("store", "block") if "block" in text else ("layout", "scale_stride") if "scale_stride" in text
+               else ("name",))
+        return variant.locate(Problem("layout", f"kgen cannot compute the byte layout of '{variant.spec.name}': "
+                                      f"{text}", loc=loc, fix="fix the value (see kgen layout)"))
 
 
 def render_all(paths: list[Path], validate: bool = True) -> dict[str, str]:

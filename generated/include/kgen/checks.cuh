@@ -41,7 +41,8 @@ template <class C> KGEN_HD constexpr bool rope_dim() {
 
 template <class C> KGEN_HD constexpr bool rope_lanes() {
   const long long r = C::kRopeDim, V = lanes_v<C>();
-  if (!C::kLayoutComputed || r <= 0 || V == 0) return true;
+  // silent when head_dim or rope.dim is already wrong (one problem, not one per derived check)
+  if (!C::kLayoutComputed || r <= 0 || !head_dim<C>() || !rope_dim<C>() || V == 0) return true;
   if (r % V != 0) return false;
   if (C::kRopeStyle == RopeStyle::interleaved && V % 2 != 0) return false;
   if (C::kRopeStyle == RopeStyle::neox && (r / 2) % V != 0) return false;
@@ -74,7 +75,7 @@ template <class C> KGEN_HD constexpr bool store_block() {
   if (!C::kLayoutComputed || C::kScaleKind == ScaleKind::none) return true;
   const long long b = C::kBlock, n = C::kQuantDim, V = lanes_v<C>();
   if (b <= 0 || n % b != 0) return false;
-  if (V == 0) return true;
+  if (!head_dim<C>() || V == 0) return true;
   if (b % V != 0) return false;
   const long long lanes = b / V;
   if (!is_pow2(lanes) || lanes > 32) return false;
@@ -96,7 +97,7 @@ template <class C> KGEN_HD constexpr bool page_size() {
 }
 
 template <class C> KGEN_HD constexpr bool page_align() {
-  return C::kPageAlign >= 1 && C::kPageAlign <= kPageBytesLimit;
+  return C::kPageAlign >= 1 && C::kPageAlign < kPageBytesLimit;
 }
 
 template <class C> KGEN_HD constexpr bool scale_stride() {
@@ -108,7 +109,8 @@ template <class C> KGEN_HD constexpr bool scale_stride() {
 }
 
 template <class C> KGEN_HD constexpr bool layout_align() {
-  if (!C::kLayoutComputed || lanes_v<C>() < 1) return true;
+  if (!C::kLayoutComputed || !head_dim<C>()) return true;
+  if (C::kQuantLaneBits % 8 != 0) return false;  // a lane cannot store a fraction of a byte
   const long long vec = C::kStoreVectorBytes, kvec = C::kKeptVectorBytes, unit = C::kScaleUnit;
   if (vec && (C::kRowBytes % vec != 0 || C::kQuantRowOffset % vec != 0)) return false;
   if (kvec && (C::kKeptRowOffset % kvec != 0 || C::kRowBytes % kvec != 0)) return false;
@@ -118,7 +120,8 @@ template <class C> KGEN_HD constexpr bool layout_align() {
 }
 
 template <class C> KGEN_HD constexpr bool page_bytes_limit() {
-  return !C::kLayoutComputed || C::kPageBytes < kPageBytesLimit;
+  // a page_align out of range is the page-align rule's problem (it alone rounds the page past 2^31)
+  return !C::kLayoutComputed || C::kPageBytes < kPageBytesLimit || !page_align<C>();
 }
 
 template <class C> KGEN_HD constexpr bool launch() {
@@ -173,7 +176,7 @@ struct Twins {
   static_assert(store_amax_floor<C>(), "[store-amax-floor] amax_floor must be finite and > 0 (as fp32) "
                                        "for scaled stores");
   static_assert(page_size<C>(), "[page-size] page_size must be a power of two in [1, 65536]");
-  static_assert(page_align<C>(), "[page-align] page_align must be in [1, 2^31]");
+  static_assert(page_align<C>(), "[page-align] page_align must be in [1, 2^31)");
   static_assert(scale_stride<C>(), "[scale-stride] scale_stride must hold a token's scales and be a "
                                    "multiple of the scale size");
   static_assert(layout_align<C>(), "[layout-align] rows, the RoPE part, pages and the scale region must be "

@@ -193,11 +193,12 @@ struct NormRopeStore {
       }
 #pragma unroll
       for (int m = 1; m < 32; m <<= 1) {
-        const bool upper = (lane & m) != 0;
+        // lower lane: a + b = v + p; upper lane: a - b = p - v = p + (-v) (IEEE: the same result)
+        const uint32_t flip = (lane & m) != 0 ? 0x80000000u : 0u;
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           const float p = __shfl_xor_sync(num::kFullMask, v[k], m);
-          v[k] = upper ? num::sub(p, v[k]) : num::add(v[k], p);
+          v[k] = num::add(p, __uint_as_float(__float_as_uint(v[k]) ^ flip));
         }
       }
 #pragma unroll

@@ -1,0 +1,430 @@
+"""`kgen render`: generated/ is reproduced byte for byte, invalid specs write nothing, StrictUndefined,
+every shipped variant compiles without spills, every rule with twin=True has a static_assert that
+fires with its id under --no-validate, and the dispatch tables (C++ and Python) select and refuse."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kgen.diagnostics import KgenError
+from kgen.load import load_document
+from kgen.render import (RenderedVariant, environment, include_dirs, render_all, render_document, render_paths,
+                         render_variant)
+from kgen.rules import RULES, check_variant
+from kgen.spec import Spec
+from strategies import ROOT, base_spec, clone, fp4_spec, fp8_spec, packed_latent_spec, valid_specs, write_yaml
+
+SPECS = sorted((ROOT / "specs").glob("*.yaml"))
+GENERATED = ROOT / "generated"
+TWINS = sorted(r.id for r in RULES.values() if r.twin)
+ASSERT_RE = re.compile(r'static assertion failed with "\[([a-z0-9-]+)\]')
+
+
+def shipped_specs() -> list[Spec]:
+    seen = {}
+    for p in SPECS:
+        for v in load_document(p).variants:
+            seen.setdefault(v.spec.name, v.spec)
+    return [seen[k] for k in sorted(seen)]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------------------------------------
+# compile helper (kgen.compile, through a per-session cache)
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory):
+    from kgen.cache import Cache
+
+    return Cache(tmp_path_factory.mktemp("render-cache"))
+
+
+def compile_rv(rv: RenderedVariant, cache, arch: str = "sm_90a"):
+    """(CompiledKernel or None, full NVRTC log)."""
+    from kgen.compile import CompileError, compile_rendered
+
+    try:
+        k = compile_rendered(rv, arch, cache=cache, progress=None)
+        return k, k.log
+    except CompileError as e:
+        return None, e.log
+
+
+def fired(log: str) -> set[str]:
+    return set(ASSERT_RE.findall(log))
+
+
+def twin_errors(spec: Spec) -> set[str]:
+    _, problems = check_variant(spec)
+    return {p.rule for p in problems if p.severity == "error" and RULES[p.rule].twin}
+
+
+# ---------------------------------------------------------------------------------------------
+# generated/ and the writer
+
+
+def test_generated_is_reproduced_byte_for_byte(tmp_path):
+    out = tmp_path / "gen"
+    written = render_paths(SPECS, out)
+    assert sorted(written) == sorted(p for p in out.rglob("*") if p.is_file())
+    assert tree(out) == tree(GENERATED), "generated/ is stale: run `.venv/bin/kgen render specs/*.yaml`"
+
+
+def test_cli_render_matches_generated(tmp_path):
+    out = tmp_path / "cli"
+    r = subprocess.run([str(ROOT / ".venv/bin/kgen"), "render", *map(str, SPECS), "-o", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert tree(out) == tree(GENERATED)
+
+
+def test_render_is_deterministic_and_leaves_equal_files_alone(tmp_path):
+    out = tmp_path / "gen"
+    render_paths(SPECS, out)
+    first = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    render_paths(SPECS, out)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == first
+    assert not list(out.rglob("*.tmp"))
+
+
+def test_invalid_spec_writes_nothing(tmp_path):
+    bad = clone(fp4_spec())
+    bad["store"]["scale"] = "fp32"
+    write_yaml(tmp_path / "bad.yaml", bad)
+    out = tmp_path / "out"
+    with pytest.raises(KgenError) as e:
+        render_paths([*SPECS, tmp_path / "bad.yaml"], out)
+    assert not out.exists()
+    assert any(p.rule == "store-scale" and p.line is not None for p in e.value.problems)
+    r = subprocess.run([str(ROOT / ".venv/bin/kgen"), "render", *map(str, SPECS), str(tmp_path / "bad.yaml"),
+                        "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1 and "error[store-scale]" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_missing_file_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(KgenError) as e:
+        render_paths([*SPECS, tmp_path / "nope.yaml"], out)
+    assert e.value.exit_code == 2
+    assert not out.exists()
+
+
+def test_unexpressible_values_raise_located_errors(tmp_path):
+    s = base_spec()
+    s["norm"]["eps"] = 1e300  # finite as a double, inf as fp32
+    write_yaml(tmp_path / "eps.yaml", s)
+    for validate in (True, False):
+        with pytest.raises(KgenError) as e:
+            render_paths([tmp_path / "eps.yaml"], tmp_path / "out", validate=validate)
+        p = e.value.problems[0]
+        assert p.rule == "norm-eps" and p.line is not None, p
+    s = base_spec()
+    s["layout"]["page_align"] = 10**30
+    write_yaml(tmp_path / "big.yaml", s)
+    with pytest.raises(KgenError) as e:
+        render_paths([tmp_path / "big.yaml"], tmp_path / "out", validate=False)
+    assert e.value.problems[0].line is not None
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_names_are_refused_even_without_validation(tmp_path):
+    s = base_spec()
+    s["name"] = "../escape"
+    write_yaml(tmp_path / "n.yaml", s)
+    with pytest.raises(KgenError) as e:
+        render_paths([tmp_path / "n.yaml"], tmp_path / "out", validate=False)
+    assert e.value.problems[0].rule == "name"
+    assert not (tmp_path / "out").exists() and not (tmp_path / "escape").exists()
+
+
+def test_strict_undefined_catches_a_missing_variable():
+    import jinja2
+
+    env = environment()
+    assert env.undefined is jinja2.StrictUndefined and env.keep_trailing_newline
+    with pytest.raises(jinja2.UndefinedError):
+        env.from_string("{{ missing }}").render()
+    with pytest.raises(jinja2.UndefinedError):  # a real template with one value left out
+        env.get_template("variant/kernel.cu.j2").render(uri="x", banner="", description="", input_dtype="fp32",
+                                                        constants=[], kernel="norm_rope_store")
+
+
+# ---------------------------------------------------------------------------------------------
+# the API
+
+
+def test_render_variant_api():
+    for spec in shipped_specs():
+        rv = render_variant(spec)
+        assert rv.uri == spec.name
+        assert rv.kernel_file == f"{spec.name}/kernel.cu" and rv.kernel_file in rv.files
+        assert rv.name_expression == f"kgen::norm_rope_store<kgen_cfg::{spec.name}>"
+        assert set(rv.files) == {f"{spec.name}/{f}" for f in ("config.cuh", "kernel.cu", "host.h", "host.py")}
+        cu = rv.files[rv.kernel_file]
+        assert f"struct {spec.name} {{" in cu and "#include <kgen/norm_rope_store.cuh>" in cu
+
+
+def test_include_dirs_hold_only_real_headers():
+    dirs = include_dirs()
+    assert dirs and all(d.is_dir() for d in dirs)
+    files = [p for d in dirs for p in d.rglob("*") if p.is_file()]
+    assert files and all(p.suffix in (".cuh", ".h") for p in files)
+    assert any(p.name == "norm_rope_store.cuh" for p in files)
+
+
+def test_render_document_of_a_family_has_tables_and_every_variant():
+    doc = load_document(ROOT / "specs" / "dsv4.yaml")
+    files = dict(render_document(doc))
+    assert list(files) == sorted(files)
+    assert "dsv4_fused_norm_rope/select_kernel.h" in files and "dsv4_fused_norm_rope/select_kernel.py" in files
+    for v in doc.variants:
+        assert f"{v.spec.name}/kernel.cu" in files
+
+
+def test_host_constants_come_from_layout(tmp_path):
+    from kgen import layout as L
+
+    render_paths(SPECS, tmp_path)
+    for spec in shipped_specs():
+        mod = _import(tmp_path / spec.name / "host.py")
+        lay = L.compute(spec)
+        for k, v in L.host_constants(lay).items():
+            assert getattr(mod, k) == v, (spec.name, k)
+        assert mod.NAME == spec.name and mod.REGIONS == tuple((r.name, r.offset, r.size) for r in lay.regions())
+        assert mod.ROW_PARTS == tuple((r.name, r.offset, r.size) for r in lay.row_parts())
+        h = (tmp_path / spec.name / "host.h").read_text()
+        assert f"kPageBytes = {lay.page_bytes};" in h and f"kBytesPerToken = {lay.bytes_per_token};" in h
+
+
+# ---------------------------------------------------------------------------------------------
+# dispatch tables
+
+
+def _import(path: Path):
+    spec = importlib.util.spec_from_file_location(f"kgen_test_{path.parent.name}_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_python_select_kernel(tmp_path):
+    from kgen.family import variant_key
+
+    render_paths([ROOT / "specs" / "dsv4.yaml"], tmp_path)
+    mod = _import(tmp_path / "dsv4_fused_norm_rope" / "select_kernel.py")
+    doc = load_document(ROOT / "specs" / "dsv4.yaml")
+    key = doc.family.dispatch.key
+    assert mod.KEY == tuple(key)
+    for v in doc.variants:
+        assert mod.select_kernel(*variant_key(v.spec, key)) == v.spec.name
+        assert mod.CONSTANTS[v.spec.name]["PAGE_BYTES"] > 0
+    assert mod.select_kernel(input_dtype="fp32", head_dim=128, store_dtype="bf16", store_scale="none",
+                             layout_page_size=64) == "dsv4_indexer_bf16"
+    with pytest.raises(KeyError) as e:
+        mod.select_kernel("fp32", 128, "bf16", "none", 32)
+    text = str(e.value)
+    assert "layout.page_size: 32" in text and "supported keys" in text and "store.dtype: fp4_e2m1" in text
+    with pytest.raises(KeyError):
+        mod.select_kernel("fp32", "128", "bf16", "none", 64)  # strict types, as the validator
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
+def test_cxx_select_kernel_host_only(tmp_path):
+    render_paths([ROOT / "specs" / "dsv4.yaml"], tmp_path)
+    main = tmp_path / "main.cc"
+    main.write_text(
+        '#include "dsv4_fused_norm_rope/select_kernel.h"\n#include <cstdio>\n'
+        "namespace s = kgen_select::dsv4_fused_norm_rope;\n"
+        "int main() {\n"
+        '  const auto& e = s::select_kernel("fp32", 128, "bf16", "none", 64);\n'
+        '  std::printf("%s %lld %d\\n", e.uri, e.page_bytes, e.kernel == nullptr);\n'
+        '  try { s::select_kernel("fp32", 128, "bf16", "none", 32); } catch (const std::invalid_argument& x) {\n'
+        '    std::printf("%s\\n", x.what()); }\n'
+        "  return kgen_host::dsv4_indexer_fp8::kPageBytes == 8448 ? 0 : 1;\n}\n")
+    exe = tmp_path / "main"
+    subprocess.run(["g++", "-std=c++17", "-Wall", "-Werror", "-I", str(tmp_path), str(main), "-o", str(exe)],
+                   check=True, capture_output=True, text=True)
+    r = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0
+    first, second = r.stdout.splitlines()[:2]
+    assert first == "dsv4_indexer_bf16 16384 1"
+    assert "no variant for {input_dtype: fp32, head_dim: 128, store.dtype: bf16, store.scale: none, " \
+           "layout.page_size: 32}" in second and "supported keys" in second
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_cxx_select_kernel_under_nvcc(tmp_path):
+    """Under nvcc the table holds the kernel pointers (the headers compile outside NVRTC too)."""
+    render_paths([ROOT / "specs" / "dsv4.yaml"], tmp_path)
+    main = tmp_path / "main.cu"
+    main.write_text('#include "dsv4_fused_norm_rope/select_kernel.h"\n'
+                    "const void* pick() { return kgen_select::dsv4_fused_norm_rope::select_kernel(\n"
+                    '    "fp32", 128, "fp8_e4m3", "fp32", 64).kernel; }\n')
+    r = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90a", "--fmad=false", "-c", "-I", str(tmp_path),
+                        "-I", str(tmp_path / "include"), str(main), "-o", str(tmp_path / "main.o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+# ---------------------------------------------------------------------------------------------
+# compiling: the shipped variants, registers and spills
+
+
+@pytest.mark.parametrize("spec", shipped_specs(), ids=lambda s: s.name)
+def test_shipped_variant_compiles_for_sm90a_without_spills(spec, cache):
+    k, log = compile_rv(render_variant(spec), cache)
+    assert k is not None, log
+    assert k.registers is not None and k.registers <= 255
+    assert k.spill_bytes == 0 and k.stack_bytes == 0, log
+    assert not fired(log)
+
+
+# ---------------------------------------------------------------------------------------------
+# twins: each twin rule, broken alone, renders under --no-validate and fails to compile with its id
+
+
+def _case(base, **changes):
+    d = clone(base)
+    for path, value in changes.items():
+        node = d
+        *parents, last = path.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return d
+
+
+TWIN_CASES = {
+    "head-dim": [(_case(base_spec(), head_dim=96, rope__dim=0, hadamard=False), {"head-dim"})],
+    "rope-dim": [(_case(base_spec(), rope__dim=-4), {"rope-dim"})],
+    "rope-lanes": [(_case(base_spec(), rope__dim=4, rope__style="neox"), {"rope-lanes"})],
+    "hadamard": [(_case(base_spec(), head_dim=96, rope__dim=0, hadamard=True), {"head-dim", "hadamard"})],
+    "norm-eps": [(_case(base_spec(), norm__eps=0.0), {"norm-eps"}),
+                 (_case(base_spec(), norm__eps=float("nan")), {"norm-eps"})],
+    "store-scale": [(_case(base_spec(), store__scale="fp32"), {"store-scale"}),
+                    (_case(fp4_spec(), store__block=64), {"store-scale"})],
+    "store-block": [(_case(fp8_spec(), store__block=48), {"store-block"})],
+    "store-rope-dtype": [(_case(base_spec(), store__rope_dtype="bf16"), {"store-rope-dtype"})],
+    "store-amax-floor": [(_case(fp8_spec(), store__amax_floor=0.0), {"store-amax-floor"})],
+    "page-size": [(_case(base_spec(), layout__page_size=48), {"page-size"})],
+    "scale-stride": [(_case(fp8_spec(), layout__scale_stride=2), {"scale-stride"})],
+    "layout-align": [(_case(packed_latent_spec(), layout__page_size=1, layout__page_align=1), {"layout-align"}),
+                     (_case(fp4_spec(), head_dim=32, rope__dim=0, hadamard=False), {"layout-align"})],
+    "page-align": [(_case(base_spec(), layout__page_align=0), {"page-align"}),
+                   (_case(base_spec(), layout__page_align=2**31), {"page-align"})],
+    "page-bytes-limit": [(_case(fp8_spec(), layout__page_size=65536, layout__scale_stride=32768),
+                          {"page-bytes-limit"})],
+    "launch": [(_case(base_spec(), launch__warps_per_block=0), {"launch"}),
+               (_case(base_spec(), launch__tokens_per_warp=9), {"launch"})],
+}
+
+
+def test_every_twin_rule_has_a_case():
+    assert sorted(TWIN_CASES) == TWINS
+
+
+@pytest.mark.parametrize("rule,index", [(r, i) for r in sorted(TWIN_CASES) for i in range(len(TWIN_CASES[r]))])
+def test_twin_fires_with_its_rule_id(rule, index, tmp_path, cache):
+    data, expected = TWIN_CASES[rule][index]
+    write_yaml(tmp_path / "s.yaml", data)
+    with pytest.raises(KgenError) as e:  # the validator refuses it, located
+        render_paths([tmp_path / "s.yaml"], tmp_path / "v")
+    assert {p.rule for p in e.value.problems if p.severity == "error"} == expected
+    assert not (tmp_path / "v").exists()
+
+    render_paths([tmp_path / "s.yaml"], tmp_path / "out", validate=False)
+    spec = Spec.model_validate(data)
+    assert twin_errors(spec) == expected
+    k, log = compile_rv(render_variant(spec), cache)
+    assert k is None, "the kernel compiled"
+    assert fired(log) == expected, log
+    errors = [ln for ln in log.splitlines() if "error" in ln]
+    assert all("static assertion failed" in ln for ln in errors if "error:" in ln), errors
+
+
+def test_twin_message_matches_the_contract_example(cache):
+    spec = Spec.model_validate(_case(fp4_spec(), store__block=64))
+    _, log = compile_rv(render_variant(spec), cache)
+    assert '"[store-scale] fp4_e2m1 needs scale ue8m0 with block 32"' in log
+
+
+# mutations of good specs, type-correct for the schema: twins and validator must agree exactly
+_MUTATIONS = {
+    "head_dim": st.sampled_from([0, 16, 32, 48, 64, 96, 128, 160, 256, 1024, 2048, -32]),
+    "rope__dim": st.sampled_from([-2, 0, 2, 4, 6, 8, 16, 30, 32, 64, 96, 128, 130, 512]),
+    "rope__style": st.sampled_from(["interleaved", "neox"]),
+    "rope__placement": st.sampled_from(["first", "last"]),
+    "hadamard": st.booleans(),
+    "norm__kind": st.sampled_from(["rmsnorm", "layernorm", "none"]),
+    "norm__eps": st.sampled_from([1e-6, 0.0, -1.0, float("inf"), float("nan"), 1e-50]),
+    "store__dtype": st.sampled_from(["bf16", "fp16", "fp8_e4m3", "fp4_e2m1"]),
+    "store__scale": st.sampled_from(["none", "fp32", "fp32_pow2", "ue8m0"]),
+    "store__block": st.sampled_from([None, 1, 2, 4, 8, 16, 32, 48, 64, 128, 256, 448, 512]),
+    "store__amax_floor": st.sampled_from([1e-4, 0.0, -1.0, float("inf")]),
+    "store__rope_dtype": st.sampled_from([None, "bf16", "fp16"]),
+    "store__bf16_roundtrip": st.booleans(),
+    "store__scale_math": st.sampled_from(["divide", "reciprocal"]),
+    "layout__page_size": st.sampled_from([1, 2, 3, 48, 64, 65536, 131072, 0, -64]),
+    "layout__page_align": st.sampled_from([1, 0, 16, 576, 2**31, 2**31 + 1]),
+    "layout__scale_stride": st.sampled_from([None, 0, 1, 2, 3, 4, 8, 9, -1]),
+    "launch__warps_per_block": st.sampled_from([0, 1, 8, 32, 33]),
+    "launch__tokens_per_warp": st.sampled_from([0, 1, 2, 8, 9]),
+}
+
+
+@st.composite
+def mutated_specs(draw):
+    base = draw(st.sampled_from([base_spec, fp8_spec, fp4_spec, packed_latent_spec]))()
+    keys = draw(st.lists(st.sampled_from(sorted(_MUTATIONS)), min_size=1, max_size=3, unique=True))
+    return _case(base, **{k: draw(_MUTATIONS[k]) for k in keys})
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=mutated_specs())
+def test_twins_agree_with_the_validator(data, cache):
+    """Any schema-valid spec renders (or raises a located KgenError for an unexpressible value); its
+    compile fails with exactly the twin rules the validator reports, or succeeds when there are none."""
+    spec = Spec.model_validate(data)
+    try:
+        rv = render_variant(spec)
+    except KgenError as e:
+        assert all(p.loc for p in e.problems)
+        return
+    expected = twin_errors(spec)
+    k, log = compile_rv(rv, cache)
+    got = fired(log)
+    if not expected and not got and k is None:
+        assert "[layout]" in log, log  # byte math kgen cannot compute (e.g. a block of 0 when unscaled)
+        return
+    assert got == expected, (data, log[-2000:])
+    assert (k is not None) == (not expected), log[-2000:]
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=valid_specs())
+def test_accepted_specs_compile(data, cache):
+    data["name"] = "accepted"
+    k, log = compile_rv(render_variant(Spec.model_validate(data)), cache)
+    assert k is not None, (data, log[-3000:])
+
+
+def test_render_all_has_the_headers():
+    files = render_all(SPECS)
+    for p in include_dirs()[0].rglob("*.cuh"):
+        assert files["include/" + p.relative_to(include_dirs()[0]).as_posix()] == p.read_text()
