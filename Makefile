@@ -26,3 +26,42 @@ test: install
 
 clean:
 	rm -rf $(VENV) .whl build *.egg-info
+
+# ---------------------------------------------------------------------------------------------
+# GPU machine (docs/gpu.md). Its image (Python 3.12, torch 2.11 cu130) lacks pydantic, ruamel.yaml,
+# libcst, platformdirs...: `make wheels` fetches them as cp312 manylinux wheels into .whl/, at the
+# versions installed here (pyproject pins), for the device tool's `carry: [".whl"]`. cuda-core,
+# cuda-bindings and cuda-pathfinder are carried too (the versions kgen is tested with; ~15 MiB);
+# the 58-MiB nvidia-cuda-nvrtc and the cudart headers are NOT carried: the image's are used, so
+# kernels are NVRTC-compiled there (scripts/device_run.sh falls back to the image's cuda-python if
+# ours does not work with them). `make wheels DEVICE_CUDA_WHEELS=` carries no cuda-python at all.
+WHEEL_DIR          := .whl
+DEVICE_WHEELS      ?= pydantic pydantic-core annotated-types typing-inspection typing-extensions \
+                      ruamel.yaml libcst platformdirs filelock typer rich jinja2
+DEVICE_CUDA_WHEELS ?= cuda-core cuda-bindings cuda-pathfinder
+WHEEL_PLATFORMS    := $(foreach n,28 27 24 17,--platform manylinux_2_$(n)_x86_64) \
+                      --platform manylinux2014_x86_64 --platform manylinux1_x86_64
+WHEEL_MAX_MIB      := 40
+
+wheels: install
+	@grep -qxF '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+	@mkdir -p $(WHEEL_DIR)
+	@pins=$$($(BIN)/python -c 'import importlib.metadata as m, sys; print(" ".join(f"{n}=={m.version(n)}" for n in sys.argv[1:]))' $(DEVICE_WHEELS) $(DEVICE_CUDA_WHEELS)) && \
+	  echo "wheels for the GPU machine (cp312, manylinux x86_64): $$pins" && \
+	  rm -f $(WHEEL_DIR)/*.whl && \
+	  $(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	    $(WHEEL_PLATFORMS) -d $(WHEEL_DIR) $$pins
+	@ls $(WHEEL_DIR)/*.whl | sed 's|.*/||' | sed 's/-.*//' | sort | uniq -d | grep . && { echo "two versions of one wheel in $(WHEEL_DIR)"; exit 1; } || true
+	@size=$$(du -sm $(WHEEL_DIR) | cut -f1); echo "$(WHEEL_DIR): $$(ls $(WHEEL_DIR)/*.whl | wc -l) wheels, $$size MiB"; \
+	  test $$size -lt $(WHEEL_MAX_MIB) || { echo "$(WHEEL_DIR) is over $(WHEEL_MAX_MIB) MiB"; exit 1; }
+
+# Everything that can be checked before spending device time: wheels present and small, the
+# tree + wheels under the tool's 64 MiB, the device script parses, kgen compiles every shipped
+# variant for the H200 (sm_90a) here, and the CPU tests of the GPU path pass. Prints the command.
+device-check: wheels
+	bash -n scripts/device_run.sh
+	@tree=$$( { git ls-files -co --exclude-standard; ls $(WHEEL_DIR)/*.whl; } | sort -u | while read -r f; do [ -f "$$f" ] && stat -c %s "$$f"; done | awk '{s+=$$1} END {printf "%d", s/1048576}'); \
+	  echo "travels to the device: $$tree MiB (limit 64)"; test $$tree -lt 60 || { echo "too large"; exit 1; }
+	KGEN_CACHE_DIR=$${KGEN_CACHE_DIR:-/tmp/kgen-device-check} $(BIN)/kgen compile $(SPECS) --arch sm_90a
+	$(BIN)/python -m pytest -q tests/test_runtime.py
+	@echo; echo "ready. device tool: run(command=\"bash scripts/device_run.sh all\", carry=[\".whl\"], timeout_s=600)"

@@ -141,7 +141,7 @@ class Timer:
         t.cuda.current_stream().wait_stream(side)
         t.cuda.synchronize()
         g = t.cuda.CUDAGraph()
-        with t.cuda.graph(g):
+        with t.cuda.graph(g, stream=side):  # the stream the warm-up ran on: nothing is created in capture
             for _ in range(launches):
                 fn()
         g.replay()
@@ -306,12 +306,12 @@ def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate
         e["error"] = f"{type(ex).__name__}: {ex}"[:500]
     entry["eager"] = e
 
-    # torch.compile of the reference
-    entry["compile"] = compile_case(torch, timer, spec, bm, copy_gbps, cstate, (x, w, b, f, p, loc, ref_cache))
-
     # floors
     if n <= FLOOR_MAX_TOKENS:
         entry["floor"] = floor_runs(torch, timer, spec, n, bm["total"], loaded.arch)
+
+    # torch.compile of the reference (last: its first call compiles, which can take long)
+    entry["compile"] = compile_case(torch, timer, spec, bm, copy_gbps, cstate, (x, w, b, f, p, loc, ref_cache))
 
     # ratios
     entry["ratios"] = ratios(entry)
@@ -335,7 +335,7 @@ def compile_case(torch, timer: Timer, spec: Spec, bm: dict, copy_gbps: float, cs
         def ref(x, w, b, f, p, loc, cache):
             reference.norm_rope_store(spec, x, w, b, f, p, loc, cache)
 
-        fn = cstate.fns[spec.name] = torch.compile(ref, dynamic=None)
+        fn = cstate.fns[spec.name] = torch.compile(ref, dynamic=True)  # one compile for every N
     out: dict = {}
     t0 = time.perf_counter()
     try:
@@ -477,6 +477,22 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     budget = float(os.environ.get("KGEN_BENCH_BUDGET_S", "0") or 0)  # 0 = no limit
     started = time.perf_counter()
     failed = bool(errors)
+    try:
+        failed = _bench_all(torch, timer, specs, tokens, errors, copy_gbps, cstate, budget, started, data,
+                            json_file) or failed
+    except KeyboardInterrupt:  # timeout -s INT: keep what was measured
+        data["interrupted"] = True
+        failed = True
+        _say("kgen bench: interrupted")
+    data["compile_seconds_spent"] = round(cstate.spent, 1)
+    if json_file is not None:
+        write_json_atomic(json_file, data)
+    print(summary_table(data))
+    return 1 if failed else 0
+
+
+def _bench_all(torch, timer, specs, tokens, errors, copy_gbps, cstate, budget, started, data, json_file) -> bool:
+    failed = False
     for spec in specs:
         if spec.name in errors:
             data["results"].append({"variant": spec.name, "error": errors[spec.name]})
@@ -500,11 +516,13 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
             _say(_line(entry))
             if json_file is not None:  # keep what we have if a later case dies
                 write_json_atomic(json_file, data)
-    data["compile_seconds_spent"] = round(cstate.spent, 1)
-    if json_file is not None:
-        write_json_atomic(json_file, data)
-    print(summary_table(data))
-    return 1 if failed else 0
+            if "error" in entry:
+                from .gputest import _sticky
+
+                if _sticky(entry["error"]):
+                    _say("kgen bench: stopping: the CUDA context is likely broken after this error")
+                    return True
+    return failed
 
 
 def _fmt(v, spec: str = ".1f") -> str:

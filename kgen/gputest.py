@@ -437,7 +437,7 @@ def expand(paths: list[Path]) -> list[Spec]:
 
     specs, problems = [], []
     for path in paths:
-        r = validate_path(path)
+        r = validate_path(Path(path))
         problems += r.errors
         specs += [c.spec for c in r.variants]
     if problems:
@@ -472,7 +472,6 @@ def test_command(paths: list[Path], tokens: list[int] | None, as_json: bool = Fa
     if reason is not None:
         _say(f"kgen test: no GPU: {reason}. Nothing was tested; run it on a GPU machine (docs/gpu.md).")
         return 2
-    import torch
 
     cases: list[tuple[Spec, int]] = [(s, n) for s in specs for n in (tokens or DEFAULT_TOKENS)]
     sampled = sample_specs(sample, seed) if sample else []
@@ -486,6 +485,28 @@ def test_command(paths: list[Path], tokens: list[int] | None, as_json: bool = Fa
          + (f" ({len(compile_errors)} failed)" if compile_errors else ""))
 
     results: list[Comparison] = []
+    interrupted = False
+    try:
+        _run_cases(cases, compile_errors, seed, results)
+    except KeyboardInterrupt:  # timeout -s INT: report what ran
+        interrupted = True
+        _say(f"kgen test: interrupted after {len(results)}/{len(cases)} case(s)")
+    ok = all(c.ok for c in results) and len(results) == len(cases)
+    if as_json:
+        out = {"device": dev, "ok": ok, "interrupted": interrupted, "cases": len(cases),
+               "results": [c.to_json() for c in results],
+               "samples": [s.model_dump(mode="json") for s in sampled]}
+        print(json.dumps(out, indent=2))
+    else:
+        print(summary_table(results))
+    fails = [c for c in results if not c.ok]
+    _say(f"kgen test: {len(results) - len(fails)}/{len(cases)} case(s) ok" + ("" if ok else " -- FAILED"))
+    return 0 if ok else 1
+
+
+def _run_cases(cases, compile_errors: dict, seed: int, results: list) -> None:
+    import torch
+
     for i, (spec, n) in enumerate(cases):
         if spec.name in compile_errors:
             c = Comparison(spec.name, n, 0, 0, 0.0, 0, False, error=compile_errors[spec.name],
@@ -498,7 +519,7 @@ def test_command(paths: list[Path], tokens: list[int] | None, as_json: bool = Fa
                                reason="error")
             except Exception as e:  # noqa: BLE001 - a crash in one case must not hide the others
                 c = Comparison(spec.name, n, 0, 0, 0.0, 0, False, error=f"{type(e).__name__}: {e}", reason="error")
-                if "CUDA" in str(e) or "illegal" in str(e).lower():
+                if _sticky(str(e)):
                     _say(f"  {spec.name} N={n}: {c.error}")
                     results.append(c)
                     _say("kgen test: stopping: the CUDA context is likely broken after this error")
@@ -506,16 +527,16 @@ def test_command(paths: list[Path], tokens: list[int] | None, as_json: bool = Fa
             torch.cuda.empty_cache()
         results.append(c)
         _say(_line(c))
-    ok = all(c.ok for c in results) and len(results) == len(cases)
-    if as_json:
-        out = {"device": dev, "ok": ok, "results": [c.to_json() for c in results],
-               "samples": [s.model_dump(mode="json") for s in sampled]}
-        print(json.dumps(out, indent=2))
-    else:
-        print(summary_table(results))
-    fails = [c for c in results if not c.ok]
-    _say(f"kgen test: {len(results) - len(fails)}/{len(cases)} case(s) ok" + ("" if ok else " -- FAILED"))
-    return 0 if ok else 1
+
+
+STICKY_ERRORS = ("illegal memory access", "illegal address", "misaligned address", "unspecified launch failure",
+                 "device-side assert", "illegal instruction", "hardware stack error", "launch timed out")
+
+
+def _sticky(message: str) -> bool:
+    """Does this CUDA error leave the context unusable (so later cases would only repeat it)?"""
+    m = message.lower()
+    return any(k in m for k in STICKY_ERRORS)
 
 
 def _line(c: Comparison) -> str:

@@ -166,7 +166,7 @@ def test_side_stream_and_cuda_graph_write_the_same_bytes():
     g_cache.copy_(cache)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with torch.cuda.graph(g, stream=s):
         run()
     assert torch.equal(g_cache, cache)  # capture does not execute
     g.replay()
