@@ -428,3 +428,55 @@ def test_render_all_has_the_headers():
     files = render_all(SPECS)
     for p in include_dirs()[0].rglob("*.cuh"):
         assert files["include/" + p.relative_to(include_dirs()[0]).as_posix()] == p.read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# the real kernel source run on the CPU (tests/cpu_shim: a warp = 32 threads, shuffles through a
+# barrier, exact software casts) against the Torch reference: the lane mapping, spans, offsets and
+# operation order, byte for byte. The intrinsics' own rounding is the GPU test's job.
+
+
+def emulate(spec: Spec, work: Path, n: int = 37, seed: int = 0) -> tuple[int, list]:
+    torch = pytest.importorskip("torch")
+    from kgen import layout as L
+    from kgen import reference as R
+
+    work.mkdir(parents=True, exist_ok=True)
+    rv = render_variant(spec)
+    (work / "kernel.cu").write_text(rv.files[rv.kernel_file])
+    exe = work / "run"
+    subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-w",
+                    "-I", str(ROOT / "tests" / "cpu_shim"), "-I", str(include_dirs()[0]),
+                    f'-DKGEN_KERNEL_CU="{work / "kernel.cu"}"', f"-DKGEN_URI={spec.name}",
+                    str(ROOT / "tests" / "cpu_shim" / "run.cc"), "-o", str(exe)], check=True)
+    inp = R.make_inputs(spec, n, seed=seed)
+    for k in ("x", "weight", "bias", "freqs", "positions", "out_loc", "cache"):
+        t = inp.get(k)
+        (work / k).write_bytes(b"" if t is None else t.contiguous().view(torch.uint8).numpy().tobytes())
+    blocks, threads = L.launch_shape(spec, n)
+    num_slots = inp["cache"].shape[0] * L.compute(spec).page_size
+    subprocess.run([str(exe), str(work), str(blocks), str(threads), str(n), str(num_slots)], check=True)
+    got = torch.frombuffer(bytearray((work / "cache.out").read_bytes()), dtype=torch.uint8)
+    want = inp["cache"].clone()
+    R.norm_rope_store(spec, inp["x"], inp.get("weight"), inp.get("bias"), inp["freqs"], inp["positions"],
+                      inp["out_loc"], want)
+    diff = (got.reshape(want.shape) != want).nonzero()
+    return len(diff), diff[:8].tolist()
+
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
+
+
+@needs_gxx
+@pytest.mark.parametrize("spec", shipped_specs(), ids=lambda s: s.name)
+def test_kernel_source_on_cpu_matches_reference(spec, tmp_path):
+    assert emulate(spec, tmp_path) == (0, [])
+
+
+@needs_gxx
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=valid_specs(max_page_size=64))
+def test_kernel_source_on_cpu_matches_reference_for_accepted_specs(data, tmp_path_factory):
+    data["name"] = "emulated"
+    assert emulate(Spec.model_validate(data), tmp_path_factory.mktemp("emu"), n=23, seed=1) == (0, [])

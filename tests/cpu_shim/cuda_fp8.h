@@ -1,0 +1,2 @@
+#pragma once
+#include "kgen_cpu_shim.h"
