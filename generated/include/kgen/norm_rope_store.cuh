@@ -89,14 +89,24 @@ struct NormRopeStore {
     }
   }
 
-  // docs/numerics.md §1: left to right in the lane, then butterflies 16, 8, 4, 2, 1.
-  __device__ static __forceinline__ float warp_sum(const float (&t)[V]) {
-    float s = t[0];
-#pragma unroll
-    for (int k = 1; k < V; ++k) s = num::add(s, t[k]);
+  // docs/numerics.md §1: left to right in the lane (the terms formed as they are added, so no
+  // array of them is kept), then butterflies 16, 8, 4, 2, 1.
+  __device__ static __forceinline__ float butterfly_sum(float s) {
 #pragma unroll
     for (int off = 16; off >= 1; off >>= 1) s = num::add(s, __shfl_xor_sync(num::kFullMask, s, off));
     return s;
+  }
+  __device__ static __forceinline__ float warp_sum(const float (&v)[V]) {
+    float s = v[0];
+#pragma unroll
+    for (int k = 1; k < V; ++k) s = num::add(s, v[k]);
+    return butterfly_sum(s);
+  }
+  __device__ static __forceinline__ float warp_sum_squares(const float (&v)[V]) {
+    float s = num::mul(v[0], v[0]);
+#pragma unroll
+    for (int k = 1; k < V; ++k) s = num::add(s, num::mul(v[k], v[k]));
+    return butterfly_sum(s);
   }
 
   template <Dtype D>
@@ -126,25 +136,18 @@ struct NormRopeStore {
 
     // §2 norm
     if constexpr (Cfg::kNormKind == NormKind::rmsnorm) {
-      float t[V];
-#pragma unroll
-      for (int k = 0; k < V; ++k) t[k] = num::mul(v[k], v[k]);
-      const float mean = num::div(warp_sum(t), static_cast<float>(H));
+      const float mean = num::div(warp_sum_squares(v), static_cast<float>(H));
       const float r = num::div(1.0f, num::sqrt(num::add(mean, Cfg::kEps)));
 #pragma unroll
       for (int k = 0; k < V; ++k) v[k] = num::mul(num::mul(v[k], r), w[k]);
     } else if constexpr (Cfg::kNormKind == NormKind::layernorm) {
       const float mu = num::div(warp_sum(v), static_cast<float>(H));
-      float d[V], t[V];
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        d[k] = num::sub(v[k], mu);
-        t[k] = num::mul(d[k], d[k]);
-      }
-      const float var = num::div(warp_sum(t), static_cast<float>(H));
+      for (int k = 0; k < V; ++k) v[k] = num::sub(v[k], mu);  // d = v - mu, in place
+      const float var = num::div(warp_sum_squares(v), static_cast<float>(H));
       const float r = num::div(1.0f, num::sqrt(num::add(var, Cfg::kEps)));
 #pragma unroll
-      for (int k = 0; k < V; ++k) v[k] = num::add(num::mul(num::mul(d[k], r), w[k]), b[k]);
+      for (int k = 0; k < V; ++k) v[k] = num::add(num::mul(num::mul(v[k], r), w[k]), b[k]);
     }
 
     // §3 RoPE
@@ -164,15 +167,13 @@ struct NormRopeStore {
       } else {
         const bool lower = rl < kRopeHalf;
         const int partner = in_rope ? (lower ? lane + kRopeHalf : lane - kRopeHalf) : lane;
-        float p[V];
 #pragma unroll
-        for (int k = 0; k < V; ++k) p[k] = __shfl_sync(num::kFullMask, v[k], partner);
-        if (in_rope) {
-#pragma unroll
-          for (int k = 0; k < V; ++k) {
+        for (int k = 0; k < V; ++k) {  // both partners read element k before either rewrites it
+          const float p = __shfl_sync(num::kFullMask, v[k], partner);
+          if (in_rope) {
             const float c = __uint_as_float(fr.w[2 * k]), s = __uint_as_float(fr.w[2 * k + 1]);
-            v[k] = lower ? num::sub(num::mul(v[k], c), num::mul(p[k], s))   // re' = re*c - im*s
-                         : num::add(num::mul(p[k], s), num::mul(v[k], c));  // im' = re*s + im*c
+            v[k] = lower ? num::sub(num::mul(v[k], c), num::mul(p, s))   // re' = re*c - im*s
+                         : num::add(num::mul(p, s), num::mul(v[k], c));  // im' = re*s + im*c
           }
         }
       }
@@ -303,6 +304,27 @@ struct NormRopeStore {
     widen(r, out);
   }
 
+  // Register budget. The warp's tokens are loaded in groups of kGroup (all loads of a group before
+  // any of its math): kGroup == T unless the words in flight would not fit the registers
+  // __launch_bounds__ leaves (head_dim 1024, or 1024-thread blocks); the norm weights stay in
+  // registers across tokens when they fit too, else each token re-reads them (L1 hits).
+  static constexpr int kRegs = 65536 / (W * 32) < 255 ? 65536 / (W * 32) : 255;
+  static constexpr int kAvail = kRegs - 40;  // addresses, indices, loop state, scale math
+  static constexpr int kWeightRegs = (kNorm ? V : 0) + (kLayerNorm ? V : 0);
+  static constexpr int kWorkRegs = V + 8;
+  static constexpr int kTokenRegs = XWords::kCount + (kRope ? FWords::kCount : 0) + 4;
+  static constexpr bool kHoldWeights = kWeightRegs + kWorkRegs + kTokenRegs <= kAvail;
+  static constexpr int kFit = (kAvail - kWorkRegs - (kHoldWeights ? kWeightRegs : 0)) / kTokenRegs;
+  static constexpr int kGroup = kFit < 1 ? 1 : (kFit > T ? T : kFit);
+
+  __device__ static __forceinline__ void load_weights(const In* __restrict__ weight, const In* __restrict__ bias,
+                                                      int lane, float (&w)[V], float (&b)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) w[k] = b[k] = 0.0f;
+    if constexpr (kNorm) load_lane_floats(weight, lane, w);
+    if constexpr (kLayerNorm) load_lane_floats(bias, lane, b);
+  }
+
   __device__ static __forceinline__ void run(const In* __restrict__ x, const In* __restrict__ weight,
                                              const In* __restrict__ bias, const float* __restrict__ freqs,
                                              const int64_t* __restrict__ positions,
@@ -311,50 +333,52 @@ struct NormRopeStore {
     const int lane = static_cast<int>(threadIdx.x) & 31;
     const int warp = static_cast<int>(threadIdx.x) >> 5;
     const long long first = (static_cast<long long>(blockIdx.x) * W + warp) * T;
-
-    // phase 1: slots, positions and x rows of all the warp's tokens
-    long long loc[T];
-    long long pos[T];
-    XWords xr[T];
-#pragma unroll
-    for (int j = 0; j < T; ++j) {
-      const long long tok = first + j;
-      loc[j] = -1;
-      pos[j] = 0;
-      mem::zero(xr[j]);
-      if (tok < num_tokens) {
-        loc[j] = __ldg(out_loc + tok);
-        if constexpr (kRope) pos[j] = __ldg(positions + tok);
-        mem::load_nc<kInBytes>(x + tok * H + lane * V, xr[j]);
-      }
-    }
-
-    // norm weight and bias: once per warp, for all its tokens
-    float w[V], b[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) w[k] = b[k] = 0.0f;
-    if constexpr (kNorm) load_lane_floats(weight, lane, w);
-    if constexpr (kLayerNorm) load_lane_floats(bias, lane, b);
-
-    // phase 2: freqs rows (they wait for the positions); only for tokens that are stored
-    FWords fr[T];
     const int rl = lane - kRopeLane0;
     const bool in_rope = kRope && static_cast<unsigned>(rl) < static_cast<unsigned>(kRopeLanes);
     const int fidx = kNeox ? (rl < kRopeHalf ? rl : rl - kRopeHalf) : rl;
+
+    float w[V], b[V];  // norm weight and bias: once per warp when they fit (kHoldWeights)
+    if constexpr (kHoldWeights) load_weights(weight, bias, lane, w, b);
+
 #pragma unroll
-    for (int j = 0; j < T; ++j) {
-      mem::zero(fr[j]);
-      if constexpr (kRope) {
-        if (in_rope && loc[j] >= 0 && loc[j] < num_slots) {
-          mem::load_nc<kFreqBytes>(freqs + pos[j] * kRopeDim + fidx * kFreqFloats, fr[j]);
+    for (int g0 = 0; g0 < T; g0 += kGroup) {
+      // phase 1: slots, positions and x rows of the group's tokens
+      long long loc[kGroup];
+      long long pos[kGroup];
+      XWords xr[kGroup];
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        const long long tok = first + g0 + j;
+        loc[j] = -1;
+        pos[j] = 0;
+        mem::zero(xr[j]);
+        if (g0 + j < T && tok < num_tokens) {
+          loc[j] = __ldg(out_loc + tok);
+          if constexpr (kRope) pos[j] = __ldg(positions + tok);
+          mem::load_nc<kInBytes>(x + tok * H + lane * V, xr[j]);
         }
       }
-    }
 
-    // phase 3: compute and store
+      // phase 2: freqs rows (they wait for the positions); only for tokens that are stored
+      FWords fr[kGroup];
 #pragma unroll
-    for (int j = 0; j < T; ++j) {
-      if (loc[j] >= 0 && loc[j] < num_slots) token(xr[j], fr[j], w, b, loc[j], lane, cache);
+      for (int j = 0; j < kGroup; ++j) {
+        mem::zero(fr[j]);
+        if constexpr (kRope) {
+          if (in_rope && loc[j] >= 0 && loc[j] < num_slots) {
+            mem::load_nc<kFreqBytes>(freqs + pos[j] * kRopeDim + fidx * kFreqFloats, fr[j]);
+          }
+        }
+      }
+
+      // phase 3: compute and store
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        if (loc[j] >= 0 && loc[j] < num_slots) {
+          if constexpr (!kHoldWeights) load_weights(weight, bias, lane, w, b);
+          token(xr[j], fr[j], w, b, loc[j], lane, cache);
+        }
+      }
     }
   }
 };
