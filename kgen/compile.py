@@ -8,6 +8,14 @@ contract (docs/numerics.md): no FMA contraction, IEEE division and square root, 
 cuda-python is imported only on a cache miss: a warm `kgen compile` never loads it. A cold compile
 says what it compiles before it starts and how long it took; a failure shows the first `error:` lines
 of NVRTC's log, where the rendered source was written, and which spec it came from — no traceback.
+
+`compile_command` compiles the cache misses in threads (NVRTC is thread-safe for separate programs
+and releases the GIL; cuda.core is imported once, before the workers start). A run whose every
+variant compiled is recorded (`RunMemo`), so the next identical run skips YAML, validation and
+rendering when no input file, kgen file or toolchain changed (content hashes, never mtimes).
+
+Environment: KGEN_CACHE_DIR (cache root), KGEN_LOCK_TIMEOUT (seconds, default 120), KGEN_JOBS
+(compile threads, default: CPU count), KGEN_WARM_SHORTCUT=0 (always take the full path).
 """
 
 from __future__ import annotations
