@@ -42,6 +42,11 @@ def _exit_for(problems: list[Problem]) -> int:
 @app.command()
 def validate(paths: Paths, as_json: JsonFlag = False) -> None:
     """Load and check specs or families; report every problem, located."""
+    raise typer.Exit(validate_command(paths, as_json))
+
+
+def validate_command(paths: list[Path], as_json: bool) -> int:
+    """`kgen validate` without typer (also the fast path of `main`); returns the exit code."""
     from .validate import validate_path
 
     code, results = 0, []
@@ -65,27 +70,43 @@ def validate(paths: Paths, as_json: JsonFlag = False) -> None:
             print(f"{path}: {state}" + (f" ({summary})" if summary else ""))
     if as_json:
         print(json.dumps({"results": results}, indent=2))
-    raise typer.Exit(code)
+    return code
 
 
 @app.command()
-def layout(path: Annotated[Path, typer.Argument(help="a spec file, or a family (every variant)")],
+def layout(paths: Annotated[list[Path], typer.Argument(help="spec files, or families (every variant)",
+                                                       show_default=False)],
            as_json: JsonFlag = False) -> None:
     """Print the byte map of one page: rows, scale region, padding, offsets and sizes."""
+    raise typer.Exit(layout_command(paths, as_json))
+
+
+def layout_command(paths: list[Path], as_json: bool) -> int:
+    """`kgen layout` without typer; every path must validate (else its errors print, exit 1)."""
     from .layout_view import layout_json, print_layout
     from .validate import validate_path
 
-    r = _run(lambda: validate_path(path))
-    if not r.valid:
-        _print_problems(r.problems)
-        raise typer.Exit(1)
-    laid = [c.layout for c in r.variants if c.layout is not None]
+    laid, code = [], 0
+    for path in paths:
+        try:
+            r = validate_path(path)
+        except KgenError as e:
+            _print_problems(e.problems)
+            code = max(code, e.exit_code)
+            continue
+        if not r.valid:
+            _print_problems(r.problems)
+            code = max(code, 1)
+            continue
+        laid += [c.layout for c in r.variants if c.layout is not None]
+    if code:
+        return code
     if as_json:
         print(json.dumps(layout_json(laid), indent=2))
     else:
         for lay in laid:
             print_layout(lay)
-    raise typer.Exit(0)
+    return 0
 
 
 @app.command()
@@ -139,7 +160,27 @@ def _run(fn):
         raise typer.Exit(e.exit_code) from None
 
 
+FAST_COMMANDS = {"validate": validate_command, "layout": layout_command}
+
+
+def _fast_path(argv: list[str]) -> int | None:
+    """`kgen validate|layout PATH... [--json]` run without building the typer app (its click
+    adapters cost ~60 ms of a ~200 ms run). Anything else (help, other options, no paths) returns
+    None and goes through typer, which owns usage errors."""
+    if not argv or argv[0] not in FAST_COMMANDS:
+        return None
+    rest = argv[1:]
+    paths = [a for a in rest if not a.startswith("-")]
+    if not paths or any(a != "--json" for a in rest if a.startswith("-")):
+        return None
+    return FAST_COMMANDS[argv[0]]([Path(p) for p in paths], "--json" in rest)
+
+
 def main() -> None:
+    code = _fast_path(sys.argv[1:])
+    if code is not None:
+        sys.stdout.flush()
+        sys.exit(code)
     try:
         app()
     except KgenError as e:  # pragma: no cover - _run catches these; this is the last net

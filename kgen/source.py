@@ -18,7 +18,7 @@ from .diagnostics import KgenError, Loc, Problem
 
 MAX_FILE_BYTES = 1 << 16  # specs are a few hundred bytes, a family of 50 inline specs ~30 KiB
 MAX_DEPTH = 16
-MAX_EVENTS = 10000  # YAML events in one file (a spec has ~60): bounds the parse time (~25 us each)
+MAX_EVENTS = 5000  # YAML events in one file (a spec ~60, a family of 50 inline specs ~3000): bounds parse time
 # no explicit tags at all (!!binary, !!set, !!python/..., !custom; even !!str, which the round-trip
 # loader keeps as a TaggedScalar): a spec holds plain values, quoting does what !!str would
 MAX_NUMBER_DIGITS = 100  # 10**100 is already absurd; Python refuses to parse > 4300 digits
@@ -217,36 +217,47 @@ def load_yaml(path: Path) -> SourceFile:
     if deep is not None:
         _fail(path, "yaml-syntax", f"nesting deeper than {MAX_DEPTH} levels", "flatten the file", *deep)
 
+    from ruamel.yaml.parser import Parser
+
+    state = {"count": 0, "depth": 0}
+
+    def check(event) -> None:
+        """Every event, as the composer consumes it: one parse, refused before anything is built."""
+        m = event.start_mark
+        if isinstance(event, AliasEvent):
+            _fail(path, "yaml-alias", "anchors and aliases are not allowed in specs",
+                  "write the value out in full", m.line + 1, m.column + 1)
+        state["count"] += 1
+        if state["count"] > MAX_EVENTS:
+            _fail(path, "file-size", f"more than {MAX_EVENTS} YAML nodes; a spec has about 60",
+                  "split the file", m.line + 1, m.column + 1)
+        tag = getattr(event, "tag", None)
+        if tag is not None and not isinstance(event, CollectionEndEvent):
+            tag = getattr(tag, "value", tag)  # ruamel wraps tags in a Tag object
+            if tag is not None:
+                _fail(path, "yaml-type", f"explicit tag {tag} is not allowed in specs",
+                      "remove the tag (quote a value to make it a string)", m.line + 1, m.column + 1)
+        if isinstance(event, CollectionStartEvent):
+            state["depth"] += 1
+            if state["depth"] > MAX_DEPTH:
+                _fail(path, "yaml-syntax", f"nesting deeper than {MAX_DEPTH} levels", "flatten the file",
+                      m.line + 1, m.column + 1)
+        elif isinstance(event, CollectionEndEvent):
+            state["depth"] -= 1
+        elif isinstance(event, ScalarEvent) and event.style is None and _number_too_long(event.value):
+            _fail(path, "yaml-type", f"a number with {len(event.value)} characters; a spec's numbers "
+                  f"have at most {MAX_NUMBER_DIGITS} digits", "write a sensible number", m.line + 1, m.column + 1)
+
+    class CheckingParser(Parser):
+        def get_event(self):
+            event = super().get_event()
+            check(event)
+            return event
+
     yaml = YAML(typ="rt", pure=True)
+    yaml.Parser = CheckingParser
     yaml.allow_duplicate_keys = False
     try:
-        depth = 0
-        for count, event in enumerate(yaml.parse(text)):
-            m = event.start_mark
-            if isinstance(event, AliasEvent):
-                _fail(path, "yaml-alias", "anchors and aliases are not allowed in specs",
-                      "write the value out in full", m.line + 1, m.column + 1)
-            if count >= MAX_EVENTS:
-                _fail(path, "file-size", f"more than {MAX_EVENTS} YAML nodes; a spec has about 50",
-                      "split the file", m.line + 1, m.column + 1)
-            tag = getattr(event, "tag", None)
-            if tag is not None and not isinstance(event, CollectionEndEvent):
-                tag = getattr(tag, "value", tag)  # ruamel wraps tags in a Tag object
-                if tag is not None:
-                    _fail(path, "yaml-type", f"explicit tag {tag} is not allowed in specs",
-                          "remove the tag (quote a value to make it a string)",
-                          m.line + 1, m.column + 1)
-            if isinstance(event, CollectionStartEvent):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    _fail(path, "yaml-syntax", f"nesting deeper than {MAX_DEPTH} levels", "flatten the file",
-                          m.line + 1, m.column + 1)
-            elif isinstance(event, CollectionEndEvent):
-                depth -= 1
-            elif isinstance(event, ScalarEvent) and event.style is None and _number_too_long(event.value):
-                _fail(path, "yaml-type", f"a number with {len(event.value)} characters; a spec's numbers "
-                      f"have at most {MAX_NUMBER_DIGITS} digits", "write a sensible number",
-                      m.line + 1, m.column + 1)
         tree = yaml.load(text)
     except DuplicateKeyError as e:
         mark = e.problem_mark or e.context_mark

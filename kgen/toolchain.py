@@ -28,10 +28,70 @@ def nvrtc_library() -> Path | None:
     return None
 
 
+def _cache_file() -> Path | None:
+    import os
+
+    if os.environ.get("KGEN_NO_PROBE_CACHE"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "kgen" / "nvrtc_archs.json"
+
+
+def _probe_key(lib: Path) -> str:
+    st = lib.stat()
+    return f"{lib.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _read_probe(lib: Path) -> tuple[frozenset[int], str] | None:
+    """The last probe of this very library file (same path, size and mtime), if recorded."""
+    import json
+
+    f = _cache_file()
+    try:
+        data = json.loads(f.read_text()) if f is not None else None
+        if data and data.get("key") == _probe_key(lib):
+            return frozenset(int(x) for x in data["archs"]), str(data["source"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _write_probe(lib: Path, archs: frozenset[int], source: str) -> None:
+    import json
+    import os
+    import tempfile
+
+    f = _cache_file()
+    if f is None:
+        return
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=f.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as out:
+            json.dump({"key": _probe_key(lib), "archs": sorted(archs), "source": source}, out)
+        os.replace(tmp, f)  # atomic: concurrent runs never read half a file
+    except OSError:
+        pass  # a read-only home only costs the probe next time
+
+
 @functools.lru_cache(maxsize=1)
 def supported_archs() -> tuple[frozenset[int], str]:
-    """(compute capabilities NVRTC can target, who said so)."""
+    """(compute capabilities NVRTC can target, who said so). The answer of a given libnvrtc file
+    is recorded in ~/.cache/kgen (keyed by its path, size and mtime): loading the library costs
+    ~10-20 ms of every `kgen validate`."""
     lib_path = nvrtc_library()
+    if lib_path is not None:
+        cached = _read_probe(lib_path)
+        if cached is not None:
+            return cached
+        probed = _probe(lib_path)
+        if probed is not None:
+            _write_probe(lib_path, *probed)
+            return probed
+    return frozenset(FALLBACK_ARCHS), "kgen's built-in list (NVRTC not found)"
+
+
+def _probe(lib_path: Path) -> tuple[frozenset[int], str] | None:
     if lib_path is not None:
         try:
             lib = ctypes.CDLL(str(lib_path))
@@ -44,9 +104,12 @@ def supported_archs() -> tuple[frozenset[int], str]:
                     return frozenset(arr), f"NVRTC {major.value}.{minor.value}"
         except OSError:
             pass
-    return frozenset(FALLBACK_ARCHS), "kgen's built-in list (NVRTC not found)"
+    return None
 
 
 @functools.lru_cache(maxsize=1)
 def nvrtc_version() -> str:
-    return supported_archs()[1]
+    """Asked of the library itself, never of the probe record: compile cache keys depend on it."""
+    lib = nvrtc_library()
+    probed = _probe(lib) if lib is not None else None
+    return probed[1] if probed is not None else supported_archs()[1]

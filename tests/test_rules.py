@@ -323,3 +323,27 @@ def test_clone_is_deep():
     b = clone(a)
     b["store"]["dtype"] = "fp16"
     assert a["store"]["dtype"] == "bf16"
+
+
+def test_toolchain_probe_is_recorded(tmp_path, monkeypatch):
+    """The targets rule asks libnvrtc once per library file; later runs read the record."""
+    from kgen import toolchain
+
+    lib = toolchain.nvrtc_library()
+    if lib is None:
+        pytest.skip("no libnvrtc wheel")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("KGEN_NO_PROBE_CACHE", raising=False)
+    toolchain.supported_archs.cache_clear()
+    first = toolchain.supported_archs()
+    record = tmp_path / "kgen" / "nvrtc_archs.json"
+    assert record.exists() and 90 in first[0] and first[1].startswith("NVRTC")
+    toolchain.supported_archs.cache_clear()
+    monkeypatch.setattr(toolchain, "_probe", lambda lib: pytest.fail("probed again"))
+    assert toolchain.supported_archs() == first
+    # a record of another library (or garbage) is ignored
+    record.write_text("{not json")
+    toolchain.supported_archs.cache_clear()
+    monkeypatch.setattr(toolchain, "_probe", lambda lib: (frozenset({90}), "NVRTC test"))
+    assert toolchain.supported_archs() == (frozenset({90}), "NVRTC test")
+    toolchain.supported_archs.cache_clear()

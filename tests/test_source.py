@@ -83,7 +83,7 @@ def test_bad_yaml_is_one_located_problem(case, write, validate):
         assert p.col == col, p.format()
     assert part in p.message, p.format()
     assert p.fix
-    assert elapsed < 0.5, f"{name} took {elapsed:.2f} s"
+    assert elapsed < 1.0, f"{name} took {elapsed:.2f} s"  # typically < 0.2 s; CI is 2 busy cores
 
 
 def test_quoted_brackets_are_not_nesting(write, validate):
