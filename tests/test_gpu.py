@@ -100,8 +100,11 @@ def test_hypothesis_valid_specs_byte_exact():
 
     @settings(max_examples=int(os.environ.get("KGEN_GPU_HYPOTHESIS", "8")), deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
-    @given(valid_specs())
-    def check(spec):
+    from kgen.spec import Spec
+
+    @given(valid_specs(max_page_size=256))
+    def check(data):
+        spec = data if isinstance(data, Spec) else Spec.model_validate(data)  # the strategy yields dicts
         for n in (7, 300):
             c = run_case(spec, n, seed=n)
             assert c.ok, f"{spec.model_dump_json(exclude_defaults=True)} N={n}: {c.reason}"
