@@ -308,7 +308,8 @@ def run_case(spec: Spec, n: int, *, seed: int, device: str = "cuda", kernel=None
 
 
 def precompile(specs: list[Spec]) -> dict[str, str]:
-    """Compile (or find cached) every spec for this GPU's arch, in parallel; {name: error}."""
+    """Compile (or find cached) every spec for this GPU's arch; {name: error}. Renders serially, then
+    runs NVRTC in threads (it is thread-safe per program and releases the GIL)."""
     import torch
 
     from .compile import compile_variant
@@ -325,19 +326,32 @@ def precompile(specs: list[Spec]) -> dict[str, str]:
         except KgenError as e:
             errors[s.name] = "; ".join(p.message for p in e.problems)
 
-    def one(job):
-        s, arch = job
+    def guard(s: Spec, fn) -> None:
         try:
-            compile_variant(s, arch)
+            fn()
         except KgenError as e:
             errors[s.name] = "\n".join(p.format() for p in e.problems)
         except Exception as e:  # noqa: BLE001 - reported per variant
             errors[s.name] = f"{type(e).__name__}: {e}"
 
+    try:
+        from .compile import compile_rendered
+        from .render import render_variant
+    except ImportError:  # only the public API: compile one by one
+        for s, arch in jobs:
+            guard(s, lambda s=s, arch=arch: compile_variant(s, arch))
+        return errors
+    rendered = []
+    for s, arch in jobs:
+        box: list = []
+        guard(s, lambda s=s, box=box: box.append(render_variant(s)))
+        if box:
+            rendered.append((s, arch, box[0]))
+
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(16, max(1, len(jobs)))) as ex:
-        list(ex.map(one, jobs))
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(rendered)))) as ex:
+        list(ex.map(lambda job: guard(job[0], lambda: compile_rendered(job[2], job[1])), rendered))
     return errors
 
 

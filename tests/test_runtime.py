@@ -412,3 +412,129 @@ def test_sampled_specs_dry_run_on_cpu():
     for spec in gputest.sample_specs(8, seed=5):
         c = gputest.run_case(spec, 9, seed=1, device="cpu", kernel=reference.norm_rope_store)
         assert c.ok, (spec.name, c.reason)
+
+
+# ---------------------------------------------------------------------------------------------
+# runtime.load / launch mechanics against a fake cuda.core and fake torch.cuda (no GPU)
+
+
+class _FakeCC:
+    """Records what kgen.runtime asks of cuda.core."""
+
+    def __init__(self):
+        self.calls = []
+        cc = self
+
+        class ObjectCode:
+            @staticmethod
+            def from_cubin(data, symbol_mapping=None):
+                cc.calls.append(("from_cubin", len(data), symbol_mapping))
+                return ObjectCode()
+
+            def get_kernel(self, name):
+                cc.calls.append(("get_kernel", name))
+                return "KERNEL"
+
+        class Device:
+            def __init__(self, idx):
+                self.idx = idx
+
+            def set_current(self):
+                cc.calls.append(("set_current", self.idx))
+
+        class Stream:
+            @staticmethod
+            def from_handle(h):
+                cc.calls.append(("stream", h))
+                return ("STREAM", h)
+
+        class LaunchConfig:
+            def __init__(self, grid, block):
+                self.grid, self.block = grid, block
+
+        def launch(stream, cfg, kernel, *args):
+            cc.calls.append(("launch", stream, cfg.grid, cfg.block, kernel, args))
+
+        self.ObjectCode, self.Device, self.Stream, self.LaunchConfig, self.launch = (
+            ObjectCode, Device, Stream, LaunchConfig, launch)
+        self.LEGACY_DEFAULT_STREAM = "LEGACY"
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, tmp_path):
+    import numpy as np  # noqa: F401
+
+    from kgen import compile as kcompile
+
+    cc = _FakeCC()
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(runtime, "gpu_problem", lambda: None)
+    monkeypatch.setattr(runtime, "_cuda_core", lambda: cc)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: "Fake H200")
+    monkeypatch.setattr(torch.cuda, "init", lambda: None)
+
+    class _Dev:
+        def __init__(self, i):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+    class _Stream:
+        cuda_stream = 0xABC
+
+    monkeypatch.setattr(torch.cuda, "device", _Dev)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: _Stream())
+    compiled = []
+    real = kcompile.compile_variant
+
+    def spy(spec, arch, **kw):
+        compiled.append((spec.name, arch))
+        return real(spec, arch, progress=None)
+
+    monkeypatch.setattr(kcompile, "compile_variant", spy)
+    runtime.clear_cache()
+    runtime._streams.clear()
+    if hasattr(runtime._tls, "devices"):
+        del runtime._tls.devices
+    yield cc, compiled
+    runtime.clear_cache()
+    runtime._streams.clear()
+    if hasattr(runtime._tls, "devices"):
+        del runtime._tls.devices
+
+
+def test_load_checks_arch_compiles_loads_and_caches(fake_gpu):
+    import numpy as np
+
+    cc, compiled = fake_gpu
+    spec = ops.resolve_spec(f"{FAMILY}::dsv4_indexer_fp8")
+    loaded = runtime.load(spec)
+    assert compiled == [("dsv4_indexer_fp8", "sm_90a")] and loaded.arch == "sm_90a"
+    frm = [c for c in cc.calls if c[0] == "from_cubin"][0]
+    expr = loaded.compiled.name_expression
+    assert frm[2] == {expr: loaded.compiled.symbol} and frm[1] == len(loaded.compiled.cubin)
+    assert ("get_kernel", expr) in cc.calls and ("set_current", 0) in cc.calls
+    assert runtime.load(spec) is loaded and len(compiled) == 1  # cached in-process
+    loaded.launch(1, 2, 0, 4, 5, 6, 7, 1000, 64 * 3)
+    kind, stream, grid, block, kernel, args = cc.calls[-1]
+    assert kind == "launch" and stream == ("STREAM", 0xABC) and kernel == "KERNEL"
+    assert (grid, block) == runtime.launch_shape(spec, 1000)
+    assert args[:7] == (1, 2, 0, 4, 5, 6, 7) and all(type(a) is int for a in args[:7])
+    assert type(args[7]) is np.int32 and args[7] == 1000 and type(args[8]) is np.int64 and args[8] == 192
+    n = len(cc.calls)
+    loaded.launch(1, 2, 0, 4, 5, 6, 7, 0, 192)  # N == 0: nothing launched
+    assert len(cc.calls) == n
+
+
+def test_load_refuses_wrong_arch_before_compiling(fake_gpu):
+    cc, compiled = fake_gpu
+    spec = ops.resolve_spec(BF16).model_copy(update={"targets": ["sm_100a", "sm_120a"]})
+    with pytest.raises(KgenError) as e:
+        runtime.load(spec)
+    assert "Fake H200" in e.value.problems[0].message and compiled == [] and cc.calls == []
