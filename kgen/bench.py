@@ -47,7 +47,8 @@ DEFAULT_COMPILE_BUDGET_S = 300.0
 
 BYTE_MODEL = ("per token: read head_dim*input_bytes (x row) + rope_dim*4 (freqs row, if RoPE) + 8 (position, "
               "if RoPE) + 8 (out_loc); written row_bytes + blocks*scale_unit (row and scales as stored; scale-slot "
-              "and page padding excluded); norm weight/bias not counted. GB/s = bytes / time / 1e9")
+              "and page padding excluded); norm weight/bias not counted; the freqs row is counted for every token "
+              "although repeated positions hit L2. GB/s = bytes / time / 1e9")
 
 
 def _say(text: str) -> None:

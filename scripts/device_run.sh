@@ -56,8 +56,12 @@ else
   TEST_TOKENS=""                      # kgen test's defaults: 1 7 64 4097 65536 1048576
   BENCH_TOKENS=""                     # kgen bench's defaults: 1 64 4096 65536 1048576
   export KGEN_GPU_SAMPLES=${KGEN_GPU_SAMPLES:-16}
-  if [ "$MODE" = all ]; then : "${T_PYTEST:=110}" "${T_TEST:=150}" "${T_BENCH:=250}"
-  else : "${T_PYTEST:=300}" "${T_TEST:=400}" "${T_BENCH:=540}"; fi
+  case "$MODE" in   # each mode's steps together end inside the device tool's 600 s
+    all) : "${T_PYTEST:=130}" "${T_TEST:=150}" "${T_BENCH:=230}" ;;
+    test) : "${T_PYTEST:=200}" "${T_TEST:=330}" ;;
+    *) : "${T_PYTEST:=540}" "${T_TEST:=540}" "${T_BENCH:=540}" ;;
+  esac
+  : "${T_PYTEST:=540}" "${T_TEST:=540}" "${T_BENCH:=540}"
 fi
 # bench stops starting new cases 25 s before its limit; torch.compile gets at most 40 % of it
 export KGEN_BENCH_BUDGET_S=${KGEN_BENCH_BUDGET_S:-$(( T_BENCH - 25 ))}

@@ -97,11 +97,10 @@ def test_hypothesis_valid_specs_byte_exact():
     from hypothesis import HealthCheck, given, settings
 
     from kgen.gputest import run_case
+    from kgen.spec import Spec
 
     @settings(max_examples=int(os.environ.get("KGEN_GPU_HYPOTHESIS", "8")), deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
-    from kgen.spec import Spec
-
     @given(valid_specs(max_page_size=256))
     def check(data):
         spec = data if isinstance(data, Spec) else Spec.model_validate(data)  # the strategy yields dicts
