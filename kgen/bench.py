@@ -198,7 +198,6 @@ def copy_bandwidth(torch, timer: Timer) -> dict:
     dst = torch.empty_like(src)
     warm = timer.loop(lambda: dst.copy_(src), launches=5, lo=5, hi=20)
     nbytes = 2 * COPY_BYTES
-    del src, dst
     return {"bytes": nbytes, "ms": warm["ms"], "gbps": gbps(nbytes, warm["ms"]),
             "what": "1 GiB device-to-device copy_, bytes read + written, median"}
 
@@ -316,8 +315,6 @@ def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate
 
     # ratios
     entry["ratios"] = ratios(entry)
-    del args, ref_cache, x, w, b, f, p, loc, cache
-    torch.cuda.empty_cache()
     return entry
 
 
@@ -513,6 +510,7 @@ def _bench_all(torch, timer, specs, tokens, errors, copy_gbps, cstate, budget, s
                 failed = True
                 entry = {"variant": spec.name, "tokens": n, "error": f"{type(e).__name__}: {e}"[:2000]}
             entry["seconds"] = round(time.perf_counter() - t0, 2)
+            torch.cuda.empty_cache()  # the case's tensors are gone with its frame
             data["results"].append(entry)
             _say(_line(entry))
             if json_file is not None:  # keep what we have if a later case dies

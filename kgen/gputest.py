@@ -303,7 +303,6 @@ def run_case(spec: Spec, n: int, *, seed: int, device: str = "cuda", kernel=None
         torch.cuda.synchronize()
     c = compare_caches(spec, cache_a, cache_b, out_loc=loc, tokens=n)
     c.seconds = round(time.perf_counter() - t0, 3)
-    del inputs, cache_a, cache_b, x, w, b, f, p, loc
     return c
 
 
@@ -421,7 +420,7 @@ def sample_specs(k: int, seed: int = 0, *, max_draws: int = 20000) -> list[Spec]
     rng = random.Random(seed)
     out: list[Spec] = []
     seen: set[str] = set()
-    for i in range(max_draws):
+    for _ in range(max_draws):
         if len(out) >= k:
             break
         kind = SAMPLE_KINDS[len(out) % len(SAMPLE_KINDS)]
