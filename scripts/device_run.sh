@@ -9,6 +9,8 @@
 #   bench      preflight + `kgen bench ... --json $OUT/bench.json`
 #   all        (default) preflight + pytest + test + bench, each step under its own time limit so the
 #              whole run ends inside the device tool's 600 s
+#   profile    preflight + ncu of each PROFILE_SPECS variant at 1M tokens (speed of light, warp
+#              stalls, instruction mix) and a SASS opcode histogram of its cubin, under $OUT/ncu.txt
 #   --quick    fewer token counts and samples, no torch.compile (about 3 minutes)
 #
 # Needs: the wheels of `make wheels` in .whl/ (carry [".whl"]); writes under $OUT (the device tool
@@ -24,7 +26,7 @@ MODE=all
 QUICK=0
 for a in "$@"; do
   case "$a" in
-    all|test|bench|pytest|preflight) MODE=$a ;;
+    all|test|bench|pytest|preflight|profile) MODE=$a ;;
     --quick|quick) QUICK=1 ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "device_run.sh: unknown argument '$a' (try --help)" >&2; exit 2 ;;
@@ -175,7 +177,28 @@ run_bench() {
   record "kgen bench" "$([ $rc = 0 ] && echo ok || echo "FAILED rc $rc")"
 }
 
+run_profile() {
+  local specs=${PROFILE_SPECS:-"specs/dsv4/indexer_fp8.yaml specs/indexer_bf16.yaml specs/dsv32_indexer.yaml specs/dsv4/indexer_fp4.yaml"}
+  step "profile: ncu + SASS of $specs"
+  for s in $specs; do
+    echo "--- $s" | tee -a "$OUT/ncu.txt"
+    timeout -k 10 150 ncu --clock-control none -k regex:norm_rope_store -s 1 -c 1 \
+      --section SpeedOfLight --section WarpStateStats --section InstructionStats --section Occupancy \
+      --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats \
+      "$PY" bench/profile_kernel.py "$s" --tokens 1048576 2>&1 | grep -v "^==PROF==" | tee -a "$OUT/ncu.txt" | tail -60
+  done
+  step "SASS opcode histograms"
+  for f in "$KGEN_CACHE_DIR"/*/sm_90a-*/kernel.cubin; do
+    echo "--- $f"
+    cuobjdump -sass "$f" | grep -oE '/\*[0-9a-f]{4}\*/\s+(@!?U?P[0-9T]+\s+)?[A-Z0-9_.]+' | awk '{print $NF}' | sed 's/\..*//' \
+      | sort | uniq -c | sort -rn | head -25 | tr '\n' ' '; echo
+    cuobjdump -sass "$f" > "$OUT/$(basename "$(dirname "$(dirname "$f")")").sass" 2>/dev/null || true
+  done 2>&1 | tee -a "$OUT/ncu.txt"
+  record profile ok
+}
+
 case "$MODE" in
+  profile) run_profile ;;
   pytest) run_pytest ;;
   test) run_pytest; run_test ;;
   bench) run_bench ;;

@@ -46,6 +46,7 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 #include <math.h>
 
 
@@ -57,6 +58,15 @@ inline float __shfl_xor_sync(unsigned, float v, int m) {
 }
 inline unsigned __shfl_xor_sync(unsigned, unsigned v, int m) {
   return kgen_cpu::exchange(v, static_cast<int>(threadIdx.x & 31u) ^ m);
+}
+// redux.sync: every lane takes part (the kernel uses it for whole-warp blocks only)
+inline unsigned __reduce_max_sync(unsigned, unsigned v) {
+  unsigned m = v;
+  for (int src = 0; src < 32; ++src) {
+    const unsigned o = kgen_cpu::exchange(v, src);
+    m = o > m ? o : m;
+  }
+  return m;
 }
 inline float __shfl_sync(unsigned, float v, int src) {
   return __uint_as_float(kgen_cpu::exchange(__float_as_uint(v), src));

@@ -43,6 +43,10 @@ __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b);
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
 __device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
+__device__ __forceinline__ uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+// p + sign * v for sign = +-1: one correctly rounded fma, bit-identical to add(p, +-v).
+__device__ __forceinline__ float add_signed(float p, float sign, float v) { return __fmaf_rn(sign, v, p); }
 __device__ __forceinline__ float sqrt(float a) { return __fsqrt_rn(a); }
 
 // Exact widening of a stored value (bits) to fp32.

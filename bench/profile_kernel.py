@@ -1,0 +1,39 @@
+"""Launch one variant's kernel a few times at N tokens, for `ncu` (scripts/profile_device.sh).
+
+    python3 bench/profile_kernel.py specs/dsv4/indexer_fp8.yaml --tokens 1048576
+
+Not a benchmark (kgen bench is): it only gives the profiler real inputs (make_inputs: random
+values, random positions, shuffled out_loc) and launches the kernel `--launches` times.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("spec", type=Path)
+    ap.add_argument("--tokens", type=int, default=1 << 20)
+    ap.add_argument("--launches", type=int, default=3)
+    args = ap.parse_args()
+
+    import torch
+
+    from kgen import ops, reference
+    from kgen.gputest import kernel_args
+    from kgen.validate import validate_or_raise
+
+    spec = validate_or_raise(args.spec).variants[0].spec
+    inputs = reference.make_inputs(spec, args.tokens, seed=1, device="cuda", skip_fraction=0.0,
+                                   overflow_locs=False)
+    launch = ops.prepare(spec, *kernel_args(spec, inputs), inputs["cache"])
+    for _ in range(args.launches):
+        launch()
+    torch.cuda.synchronize()
+    print(f"{spec.name}: {args.launches} launches at N={args.tokens}")
+
+
+if __name__ == "__main__":
+    main()
