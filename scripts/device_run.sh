@@ -38,7 +38,7 @@ mkdir -p "$OUT"
 
 main() {
 PY=${KGEN_PY:-python3}              # the image's python3 is /opt/torch/.venv/bin/python3 (3.12, torch)
-SPECS="specs/dsv4.yaml specs/dsv32_indexer.yaml"
+SPECS=${KGEN_SPECS:-"specs/dsv4.yaml specs/dsv32_indexer.yaml"}   # KGEN_SPECS narrows a run
 export PYTHONUNBUFFERED=1
 export KGEN_CACHE_DIR=${KGEN_CACHE_DIR:-/tmp/kgen-cache}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -196,6 +196,10 @@ run_profile() {
   done 2>&1 | tee -a "$OUT/ncu.txt"
   record profile ok
 }
+
+# KGEN_BENCH_TOKENS / KGEN_TEST_TOKENS ("65536 1048576") override the token counts of a run
+[ -n "${KGEN_BENCH_TOKENS:-}" ] && BENCH_TOKENS=$(printf -- '--tokens %s ' $KGEN_BENCH_TOKENS)
+[ -n "${KGEN_TEST_TOKENS:-}" ] && TEST_TOKENS=$(printf -- '--tokens %s ' $KGEN_TEST_TOKENS)
 
 case "$MODE" in
   profile) run_profile ;;
