@@ -284,6 +284,30 @@ def kernel_args(spec: Spec, inputs: dict) -> tuple:
             inputs["out_loc"])
 
 
+def spec_yaml(spec: Spec) -> str:
+    """The spec as a YAML document (non-default fields), to paste into a file and replay."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    y = YAML(typ="safe", pure=True)
+    y.default_flow_style = False
+    y.sort_base_mapping_type_on_output = False
+    buf = io.StringIO()
+    y.dump(spec.model_dump(mode="json", exclude_defaults=True), buf)
+    return buf.getvalue()
+
+
+class KernelFault(RuntimeError):
+    """A CUDA error raised by the kernel launch of one case (e.g. an illegal memory access), with
+    the spec as YAML. The CUDA context is unusable afterwards (the error is sticky)."""
+
+    def __init__(self, spec: Spec, n: int, seed: int, error: BaseException):
+        self.spec, self.tokens, self.seed, self.error = spec, n, seed, error
+        super().__init__(f"CUDA error in the kernel of {spec.name} at N={n} (seed {seed}): "
+                         f"{type(error).__name__}: {error}\nspec:\n{spec_yaml(spec)}")
+
+
 def run_case(spec: Spec, n: int, *, seed: int, device: str = "cuda", kernel=None) -> Comparison:
     """Kernel on cache A, reference on cache B (both on `device`), whole-cache comparison.
     `kernel` defaults to kgen.ops.norm_rope_store (tests pass the reference to dry-run on CPU)."""
@@ -298,6 +322,13 @@ def run_case(spec: Spec, n: int, *, seed: int, device: str = "cuda", kernel=None
     cache_a = inputs["cache"]
     cache_b = cache_a.clone()
     kernel(spec, x, w, b, f, p, loc, cache_a)
+    if device != "cpu":
+        # a fault in the kernel is sticky and asynchronous: without this it surfaces in whatever
+        # CUDA call comes next (the reference), far from the spec that caused it
+        try:
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - re-raised with the spec attached
+            raise KernelFault(spec, n, seed, e) from e
     reference.norm_rope_store(spec, x, w, b, f, p, loc, cache_b)
     if device != "cpu":
         torch.cuda.synchronize()

@@ -18,6 +18,7 @@ torch and cuda.core are imported lazily: importing this module costs nothing.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 import threading
@@ -246,7 +247,7 @@ class LoadedKernel:
 
 
 _by_spec: dict[tuple[str, int], LoadedKernel] = {}
-_by_uri: dict[tuple[str, str, int], LoadedKernel] = {}
+_by_uri: dict[tuple[str, str, int, str], LoadedKernel] = {}  # (uri, arch, device, sha256 of the cubin)
 _lock = threading.Lock()
 
 
@@ -268,7 +269,8 @@ def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False) 
     """The kernel of `spec` loaded on a torch device (default: the current one).
 
     Order: GPU present -> arch check against spec.targets -> compile_variant (cache hit: no NVRTC)
-    -> module load. Cached in-process per (spec, device) and per (uri, arch, device).
+    -> module load. Cached in-process per (spec, device) and per (uri, arch, device, cubin): a spec
+    with the same name but other content never gets another spec's kernel.
     """
     torch = require_gpu()
     idx = torch.cuda.current_device() if device_index is None else device_index
@@ -290,7 +292,10 @@ def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False) 
             sys.stderr.write(f"kgen: {spec.name} for {arch}: "
                              f"{'cache hit' if getattr(ck, 'cached', False) else 'compiled'}"
                              f" in {getattr(ck, 'seconds', 0.0):.2f} s\n")
-        ukey = (ck.uri, arch, idx)
+        # The uri is only the spec's name: two different specs of one name (hypothesis draws "a"
+        # again and again) have different cubins, and launching one's kernel on the other's
+        # tensors reads and writes outside them. So a loaded module is shared only by the same cubin.
+        ukey = (ck.uri, arch, idx, hashlib.sha256(ck.cubin).hexdigest())
         loaded = _by_uri.get(ukey)
         if loaded is None:
             set_current_device(idx)

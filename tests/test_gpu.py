@@ -101,16 +101,23 @@ def test_hypothesis_valid_specs_byte_exact():
     valid_specs = _strategies()
     if valid_specs is None:
         pytest.skip("tests/strategies.py valid_specs() not available")
-    from hypothesis import HealthCheck, given, settings
+    import torch
+    from hypothesis import HealthCheck, given, note, settings
 
-    from kgen.gputest import run_case
+    from kgen.gputest import run_case, spec_yaml
     from kgen.spec import Spec
+
+    cap = tuple(torch.cuda.get_device_capability())
+    here = runtime.arch_name(cap) + ("a" if cap[0] >= 9 else "")
 
     @settings(max_examples=int(os.environ.get("KGEN_GPU_HYPOTHESIS", "8")), deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(valid_specs(max_page_size=256))
     def check(data):
         spec = data if isinstance(data, Spec) else Spec.model_validate(data)  # the strategy yields dicts
+        if runtime.pick_target(cap, list(spec.targets)) is None:  # a spec for other GPUs: test it here too
+            spec = spec.model_copy(update={"targets": [*spec.targets, here]})
+        note(f"spec:\n{spec_yaml(spec)}")
         for n in (7, 300):
             c = run_case(spec, n, seed=n)
             assert c.ok, f"{spec.model_dump_json(exclude_defaults=True)} N={n}: {c.reason}"

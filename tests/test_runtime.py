@@ -538,3 +538,29 @@ def test_load_refuses_wrong_arch_before_compiling(fake_gpu):
     with pytest.raises(KgenError) as e:
         runtime.load(spec)
     assert "Fake H200" in e.value.problems[0].message and compiled == [] and cc.calls == []
+
+
+def test_same_name_other_spec_gets_its_own_kernel(fake_gpu):
+    """Hypothesis draws the name "a" for many different specs. The runtime used to share a loaded
+    module by (name, arch, device), so the second "a" launched the first one's kernel and launch shape
+    on its own tensors: reads and writes outside them (an illegal memory access on the GPU)."""
+    cc, compiled = fake_gpu
+    base = ops.resolve_spec(BF16)
+    one = base.model_copy(update={"name": "a"})
+    two = one.model_copy(update={"head_dim": 64, "launch": one.launch.model_copy(update={"warps_per_block": 2})})
+    la, lb = runtime.load(one), runtime.load(two)
+    assert la is not lb and lb.spec == two and la.spec == one
+    assert lb.config(1000).block == 64 and la.config(1000).block == one.launch.warps_per_block * 32
+    assert runtime.load(one.model_copy()) is la  # an equal spec still shares the module
+    assert runtime.load(one.model_copy(update={"targets": ["sm_90a"]})) is la  # same cubin: same module
+
+
+def test_spec_yaml_round_trips_and_a_kernel_fault_names_the_spec(tmp_path):
+    from kgen.load import load_document
+
+    spec = ops.resolve_spec(f"{FAMILY}::dsv4_latent_fp8_p64")
+    text = gputest.spec_yaml(spec)
+    (tmp_path / "s.yaml").write_text(text)
+    assert load_document(tmp_path / "s.yaml").variants[0].spec == spec
+    e = gputest.KernelFault(spec, 7, 3, RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert "dsv4_latent_fp8_p64 at N=7" in str(e) and text in str(e) and "illegal memory access" in str(e)

@@ -1,0 +1,151 @@
+"""The real kernel source under AddressSanitizer + UBSan on the CPU (tests/cpu_shim/run_asan.cc):
+every argument is its own exactly sized heap allocation (x [N, head_dim], weight/bias [head_dim] or
+nullptr, freqs [max_pos, rope_dim] and positions [N] or nullptr, out_loc [N], cache [num_pages,
+page_bytes]) and the whole grid of `kgen.layout.launch_shape` runs, partial last block included,
+so any load or store outside the buffers fails the test; the bytes are compared with the Torch
+reference too. This is what a GPU's "illegal memory access" looks like on the CPU, with the line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+
+from kgen.render import include_dirs, render_variant
+from kgen.spec import Spec
+from strategies import ROOT, SPECS, valid_specs
+
+SHIM = ROOT / "tests" / "cpu_shim"
+TOKENS = (1, 7, 37, 129)
+
+needs_asan = pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
+
+
+def build(spec: Spec, work: Path) -> Path:
+    """The ASan/UBSan runner of `spec`'s rendered kernel."""
+    work.mkdir(parents=True, exist_ok=True)
+    rv = render_variant(spec)
+    (work / "kernel.cu").write_text(rv.files[rv.kernel_file])
+    exe = work / "run_asan"
+    r = subprocess.run(["g++", "-std=c++20", "-O1", "-g", "-ffp-contract=off", "-pthread", "-w",
+                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
+                        "-I", str(SHIM), "-I", str(include_dirs()[0]),
+                        f'-DKGEN_KERNEL_CU="{work / "kernel.cu"}"', f"-DKGEN_URI={spec.name}",
+                        str(SHIM / "run_asan.cc"), "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return exe
+
+
+def run(spec: Spec, exe: Path, work: Path, n: int, seed: int = 0) -> tuple[int, list]:
+    """Run `exe` over `n` tokens; (differing cache bytes, first few); fails with ASan's report."""
+    import torch
+
+    from kgen import layout as L
+    from kgen import reference as R
+    from kgen.gputest import kernel_args
+
+    inp = R.make_inputs(spec, n, seed=seed)
+    args = dict(zip(("x", "weight", "bias", "freqs", "positions", "out_loc"), kernel_args(spec, inp)))
+    args["cache"] = inp["cache"]
+    d = work / f"n{n}"
+    d.mkdir(parents=True, exist_ok=True)
+    for k, t in args.items():
+        (d / k).write_bytes(b"" if t is None else t.contiguous().view(torch.uint8).numpy().tobytes())
+    blocks, threads = L.launch_shape(spec, n)
+    num_slots = inp["cache"].shape[0] * L.compute(spec).page_size
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
+    r = subprocess.run([str(exe), str(d), str(blocks), str(threads), str(n), str(num_slots)],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, f"{spec.name} N={n}: exit {r.returncode}\n{r.stderr[-6000:]}"
+    got = torch.frombuffer(bytearray((d / "cache.out").read_bytes()), dtype=torch.uint8)
+    want = inp["cache"].clone()
+    R.norm_rope_store(spec, *kernel_args(spec, inp), want)
+    diff = (got.reshape(want.shape) != want).nonzero()
+    return len(diff), diff[:8].tolist()
+
+
+def check(spec: Spec, work: Path, tokens=TOKENS, seed: int = 0) -> None:
+    pytest.importorskip("torch")
+    exe = build(spec, work)
+    for n in tokens:
+        assert run(spec, exe, work, n, seed=seed + n) == (0, []), f"{spec.name} N={n}"
+
+
+def _shipped() -> list[Spec]:
+    from kgen.load import load_document
+
+    seen: dict[str, Spec] = {}
+    for p in sorted(SPECS.glob("*.yaml")):
+        for v in load_document(p).variants:
+            seen.setdefault(v.spec.name, v.spec)
+    return [seen[k] for k in sorted(seen)]
+
+
+# Specs the GPU hypothesis test (tests/test_gpu.py, derandomized) runs, and corners of the launch
+# shape and lane mapping: head_dim 32 (V = 1: 2-B fp16 / 4-B fp32 lane loads, neox partners one
+# lane apart, 1-byte fp8 lanes), head_dim 1024 (V = 32: 128-B lane loads), 32 x 8 tokens per block
+# (N = 1: 255 of 256 token slots past the end), rope at either end, kept RoPE dims, strided scales.
+EXPLICIT = {
+    "gpu_hyp_j_go4i": {"kgen": 1, "name": "j_go4i", "input_dtype": "fp16", "head_dim": 32,
+                       "norm": {"kind": "layernorm", "eps": 1e-05}, "rope": {"dim": 2, "style": "neox", "placement": "first"},
+                       "store": {"dtype": "fp8_e4m3", "scale": "fp32_pow2", "block": 8, "amax_floor": 1e-06,
+                                 "bf16_roundtrip": True, "scale_math": "reciprocal"},
+                       "layout": {"page_size": 16, "scale_stride": 20, "page_align": 576},
+                       "launch": {"warps_per_block": 1, "tokens_per_warp": 4}, "targets": ["sm_90a"]},
+    "gpu_hyp_h2ql": {"kgen": 1, "name": "h2ql7h03iwfad", "input_dtype": "fp32", "head_dim": 128, "norm": {"kind": "none"},
+                     "rope": {"dim": 8, "style": "neox", "placement": "first"}, "hadamard": True,
+                     "store": {"dtype": "fp16", "amax_floor": 0.5}, "layout": {"page_size": 32, "page_align": 4096},
+                     "launch": {"warps_per_block": 8, "tokens_per_warp": 2}, "targets": ["sm_90a"]},
+    "v1_fp32_rmsnorm_full_block": {"kgen": 1, "name": "a", "input_dtype": "fp32", "head_dim": 32,
+                                   "rope": {"dim": 32, "style": "neox", "placement": "last"},
+                                   "store": {"dtype": "fp8_e4m3", "scale": "ue8m0", "block": 32},
+                                   "layout": {"page_size": 1}, "launch": {"warps_per_block": 32, "tokens_per_warp": 8},
+                                   "targets": ["sm_90a"]},
+    "v32_kept_rope_first": {"kgen": 1, "name": "big", "input_dtype": "fp32", "head_dim": 1024,
+                            "norm": {"kind": "layernorm", "eps": 1e-05},
+                            "rope": {"dim": 64, "style": "neox", "placement": "first"},
+                            "store": {"dtype": "fp8_e4m3", "scale": "fp32", "block": 64, "rope_dtype": "bf16"},
+                            "layout": {"page_size": 2, "scale_stride": 64, "page_align": 16},
+                            "launch": {"warps_per_block": 3, "tokens_per_warp": 5}, "targets": ["sm_90a"]},
+}
+
+
+@needs_asan
+@pytest.mark.parametrize("name", sorted(EXPLICIT))
+def test_explicit_specs_under_asan(name, tmp_path):
+    check(Spec.model_validate(EXPLICIT[name]), tmp_path, tokens=TOKENS if name.startswith("gpu_") else (1, 37))
+
+
+@needs_asan
+@pytest.mark.parametrize("spec", _shipped(), ids=lambda s: s.name)
+def test_shipped_specs_under_asan(spec, tmp_path):
+    check(spec, tmp_path, tokens=(1, 37))
+
+
+@needs_asan
+@settings(max_examples=int(os.environ.get("KGEN_ASAN_EXAMPLES", "4")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=valid_specs(max_page_size=64))
+def test_accepted_specs_under_asan(data, tmp_path_factory):
+    data["name"] = "asan"
+    spec = Spec.model_validate(data)
+    note(f"spec: {spec.model_dump_json(exclude_defaults=True)}")
+    check(spec, tmp_path_factory.mktemp("asan"), tokens=(1, 7, 37))
+
+
+@needs_asan
+def test_asan_catches_a_kernel_run_on_another_specs_tensors(tmp_path):
+    """The harness itself: the kernel of one spec on the tensors of another spec with the same name
+    (what kgen.runtime did before it keyed loaded modules by cubin) reads outside them, and ASan says so."""
+    pytest.importorskip("torch")
+    old = Spec.model_validate({"kgen": 1, "name": "a", "input_dtype": "fp32", "head_dim": 256,
+                               "rope": {"dim": 64}, "store": {"dtype": "bf16"}, "layout": {"page_size": 4},
+                               "targets": ["sm_90a"]})
+    new = old.model_copy(update={"head_dim": 128, "norm": old.norm.model_copy(update={"kind": "none"})})
+    exe = build(old, tmp_path / "old")
+    with pytest.raises(AssertionError, match="AddressSanitizer|SEGV"):
+        run(new, exe, tmp_path, 7)
