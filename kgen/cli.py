@@ -133,12 +133,17 @@ def compile(paths: Paths,
 
 
 @app.command()
-def test(paths: Paths, as_json: JsonFlag = False,
-         tokens: Annotated[Optional[list[int]], typer.Option("--tokens", help="token counts to test")] = None) -> None:
+def test(paths: Annotated[Optional[list[Path]], typer.Argument(help="spec or family files")] = None,
+         as_json: JsonFlag = False,
+         tokens: Annotated[Optional[list[int]], typer.Option("--tokens", help="token counts to test")] = None,
+         sample: Annotated[int, typer.Option("--sample", help="also test K random specs the validator "
+                                             "accepts")] = 0,
+         seed: Annotated[int, typer.Option("--seed", help="seed of the --sample draw")] = 0) -> None:
     """Run each variant on the GPU against the Torch reference, byte for byte."""
     from .gputest import test_command
 
-    raise typer.Exit(_run(lambda: test_command(paths, tokens or None, as_json=as_json)))
+    raise typer.Exit(_run(lambda: test_command(paths or [], tokens or None, as_json=as_json,
+                                               sample=sample, seed=seed)))
 
 
 @app.command()

@@ -6,6 +6,7 @@
 #   preflight  install the carried wheels, print nvidia-smi + versions, load and run one kernel
 #   pytest     preflight + `python3 -m pytest -m gpu -q` (shipped variants + random valid specs)
 #   test       preflight + pytest + `kgen test specs/dsv4.yaml specs/dsv32_indexer.yaml --json`
+#   sample     preflight + `kgen test --sample 50` (random accepted specs, a few N each)
 #   bench      preflight + `kgen bench ... --json $OUT/bench.json`
 #   all        (default) preflight + pytest + test + bench, each step under its own time limit so the
 #              whole run ends inside the device tool's 600 s
@@ -26,7 +27,7 @@ MODE=all
 QUICK=0
 for a in "$@"; do
   case "$a" in
-    all|test|bench|pytest|preflight|profile) MODE=$a ;;
+    all|test|sample|bench|pytest|preflight|profile) MODE=$a ;;
     --quick|quick) QUICK=1 ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "device_run.sh: unknown argument '$a' (try --help)" >&2; exit 2 ;;
@@ -169,6 +170,14 @@ run_test() {
   record "kgen test" "$([ $rc = 0 ] && echo ok || echo "FAILED rc $rc")"
 }
 
+run_sample() {
+  local k=${KGEN_TEST_SAMPLE:-50}
+  step "kgen test --sample $k: random specs the validator accepts (limit ${T_SAMPLE:-150} s)"
+  timeout -s INT -k 20 "${T_SAMPLE:-150}" "$PY" -m kgen.cli test --sample "$k" --seed "${KGEN_SEED:-$RANDOM}" --json > "$OUT/sample.json"
+  local rc=$?
+  record "kgen test --sample $k" "$([ $rc = 0 ] && echo ok || echo "FAILED rc $rc")"
+}
+
 run_bench() {
   step "kgen bench $SPECS $BENCH_TOKENS (limit ${T_BENCH} s, compile budget ${KGEN_BENCH_COMPILE_BUDGET_S} s)"
   # shellcheck disable=SC2086
@@ -204,7 +213,8 @@ run_profile() {
 case "$MODE" in
   profile) run_profile ;;
   pytest) run_pytest ;;
-  test) run_pytest; run_test ;;
+  test) run_pytest; run_test; run_sample ;;
+  sample) run_sample ;;
   bench) run_bench ;;
   all) run_pytest; run_test; run_bench ;;
 esac
