@@ -113,3 +113,6 @@ inline unsigned char __nv_cvt_float_to_fp8(float f, __nv_saturation_t, __nv_fp8_
 inline unsigned short __nv_cvt_float2_to_fp8x2(float2 v, __nv_saturation_t s, __nv_fp8_interpretation_t i) {
   return static_cast<unsigned short>(__nv_cvt_float_to_fp8(v.x, s, i) | (__nv_cvt_float_to_fp8(v.y, s, i) << 8));
 }
+inline float __frcp_rn(float a) { return 1.0f / a; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline float __double2float_rn(double d) { return static_cast<float>(d); }

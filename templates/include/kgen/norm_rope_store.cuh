@@ -68,6 +68,20 @@ struct NormRopeStore {
   static constexpr int kKeptLanes = static_cast<int>(Cfg::kKeptLanes);
   static constexpr int kKeptBytes = kKept ? static_cast<int>(Cfg::kKeptLaneBytes) : 2;
 
+  // Quantizer scale math shortcuts, exact under compile-time conditions (numerics.cuh):
+  // t = a / QMAX with a >= amax_floor is a normal fp32, so ceil_log2/exp2i need no subnormal path
+  static constexpr bool kScaleNormal = kScaled && (Cfg::kScaleMath == ScaleMath::divide
+                                                       ? Cfg::kAmaxFloor / Cfg::kQuantMax
+                                                       : Cfg::kAmaxFloor * Cfg::kInvQuantMax) >= 0x1p-126f;
+  __host__ __device__ static constexpr long long odd_part(long long q) { return q % 2 == 0 ? odd_part(q / 2) : q; }
+  // a / QMAX as one double multiply (num::div_via_double): QMAX an integer whose odd part is < 2^26,
+  // and the exact quotient normal (floor / QMAX >= 2^-125 leaves a margin for the rounding of this test)
+  static constexpr bool kDivViaDouble =
+      kScaled && Cfg::kScaleMath == ScaleMath::divide && Cfg::kQuantMax >= 1.0f && Cfg::kQuantMax < 0x1p24f &&
+      static_cast<float>(static_cast<long long>(Cfg::kQuantMax)) == Cfg::kQuantMax &&
+      odd_part(static_cast<long long>(Cfg::kQuantMax)) < (1LL << 26) && Cfg::kAmaxFloor / Cfg::kQuantMax >= 0x1p-125f;
+  static constexpr double kInvQuantMaxD = 1.0 / static_cast<double>(Cfg::kQuantMax);
+
   using XWords = mem::Words<kInBytes>;
   using FWords = mem::Words<kFreqBytes>;
 
@@ -152,17 +166,34 @@ struct NormRopeStore {
     for (int k = 0; k < V; ++k) o.w[k / 2] |= half_bits<D>(v[k]) << (16 * (k & 1));
   }
 
+  // This lane's store addresses in page 0, row 0 (computed once per warp); a token adds
+  // page * page_bytes (64-bit) and its slot's row/scale offset (32-bit: a page is < 2^31 bytes).
+  struct Dst {
+    uint8_t* q;  // quantized (or 16-bit) values
+    uint8_t* s;  // scale of this lane's block
+    uint8_t* k;  // kept RoPE dims
+  };
+  __device__ static __forceinline__ Dst lane_dst(uint8_t* cache, int lane) {
+    const int ql = lane - kQuantLane0;
+    const int kl = lane - kKeptLane0;
+    Dst d;
+    d.q = cache + Cfg::kQuantRowOffset + (kNibblePairs ? (ql >> 1) : ql * kQuantBytes);
+    d.s = cache + Cfg::kScaleRegionOffset + (kScaled ? (ql / kBlockLanes) * Cfg::kScaleUnit : 0);
+    d.k = cache + Cfg::kKeptRowOffset + kl * kKeptBytes;
+    return d;
+  }
+
   // ---- one token (warp-uniform: every lane runs it, so the shuffles are full-warp) -----------
   __device__ static __forceinline__ void token(const XWords& xr, const FWords& fr, const float (&w)[V],
                                                const float (&b)[V], long long loc, bool keep, int lane,
-                                               uint8_t* __restrict__ cache) {
+                                               const Dst& dst) {
     float v[V];
     widen(xr, v);
 
     // §2 norm
     if constexpr (Cfg::kNormKind == NormKind::rmsnorm) {
       const float mean = per_dim(warp_sum_squares(v));
-      const float r = num::div(1.0f, num::sqrt(num::add(mean, Cfg::kEps)));
+      const float r = num::rcp(num::sqrt(num::add(mean, Cfg::kEps)));
 #pragma unroll
       for (int k = 0; k < V; ++k) v[k] = num::mul(num::mul(v[k], r), w[k]);
     } else if constexpr (Cfg::kNormKind == NormKind::layernorm) {
@@ -170,7 +201,7 @@ struct NormRopeStore {
 #pragma unroll
       for (int k = 0; k < V; ++k) v[k] = num::sub(v[k], mu);  // d = v - mu, in place
       const float var = per_dim(warp_sum_squares(v));
-      const float r = num::div(1.0f, num::sqrt(num::add(var, Cfg::kEps)));
+      const float r = num::rcp(num::sqrt(num::add(var, Cfg::kEps)));
 #pragma unroll
       for (int k = 0; k < V; ++k) v[k] = num::add(num::mul(num::mul(v[k], r), w[k]), b[k]);
     }
@@ -239,11 +270,12 @@ struct NormRopeStore {
       for (int k = 0; k < V; ++k) v[k] = num::bf16_round(v[k]);
     }
 
-    // §7 where the token goes (64-bit page offset)
-    const long long page = loc >> Cfg::kPageShift;
-    const long long t = loc & (Cfg::kPageSize - 1);
-    uint8_t* const page_ptr = cache + page * Cfg::kPageBytes;
-    uint8_t* const row = page_ptr + t * Cfg::kRowBytes;
+    // §7 where the token goes: a 64-bit page address, then 32-bit offsets inside the page (a page
+    // is < 2^31 bytes, rule page-bytes-limit). Only used when `keep` (0 <= loc < num_slots).
+    const unsigned long long uloc = static_cast<unsigned long long>(loc);
+    const unsigned long long page_off = (uloc >> Cfg::kPageShift) * static_cast<unsigned long long>(Cfg::kPageBytes);
+    const uint32_t t = static_cast<uint32_t>(uloc) & static_cast<uint32_t>(Cfg::kPageSize - 1);
+    const uint32_t row = t * static_cast<uint32_t>(Cfg::kRowBytes);  // row offset in the page
 
     // §6 quantize and store the quantized span
     const int ql = lane - kQuantLane0;
@@ -251,18 +283,32 @@ struct NormRopeStore {
     if constexpr (kHalfStore) {
       mem::Words<kQuantBytes> o;
       pack_halves<kStore>(v, o);
-      if (keep && in_quant) mem::store_cs(row + Cfg::kQuantRowOffset + ql * kQuantBytes, o);
+      if (keep && in_quant) mem::store_cs(dst.q + page_off + row, o);
     } else {
       float mult = 1.0f;  // values are multiplied by this before they are encoded
       float scale_f = 1.0f;
       uint32_t scale_byte = 0u;
       if constexpr (kScaled) {
         const float a = fmaxf(block_amax(v), Cfg::kAmaxFloor);
-        const float ts = Cfg::kScaleMath == ScaleMath::divide ? num::div(a, Cfg::kQuantMax)
-                                                               : num::mul(a, Cfg::kInvQuantMax);
+        float ts;
+        if constexpr (Cfg::kScaleMath != ScaleMath::divide) {
+          ts = num::mul(a, Cfg::kInvQuantMax);
+        } else if constexpr (kDivViaDouble) {
+          ts = num::div_via_double(a, kInvQuantMaxD);
+        } else {
+          ts = num::div(a, Cfg::kQuantMax);
+        }
         if constexpr (kFp32Scale) {
           scale_f = ts;
-          mult = num::div(1.0f, ts);
+          mult = num::rcp(ts);
+        } else if constexpr (kScaleNormal) {
+          // ts normal (or +inf): sb = bits of 2^e, e = ceil_log2(ts) in [-126, 128], e + 127 = sb >> 23:
+          // exactly exp2i(e), exp2i(-e) and e + 127 of the general path below (tests/exact/pow2.cc
+          // checks every such ts)
+          const uint32_t sb = num::pow2_ceil_bits(ts);
+          scale_f = __uint_as_float(sb);
+          mult = __uint_as_float(num::pow2_inv_bits(sb));
+          scale_byte = sb >> 23;
         } else {
           const int e = num::ceil_log2(ts);
           scale_f = num::exp2i(e);
@@ -283,7 +329,7 @@ struct NormRopeStore {
             o.w[k / 4] |= num::e4m3x2(lo, hi) << (16 * ((k / 2) & 1));
           }
         }
-        if (keep && in_quant) mem::store_cs(row + Cfg::kQuantRowOffset + ql * kQuantBytes, o);
+        if (keep && in_quant) mem::store_cs(dst.q + page_off + row, o);
       } else {
         static_assert(kFp4, "store dtype");
 #pragma unroll
@@ -291,15 +337,16 @@ struct NormRopeStore {
         if constexpr (kNibblePairs) {  // element 2k in the low nibble, 2k+1 in the high one
           const uint32_t hi = __shfl_xor_sync(num::kFullMask, o.w[0], 1);
           o.w[0] |= hi << 4;
-          if (keep && in_quant && (ql & 1) == 0) mem::store_cs(row + Cfg::kQuantRowOffset + (ql >> 1), o);
+          if (keep && in_quant && (ql & 1) == 0) {
+            mem::store_cs(dst.q + page_off + row, o);
+          }
         } else {
-          if (keep && in_quant) mem::store_cs(row + Cfg::kQuantRowOffset + ql * kQuantBytes, o);
+          if (keep && in_quant) mem::store_cs(dst.q + page_off + row, o);
         }
       }
       if constexpr (kScaled) {
         if (keep && in_quant && ql % kBlockLanes == 0) {
-          uint8_t* const sp = page_ptr + Cfg::kScaleRegionOffset + t * Cfg::kScaleStride +
-                              (ql / kBlockLanes) * Cfg::kScaleUnit;
+          uint8_t* const sp = dst.s + page_off + t * static_cast<uint32_t>(Cfg::kScaleStride);
           if constexpr (kFloatScaleBytes) {
             mem::store_cs_f32(sp, scale_f);
           } else {
@@ -315,7 +362,7 @@ struct NormRopeStore {
       if (keep && static_cast<unsigned>(kl) < static_cast<unsigned>(kKeptLanes)) {
         mem::Words<kKeptBytes> o;
         pack_halves<Cfg::kRopeDtype>(v, o);
-        mem::store_cs(row + Cfg::kKeptRowOffset + kl * kKeptBytes, o);
+        mem::store_cs(dst.k + page_off + row, o);
       }
     }
   }
@@ -354,10 +401,21 @@ struct NormRopeStore {
                                              int32_t num_tokens, int64_t num_slots) {
     const int lane = static_cast<int>(threadIdx.x) & 31;
     const int warp = static_cast<int>(threadIdx.x) >> 5;
-    const long long first = (static_cast<long long>(blockIdx.x) * W + warp) * T;
+    // token indices in 32 bits: a warp that owns no token leaves (whole warp: uniform), so from
+    // here on first < num_tokens < 2^31 and first + j < 2^31 + T
+    if (num_tokens <= 0 || blockIdx.x > 0x7fffffffu / static_cast<uint32_t>(W * T)) return;
+    const uint32_t first = (blockIdx.x * static_cast<uint32_t>(W) + static_cast<uint32_t>(warp)) *
+                           static_cast<uint32_t>(T);
+    const uint32_t ntok = static_cast<uint32_t>(num_tokens);
+    if (first >= ntok) return;
+    const int64_t* const loc_p = out_loc + first;
+    const int64_t* const pos_p = positions + first;  // not dereferenced without rope (may be nullptr)
+    const In* const x_p = x + static_cast<unsigned long long>(first) * H + lane * V;
     const int rl = lane - kRopeLane0;
     const bool in_rope = kRope && static_cast<unsigned>(rl) < static_cast<unsigned>(kRopeLanes);
     const int fidx = kNeox ? (rl < kRopeHalf ? rl : rl - kRopeHalf) : rl;
+    const float* const f_p = freqs + fidx * kFreqFloats;  // this lane's floats of a freqs row
+    const Dst dst = lane_dst(cache, lane);
 
     float w[V], b[V];  // norm weight and bias: once per warp when they fit (kHoldWeights)
     if constexpr (kHoldWeights) load_weights(weight, bias, lane, w, b);
@@ -370,14 +428,13 @@ struct NormRopeStore {
       XWords xr[kGroup];
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) {
-        const long long tok = first + g0 + j;
         loc[j] = -1;
         pos[j] = 0;
         mem::zero(xr[j]);
-        if (g0 + j < T && tok < num_tokens) {
-          loc[j] = __ldg(out_loc + tok);
-          if constexpr (kRope) pos[j] = __ldg(positions + tok);
-          mem::load_nc<kInBytes>(x + tok * H + lane * V, xr[j]);
+        if (g0 + j < T && first + (g0 + j) < ntok) {
+          loc[j] = __ldg(loc_p + (g0 + j));
+          if constexpr (kRope) pos[j] = __ldg(pos_p + (g0 + j));
+          mem::load_nc<kInBytes>(x_p + (g0 + j) * H, xr[j]);
         }
       }
 
@@ -388,7 +445,7 @@ struct NormRopeStore {
         mem::zero(fr[j]);
         if constexpr (kRope) {
           if (in_rope && loc[j] >= 0 && loc[j] < num_slots) {
-            mem::load_nc<kFreqBytes>(freqs + pos[j] * kRopeDim + fidx * kFreqFloats, fr[j]);
+            mem::load_nc<kFreqBytes>(f_p + pos[j] * kRopeDim, fr[j]);
           }
         }
       }
@@ -399,7 +456,7 @@ struct NormRopeStore {
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) {
         if constexpr (!kHoldWeights) load_weights(weight, bias, lane, w, b);
-        token(xr[j], fr[j], w, b, loc[j], loc[j] >= 0 && loc[j] < num_slots, lane, cache);
+        token(xr[j], fr[j], w, b, loc[j], loc[j] >= 0 && loc[j] < num_slots, lane, dst);
       }
     }
   }

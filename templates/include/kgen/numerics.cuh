@@ -48,6 +48,24 @@ __device__ __forceinline__ uint32_t umax(uint32_t a, uint32_t b) { return a > b 
 // p + sign * v for sign = +-1: one correctly rounded fma, bit-identical to add(p, +-v).
 __device__ __forceinline__ float add_signed(float p, float sign, float v) { return __fmaf_rn(sign, v, p); }
 __device__ __forceinline__ float sqrt(float a) { return __fsqrt_rn(a); }
+// 1.0f / a, correctly rounded (IEEE, denormals and specials included): the same bits as div(1.0f, a)
+// with a shorter fast path (no numerator scaling, no FCHK).
+__device__ __forceinline__ float rcp(float a) { return __frcp_rn(a); }
+
+// a / q, correctly rounded, as one double multiply: fp32(double(a) * double(1/q)).
+// Exact (the same bits as div(a, q)) when q = d * 2^s with d odd and d < 2^26, and the exact quotient
+// a/q is a normal fp32 (>= 2^-126) -- the caller checks both at compile time (quotient_exact_in_double).
+// Proof: a = m * 2^e with an integer m < 2^24; scaled to its binade [2^23, 2^24), Q = m * 2^u / d for
+// an integer u >= 0. A rounding midpoint is H = k + 1/2, so |Q - H| = |2 m 2^u - d (2k+1)| / (2d) >= 1/(2d)
+// (even minus odd: never 0); Q's relative distance to every midpoint is > 2^-25 / d. The double result
+// is a/q * (1 + e1)(1 + e2), |e1|, |e2| <= 2^-53 (1/q rounded, the product rounded; no double
+// under/overflow for fp32 a), i.e. within 2^-51.9 relative -- closer than any midpoint, so rounding it
+// to fp32 gives the correctly rounded a/q (a binade edge is a float, not a midpoint, so crossing it is
+// harmless). For d == 1 the quotient is exact. +inf gives +inf. tests/test_exact_shortcuts.py checks
+// every fp32 a exhaustively for the shipped q (448, 6).
+__device__ __forceinline__ float div_via_double(float a, double inv_q) {
+  return __double2float_rn(__dmul_rn(static_cast<double>(a), inv_q));
+}
 
 // Exact widening of a stored value (bits) to fp32.
 __device__ __forceinline__ float widen_bf16(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
@@ -84,6 +102,19 @@ __device__ __forceinline__ int ceil_log2(float t) {
     return (m & (m - 1u)) ? p + 1 - 149 : p - 149;
   }
   return ex - 127 + (m != 0u ? 1 : 0);
+}
+
+// ceil_log2 for a normal or +inf t (bits(t) >= 0x00800000), as the biased exponent of 2^ceil(log2 t):
+// adding 0x7fffff to the bits carries into the exponent exactly when the mantissa is non-zero, so
+// (bits + 0x7fffff) & 0x7f800000 is the bit pattern of 2^ceil_log2(t) (+inf for t > 2^127 or +inf, i.e.
+// exp2i(ceil_log2(t)) for every ceil_log2(t) <= 128, the largest a normal/inf t can give).
+__device__ __forceinline__ uint32_t pow2_ceil_bits(float t) {
+  return (__float_as_uint(t) + 0x7fffffu) & 0x7f800000u;
+}
+// 2^-e from sb = pow2_ceil_bits(t), e = (sb >> 23) - 127 in [-126, 128]: the normal (127 - e) << 23 =
+// 0x7f000000 - sb for e <= 126, else the subnormal 1 << (149 - e) (exp2i(-e) for every such e).
+__device__ __forceinline__ uint32_t pow2_inv_bits(uint32_t sb) {
+  return sb <= 0x7e800000u ? 0x7f000000u - sb : 1u << (276u - (sb >> 23));
 }
 
 // 2^e exactly (inf above the fp32 range, 0 below it).
