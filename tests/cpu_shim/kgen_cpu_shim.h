@@ -116,3 +116,27 @@ inline unsigned short __nv_cvt_float2_to_fp8x2(float2 v, __nv_saturation_t s, __
 inline float __frcp_rn(float a) { return 1.0f / a; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline float __double2float_rn(double d) { return static_cast<float>(d); }
+// round-toward-+inf arithmetic (e2m1): the x86 rounding mode around one operation. The volatile
+// operands and result keep the operation between the two fesetround calls.
+#include <cfenv>
+#ifndef KGEN_SHIM_GLOBAL_ROUND_UP
+inline float __fadd_ru(float a, float b) {
+  const int old = std::fegetround();
+  std::fesetround(FE_UPWARD);
+  volatile float x = a, y = b;
+  volatile float r = x + y;
+  std::fesetround(old);
+  return r;
+}
+inline float __fmaf_ru(float a, float b, float c) {
+  const int old = std::fegetround();
+  std::fesetround(FE_UPWARD);
+  volatile float x = a, y = b, z = c;
+  volatile float r = std::fma(static_cast<float>(x), static_cast<float>(y), static_cast<float>(z));
+  std::fesetround(old);
+  return r;
+}
+#else  // the caller has set FE_UPWARD for the whole program (tests/exact/e2m1.cc)
+inline float __fadd_ru(float a, float b) { return a + b; }
+inline float __fmaf_ru(float a, float b, float c) { return std::fma(a, b, c); }
+#endif

@@ -125,14 +125,22 @@ __device__ __forceinline__ float exp2i(int e) {
   return 0.0f;
 }
 
-// fp4 e2m1 code of v (already divided by its scale): thresholds, ties go down, no negative zero.
+// fp4 e2m1 code of v (already divided by its scale): thresholds, ties go down, no negative zero:
+// code = (a > 0.25) + (a > 0.75) + (a > 1.25) + (a > 1.75) + (a > 2.5) + (a > 3.5) + (a > 5.0), a = |v|
+// (0 for NaN), nibble = code | 8 if v < 0 and code != 0.
+// Computed as ceil(y(a)) clamped to [0, 7], y(a) = min(2a - 0.5, a + 1.5, a/2 + 3.5): y is continuous and
+// strictly increasing with y(T_i) = i at the thresholds T_0..T_6 = 0.25 .. 5.0, so for T_i < a <= T_i+1
+// ceil(y) = i + 1 = the number of thresholds below a (ties go down). Each branch of y is evaluated
+// rounded UP (ceil(RU(x)) = ceil(x): RU(x) >= x and the integer ceil(x) is a float >= x), and min, max
+// and the clamps commute with ceil; ceil(m) for m in [0, 7] is RU(m + 2^23) - 2^23 (floats there are
+// integers). fmaxf(NaN, 0) = 0 makes a NaN v code 0; code != 0 and v < 0 <=> v < -0.25.
+// tests/exact/e2m1.cc checks every fp32 v against the threshold sum.
 __device__ __forceinline__ uint32_t e2m1(float v) {
   const float a = fabsf(v);
-  const uint32_t code = static_cast<uint32_t>(a > 0.25f) + static_cast<uint32_t>(a > 0.75f) +
-                        static_cast<uint32_t>(a > 1.25f) + static_cast<uint32_t>(a > 1.75f) +
-                        static_cast<uint32_t>(a > 2.5f) + static_cast<uint32_t>(a > 3.5f) +
-                        static_cast<uint32_t>(a > 5.0f);
-  return code | ((v < 0.0f && code != 0u) ? 8u : 0u);
+  float y = fminf(fminf(__fmaf_ru(a, 2.0f, -0.5f), __fadd_ru(a, 1.5f)), __fmaf_ru(a, 0.5f, 3.5f));
+  y = fminf(fmaxf(y, 0.0f), 7.0f);
+  const uint32_t code = __float_as_uint(__fadd_ru(y, 8388608.0f)) - 0x4b000000u;
+  return code | (v < -0.25f ? 8u : 0u);
 }
 
 }  // namespace num
