@@ -183,25 +183,32 @@ struct NormRopeStore {
     return d;
   }
 
-  // ---- one token (warp-uniform: every lane runs it, so the shuffles are full-warp) -----------
-  __device__ static __forceinline__ void token(const XWords& xr, const FWords& fr, const float (&w)[V],
-                                               const float (&b)[V], long long loc, bool keep, int lane,
-                                               const Dst& dst) {
-    float v[V];
-    widen(xr, v);
-
-    // §2 norm
+  // §2 norm, first half: the warp sums; returns mean + eps (rmsnorm) or var + eps (layernorm, which
+  // also turns v into d = v - mu in place), the operand of r = 1 / sqrt(.)
+  __device__ static __forceinline__ float norm_operand(float (&v)[V]) {
     if constexpr (Cfg::kNormKind == NormKind::rmsnorm) {
-      const float mean = per_dim(warp_sum_squares(v));
-      const float r = num::rcp(num::sqrt(num::add(mean, Cfg::kEps)));
-#pragma unroll
-      for (int k = 0; k < V; ++k) v[k] = num::mul(num::mul(v[k], r), w[k]);
+      return num::add(per_dim(warp_sum_squares(v)), Cfg::kEps);
     } else if constexpr (Cfg::kNormKind == NormKind::layernorm) {
       const float mu = per_dim(warp_sum(v));
 #pragma unroll
       for (int k = 0; k < V; ++k) v[k] = num::sub(v[k], mu);  // d = v - mu, in place
-      const float var = per_dim(warp_sum_squares(v));
-      const float r = num::rcp(num::sqrt(num::add(var, Cfg::kEps)));
+      return num::add(per_dim(warp_sum_squares(v)), Cfg::kEps);
+    } else {
+      return 1.0f;
+    }
+  }
+  __device__ static __forceinline__ float norm_r(float op) { return num::rcp(num::sqrt(op)); }
+
+  // ---- one token (warp-uniform: every lane runs it, so the shuffles are full-warp) -----------
+  // v: the widened x (after norm_operand), r: its 1 / sqrt(mean + eps)
+  __device__ static __forceinline__ void token(float (&v)[V], float r, const FWords& fr, const float (&w)[V],
+                                               const float (&b)[V], long long loc, bool keep, int lane,
+                                               const Dst& dst) {
+    // §2 norm, second half
+    if constexpr (Cfg::kNormKind == NormKind::rmsnorm) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = num::mul(num::mul(v[k], r), w[k]);
+    } else if constexpr (Cfg::kNormKind == NormKind::layernorm) {
 #pragma unroll
       for (int k = 0; k < V; ++k) v[k] = num::add(num::mul(num::mul(v[k], r), w[k]), b[k]);
     }
@@ -453,10 +460,32 @@ struct NormRopeStore {
       // phase 3: compute every token, store the kept ones. The math runs unconditionally so that
       // its shuffles sit in code the compiler knows is converged: behind a branch on the loaded
       // slot they become WARPSYNC/collective sequences (measured: ~2x the instructions).
+      float v[kGroup][V];
+      float op[kGroup];
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        widen(xr[j], v[j]);
+        op[j] = norm_operand(v[j]);
+      }
+      // r = 1 / sqrt(op) is warp-uniform per token: the group's tokens share one IEEE sqrt + rcp
+      // chain (lane j computes token j's; the same operations on the same operand, so the same
+      // bits), then each token's r comes back by a shuffle from its lane
+      float r[kGroup];
+      if constexpr (kNorm && kGroup > 1) {
+        float sel = op[0];
+#pragma unroll
+        for (int j = 1; j < kGroup; ++j) sel = lane == j ? op[j] : sel;
+        const float rr = norm_r(sel);
+#pragma unroll
+        for (int j = 0; j < kGroup; ++j) r[j] = __shfl_sync(num::kFullMask, rr, j);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kGroup; ++j) r[j] = kNorm ? norm_r(op[j]) : 1.0f;
+      }
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) {
         if constexpr (!kHoldWeights) load_weights(weight, bias, lane, w, b);
-        token(xr[j], fr[j], w, b, loc[j], loc[j] >= 0 && loc[j] < num_slots, lane, dst);
+        token(v[j], r[j], fr[j], w, b, loc[j], loc[j] >= 0 && loc[j] < num_slots, lane, dst);
       }
     }
   }
