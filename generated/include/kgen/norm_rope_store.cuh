@@ -174,8 +174,10 @@ struct NormRopeStore {
     uint8_t* k;  // kept RoPE dims
   };
   __device__ static __forceinline__ Dst lane_dst(uint8_t* cache, int lane) {
-    const int ql = lane - kQuantLane0;
-    const int kl = lane - kKeptLane0;
+    // lanes outside a span never store through its pointer: they get the span's lane 0 (no
+    // out-of-object pointer arithmetic)
+    const int ql = static_cast<unsigned>(lane - kQuantLane0) < static_cast<unsigned>(kQuantLanes) ? lane - kQuantLane0 : 0;
+    const int kl = static_cast<unsigned>(lane - kKeptLane0) < static_cast<unsigned>(kKeptLanes) ? lane - kKeptLane0 : 0;
     Dst d;
     d.q = cache + Cfg::kQuantRowOffset + (kNibblePairs ? (ql >> 1) : ql * kQuantBytes);
     d.s = cache + Cfg::kScaleRegionOffset + (kScaled ? (ql / kBlockLanes) * Cfg::kScaleUnit : 0);
@@ -416,12 +418,13 @@ struct NormRopeStore {
     const uint32_t ntok = static_cast<uint32_t>(num_tokens);
     if (first >= ntok) return;
     const int64_t* const loc_p = out_loc + first;
-    const int64_t* const pos_p = positions + first;  // not dereferenced without rope (may be nullptr)
+    const int64_t* const pos_p = kRope ? positions + first : nullptr;  // positions is nullptr without rope
     const In* const x_p = x + static_cast<unsigned long long>(first) * H + lane * V;
     const int rl = lane - kRopeLane0;
     const bool in_rope = kRope && static_cast<unsigned>(rl) < static_cast<unsigned>(kRopeLanes);
     const int fidx = kNeox ? (rl < kRopeHalf ? rl : rl - kRopeHalf) : rl;
-    const float* const f_p = freqs + fidx * kFreqFloats;  // this lane's floats of a freqs row
+    // this lane's floats of a freqs row (lanes outside the rope span never load)
+    const float* const f_p = in_rope ? freqs + fidx * kFreqFloats : freqs;
     const Dst dst = lane_dst(cache, lane);
 
     float w[V], b[V];  // norm weight and bias: once per warp when they fit (kHoldWeights)
