@@ -296,6 +296,7 @@ def kernel_constants(lay: Layout) -> dict[str, object]:
         "kHadamardScale": float_hex(had_scale),
         "kWarpsPerBlock": spec.launch.warps_per_block,
         "kTokensPerWarp": spec.launch.tokens_per_warp,
+        "kMinBlocksPerSm": spec.launch.min_blocks_per_sm,
     }
 
 

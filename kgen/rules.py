@@ -28,6 +28,7 @@ PAGE_BYTES_LIMIT = 1 << 31
 HEAD_DIM_RANGE = (32, 1024)
 MAX_THREADS_PER_BLOCK = 1024
 MAX_TOKENS_PER_WARP = 8
+MAX_WARPS_PER_SM = 64
 
 
 @dataclass(frozen=True)
@@ -385,3 +386,7 @@ def rule_launch(spec: Spec, lay) -> Iterator[Problem]:
     if not 1 <= t <= MAX_TOKENS_PER_WARP:
         yield _p("launch", ("launch", "tokens_per_warp"), f"tokens_per_warp {t} must be in "
                  f"[1, {MAX_TOKENS_PER_WARP}] (registers)", "use 1 or 2")
+    m = spec.launch.min_blocks_per_sm
+    if m < 0 or (1 <= w and m * w > MAX_WARPS_PER_SM):
+        yield _p("launch", ("launch", "min_blocks_per_sm"), f"min_blocks_per_sm {m} x {w} warps = {m * w} "
+                 f"resident warps; an SM holds at most {MAX_WARPS_PER_SM}", f"use 0 to {MAX_WARPS_PER_SM // max(w, 1)}")

@@ -78,6 +78,8 @@ class Launch(_Model):
     warps_per_block: int = Field(8, description="warps per thread block (one token per warp at a time)")
     tokens_per_warp: int = Field(2, description="tokens a warp loads before it computes (memory "
                                  "parallelism); the grid shrinks accordingly")
+    min_blocks_per_sm: int = Field(0, description="__launch_bounds__ minimum resident blocks per SM; "
+                                   "caps registers at 65536 / (threads x this) for occupancy (0: no hint)")
 
 
 class Spec(_Model):

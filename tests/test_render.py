@@ -329,7 +329,8 @@ TWIN_CASES = {
     "page-bytes-limit": [(_case(fp8_spec(), layout__page_size=65536, layout__scale_stride=32768),
                           {"page-bytes-limit"})],
     "launch": [(_case(base_spec(), launch__warps_per_block=0), {"launch"}),
-               (_case(base_spec(), launch__tokens_per_warp=9), {"launch"})],
+               (_case(base_spec(), launch__tokens_per_warp=9), {"launch"}),
+               (_case(base_spec(), launch__min_blocks_per_sm=9), {"launch"})],
 }
 
 

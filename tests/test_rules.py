@@ -146,6 +146,8 @@ CASES = [
      None, ["0 threads"]),
     ("launch-tokens", base_spec, _set("launch", {"tokens_per_warp": 9}), "launch", "launch.tokens_per_warp", None,
      ["tokens_per_warp 9", "[1, 8]"]),
+    ("launch-min-blocks", base_spec, _set("launch", {"warps_per_block": 8, "min_blocks_per_sm": 9}), "launch",
+     "launch.min_blocks_per_sm", None, ["9 x 8 warps = 72 resident warps", "at most 64"]),
     # -- schema
     ("schema-unknown-top", base_spec, _set("colour", "blue"), "schema-unknown-key", "colour", None, ["'colour'"]),
     ("schema-unknown-nested", base_spec, _set("store.scael", "none"), "schema-unknown-key", "store.scael", None,
@@ -231,6 +233,7 @@ PASSING = [
     ("align-2^30", base_spec, _set("layout", {"page_size": 1, "page_align": 2**30})),
     ("host-matches", fp8_spec, _set("host", {"bytes_per_token": 132, "page_bytes": 8448})),
     ("launch-edges", base_spec, _set("launch", {"warps_per_block": 32, "tokens_per_warp": 8})),
+    ("launch-min-blocks-edge", base_spec, _set("launch", {"warps_per_block": 8, "min_blocks_per_sm": 8})),
     ("all-targets", base_spec, _set("targets", ["sm_80", "sm_90a", "sm_100a", "sm_120a"])),
 ]
 

@@ -52,6 +52,7 @@ struct dsv32_indexer_fp8 {
   static constexpr float               kHadamardScale = 0x1.6a09e60000000p-4f;
   static constexpr long long           kWarpsPerBlock = 8;
   static constexpr long long           kTokensPerWarp = 2;
+  static constexpr long long           kMinBlocksPerSm = 0;
   static constexpr long long           kRopeLane0 = 0;
   static constexpr long long           kRopeLanes = 16;
   static constexpr long long           kRopeHalfLanes = 8;

@@ -52,6 +52,7 @@ struct dsv4_latent_bf16 {
   static constexpr float               kHadamardScale = 0x1.6a09e60000000p-5f;
   static constexpr long long           kWarpsPerBlock = 8;
   static constexpr long long           kTokensPerWarp = 2;
+  static constexpr long long           kMinBlocksPerSm = 0;
   static constexpr long long           kRopeLane0 = 28;
   static constexpr long long           kRopeLanes = 4;
   static constexpr long long           kRopeHalfLanes = 2;

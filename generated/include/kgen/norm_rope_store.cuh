@@ -497,7 +497,7 @@ struct NormRopeStore {
 }  // namespace detail
 
 template <class Cfg>
-__global__ void __launch_bounds__(rules::launch_threads<Cfg>())
+__global__ void __launch_bounds__(rules::launch_threads<Cfg>(), rules::launch_min_blocks<Cfg>())
     norm_rope_store(const typename Cfg::In* __restrict__ x, const typename Cfg::In* __restrict__ weight,
                     const typename Cfg::In* __restrict__ bias, const float* __restrict__ freqs,
                     const int64_t* __restrict__ positions, const int64_t* __restrict__ out_loc,

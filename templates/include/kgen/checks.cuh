@@ -18,6 +18,7 @@ constexpr long long kHeadDimMin = 32;
 constexpr long long kHeadDimMax = 1024;
 constexpr long long kMaxWarpsPerBlock = 32;
 constexpr long long kMaxTokensPerWarp = 8;
+constexpr long long kMaxWarpsPerSm = 64;  // resident warps of an sm_90/sm_100 SM
 constexpr long long kFp4Block = 32;
 
 KGEN_HD constexpr long long max3(long long a, long long b, long long c) {
@@ -126,7 +127,8 @@ template <class C> KGEN_HD constexpr bool page_bytes_limit() {
 
 template <class C> KGEN_HD constexpr bool launch() {
   return 1 <= C::kWarpsPerBlock && C::kWarpsPerBlock <= kMaxWarpsPerBlock && 1 <= C::kTokensPerWarp &&
-         C::kTokensPerWarp <= kMaxTokensPerWarp;
+         C::kTokensPerWarp <= kMaxTokensPerWarp && 0 <= C::kMinBlocksPerSm &&
+         C::kMinBlocksPerSm * C::kWarpsPerBlock <= kMaxWarpsPerSm;
 }
 
 template <class C> KGEN_HD constexpr bool all_rules() {
@@ -182,7 +184,8 @@ struct Twins {
   static_assert(layout_align<C>(), "[layout-align] rows, the RoPE part, pages and the scale region must be "
                                    "aligned for the lanes' vector stores");
   static_assert(page_bytes_limit<C>(), "[page-bytes-limit] a page must be smaller than 2^31 bytes");
-  static_assert(launch<C>(), "[launch] warps_per_block must be in [1, 32] and tokens_per_warp in [1, 8]");
+  static_assert(launch<C>(), "[launch] warps_per_block must be in [1, 32], tokens_per_warp in [1, 8] and "
+                             "min_blocks_per_sm x warps_per_block at most 64 resident warps");
   static constexpr bool ok = all_rules<C>();
   static_assert(!ok || layout_agrees<C>(), "[layout] the rendered byte math disagrees with the kernel's "
                                            "reading of the spec (re-render with this kgen)");
@@ -192,6 +195,10 @@ struct Twins {
 // __launch_bounds__ of any config, valid or not (a rejected one must not add its own error).
 template <class C> KGEN_HD constexpr int launch_threads() {
   return launch<C>() ? static_cast<int>(C::kWarpsPerBlock) * 32 : 32;
+}
+// its minimum resident blocks per SM (1 = no register cap beyond what one block needs)
+template <class C> KGEN_HD constexpr int launch_min_blocks() {
+  return launch<C>() && C::kMinBlocksPerSm > 0 ? static_cast<int>(C::kMinBlocksPerSm) : 1;
 }
 
 }  // namespace rules
