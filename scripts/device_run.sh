@@ -197,7 +197,9 @@ run_profile() {
       "$PY" bench/profile_kernel.py "$s" --tokens 1048576 2>&1 | grep -v "^==PROF==" | tee -a "$OUT/ncu.txt" | tail -60
   done
   step "SASS opcode histograms"
-  for f in "$KGEN_CACHE_DIR"/*/sm_90a-*/kernel.cubin; do
+  local names
+  names=$("$PY" -c 'import sys; from kgen.gputest import expand; print(" ".join(s.name for s in expand(sys.argv[1:])))' $specs)
+  for f in $(for n in $names; do ls "$KGEN_CACHE_DIR/$n"/sm_90a-*/kernel.cubin 2>/dev/null; done); do
     echo "--- $f"
     cuobjdump -sass "$f" | grep -oE '/\*[0-9a-f]{4}\*/\s+(@!?U?P[0-9T]+\s+)?[A-Z0-9_.]+' | awk '{print $NF}' | sed 's/\..*//' \
       | sort | uniq -c | sort -rn | head -25 | tr '\n' ' '; echo
