@@ -9,8 +9,9 @@ Output under the output directory (deterministic: no timestamps, stable order):
 
     include/kgen/*.cuh           the real headers (so the directory is self-contained)
     <uri>/config.cuh             the config struct: raw spec values + layout constants
-    <uri>/kernel.cu              the instantiation NVRTC compiles (the config inlined: needs only
-                                 include_dirs() and the cudart headers)
+    <uri>/kernel.cu              the instantiation NVRTC compiles: `#include "config.cuh"` and one
+                                 explicit instantiation (FlashInfer's config header + instantiation
+                                 split); include path = its directory, include_dirs(), cudart
     <uri>/host.h, <uri>/host.py  the byte math an engine's allocator needs
     <family>/select_kernel.h     C++ dispatch over the family's key (unknown key -> error naming
     <family>/select_kernel.py    the supported keys); the same table in Python

@@ -29,7 +29,8 @@ def build(spec: Spec, work: Path) -> Path:
     """The ASan/UBSan runner of `spec`'s rendered kernel."""
     work.mkdir(parents=True, exist_ok=True)
     rv = render_variant(spec)
-    (work / "kernel.cu").write_text(rv.files[rv.kernel_file])
+    for name in ("kernel.cu", "config.cuh"):  # kernel.cu includes "config.cuh" beside it
+        (work / name).write_text(rv.files[f"{rv.uri}/{name}"])
     exe = work / "run_asan"
     r = subprocess.run(["g++", "-std=c++20", "-O1", "-g", "-ffp-contract=off", "-pthread", "-w",
                         "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",

@@ -173,8 +173,12 @@ def test_render_variant_api():
         assert rv.kernel_file == f"{spec.name}/kernel.cu" and rv.kernel_file in rv.files
         assert rv.name_expression == f"kgen::norm_rope_store<kgen_cfg::{spec.name}>"
         assert set(rv.files) == {f"{spec.name}/{f}" for f in ("config.cuh", "kernel.cu", "host.h", "host.py")}
-        cu = rv.files[rv.kernel_file]
-        assert f"struct {spec.name} {{" in cu and "#include <kgen/norm_rope_store.cuh>" in cu
+        cu, cfg = rv.files[rv.kernel_file], rv.files[f"{spec.name}/config.cuh"]
+        # FlashInfer's split: the config header holds the struct, the .cu only includes it and
+        # instantiates the kernel once
+        assert f"struct {spec.name} {{" in cfg and "#include <kgen/norm_rope_store.cuh>" in cfg
+        assert '#include "config.cuh"' in cu and f"struct {spec.name}" not in cu
+        assert cu.count("template __global__") == 1 and len(cu.splitlines()) <= 10
 
 
 def test_include_dirs_hold_only_real_headers():
@@ -444,7 +448,8 @@ def emulate(spec: Spec, work: Path, n: int = 37, seed: int = 0) -> tuple[int, li
 
     work.mkdir(parents=True, exist_ok=True)
     rv = render_variant(spec)
-    (work / "kernel.cu").write_text(rv.files[rv.kernel_file])
+    for name in ("kernel.cu", "config.cuh"):  # kernel.cu includes "config.cuh" beside it
+        (work / name).write_text(rv.files[f"{rv.uri}/{name}"])
     exe = work / "run"
     subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-w",
                     "-I", str(ROOT / "tests" / "cpu_shim"), "-I", str(include_dirs()[0]),
