@@ -65,7 +65,7 @@ def byte_model(spec: Spec, n_tokens: int, lay: Layout | None = None) -> dict:
     lay = lay or compute(spec)
     rope = spec.rope.dim
     read_tok = spec.head_dim * INPUT_BYTES[spec.input_dtype] + (rope * 4 + 8 if rope else 0) + 8
-    write_tok = lay.row_bytes + lay.blocks_per_token * lay.scale_unit
+    write_tok = lay.written_bytes_per_token
     return {"read_per_token": read_tok, "written_per_token": write_tok, "bytes_per_token": lay.bytes_per_token,
             "read": n_tokens * read_tok, "written": n_tokens * write_tok, "total": n_tokens * (read_tok + write_tok)}
 

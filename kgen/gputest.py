@@ -164,7 +164,7 @@ def compare_caches(spec: Spec, a, b, *, out_loc=None, tokens: int | None = None)
     written = n
     if out_loc is not None:
         ol = out_loc.to(a.device)
-        written = int(((ol >= 0) & (ol < num_pages * lay.page_size)).sum())
+        written = int(((ol >= 0) & (ol < lay.slots(num_pages))).sum())
     per_token_values = lay.quant_span.size + lay.kept_span.size
     quantized = spec.store.dtype not in ("bf16", "fp16")
     c = Comparison(variant=spec.name, tokens=n, equal_bytes=total, total_bytes=total, fraction=1.0,

@@ -130,6 +130,16 @@ class Layout:
             raise IndexError(f"scale {g} of {self.blocks_per_token}")
         return self.scale_region_offset + t * self.scale_stride + g * self.scale_unit
 
+    @property
+    def written_bytes_per_token(self) -> int:
+        """Bytes the kernel writes for one token: its row and its scales (scale-slot padding and
+        page padding are never written)."""
+        return self.row_bytes + self.scale_bytes
+
+    def slots(self, num_pages: int) -> int:
+        """Slot indices a cache of `num_pages` pages holds; `out_loc` outside [0, this) is skipped."""
+        return num_pages * self.page_size
+
     def slot(self, loc: int) -> tuple[int, int]:
         """(page, token in page) of a cache slot index (`out_loc`)."""
         return divmod(loc, self.page_size)

@@ -169,7 +169,7 @@ def check_arguments(spec: Spec, x, weight, bias, freqs, positions, out_loc, cach
     tensors = (x, weight, bias, freqs, positions, out_loc, cache)
     if require_cuda:
         _check_devices(tensors)
-    return Checked(spec, lay, n, num_pages, num_pages * lay.page_size, tensors)
+    return Checked(spec, lay, n, num_pages, lay.slots(num_pages), tensors)
 
 
 NAMES = ("x", "weight", "bias", "freqs", "positions", "out_loc", "cache")

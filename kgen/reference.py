@@ -385,7 +385,7 @@ def pack_row(spec: Spec, qz: Quantized) -> torch.Tensor:
 
 
 def token_byte_columns(spec: Spec | L.Layout) -> torch.Tensor:
-    """int64 [P, row_bytes + blocks * scale_unit]: for a token at slot t of a page, the page
+    """int64 [P, written_bytes_per_token]: for a token at slot t of a page, the page
     column of each byte of (its row, then its scales g = 0, 1, ...), from `value_offset` and
     `scale_offset`. Scale-slot padding and page padding appear nowhere (never written)."""
     lay = _layout(spec)
@@ -401,7 +401,7 @@ def token_byte_columns(spec: Spec | L.Layout) -> torch.Tensor:
 
 
 def _slots(lay: L.Layout, cache: torch.Tensor, locs: torch.Tensor):
-    num_slots = cache.shape[0] * lay.page_size
+    num_slots = lay.slots(cache.shape[0])
     locs = locs.to(device=cache.device, dtype=torch.int64)
     valid = (locs >= 0) & (locs < num_slots)
     page = torch.div(locs, lay.page_size, rounding_mode="floor")
@@ -556,7 +556,7 @@ def make_inputs(spec: Spec, n_tokens: int, *, seed: int = 0, device="cpu", max_p
 
     if num_pages is None:
         num_pages = max(2, -(-2 * n_tokens // P) + 1)
-    num_slots = num_pages * P
+    num_slots = lay.slots(num_pages)
     if num_slots < n_tokens:
         raise ValueError(f"{num_pages} pages of {P} slots hold fewer than {n_tokens} tokens")
     out_loc = torch.randperm(num_slots, generator=g)[:n_tokens].to(torch.int64)
