@@ -87,6 +87,14 @@ def bench(paths: Paths,
     raise typer.Exit(_run(lambda: bench_command(paths, tokens or None, json_file)))
 
 
+@app.command()
+def schema() -> None:
+    """Print the reference of every spec field (type, default, meaning) as Markdown."""
+    from .spec import field_reference
+
+    sys.stdout.write(field_reference())
+
+
 def _run(fn):
     """Run a command body; user errors become located lines and an exit code."""
     try:

@@ -1,0 +1,43 @@
+"""docs/spec.md is the field reference `kgen schema` prints, generated from the models."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from kgen.spec import Spec, field_reference
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_docs_spec_md_is_the_generated_reference():
+    assert (ROOT / "docs" / "spec.md").read_text() == field_reference(), "run: kgen schema > docs/spec.md"
+
+
+def test_every_leaf_field_is_documented_with_its_default():
+    ref = field_reference()
+    for dotted, default in [("head_dim", "**required**"), ("norm.eps", "`1e-06`"), ("rope.dim", "`0`"),
+                            ("store.block", "`null`"), ("store.bf16_roundtrip", "`false`"),
+                            ("layout.page_align", "`1`"), ("launch.tokens_per_warp", "`2`"),
+                            ("targets", "**required**")]:
+        row = next(line for line in ref.splitlines() if line.startswith(f"| `{dotted}` |"))
+        assert f"| {default} |" in row, row
+    assert ref.count("\n| `") == sum(1 for _ in _leaves(Spec))
+
+
+def _leaves(model, prefix=""):
+    from pydantic import BaseModel
+
+    for name, f in model.model_fields.items():
+        ann = f.annotation
+        nested = [a for a in (ann, *getattr(ann, "__args__", ())) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if nested:
+            yield from _leaves(nested[0], f"{prefix}{name}.")
+        else:
+            yield prefix + name
+
+
+def test_kgen_schema_prints_it():
+    r = subprocess.run([sys.executable, "-m", "kgen.cli", "schema"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout == field_reference()
