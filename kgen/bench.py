@@ -33,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .commands import err as _say
 from .diagnostics import KgenError
 from .layout import INPUT_BYTES, Layout, compute
 from .spec import Spec
@@ -51,9 +52,6 @@ BYTE_MODEL = ("per token: read head_dim*input_bytes (x row) + rope_dim*4 (freqs 
               "although repeated positions hit L2. GB/s = bytes / time / 1e9")
 
 
-def _say(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -559,27 +557,3 @@ def summary_table(data: dict) -> str:
                     f"{_fmt(r.get('warm_speedup_vs_eager')):>8} {_fmt(r.get('warm_speedup_vs_compile')):>9} "
                     f"{_fmt(r.get('warm_over_empty_kernel'), '.2f'):>8} {k.get('peak_extra_bytes', '-'):>8}")
     return "\n".join(rows)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """python -m kgen.bench PATH... [--tokens N]... [--json FILE] [--no-compile] [--compile-budget S]"""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m kgen.bench", description=main.__doc__)
-    ap.add_argument("paths", nargs="+", type=Path)
-    ap.add_argument("--tokens", type=int, action="append")
-    ap.add_argument("--json", type=Path, dest="json_file")
-    ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--compile-budget", type=float)
-    a = ap.parse_args(argv)
-    try:
-        return bench_command(a.paths, a.tokens, a.json_file, use_compile=False if a.no_compile else None,
-                             compile_budget_s=a.compile_budget)
-    except KgenError as e:
-        for p in e.problems:
-            _say(p.format())
-        return e.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -80,11 +80,16 @@ def test(paths: Annotated[Optional[list[Path]], typer.Argument(help="spec or fam
 @app.command()
 def bench(paths: Paths,
           tokens: Annotated[Optional[list[int]], typer.Option("--tokens", help="token counts")] = None,
-          json_file: Annotated[Optional[Path], typer.Option("--json", help="write results here")] = None) -> None:
+          json_file: Annotated[Optional[Path], typer.Option("--json", help="write results here")] = None,
+          use_compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="also time torch.compile "
+                                                              "of the reference (default: on unless KGEN_BENCH_COMPILE=0)")] = None,
+          compile_budget: Annotated[Optional[float], typer.Option("--compile-budget", help="seconds torch.compile may "
+                                                                  "spend compiling")] = None) -> None:
     """Kernel bandwidth vs device copy vs torch eager/compile, in one run."""
     from .bench import bench_command
 
-    raise typer.Exit(_run(lambda: bench_command(paths, tokens or None, json_file)))
+    raise typer.Exit(_run(lambda: bench_command(paths, tokens or None, json_file, use_compile=use_compile,
+                                                compile_budget_s=compile_budget)))
 
 
 @app.command()

@@ -15,7 +15,9 @@ from .diagnostics import KgenError, Problem
 
 
 def err(text: str) -> None:
+    """One line to stderr, flushed (progress lines must show while a long run goes on)."""
     sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def print_problems(problems: list[Problem]) -> None:

@@ -17,7 +17,7 @@ Pass rules (`Comparison.ok`):
     (>= 99.99 % of the written values equal). The reference follows the kernel's reduction order
     (docs/numerics.md), so any difference is reported with examples for a human to explain.
 
-`--sample K` (python -m kgen.gputest --sample K, or `test_command(..., sample=K)`) also draws K random
+`--sample K` (`kgen test --sample K`, or `test_command(..., sample=K)`) also draws K random
 specs the validator accepts (`sample_specs`) and tests each at a few N: whatever the validator
 accepts must write the right bytes.
 
@@ -30,11 +30,11 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .commands import err as _say
 from .diagnostics import KgenError
 from .layout import Layout, compute
 from .spec import Spec
@@ -49,9 +49,6 @@ ROLE_NONE, ROLE_VALUE, ROLE_KEPT, ROLE_SCALE = 0, 1, 2, 3
 ROLE_NAMES = {ROLE_NONE: "unowned", ROLE_VALUE: "value", ROLE_KEPT: "kept", ROLE_SCALE: "scale"}
 
 
-def _say(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -599,32 +596,3 @@ def summary_table(results: list[Comparison]) -> str:
         rows.append(f"{c.variant:<32} {c.tokens:>8} {100 * c.fraction:>14.6f} {c.diff_values:>11} "
                     f"{c.max_code_distance:>8} {'yes' if c.ok else 'NO':>4}")
     return "\n".join(rows)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """python -m kgen.gputest [PATH...] [--tokens N]... [--sample K] [--seed S] [--json]"""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m kgen.gputest", description=main.__doc__)
-    ap.add_argument("paths", nargs="*", type=Path)
-    ap.add_argument("--tokens", type=int, action="append")
-    ap.add_argument("--sample", type=int, default=0, help="also test K random validator-accepted specs")
-    ap.add_argument("--sample-tokens", type=int, action="append")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--list-samples", action="store_true", help="print the sampled specs (no GPU needed)")
-    a = ap.parse_args(argv)
-    if a.list_samples:
-        for s in sample_specs(a.sample, a.seed):
-            print(json.dumps(s.model_dump(mode="json", exclude_defaults=True)))
-        return 0
-    try:
-        return test_command(a.paths, a.tokens, a.json, sample=a.sample, seed=a.seed, sample_tokens=a.sample_tokens)
-    except KgenError as e:
-        for p in e.problems:
-            _say(p.format())
-        return e.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())
