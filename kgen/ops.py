@@ -17,6 +17,7 @@ race.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,24 +47,34 @@ class ArgumentError(KgenError, ValueError):
 # variant resolution
 
 
-_path_cache: dict[tuple[str, str, int, int], Spec] = {}
+# (resolved path, variant name) -> (spec, sha256 of every file validating it read). A hit is reused
+# only while all of those files keep their content: a family's included specs count too.
+_path_cache: dict[tuple[str, str], tuple[Spec, dict[Path, str]]] = {}
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def resolve_spec(variant: Spec | str | os.PathLike) -> Spec:
-    """A Spec from a Spec, a spec path, or "family.yaml::name" (cached by path, mtime and size)."""
+    """A Spec from a Spec, a spec path, or "family.yaml::name" (cached by the content of every file
+    it was read from, never by mtimes)."""
     if isinstance(variant, Spec):
         return variant
     text = os.fspath(variant)
     path_s, _, name = text.partition("::")
     path = Path(path_s)
     try:
-        st = path.stat()
+        path.stat()
     except OSError as e:
         raise KgenError([Problem("missing-file", f"{path}: cannot read the spec ({e.strerror})")], exit_code=2) from None
-    key = (str(path.resolve()), name, st.st_mtime_ns, st.st_size)
-    spec = _path_cache.get(key)
-    if spec is not None:
-        return spec
+    key = (str(path.resolve()), name)
+    hit = _path_cache.get(key)
+    if hit is not None and all(_sha256(f) == digest for f, digest in hit[1].items()):
+        return hit[0]
     from .validate import validate_or_raise
 
     result = validate_or_raise(path)
@@ -80,7 +91,7 @@ def resolve_spec(variant: Spec | str | os.PathLike) -> Spec:
         raise ArgumentError(f"variant: {path} is a family of {len(specs)} variants "
                             f"({', '.join(s.name for s in specs)}); pick one",
                             fix=f"pass '{path}::{specs[0].name}' or a Spec")
-    _path_cache[key] = spec
+    _path_cache[key] = (spec, {f: _sha256(f) for f in result.document.includes})
     return spec
 
 

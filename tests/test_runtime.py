@@ -564,3 +564,21 @@ def test_spec_yaml_round_trips_and_a_kernel_fault_names_the_spec(tmp_path):
     assert load_document(tmp_path / "s.yaml").variants[0].spec == spec
     e = gputest.KernelFault(spec, 7, 3, RuntimeError("CUDA error: an illegal memory access was encountered"))
     assert "dsv4_latent_fp8_p64 at N=7" in str(e) and text in str(e) and "illegal memory access" in str(e)
+
+
+def test_resolve_spec_sees_a_change_in_an_included_file(tmp_path):
+    """The path cache is keyed by the content of every file read: editing a family's included spec
+    (the family file itself unchanged) yields the new spec, not the cached one."""
+    import shutil
+
+    shutil.copy(BF16, tmp_path / "v.yaml")
+    (tmp_path / "fam.yaml").write_text(
+        "kgen: 1\nfamily: f\nvariants: [v.yaml]\n"
+        "dispatch: {key: [store.dtype], require: [{store.dtype: bf16}]}\n")
+    ref = f"{tmp_path / 'fam.yaml'}::dsv4_indexer_bf16"
+    assert ops.resolve_spec(ref).layout.page_size == 64
+    assert ops.resolve_spec(ref) is ops.resolve_spec(ref)  # unchanged files: the cached spec
+    text = (tmp_path / "v.yaml").read_text()
+    (tmp_path / "v.yaml").write_text(text.replace("page_size: 64", "page_size: 32")
+                                     .replace("page_bytes: 16384", "page_bytes: 8192"))
+    assert ops.resolve_spec(ref).layout.page_size == 32
