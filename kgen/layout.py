@@ -310,11 +310,18 @@ def kernel_constants(lay: Layout) -> dict[str, object]:
     }
 
 
+def threads_per_block(spec: Spec) -> int:
+    return spec.launch.warps_per_block * WARP
+
+
+def tokens_per_block(spec: Spec) -> int:
+    """One warp per token at a time, each warp owning `tokens_per_warp` consecutive tokens."""
+    return spec.launch.warps_per_block * spec.launch.tokens_per_warp
+
+
 def launch_shape(spec: Spec, num_tokens: int) -> tuple[int, int]:
-    """(blocks, threads per block) of a launch over `num_tokens`: one warp per token at a time,
-    each warp owning `tokens_per_warp` consecutive tokens."""
-    per_block = spec.launch.warps_per_block * spec.launch.tokens_per_warp
-    return max(1, -(-num_tokens // per_block)), spec.launch.warps_per_block * WARP
+    """(blocks, threads per block) of a launch over `num_tokens`."""
+    return max(1, -(-num_tokens // tokens_per_block(spec))), threads_per_block(spec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,7 +361,7 @@ def lane_constants(lay: Layout) -> dict[str, object]:
         "kFreqsLaneFloats": (2 * Vi if neox else Vi) if r > 0 else 0,  # freqs floats per rope lane
         "kQuantLaneBits": Vi * bits,  # bits of quantized values per lane (4 = two lanes share a byte)
         "kQuantLaneBytes": lane_bytes(lay, bits),
-        "kKeptLaneBytes": Vi * 2 if lay.kept_bytes else 0,
+        "kKeptLaneBytes": lane_bytes(lay, 16) if lay.kept_bytes else 0,
         "kPageShift": P.bit_length() - 1 if is_pow2(P) else 0,  # slot -> (page, token): shift and mask
         "kScaleBytes": lay.scale_bytes,
         "kBytesPerToken": lay.bytes_per_token,
@@ -395,6 +402,6 @@ def host_constants(lay: Layout) -> dict[str, object]:
         "ROPE_DIM": spec.rope.dim,
         "WARPS_PER_BLOCK": spec.launch.warps_per_block,
         "TOKENS_PER_WARP": spec.launch.tokens_per_warp,
-        "THREADS_PER_BLOCK": spec.launch.warps_per_block * WARP,
-        "TOKENS_PER_BLOCK": spec.launch.warps_per_block * spec.launch.tokens_per_warp,
+        "THREADS_PER_BLOCK": threads_per_block(spec),
+        "TOKENS_PER_BLOCK": tokens_per_block(spec),
     }
