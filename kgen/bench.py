@@ -246,7 +246,7 @@ def bench_inputs(spec: Spec, n: int, seed: int):
     pages = max(1, -(-n // lay.page_size))
     inp = reference.make_inputs(spec, n, seed=seed, device="cuda", num_pages=pages, skip_fraction=0.0,
                                 overflow_locs=False)
-    return (*kernel_args(spec, inp), inp["cache"])
+    return kernel_args(spec, inp)
 
 
 class CompileState:

@@ -69,6 +69,7 @@ class CompiledKernel:
     log: str  # NVRTC + ptxas -v log of the compile that built the cubin
     cache_dir: Path  # the cache entry's directory
     stack_bytes: int | None = None
+    abi: dict | None = None  # the kernel ABI the cubin was built for (kgen.abi KernelAbi.manifest)
 
     @property
     def symbol_mapping(self) -> dict[str, bytes]:
@@ -191,7 +192,10 @@ def compile_rendered(rendered, arch: str, *, include_dirs: list[Path] | None = N
         seconds = time.perf_counter() - t1
         info = parse_ptxas(log)
         symbol_str = symbol.decode("ascii", "backslashreplace")
-        meta = {"name_expression": rendered.name_expression, "symbol_mapping": {rendered.name_expression: symbol_str},
+        from .abi import KERNELS
+
+        kabi = KERNELS.get(getattr(rendered, "kernel", ""))  # None: not a kgen kernel (test programs)
+        meta = {"abi": kabi.manifest() if kabi else None, "name_expression": rendered.name_expression, "symbol_mapping": {rendered.name_expression: symbol_str},
                 "symbol_hex": symbol.hex(), "kernel_file": rendered.kernel_file, "seconds": round(seconds, 4),
                 "nvrtc": toolchain_fingerprint()["nvrtc"], "options": compile_options(rendered.uri, arch),
                 "log": log, **info}
@@ -217,7 +221,8 @@ def _from_entry(e: Entry, uri: str, arch: str, *, cached: bool, seconds: float) 
         sym = bytes.fromhex(m["symbol_hex"]).decode("ascii", "backslashreplace")
     return CompiledKernel(uri=uri, arch=arch, cubin=e.cubin, symbol=sym, name_expression=expr,
                           registers=m.get("registers"), spill_bytes=m.get("spill_bytes"), cached=cached,
-                          seconds=seconds, log=m.get("log", ""), cache_dir=e.dir, stack_bytes=m.get("stack_bytes"))
+                          seconds=seconds, log=m.get("log", ""), cache_dir=e.dir, stack_bytes=m.get("stack_bytes"),
+                          abi=m.get("abi"))
 
 
 def _nvrtc(rendered, arch: str, inc: list[Path], cache: Cache, key: str, spec_path: Path | None):

@@ -34,6 +34,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .abi import NORM_ROPE_STORE
 from .commands import err as _say
 from .diagnostics import KgenError
 from .layout import Layout, compute
@@ -271,14 +272,9 @@ def _slot_of(lay: Layout, col: int) -> int | None:
 
 
 def kernel_args(spec: Spec, inputs: dict) -> tuple:
-    """(x, weight, bias, freqs, positions, out_loc) as the op wants them: None where the spec has none."""
-    rope = spec.rope.dim > 0
-    return (inputs["x"],
-            inputs.get("weight") if spec.norm.kind != "none" else None,
-            inputs.get("bias") if spec.norm.kind == "layernorm" else None,
-            inputs.get("freqs") if rope else None,
-            inputs.get("positions") if rope else None,
-            inputs["out_loc"])
+    """The kernel's tensors from `reference.make_inputs`, in the ABI's order (kgen.abi: x, ..., cache
+    last), None where the spec has none: the positional arguments of the op and of the reference."""
+    return tuple(NORM_ROPE_STORE.arguments(spec, inputs).values())
 
 
 def spec_yaml(spec: Spec) -> str:
@@ -315,10 +311,9 @@ def run_case(spec: Spec, n: int, *, seed: int, device: str = "cuda", kernel=None
     kernel = kernel or ops.norm_rope_store
     t0 = time.perf_counter()
     inputs = reference.make_inputs(spec, n, seed=seed, device=device)
-    x, w, b, f, p, loc = kernel_args(spec, inputs)
-    cache_a = inputs["cache"]
+    *tensors, cache_a = kernel_args(spec, inputs)
     cache_b = cache_a.clone()
-    kernel(spec, x, w, b, f, p, loc, cache_a)
+    kernel(spec, *tensors, cache_a)
     if device != "cpu":
         # a fault in the kernel is sticky and asynchronous: without this it surfaces in whatever
         # CUDA call comes next (the reference), far from the spec that caused it
@@ -326,10 +321,10 @@ def run_case(spec: Spec, n: int, *, seed: int, device: str = "cuda", kernel=None
             torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - re-raised with the spec attached
             raise KernelFault(spec, n, seed, e) from e
-    reference.norm_rope_store(spec, x, w, b, f, p, loc, cache_b)
+    reference.norm_rope_store(spec, *tensors, cache_b)
     if device != "cpu":
         torch.cuda.synchronize()
-    c = compare_caches(spec, cache_a, cache_b, out_loc=loc, tokens=n)
+    c = compare_caches(spec, cache_a, cache_b, out_loc=inputs["out_loc"], tokens=n)
     c.seconds = round(time.perf_counter() - t0, 3)
     return c
 

@@ -20,27 +20,15 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from .abi import NORM_ROPE_STORE, ArgumentError, Args
 from .diagnostics import KgenError, Problem
-from .layout import Layout, compute
 from .spec import Spec
 
-TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-INT32_MAX = 2**31 - 1
+__all__ = ["ArgumentError", "check_arguments", "norm_rope_store", "prepare", "resolve_spec"]
 
-
-class ArgumentError(KgenError, ValueError):
-    """A kernel argument does not match the spec; the message names the argument."""
-
-    def __init__(self, message: str, fix: str = ""):
-        super().__init__([Problem("kernel-argument", message, fix=fix)], exit_code=1)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
+KERNEL_ABI = NORM_ROPE_STORE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,109 +87,14 @@ def resolve_spec(variant: Spec | str | os.PathLike) -> Spec:
 # argument checks (metadata only: no CUDA call)
 
 
-def _dtype_name(dtype: Any) -> str:
-    return str(dtype).removeprefix("torch.")
+def check_arguments(spec: Spec, *tensors, require_cuda: bool = True, **named) -> Args:
+    """Check every argument against the spec through the kernel's ABI table (metadata only; the
+    device check comes last). Tensors positionally in the kernel's order, or by name."""
+    return KERNEL_ABI.check(spec, KERNEL_ABI.bind(tensors, named), require_cuda=require_cuda)
 
 
-def _shape_str(shape) -> str:
-    return "[" + ", ".join(str(s) for s in shape) + "]"
-
-
-@dataclass(frozen=True)
-class Checked:
-    """The checked arguments of one call: what the launch needs."""
-
-    spec: Spec
-    layout: Layout
-    num_tokens: int
-    num_pages: int
-    num_slots: int
-    tensors: tuple  # (x, weight, bias, freqs, positions, out_loc, cache); None where absent
-
-
-def _expect(name: str, t: Any, dtype: str, shape: tuple, shape_text: str) -> None:
-    """t must be a tensor of `dtype` whose shape matches `shape` (None = any size), contiguous."""
-    if t is None:
-        raise ArgumentError(f"{name}: expected a tensor {dtype} {shape_text}, got None")
-    if not hasattr(t, "dtype") or not hasattr(t, "shape"):
-        raise ArgumentError(f"{name}: expected a torch tensor {dtype} {shape_text}, got {type(t).__name__}")
-    got_dtype, got_shape = _dtype_name(t.dtype), tuple(t.shape)
-    shape_ok = len(got_shape) == len(shape) and all(w is None or w == g for w, g in zip(shape, got_shape))
-    if got_dtype != dtype or not shape_ok:
-        raise ArgumentError(f"{name}: expected {dtype} {shape_text}, got {got_dtype} {_shape_str(got_shape)}")
-    if not t.is_contiguous():
-        raise ArgumentError(f"{name}: expected a contiguous tensor, got strides {tuple(t.stride())} for shape "
-                            f"{_shape_str(got_shape)}", fix=f"pass {name}.contiguous()")
-
-
-def _expect_none(name: str, t: Any, why: str) -> None:
-    if t is not None:
-        raise ArgumentError(f"{name}: must be None ({why}), got {_dtype_name(getattr(t, 'dtype', type(t)))} "
-                            f"{_shape_str(getattr(t, 'shape', ()))}")
-
-
-def check_arguments(spec: Spec, x, weight, bias, freqs, positions, out_loc, cache, *,
-                    require_cuda: bool = True) -> Checked:
-    """Check every argument against the spec (metadata only). The device check comes last."""
-    lay = compute(spec)
-    h, r = spec.head_dim, spec.rope.dim
-    in_dt = TORCH_DTYPE[spec.input_dtype]
-    if x is None or not hasattr(x, "shape") or len(tuple(x.shape)) != 2:
-        _expect("x", x, in_dt, (None, h), f"[N, {h}]")
-    n = int(x.shape[0])
-    _expect("x", x, in_dt, (n, h), f"[N, {h}]")
-    if n > INT32_MAX:
-        raise ArgumentError(f"x: {n} tokens do not fit the kernel's int32 num_tokens")
-    norm = spec.norm.kind
-    if norm == "none":
-        _expect_none("weight", weight, "norm is none")
-    else:
-        _expect("weight", weight, in_dt, (h,), f"[{h}] ({norm} weight)")
-    if norm == "layernorm":
-        _expect("bias", bias, in_dt, (h,), f"[{h}] (layernorm bias)")
-    else:
-        _expect_none("bias", bias, f"only layernorm has a bias; norm is {norm}")
-    if r > 0:
-        if freqs is None or not hasattr(freqs, "shape") or len(tuple(freqs.shape)) != 2:
-            _expect("freqs", freqs, "float32", (None, r), f"[max_pos, {r}]")
-        _expect("freqs", freqs, "float32", (None, r), f"[max_pos, {r}] (cos, sin interleaved per pair)")
-        if int(freqs.shape[0]) < 1:
-            raise ArgumentError(f"freqs: expected at least one position row, got {_shape_str(tuple(freqs.shape))}")
-        _expect("positions", positions, "int64", (n,), f"[N] with N = {n}")
-    else:
-        _expect_none("freqs", freqs, "rope.dim is 0")
-        _expect_none("positions", positions, "rope.dim is 0")
-    _expect("out_loc", out_loc, "int64", (n,), f"[N] with N = {n}")
-    if cache is None or not hasattr(cache, "shape") or len(tuple(cache.shape)) != 2:
-        _expect("cache", cache, "uint8", (None, lay.page_bytes), f"[num_pages, {lay.page_bytes}]")
-    _expect("cache", cache, "uint8", (None, lay.page_bytes),
-            f"[num_pages, {lay.page_bytes}] ({lay.page_bytes_formula()})")
-    num_pages = int(cache.shape[0])
-    tensors = (x, weight, bias, freqs, positions, out_loc, cache)
-    if require_cuda:
-        _check_devices(tensors)
-    return Checked(spec, lay, n, num_pages, lay.slots(num_pages), tensors)
-
-
-NAMES = ("x", "weight", "bias", "freqs", "positions", "out_loc", "cache")
-
-
-def _check_devices(tensors: tuple) -> None:
-    dev = None
-    for name, t in zip(NAMES, tensors):
-        if t is None:
-            continue
-        d = t.device
-        if d.type != "cuda":
-            raise ArgumentError(f"{name}: expected a CUDA tensor, got one on {d}", fix=f"pass {name}.cuda()")
-        if dev is None:
-            dev = (name, d)
-        elif d != dev[1]:
-            raise ArgumentError(f"{name}: on {d}, but {dev[0]} is on {dev[1]}: all arguments must share one GPU")
-
-
-def _check_bounds(c: Checked) -> None:
-    x, _, _, freqs, positions, *_ = c.tensors
+def _check_bounds(c: Args) -> None:
+    freqs, positions = c.tensors["freqs"], c.tensors["positions"]
     if positions is None or c.num_tokens == 0:
         return
     lo, hi = int(positions.min()), int(positions.max())
@@ -228,16 +121,8 @@ def prepare(variant: Spec | str | os.PathLike, x, weight, bias, freqs, positions
         return lambda: None
     from .runtime import load
 
-    loaded = load(spec, c.tensors[0].device.index)
-    ptrs = tuple(0 if t is None else int(t.data_ptr()) for t in c.tensors)
-    n, slots = c.num_tokens, c.num_slots
-    keep = c.tensors
-
-    def run() -> None:
-        _ = keep
-        loaded.launch(*ptrs, n, slots)
-
-    return run
+    loaded = load(spec, c.tensors["x"].device.index)
+    return loaded.prepare(c)
 
 
 def norm_rope_store(variant: Spec | str | os.PathLike, x, weight, bias, freqs, positions, out_loc, cache, *,
@@ -254,5 +139,5 @@ def norm_rope_store(variant: Spec | str | os.PathLike, x, weight, bias, freqs, p
         return
     from .runtime import load
 
-    loaded = load(spec, c.tensors[0].device.index)
-    loaded.launch(*(0 if t is None else int(t.data_ptr()) for t in c.tensors), c.num_tokens, c.num_slots)
+    loaded = load(spec, c.tensors["x"].device.index)
+    loaded.launch(c)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import abi as A
 from . import layout as L
 from .diagnostics import KgenError, Problem
 from .family import format_key, variant_key
@@ -45,6 +46,7 @@ class RenderedVariant:
     files: dict[str, str]  # relative path under the output dir -> text (config, .cu, host constants)
     kernel_file: str  # key in `files` of the instantiation .cu to compile
     name_expression: str  # e.g. "kgen::norm_rope_store<kgen_cfg::dsv4_indexer_fp8>"
+    kernel: str = KERNEL  # the kernel template: its ABI is kgen.abi.KERNELS[kernel]
 
 
 def include_dirs() -> list[Path]:
@@ -178,6 +180,14 @@ def _constants(spec: Spec) -> tuple[list[dict], L.Layout, bool]:
     return [{"type": t.ljust(width), "name": n, "value": v} for t, n, v in rows], lay, computed
 
 
+def abi_values(kabi: A.KernelAbi) -> dict:
+    """What templates/abi/*.j2 render of a kernel's Params struct (columns aligned)."""
+    rows = kabi.cxx_fields()
+    width = max(len(r["type"]) + len(r["name"]) for r in rows)
+    return {"version": kabi.version, "size": kabi.size,
+            "fields": [{**r, "pad": width - len(r["type"]) - len(r["name"])} for r in rows]}
+
+
 def _bool(b: bool) -> str:
     return "true" if b else "false"
 
@@ -199,8 +209,10 @@ def render_variant(spec: Spec) -> RenderedVariant:
     uri = spec.name
     _check_identifier(uri, ("name",), "name")
     constants, lay, computed = _constants(spec)
+    kabi = A.KERNELS[KERNEL]
     values = dict(uri=uri, description=_one_line(spec.description), input_dtype=spec.input_dtype,
-                  constants=constants, name_expression=name_expression(uri), kernel=KERNEL)
+                  constants=constants, name_expression=name_expression(uri), kernel=KERNEL,
+                  abi=abi_values(kabi), kernel_parameter=kabi.cxx_parameter(f"kgen_cfg::{uri}"))
     files = {
         f"{uri}/config.cuh": _render("variant/config.cuh.j2", **values),
         f"{uri}/kernel.cu": _render("variant/kernel.cu.j2", **values),

@@ -2,16 +2,18 @@
 
 One job: turn a `Spec` into a launchable kernel on the current torch device.
 
-    loaded = load(spec)                 # arch check -> compile_variant (cached cubin) -> module load
-    loaded.launch(ptrs..., num_tokens, num_slots)   # on torch's current stream
+    loaded = load(spec)          # arch check -> compile_variant (cached cubin) -> module load
+    loaded.launch(args)          # args = kgen.abi table.check(...): one cuLaunchKernelEx on torch's stream
+    run = loaded.prepare(args)   # packed once; run() launches again (benchmarks, CUDA graphs)
 
 * The device's architecture is checked against the spec's `targets` *before* anything is
   compiled or loaded (`pick_target`, a pure function), so an unsupported GPU gets a message that
   names the device, its compute capability and the targets, never CUDA's "no kernel image".
 * cuda.core's `Device` is made current on the same (primary) context torch uses, and launches go
   to `torch.cuda.current_stream()` (so they order with torch's work and are captured by CUDA graphs).
-* Scalars are passed as `numpy.int32` / `numpy.int64` (a Python int would become an intptr_t),
-  pointers as Python ints, null as 0. Loaded kernels are cached per (uri, arch, device).
+* The kernel takes one by-value Params struct (kgen/abi.py). cuda.core's `launch` cannot pass a
+  struct, so the launch is cuda.bindings' cuLaunchKernelEx with the struct packed by kgen.abi (which
+  also allows launch attributes such as PDL). Loaded kernels are cached per spec and per cubin.
 
 torch and cuda.core are imported lazily: importing this module costs nothing.
 """
@@ -22,11 +24,13 @@ import hashlib
 import re
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
+from .abi import NORM_ROPE_STORE, Args, KernelAbi, ParamBuffer
 from .diagnostics import KgenError, Problem
-from .layout import Layout, compute, launch_shape
+from .layout import Layout, compute
 from .spec import Spec
 
 ARCH_RE = re.compile(r"sm_(\d+)([af]?)")
@@ -202,6 +206,78 @@ def torch_stream():
 # Loaded kernels
 
 
+def _driver():
+    """cuda.bindings' driver module (the launch path: cuLaunchKernelEx with a packed Params)."""
+    try:
+        from cuda.bindings import driver
+    except ImportError as e:
+        raise KgenError([Problem("no-cuda-core", f"cuda-bindings is not importable ({e})",
+                                 fix="pip install cuda-bindings (see pyproject.toml for the version)")],
+                        exit_code=2) from None
+    return driver
+
+
+def current_stream_handle() -> int:
+    """torch's current stream on the current device, as the driver's CUstream value."""
+    return int(torch_or_none().cuda.current_stream().cuda_stream)
+
+
+class LaunchError(KgenError, RuntimeError):
+    """The driver refused a launch."""
+
+
+class PreparedLaunch:
+    """One call site of a loaded kernel: its Params packed once into a buffer that stays alive, the
+    driver's launch config built once (its stream set again only when torch's current stream
+    changes). Calling it is one cuLaunchKernelEx: a few microseconds of host time.
+
+    `fill(args)` repacks the same buffer for new tensors of the same shape (the launch shape stays).
+    `programmatic_stream_serialization` sets the PDL launch attribute (the kernel may then start
+    while the previous kernel on the stream finishes; it must wait on griddepcontrol itself).
+    """
+
+    def __init__(self, loaded: LoadedKernel, args: Args, *, programmatic_stream_serialization: bool = False):
+        drv = _driver()
+        self._drv, self._loaded = drv, loaded
+        self.args = args  # keeps the tensors alive as long as the launch can run
+        self.grid, self.block = args.grid()
+        self.params = ParamBuffer(args.abi, args.values())
+        cfg = drv.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid, 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block, 1, 1
+        cfg.sharedMemBytes = 0
+        attrs = []
+        if programmatic_stream_serialization:
+            a = drv.CUlaunchAttribute()
+            a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            a.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(a)
+        cfg.attrs = attrs
+        cfg.numAttrs = len(attrs)
+        self._cfg = cfg
+        self._stream: int | None = None
+        self._success = drv.CUresult.CUDA_SUCCESS
+
+    def fill(self, args: Args) -> None:
+        if args.grid() != (self.grid, self.block):
+            raise ValueError("fill: another launch shape; prepare a new launch")
+        self.params.fill(args.values())
+        self.args = args
+
+    def __call__(self, stream: int | None = None) -> None:
+        handle = current_stream_handle() if stream is None else int(stream)
+        if handle != self._stream:
+            self._cfg.hStream = self._drv.CUstream(handle)
+            self._stream = handle
+        set_current_device(self._loaded.device_index)
+        (err,) = self._drv.cuLaunchKernelEx(self._cfg, self._loaded.function, self.params.kernel_params, 0)
+        if err != self._success:
+            _, text = self._drv.cuGetErrorString(err)
+            text = text.decode() if isinstance(text, bytes) else str(text)
+            raise LaunchError([Problem("launch", f"{self._loaded.uri}: cuLaunchKernelEx failed: {err!r} ({text})",
+                                       fix="a sticky CUDA error from earlier work also shows here")])
+
+
 @dataclass
 class LoadedKernel:
     spec: Spec
@@ -212,31 +288,26 @@ class LoadedKernel:
     compiled: Any  # kgen.compile.CompiledKernel
     kernel: Any  # cuda.core Kernel
     object_code: Any = None
-    _configs: dict[int, Any] = field(default_factory=dict)
+    abi: KernelAbi = NORM_ROPE_STORE
 
     @property
     def uri(self) -> str:
         return self.compiled.uri
 
-    def config(self, num_tokens: int):
-        grid, block = launch_shape(self.spec, num_tokens)
-        cfg = self._configs.get(grid)
-        if cfg is None:
-            cfg = self._configs[grid] = _cuda_core().LaunchConfig(grid=grid, block=block)
-        return cfg
+    @cached_property
+    def function(self) -> Any:
+        """The kernel as the driver launches it (cuda.core's CUkernel handle, as a CUfunction)."""
+        return _driver().CUfunction(int(self.kernel.handle))
 
-    def launch(self, x: int, weight: int, bias: int, freqs: int, positions: int, out_loc: int,
-               cache: int, num_tokens: int, num_slots: int, stream=None) -> None:
-        """Launch on raw device pointers (ints, 0 = null) on `stream` (default: torch's current)."""
-        import numpy as np
+    def prepare(self, args: Args, *, programmatic_stream_serialization: bool = False) -> PreparedLaunch:
+        """A launch of `args` (checked by `self.abi`) to call later, any number of times."""
+        return PreparedLaunch(self, args, programmatic_stream_serialization=programmatic_stream_serialization)
 
-        if num_tokens <= 0:
+    def launch(self, args: Args, stream: int | None = None) -> None:
+        """Launch on `stream` (a CUstream value; default: torch's current stream). N == 0: nothing."""
+        if args.scalars.get("num_tokens", 1) <= 0:
             return
-        cc = _cuda_core()
-        set_current_device(self.device_index)
-        cc.launch(stream if stream is not None else torch_stream(), self.config(num_tokens), self.kernel,
-                  int(x), int(weight), int(bias), int(freqs), int(positions), int(out_loc), int(cache),
-                  np.int32(num_tokens), np.int64(num_slots))
+        self.prepare(args)(stream)
 
     def registers(self) -> int | None:
         try:
@@ -300,7 +371,8 @@ def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False) 
         if loaded is None:
             set_current_device(idx)
             kernel, oc = _load_kernel(ck)
-            check_abi(kernel, ck.uri)
+            NORM_ROPE_STORE.check_manifest(getattr(ck, "abi", None), ck.uri)
+            NORM_ROPE_STORE.check_loaded(kernel, ck.uri)
             loaded = LoadedKernel(spec=spec, layout=compute(spec), arch=arch, device_index=idx,
                                   device_name=name, compiled=ck, kernel=kernel, object_code=oc)
             _by_uri[ukey] = loaded
@@ -320,24 +392,6 @@ def _load_kernel(ck) -> tuple[Any, Any]:
             pass
     oc = cc.ObjectCode.from_cubin(ck.cubin)
     return oc.get_kernel(symbol), oc
-
-
-# x, weight, bias, freqs, positions, out_loc, cache: pointers; num_tokens int32; num_slots int64
-ABI_SIZES = (8, 8, 8, 8, 8, 8, 8, 4, 8)
-
-
-def check_abi(kernel, uri: str) -> None:
-    """The loaded kernel takes the fixed ABI's 9 parameters with their sizes (else KgenError)."""
-    try:
-        info = kernel.arguments_info
-        sizes = tuple(int(p.size if hasattr(p, "size") else p[1]) for p in info)
-    except Exception:  # noqa: BLE001 - needs a recent driver / cuda-core; a nicety
-        return
-    if sizes != ABI_SIZES:
-        raise KgenError([Problem("kernel-abi", f"{uri}: the kernel takes {len(sizes)} parameters of sizes "
-                                 f"{list(sizes)} but kgen launches {len(ABI_SIZES)} of sizes {list(ABI_SIZES)} "
-                                 "(x, weight, bias, freqs, positions, out_loc, cache, int32 num_tokens, "
-                                 "int64 num_slots)", fix="re-render and recompile; the template and the runtime disagree")])
 
 
 def clear_cache() -> None:

@@ -138,7 +138,8 @@ def _inputs(spec, n, seed=0):
     from kgen.gputest import kernel_args
 
     inp = reference.make_inputs(spec, n, seed=seed, device="cuda")
-    return kernel_args(spec, inp), inp["cache"]
+    *tensors, cache = kernel_args(spec, inp)
+    return tuple(tensors), cache
 
 
 def test_zero_tokens_is_a_noop():
@@ -191,11 +192,14 @@ def test_side_stream_and_cuda_graph_write_the_same_bytes():
 
 
 def test_kernel_abi_and_resources():
-    from kgen.runtime import ABI_SIZES, load
+    from kgen.abi import NORM_ROPE_STORE
+    from kgen.runtime import load
 
     loaded = load(_spec())
     info = loaded.kernel.arguments_info
-    assert tuple(int(p.size if hasattr(p, "size") else p[1]) for p in info) == ABI_SIZES
+    # one parameter: the Params struct, as large as kgen.abi packs it
+    assert tuple(int(p.size if hasattr(p, "size") else p[1]) for p in info) == (NORM_ROPE_STORE.size,)
+    assert loaded.compiled.abi == NORM_ROPE_STORE.manifest()
     assert loaded.registers() and loaded.registers() <= 255
     assert load(_spec()) is loaded  # cached in-process
 

@@ -1,4 +1,4 @@
-"""The real kernel source under AddressSanitizer + UBSan on the CPU (tests/cpu_shim/run_asan.cc):
+"""The real kernel source under AddressSanitizer + UBSan on the CPU (tests/emulate.py, tests/cpu_shim/run.cc):
 every argument is its own exactly sized heap allocation (x [N, head_dim], weight/bias [head_dim] or
 nullptr, freqs [max_pos, rope_dim] and positions [N] or nullptr, out_loc [N], cache [num_pages,
 page_bytes]) and the whole grid of `kgen.layout.launch_shape` runs, partial last block included,
@@ -9,64 +9,26 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 
-from kgen.render import include_dirs, render_variant
+import emulate
 from kgen.spec import Spec
-from strategies import ROOT, SPECS, valid_specs
+from strategies import SPECS, valid_specs
 
-SHIM = ROOT / "tests" / "cpu_shim"
 TOKENS = (1, 7, 37, 129)
 
 needs_asan = pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
 
 
 def build(spec: Spec, work: Path) -> Path:
-    """The ASan/UBSan runner of `spec`'s rendered kernel."""
-    work.mkdir(parents=True, exist_ok=True)
-    rv = render_variant(spec)
-    for name in ("kernel.cu", "config.cuh"):  # kernel.cu includes "config.cuh" beside it
-        (work / name).write_text(rv.files[f"{rv.uri}/{name}"])
-    exe = work / "run_asan"
-    r = subprocess.run(["g++", "-std=c++20", "-O1", "-g", "-ffp-contract=off", "-pthread", "-w",
-                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
-                        "-I", str(SHIM), "-I", str(include_dirs()[0]),
-                        f'-DKGEN_KERNEL_CU="{work / "kernel.cu"}"', f"-DKGEN_URI={spec.name}",
-                        str(SHIM / "run_asan.cc"), "-o", str(exe)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-4000:]
-    return exe
+    return emulate.build(spec, work, sanitize=True)
 
 
 def run(spec: Spec, exe: Path, work: Path, n: int, seed: int = 0) -> tuple[int, list]:
-    """Run `exe` over `n` tokens; (differing cache bytes, first few); fails with ASan's report."""
-    import torch
-
-    from kgen import layout as L
-    from kgen import reference as R
-    from kgen.gputest import kernel_args
-
-    inp = R.make_inputs(spec, n, seed=seed)
-    args = dict(zip(("x", "weight", "bias", "freqs", "positions", "out_loc"), kernel_args(spec, inp)))
-    args["cache"] = inp["cache"]
-    d = work / f"n{n}"
-    d.mkdir(parents=True, exist_ok=True)
-    for k, t in args.items():
-        (d / k).write_bytes(b"" if t is None else t.contiguous().view(torch.uint8).numpy().tobytes())
-    blocks, threads = L.launch_shape(spec, n)
-    num_slots = inp["cache"].shape[0] * L.compute(spec).page_size
-    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
-    r = subprocess.run([str(exe), str(d), str(blocks), str(threads), str(n), str(num_slots)],
-                       capture_output=True, text=True, env=env)
-    assert r.returncode == 0, f"{spec.name} N={n}: exit {r.returncode}\n{r.stderr[-6000:]}"
-    got = torch.frombuffer(bytearray((d / "cache.out").read_bytes()), dtype=torch.uint8)
-    want = inp["cache"].clone()
-    R.norm_rope_store(spec, *kernel_args(spec, inp), want)
-    diff = (got.reshape(want.shape) != want).nonzero()
-    return len(diff), diff[:8].tolist()
+    return emulate.launch(spec, exe, work, n, seed=seed)
 
 
 def check(spec: Spec, work: Path, tokens=TOKENS, seed: int = 0) -> None:

@@ -442,32 +442,10 @@ def test_render_all_has_the_headers():
 
 
 def emulate(spec: Spec, work: Path, n: int = 37, seed: int = 0) -> tuple[int, list]:
-    torch = pytest.importorskip("torch")
-    from kgen import layout as L
-    from kgen import reference as R
+    pytest.importorskip("torch")
+    import emulate as E
 
-    work.mkdir(parents=True, exist_ok=True)
-    rv = render_variant(spec)
-    for name in ("kernel.cu", "config.cuh"):  # kernel.cu includes "config.cuh" beside it
-        (work / name).write_text(rv.files[f"{rv.uri}/{name}"])
-    exe = work / "run"
-    subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-w",
-                    "-I", str(ROOT / "tests" / "cpu_shim"), "-I", str(include_dirs()[0]),
-                    f'-DKGEN_KERNEL_CU="{work / "kernel.cu"}"', f"-DKGEN_URI={spec.name}",
-                    str(ROOT / "tests" / "cpu_shim" / "run.cc"), "-o", str(exe)], check=True)
-    inp = R.make_inputs(spec, n, seed=seed)
-    for k in ("x", "weight", "bias", "freqs", "positions", "out_loc", "cache"):
-        t = inp.get(k)
-        (work / k).write_bytes(b"" if t is None else t.contiguous().view(torch.uint8).numpy().tobytes())
-    blocks, threads = L.launch_shape(spec, n)
-    num_slots = inp["cache"].shape[0] * L.compute(spec).page_size
-    subprocess.run([str(exe), str(work), str(blocks), str(threads), str(n), str(num_slots)], check=True)
-    got = torch.frombuffer(bytearray((work / "cache.out").read_bytes()), dtype=torch.uint8)
-    want = inp["cache"].clone()
-    R.norm_rope_store(spec, inp["x"], inp.get("weight"), inp.get("bias"), inp["freqs"], inp["positions"],
-                      inp["out_loc"], want)
-    diff = (got.reshape(want.shape) != want).nonzero()
-    return len(diff), diff[:8].tolist()
+    return E.launch(spec, E.build(spec, work), work, n, seed=seed)
 
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")

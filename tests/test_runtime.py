@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from kgen import bench, gputest, ops, reference, runtime  # noqa: E402
 from kgen.diagnostics import KgenError  # noqa: E402
-from kgen.layout import compute  # noqa: E402
+from kgen.layout import compute, launch_shape  # noqa: E402
 from kgen.rules import check_variant  # noqa: E402
 from kgen.spec import Rope  # noqa: E402
 
@@ -191,7 +191,9 @@ def test_check_arch_message_names_device_arch_and_targets():
     assert runtime.check_arch((9, 0), ["sm_90a"]) == "sm_90a"
 
 
-def test_check_abi():
+def test_check_loaded_kernel_abi():
+    from kgen.abi import NORM_ROPE_STORE as A
+
     class P:
         def __init__(self, size):
             self.size = size
@@ -200,14 +202,21 @@ def test_check_abi():
         def __init__(self, sizes):
             self.arguments_info = [P(s) for s in sizes]
 
-    runtime.check_abi(K(runtime.ABI_SIZES), "u")
-    with pytest.raises(KgenError, match="kernel-abi|parameters"):
-        runtime.check_abi(K((8, 8, 8, 8, 8, 8, 8, 8, 8)), "u")
+    A.check_loaded(K((A.size,)), "u")
+    # the kernel before the params struct: 9 positional parameters
+    with pytest.raises(KgenError, match="9 parameter.*one norm_rope_store Params struct of 72 bytes"):
+        A.check_loaded(K((8, 8, 8, 8, 8, 8, 8, 4, 8)), "u")
+    with pytest.raises(KgenError, match="kernel-abi|Params"):
+        A.check_loaded(K((A.size - 8,)), "u")
 
     class Old:  # no arguments_info: skipped
         pass
 
-    runtime.check_abi(Old(), "u")
+    A.check_loaded(Old(), "u")
+    A.check_manifest(None, "u")  # a cubin from before manifests: nothing recorded
+    A.check_manifest(A.manifest(), "u")
+    with pytest.raises(KgenError, match="built for ABI"):
+        A.check_manifest({**A.manifest(), "version": A.version + 1}, "u")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,10 +309,9 @@ def test_bench_ratios_and_table(tmp_path):
 
 def _ref_pair(spec, n=37, seed=1):
     inp = reference.make_inputs(spec, n, seed=seed)
-    x, w, b, f, p, loc = gputest.kernel_args(spec, inp)
-    a = inp["cache"]
-    reference.norm_rope_store(spec, x, w, b, f, p, loc, a)
-    return a, loc
+    *tensors, a = gputest.kernel_args(spec, inp)
+    reference.norm_rope_store(spec, *tensors, a)
+    return a, inp["out_loc"]
 
 
 def _first_written(spec, loc, a):
@@ -418,6 +426,13 @@ def test_sampled_specs_dry_run_on_cpu():
 # runtime.load / launch mechanics against a fake cuda.core and fake torch.cuda (no GPU)
 
 
+class _FakeKernel:
+    handle = 0xBEEF
+
+    def __eq__(self, other):
+        return isinstance(other, _FakeKernel)
+
+
 class _FakeCC:
     """Records what kgen.runtime asks of cuda.core."""
 
@@ -433,7 +448,7 @@ class _FakeCC:
 
             def get_kernel(self, name):
                 cc.calls.append(("get_kernel", name))
-                return "KERNEL"
+                return _FakeKernel()
 
         class Device:
             def __init__(self, idx):
@@ -460,6 +475,52 @@ class _FakeCC:
         self.LEGACY_DEFAULT_STREAM = "LEGACY"
 
 
+class _FakeDriver:
+    """cuda.bindings.driver as kgen.runtime launches through it: records each cuLaunchKernelEx with
+    the bytes its kernelParams point at (read back through the void** the driver would read)."""
+
+    def __init__(self, calls):
+        import ctypes
+        import enum
+
+        self.calls = calls
+        drv = self
+
+        class CUresult(enum.IntEnum):
+            CUDA_SUCCESS = 0
+            CUDA_ERROR_INVALID_VALUE = 1
+
+        class CUlaunchAttributeID(enum.IntEnum):
+            CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+        class _Value:
+            programmaticStreamSerializationAllowed = 0
+
+        class CUlaunchAttribute:
+            def __init__(self):
+                self.id, self.value = None, _Value()
+
+        class CUlaunchConfig:
+            pass
+
+        self.CUresult, self.CUlaunchAttributeID, self.CUlaunchAttribute, self.CUlaunchConfig = (
+            CUresult, CUlaunchAttributeID, CUlaunchAttribute, CUlaunchConfig)
+        self.CUstream = lambda h: ("CUstream", h)
+        self.CUfunction = lambda h: ("CUfunction", h)
+        self.fail = False
+
+        def cuLaunchKernelEx(cfg, f, kernel_params, extra):
+            struct_ptr = ctypes.c_void_p.from_address(kernel_params).value
+            size = drv.params_size
+            drv.calls.append(("cuLaunchKernelEx", cfg.hStream, (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ),
+                              (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ), f, ctypes.string_at(struct_ptr, size),
+                              [(a.id, a.value.programmaticStreamSerializationAllowed) for a in cfg.attrs], extra))
+            return (CUresult.CUDA_ERROR_INVALID_VALUE if drv.fail else CUresult.CUDA_SUCCESS,)
+
+        self.cuLaunchKernelEx = cuLaunchKernelEx
+        self.cuGetErrorString = lambda err: (CUresult.CUDA_SUCCESS, b"invalid argument")
+
+
 @pytest.fixture
 def fake_gpu(monkeypatch, tmp_path):
     import numpy as np  # noqa: F401
@@ -470,6 +531,12 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(runtime, "gpu_problem", lambda: None)
     monkeypatch.setattr(runtime, "_cuda_core", lambda: cc)
+    from kgen.abi import NORM_ROPE_STORE
+
+    drv = _FakeDriver(cc.calls)
+    drv.params_size = NORM_ROPE_STORE.size
+    cc.driver = drv
+    monkeypatch.setattr(runtime, "_driver", lambda: drv)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: "Fake H200")
@@ -521,15 +588,32 @@ def test_load_checks_arch_compiles_loads_and_caches(fake_gpu):
     assert frm[2] == {expr: loaded.compiled.symbol} and frm[1] == len(loaded.compiled.cubin)
     assert ("get_kernel", expr) in cc.calls and ("set_current", 0) in cc.calls
     assert runtime.load(spec) is loaded and len(compiled) == 1  # cached in-process
-    loaded.launch(1, 2, 0, 4, 5, 6, 7, 1000, 64 * 3)
-    kind, stream, grid, block, kernel, args = cc.calls[-1]
-    assert kind == "launch" and stream == ("STREAM", 0xABC) and kernel == "KERNEL"
-    assert (grid, block) == runtime.launch_shape(spec, 1000)
-    assert args[:7] == (1, 2, 0, 4, 5, 6, 7) and all(type(a) is int for a in args[:7])
-    assert type(args[7]) is np.int32 and args[7] == 1000 and type(args[8]) is np.int64 and args[8] == 192
+    args = ops.check_arguments(spec, **good_args(spec, n=1000, pages=3), require_cuda=False)
+    loaded.launch(args)
+    kind, stream, grid, block, f, packed, attrs, extra = cc.calls[-1]
+    assert kind == "cuLaunchKernelEx" and stream == ("CUstream", 0xABC) and f == ("CUfunction", 0xBEEF)
+    assert (grid[0], block[0]) == launch_shape(spec, 1000) and grid[1:] == block[1:] == (1, 1)
+    assert attrs == [] and extra == 0
+    # the struct the kernel reads: every data pointer, then N (int32) and num_slots (int64), as the
+    # C struct lays them out (4 bytes of padding after num_tokens)
+    t = args.tensors
+    ptrs = [0 if t[k] is None else t[k].data_ptr() for k in ("x", "weight", "bias", "freqs", "positions",
+                                                               "out_loc", "cache")]
+    assert packed == np.array(ptrs, dtype="<u8").tobytes() + np.int32(1000).tobytes() + bytes(4) + \
+        np.int64(3 * 64).tobytes()
     n = len(cc.calls)
-    loaded.launch(1, 2, 0, 4, 5, 6, 7, 0, 192)  # N == 0: nothing launched
+    run = loaded.prepare(args, programmatic_stream_serialization=True)
+    run()
+    run(stream=0x77)
+    assert [c[1] for c in cc.calls[n:]] == [("CUstream", 0xABC), ("CUstream", 0x77)]
+    assert all(c[5] == packed and len(c[6]) == 1 and c[6][0][1] == 1 for c in cc.calls[n:])
+    n = len(cc.calls)
+    empty = ops.check_arguments(spec, **good_args(spec, n=0, pages=3), require_cuda=False)
+    loaded.launch(empty)  # N == 0: nothing launched
     assert len(cc.calls) == n
+    cc.driver.fail = True
+    with pytest.raises(runtime.LaunchError, match="cuLaunchKernelEx failed.*invalid argument"):
+        loaded.launch(args)
 
 
 def test_load_refuses_wrong_arch_before_compiling(fake_gpu):
@@ -550,7 +634,9 @@ def test_same_name_other_spec_gets_its_own_kernel(fake_gpu):
     two = one.model_copy(update={"head_dim": 64, "launch": one.launch.model_copy(update={"warps_per_block": 2})})
     la, lb = runtime.load(one), runtime.load(two)
     assert la is not lb and lb.spec == two and la.spec == one
-    assert lb.config(1000).block == 64 and la.config(1000).block == one.launch.warps_per_block * 32
+    args_a = ops.check_arguments(one, **good_args(one, n=1000), require_cuda=False)
+    args_b = ops.check_arguments(two, **good_args(two, n=1000), require_cuda=False)
+    assert lb.prepare(args_b).block == 64 and la.prepare(args_a).block == one.launch.warps_per_block * 32
     assert runtime.load(one.model_copy()) is la  # an equal spec still shares the module
     assert runtime.load(one.model_copy(update={"targets": ["sm_90a"]})) is la  # same cubin: same module
 

@@ -3,6 +3,4 @@
 // Symbol: kgen::norm_rope_store<kgen_cfg::dsv4_indexer_bf16>
 #include "config.cuh"
 
-template __global__ void kgen::norm_rope_store<kgen_cfg::dsv4_indexer_bf16>(
-    const kgen_cfg::dsv4_indexer_bf16::In*, const kgen_cfg::dsv4_indexer_bf16::In*, const kgen_cfg::dsv4_indexer_bf16::In*, const float*,
-    const kgen::int64_t*, const kgen::int64_t*, kgen::uint8_t*, kgen::int32_t, kgen::int64_t);
+template __global__ void kgen::norm_rope_store<kgen_cfg::dsv4_indexer_bf16>(const __grid_constant__ kgen_cfg::dsv4_indexer_bf16::Params);

@@ -69,6 +69,33 @@ struct dsv4_latent_fp8_uniform {
   static constexpr long long           kPageShift = 6;
   static constexpr long long           kScaleBytes = 0;
   static constexpr long long           kBytesPerToken = 512;
+
+  // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
+  // describes it (ABI version 1) and packs the same bytes for every launch.
+  struct Params {
+    const In* x;                     // [N, head_dim]
+    const In* weight;                // [head_dim]; nullptr without norm
+    const In* bias;                  // [head_dim]; layernorm only
+    const float* freqs;              // [max_pos, rope_dim] (cos, sin) pairs; nullptr without RoPE
+    const kgen::int64_t* positions;  // [N]; nullptr without RoPE
+    const kgen::int64_t* out_loc;    // [N] slots; < 0 or >= num_slots: skipped
+    kgen::uint8_t* cache;            // [num_pages, page_bytes]
+    kgen::int32_t num_tokens;        // N
+    kgen::int64_t num_slots;         // num_pages * page_size
+  };
+  static constexpr int kAbiVersion = 1;
 };
+
+// the struct kgen/abi.py packs: checked here, at compile time
+static_assert(sizeof(dsv4_latent_fp8_uniform::Params) == 72, "kgen ABI v1: sizeof(Params)");
+static_assert(__builtin_offsetof(dsv4_latent_fp8_uniform::Params, x) == 0, "kgen ABI v1: offset of x");
+static_assert(__builtin_offsetof(dsv4_latent_fp8_uniform::Params, weight) == 8, "kgen ABI v1: offset of weight");
+static_assert(__builtin_offsetof(dsv4_latent_fp8_uniform::Params, bias) == 16, "kgen ABI v1: offset of bias");
+static_assert(__builtin_offsetof(dsv4_latent_fp8_uniform::Params, freqs) == 24, "kgen ABI v1: offset of freqs");
+static_assert(__builtin_offsetof(dsv4_latent_fp8_uniform::Params, positions) == 32, "kgen ABI v1: offset of positions");
+static_assert(__builtin_offsetof(dsv4_latent_fp8_uniform::Params, out_loc) == 40, "kgen ABI v1: offset of out_loc");
+static_assert(__builtin_offsetof(dsv4_latent_fp8_uniform::Params, cache) == 48, "kgen ABI v1: offset of cache");
+static_assert(__builtin_offsetof(dsv4_latent_fp8_uniform::Params, num_tokens) == 56, "kgen ABI v1: offset of num_tokens");
+static_assert(__builtin_offsetof(dsv4_latent_fp8_uniform::Params, num_slots) == 64, "kgen ABI v1: offset of num_slots");
 
 }  // namespace kgen_cfg

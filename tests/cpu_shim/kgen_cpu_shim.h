@@ -13,6 +13,7 @@
 #define __global__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __grid_constant__
 
 struct dim3_ { unsigned x = 0, y = 0, z = 0; };
 namespace kgen_cpu {

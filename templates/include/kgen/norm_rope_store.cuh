@@ -7,11 +7,9 @@
 // computes, for memory-level parallelism. No shared memory; every per-lane array is indexed only
 // by compile-time constants (fully unrolled loops), so it lives in registers.
 //
-// ABI (the runtime codes against it):
-//   grid, block = kgen.layout.launch_shape(spec, num_tokens); no dynamic shared memory.
-//   x [N, head_dim] contiguous, weight/bias [head_dim] (nullptr when unused), freqs [max_pos, rope_dim]
-//   fp32 and positions [N] (nullptr when rope.dim == 0), out_loc [N], cache [num_pages, page_bytes];
-//   pointers 16-B aligned. A token whose out_loc is < 0 or >= num_slots is skipped.
+// ABI: one parameter, the config's `Params` struct (kgen/abi.py's NORM_ROPE_STORE table: the
+// fields, their shapes, the launch shape); every pointer 16-B aligned, no dynamic shared memory.
+// A token whose out_loc is < 0 or >= num_slots is skipped.
 #pragma once
 
 #include "checks.cuh"
@@ -403,32 +401,29 @@ struct NormRopeStore {
     if constexpr (kLayerNorm) load_lane_floats(bias, lane, b);
   }
 
-  __device__ static __forceinline__ void run(const In* __restrict__ x, const In* __restrict__ weight,
-                                             const In* __restrict__ bias, const float* __restrict__ freqs,
-                                             const int64_t* __restrict__ positions,
-                                             const int64_t* __restrict__ out_loc, uint8_t* __restrict__ cache,
-                                             int32_t num_tokens, int64_t num_slots) {
+  // p: the kernel's one parameter (the config's Params, laid out by kgen/abi.py)
+  __device__ static __forceinline__ void run(const typename Cfg::Params& p) {
     const int lane = static_cast<int>(threadIdx.x) & 31;
     const int warp = static_cast<int>(threadIdx.x) >> 5;
     // token indices in 32 bits: a warp that owns no token leaves (whole warp: uniform), so from
     // here on first < num_tokens < 2^31 and first + j < 2^31 + T
-    if (num_tokens <= 0 || blockIdx.x > 0x7fffffffu / static_cast<uint32_t>(W * T)) return;
+    if (p.num_tokens <= 0 || blockIdx.x > 0x7fffffffu / static_cast<uint32_t>(W * T)) return;
     const uint32_t first = (blockIdx.x * static_cast<uint32_t>(W) + static_cast<uint32_t>(warp)) *
                            static_cast<uint32_t>(T);
-    const uint32_t ntok = static_cast<uint32_t>(num_tokens);
+    const uint32_t ntok = static_cast<uint32_t>(p.num_tokens);
     if (first >= ntok) return;
-    const int64_t* const loc_p = out_loc + first;
-    const int64_t* const pos_p = kRope ? positions + first : nullptr;  // positions is nullptr without rope
-    const In* const x_p = x + static_cast<unsigned long long>(first) * H + lane * V;
+    const int64_t* const loc_p = p.out_loc + first;
+    const int64_t* const pos_p = kRope ? p.positions + first : nullptr;  // positions is nullptr without rope
+    const In* const x_p = p.x + static_cast<unsigned long long>(first) * H + lane * V;
     const int rl = lane - kRopeLane0;
     const bool in_rope = kRope && static_cast<unsigned>(rl) < static_cast<unsigned>(kRopeLanes);
     const int fidx = kNeox ? (rl < kRopeHalf ? rl : rl - kRopeHalf) : rl;
     // this lane's floats of a freqs row (lanes outside the rope span never load)
-    const float* const f_p = in_rope ? freqs + fidx * kFreqFloats : freqs;
-    const Dst dst = lane_dst(cache, lane);
+    const float* const f_p = in_rope ? p.freqs + fidx * kFreqFloats : p.freqs;
+    const Dst dst = lane_dst(p.cache, lane);
 
     float w[V], b[V];  // norm weight and bias: once per warp when they fit (kHoldWeights)
-    if constexpr (kHoldWeights) load_weights(weight, bias, lane, w, b);
+    if constexpr (kHoldWeights) load_weights(p.weight, p.bias, lane, w, b);
 
 #pragma unroll
     for (int g0 = 0; g0 < T; g0 += kGroup) {
@@ -454,7 +449,7 @@ struct NormRopeStore {
       for (int j = 0; j < kGroup; ++j) {
         mem::zero(fr[j]);
         if constexpr (kRope) {
-          if (in_rope && loc[j] >= 0 && loc[j] < num_slots) {
+          if (in_rope && loc[j] >= 0 && loc[j] < p.num_slots) {
             mem::load_nc<kFreqBytes>(f_p + pos[j] * kRopeDim, fr[j]);
           }
         }
@@ -487,8 +482,8 @@ struct NormRopeStore {
       }
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) {
-        if constexpr (!kHoldWeights) load_weights(weight, bias, lane, w, b);
-        token(v[j], r[j], fr[j], w, b, loc[j], loc[j] >= 0 && loc[j] < num_slots, lane, dst);
+        if constexpr (!kHoldWeights) load_weights(p.weight, p.bias, lane, w, b);
+        token(v[j], r[j], fr[j], w, b, loc[j], loc[j] >= 0 && loc[j] < p.num_slots, lane, dst);
       }
     }
   }
@@ -498,13 +493,10 @@ struct NormRopeStore {
 
 template <class Cfg>
 __global__ void __launch_bounds__(rules::launch_threads<Cfg>(), rules::launch_min_blocks<Cfg>())
-    norm_rope_store(const typename Cfg::In* __restrict__ x, const typename Cfg::In* __restrict__ weight,
-                    const typename Cfg::In* __restrict__ bias, const float* __restrict__ freqs,
-                    const int64_t* __restrict__ positions, const int64_t* __restrict__ out_loc,
-                    uint8_t* __restrict__ cache, int32_t num_tokens, int64_t num_slots) {
+    norm_rope_store(const __grid_constant__ typename Cfg::Params p) {
   static_assert(sizeof(rules::Twins<Cfg>) > 0, "instantiates the rule twins");
   if constexpr (rules::Twins<Cfg>::run) {
-    detail::NormRopeStore<Cfg>::run(x, weight, bias, freqs, positions, out_loc, cache, num_tokens, num_slots);
+    detail::NormRopeStore<Cfg>::run(p);
   }
 }
 

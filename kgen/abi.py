@@ -1,0 +1,474 @@
+"""The kernel ABI: one table per kernel, and everything derived from it.
+
+A kgen kernel takes ONE parameter, a struct passed by value (`const __grid_constant__ Params p`, as
+SGLang's kernels take one params struct). Its fields are described here, once, by a `KernelAbi`
+table. From that table come:
+
+* the C++ `struct Params` rendered into each variant's config (`cxx_fields`), with static_asserts on
+  its size and every offset, so the compiler checks that C++ and this table agree;
+* the explicit instantiation's signature (`cxx_parameter`);
+* the packed argument buffer the launcher hands to the driver (`struct_format`, `ParamBuffer`): the
+  same bytes, laid out by the C rules from the same table;
+* the argument checks of the Python op and `kgen test` (`KernelAbi.check`): dtype, shape, presence,
+  contiguity, 16-byte alignment, device, each failure naming the argument;
+* the loaded-kernel check (`KernelAbi.check_loaded`: one parameter of sizeof(Params) bytes) and the
+  version recorded with every compiled cubin (`KernelAbi.manifest`);
+* the CPU emulation of a launch (tests/cpu_shim/run.cc reads a packed buffer and a pointer map
+  written by `cpu_launch_files`, so it knows nothing of any kernel's fields).
+
+A table field is a tensor (a pointer in the struct) or a scalar. A tensor's shape mixes sizes the
+spec fixes (ints) and symbolic sizes (strs such as "N") that the first tensor having them binds;
+scalars are computed from the bound sizes. A new kernel is one more table, no new machinery.
+
+This module imports only the standard library, kgen.layout and kgen.spec (torch is never imported:
+the checks read tensor metadata through duck typing).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from .diagnostics import KgenError, Problem
+from .layout import Layout, compute, launch_shape
+from .spec import Spec
+
+ALIGNMENT = 16  # every tensor's data pointer: the kernel's widest vector load/store
+
+# scalar kinds: C++ type in the struct, struct-module code, size (== alignment), value range
+SCALARS: dict[str, tuple[str, str, int]] = {
+    "int32": ("kgen::int32_t", "i", 4),
+    "int64": ("kgen::int64_t", "q", 8),
+    "float32": ("float", "f", 4),
+}
+INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+POINTER_BYTES = 8  # a device pointer (64-bit hosts only)
+
+# torch dtype names of the spec's input dtypes
+TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+# C++ element type of a tensor whose dtype follows the spec's input dtype (the config's typedef)
+INPUT_ELEMENT = "In"
+
+
+class ArgumentError(KgenError, ValueError):
+    """A kernel argument does not match the spec; the message names the argument."""
+
+    def __init__(self, message: str, fix: str = ""):
+        super().__init__([Problem("kernel-argument", message, fix=fix)], exit_code=1)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+Dim = int | str  # a size fixed by the spec, or a symbolic size bound by the first tensor with it
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A pointer field: a tensor argument of the kernel."""
+
+    name: str
+    element: str  # C++ element type in the struct ("In" = the config's input type)
+    dtype: Callable[[Spec], str]  # torch dtype name
+    shape: Callable[[Spec, Layout], tuple[Dim, ...]]
+    doc: str  # the shape as a C++ comment reads it
+    # what the message shows for the shape ("[N, 128]"); `dims` holds the sizes bound so far
+    shape_text: Callable[[Spec, Layout, Mapping[str, int]], str]
+    detail: Callable[[Spec, Layout], str] = lambda s, lay: ""  # appended when the rank is right
+    present: Callable[[Spec], bool] = lambda s: True  # else the argument must be None (nullptr)
+    absent_why: Callable[[Spec], str] = lambda s: ""
+    written: bool = False  # the kernel writes through it (not const)
+
+    @property
+    def kind(self) -> str:
+        return "pointer"
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A value field, computed from the sizes the tensors bound."""
+
+    name: str
+    type: str  # a key of SCALARS
+    value: Callable[[Mapping[str, int], Layout], int | float]
+    doc: str
+    source: str  # the tensor whose size it comes from (named when it does not fit)
+
+    @property
+    def kind(self) -> str:
+        return self.type
+
+
+Field = Tensor | Scalar
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A field's place in the packed struct."""
+
+    field: Field
+    offset: int
+    size: int
+    code: str  # struct-module code
+
+
+@dataclass
+class Args:
+    """Checked arguments of one call: the tensors (None where absent), the sizes they bound, and
+    the scalars computed from them. `args.num_tokens` reads a scalar or a bound size by name."""
+
+    abi: KernelAbi
+    spec: Spec
+    layout: Layout
+    tensors: dict[str, Any]
+    dims: dict[str, int]
+    scalars: dict[str, int | float]
+
+    def __getattr__(self, name: str) -> Any:
+        d = self.__dict__
+        if "scalars" in d and name in d["scalars"]:
+            return d["scalars"][name]
+        if "dims" in d and name in d["dims"]:
+            return d["dims"][name]
+        raise AttributeError(name)
+
+    def values(self, pointer: Callable[[str, Any], int] | None = None) -> tuple:
+        """The struct's values in field order: a tensor's data pointer (0 for None), each scalar."""
+        ptr = pointer or (lambda _n, t: 0 if t is None else int(t.data_ptr()))
+        return tuple(ptr(f.name, self.tensors[f.name]) if isinstance(f, Tensor) else self.scalars[f.name]
+                     for f in self.abi.fields)
+
+    def pack(self) -> bytes:
+        return self.abi.pack(self.values())
+
+    def grid(self) -> tuple[int, int]:
+        return self.abi.grid(self)
+
+
+@dataclass(frozen=True)
+class KernelAbi:
+    kernel: str  # the kernel template's name in namespace kgen
+    version: int  # bumped whenever a field changes: recorded with every cubin, checked on load
+    fields: tuple[Field, ...]
+    grid: Callable[[Args], tuple[int, int]]  # (blocks, threads per block) of a launch
+    doc: str = ""
+
+    # ---- layout of the struct (the C rules: natural alignment, padded to the largest) ----------
+
+    @cached_property
+    def slots(self) -> tuple[Slot, ...]:
+        out, offset = [], 0
+        for f in self.fields:
+            if isinstance(f, Tensor):
+                size, code = POINTER_BYTES, "Q"
+            else:
+                _, code, size = SCALARS[f.type]
+            offset = -(-offset // size) * size
+            out.append(Slot(f, offset, size, code))
+            offset += size
+        return tuple(out)
+
+    @cached_property
+    def alignment(self) -> int:
+        return max(s.size for s in self.slots)
+
+    @cached_property
+    def size(self) -> int:
+        """sizeof(Params)."""
+        last = self.slots[-1]
+        return -(-(last.offset + last.size) // self.alignment) * self.alignment
+
+    @cached_property
+    def struct_format(self) -> str:
+        """The struct module's format of the packed Params (explicit padding, little-endian)."""
+        fmt, at = "<", 0
+        for s in self.slots:
+            fmt += "x" * (s.offset - at) + s.code
+            at = s.offset + s.size
+        return fmt + "x" * (self.size - at)
+
+    @cached_property
+    def packer(self) -> struct.Struct:
+        return struct.Struct(self.struct_format)
+
+    def pack(self, values: Sequence) -> bytes:
+        return self.packer.pack(*values)
+
+    def unpack(self, data: bytes) -> dict[str, int | float]:
+        return dict(zip((f.name for f in self.fields), self.packer.unpack(data)))
+
+    @property
+    def param_sizes(self) -> tuple[int, ...]:
+        """What the driver reports for the kernel's parameters: one struct."""
+        return (self.size,)
+
+    @property
+    def tensors(self) -> tuple[Tensor, ...]:
+        return tuple(f for f in self.fields if isinstance(f, Tensor))
+
+    @property
+    def tensor_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.tensors)
+
+    def manifest(self) -> dict:
+        """What a compiled cubin records about the ABI it was built for (checked when loaded)."""
+        return {"kernel": self.kernel, "version": self.version, "params_bytes": self.size}
+
+    # ---- C++ ---------------------------------------------------------------------------------
+
+    def cxx_fields(self) -> list[dict]:
+        """Rows of the rendered `struct Params`: C++ declaration, name, offset, comment."""
+        rows = []
+        for s in self.slots:
+            f = s.field
+            if isinstance(f, Tensor):
+                cxx = f"{'' if f.written else 'const '}{element_cxx(f.element)}*"
+            else:
+                cxx = SCALARS[f.type][0]
+            rows.append({"type": cxx, "name": f.name, "offset": s.offset, "doc": f.doc})
+        return rows
+
+    def cxx_parameter(self, config: str) -> str:
+        """The kernel's one parameter, as the explicit instantiation must spell it."""
+        return f"const __grid_constant__ {config}::Params"
+
+    # ---- argument checks ---------------------------------------------------------------------
+
+    def bind(self, args: Sequence, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Tensor arguments given positionally (in table order) and/or by name -> {name: tensor}."""
+        names = self.tensor_names
+        if len(args) > len(names):
+            raise TypeError(f"{self.kernel} takes {len(names)} tensors ({', '.join(names)}), got {len(args)}")
+        out = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise TypeError(f"{self.kernel} has no argument {k!r} (it takes {', '.join(names)})")
+            if k in out:
+                raise TypeError(f"{self.kernel}: argument {k!r} given twice")
+            out[k] = v
+        missing = [n for n in names if n not in out]
+        if missing:
+            raise TypeError(f"{self.kernel}: missing argument(s) {', '.join(missing)}")
+        return {n: out[n] for n in names}
+
+    def arguments(self, spec: Spec, available: Mapping[str, Any]) -> dict[str, Any]:
+        """From a dict holding (at least) every present tensor: {name: tensor or None} in table
+        order, None where the spec has no such argument."""
+        return {f.name: available.get(f.name) if f.present(spec) else None for f in self.tensors}
+
+    def check(self, spec: Spec, tensors: Mapping[str, Any], *, require_cuda: bool = True,
+              layout: Layout | None = None) -> Args:
+        """Check every tensor against the spec (metadata only: no CUDA call, no sync) and compute the
+        scalars. The device check comes last, so every other check runs on CPU tensors."""
+        lay = layout or compute(spec)
+        dims: dict[str, int] = {}
+        for f in self.tensors:
+            t = tensors.get(f.name)
+            if not f.present(spec):
+                _expect_none(f.name, t, f.absent_why(spec))
+                continue
+            _check_tensor(f, t, spec, lay, dims)
+        scalars: dict[str, int | float] = {}
+        for f in self.fields:
+            if isinstance(f, Scalar):
+                v = f.value(dims, lay)
+                lo, hi = INT_RANGE.get(f.type, (None, None))
+                if lo is not None and not lo <= v <= hi:
+                    raise ArgumentError(f"{f.source}: {v} does not fit the kernel's {f.type} {f.name}")
+                scalars[f.name] = v
+        present = {f.name: (tensors.get(f.name) if f.present(spec) else None) for f in self.tensors}
+        if require_cuda:
+            check_devices(present)
+        return Args(self, spec, lay, present, dims, scalars)
+
+    def check_loaded(self, kernel: Any, uri: str) -> None:
+        """The loaded kernel takes exactly one parameter of sizeof(Params) bytes (else KgenError).
+        Skipped where the driver or cuda.core cannot report parameters."""
+        try:
+            info = kernel.arguments_info
+            sizes = tuple(int(p.size if hasattr(p, "size") else p[1]) for p in info)
+        except Exception:  # noqa: BLE001 - needs a recent driver / cuda-core; a nicety
+            return
+        if sizes != self.param_sizes:
+            raise KgenError([Problem(
+                "kernel-abi", f"{uri}: the kernel takes {len(sizes)} parameter(s) of sizes {list(sizes)} but kgen "
+                f"launches one {self.kernel} Params struct of {self.size} bytes (ABI version {self.version})",
+                fix="re-render and recompile; the cubin was built for another ABI")])
+
+    def check_manifest(self, recorded: Mapping | None, uri: str) -> None:
+        """A cubin's recorded ABI (`manifest()` at compile time) matches this table (else KgenError)."""
+        if recorded is None or dict(recorded) == self.manifest():
+            return
+        raise KgenError([Problem(
+            "kernel-abi", f"{uri}: the cubin was built for ABI {dict(recorded)} but this kgen launches "
+            f"{self.manifest()}", fix="recompile the variant with this kgen")])
+
+
+def element_cxx(element: str) -> str:
+    return element if element == INPUT_ELEMENT or "::" in element or element == "float" else f"kgen::{element}"
+
+
+# ---------------------------------------------------------------------------------------------
+# tensor checks (duck-typed torch metadata)
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _shape_str(shape) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def _expect_none(name: str, t: Any, why: str) -> None:
+    if t is not None:
+        raise ArgumentError(f"{name}: must be None ({why}), got {_dtype_name(getattr(t, 'dtype', type(t)))} "
+                            f"{_shape_str(getattr(t, 'shape', ()))}")
+
+
+def _check_tensor(f: Tensor, t: Any, spec: Spec, lay: Layout, dims: dict[str, int]) -> None:
+    dtype = f.dtype(spec)
+    want = f.shape(spec, lay)
+    text = f.shape_text(spec, lay, dims)
+    if t is None:
+        raise ArgumentError(f"{f.name}: expected a tensor {dtype} {text}, got None")
+    if not hasattr(t, "dtype") or not hasattr(t, "shape"):
+        raise ArgumentError(f"{f.name}: expected a torch tensor {dtype} {text}, got {type(t).__name__}")
+    got_dtype, got_shape = _dtype_name(t.dtype), tuple(int(s) for s in t.shape)
+    if len(got_shape) == len(want):
+        detail = f.detail(spec, lay)
+        text = f"{text} {detail}" if detail else text
+        bound = {d: g for d, g in zip(want, got_shape) if isinstance(d, str) and d not in dims}
+    else:
+        bound = {}
+    shape_ok = len(got_shape) == len(want) and all(
+        g == (w if isinstance(w, int) else dims.get(w, bound.get(w))) for w, g in zip(want, got_shape))
+    if got_dtype != dtype or not shape_ok:
+        raise ArgumentError(f"{f.name}: expected {dtype} {text}, got {got_dtype} {_shape_str(got_shape)}")
+    if not t.is_contiguous():
+        raise ArgumentError(f"{f.name}: expected a contiguous tensor, got strides {tuple(t.stride())} for shape "
+                            f"{_shape_str(got_shape)}", fix=f"pass {f.name}.contiguous()")
+    if t.numel() and int(t.data_ptr()) % ALIGNMENT:
+        raise ArgumentError(f"{f.name}: its data is not {ALIGNMENT}-byte aligned (address {int(t.data_ptr()):#x}; "
+                            "a view into the middle of a tensor?)", fix=f"pass {f.name}.clone()")
+    dims.update(bound)
+
+
+def check_devices(tensors: Mapping[str, Any]) -> None:
+    """Every present tensor on one CUDA device."""
+    dev = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        d = t.device
+        if d.type != "cuda":
+            raise ArgumentError(f"{name}: expected a CUDA tensor, got one on {d}", fix=f"pass {name}.cuda()")
+        if dev is None:
+            dev = (name, d)
+        elif d != dev[1]:
+            raise ArgumentError(f"{name}: on {d}, but {dev[0]} is on {dev[1]}: all arguments must share one GPU")
+
+
+# ---------------------------------------------------------------------------------------------
+# the packed parameter buffer a launch hands to the driver
+
+
+class ParamBuffer:
+    """One call site's packed Params, kept alive and reused: `fill(values)` packs in place (about a
+    microsecond), `kernel_params` is the `void**` cuLaunchKernel(Ex) takes (one pointer: to the struct)."""
+
+    def __init__(self, abi: KernelAbi, values: Sequence | None = None):
+        self.abi = abi
+        words = -(-abi.size // 8)
+        self._storage = (ctypes.c_uint64 * words)()  # 8-byte aligned, as the struct needs
+        self._argv = (ctypes.c_void_p * 1)(ctypes.addressof(self._storage))
+        self.kernel_params = ctypes.addressof(self._argv)
+        self._pack_into = abi.packer.pack_into
+        if values is not None:
+            self.fill(values)
+
+    def fill(self, values: Sequence) -> None:
+        self._pack_into(self._storage, 0, *values)
+
+    def bytes(self) -> bytes:
+        return ctypes.string_at(ctypes.addressof(self._storage), self.abi.size)
+
+
+# ---------------------------------------------------------------------------------------------
+# the CPU emulation of a launch (tests/cpu_shim/run.cc)
+
+
+def cpu_launch_files(args: Args, directory, buffers: Mapping[str, bytes]) -> list[str]:
+    """Write what tests/cpu_shim/run.cc needs to emulate the launch of `args` in `directory`: the
+    packed Params (`params.bin`, pointers 0), one file per tensor (its bytes; empty = nullptr) and
+    `pointers.txt` (`offset name written` per tensor field: where the runner patches in the host
+    address of that file's copy, and which buffers it writes back as `<name>.out`). Returns the
+    runner's arguments after the directory: blocks, threads per block."""
+    from pathlib import Path
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "params.bin").write_bytes(args.abi.pack(args.values(lambda _n, _t: 0)))
+    lines = []
+    for s in args.abi.slots:
+        if isinstance(s.field, Tensor):
+            name = s.field.name
+            data = buffers.get(name, b"") if args.tensors.get(name) is not None else b""
+            (d / name).write_bytes(data)
+            lines.append(f"{s.offset} {name} {int(s.field.written)}")
+    (d / "pointers.txt").write_text("\n".join(lines) + "\n")
+    blocks, threads = args.grid()
+    return [str(blocks), str(threads)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the tables
+
+
+def _in_dtype(spec: Spec) -> str:
+    return TORCH_DTYPE[spec.input_dtype]
+
+
+def _rope(spec: Spec) -> bool:
+    return spec.rope.dim > 0
+
+
+NORM_ROPE_STORE = KernelAbi(
+    kernel="norm_rope_store",
+    version=1,
+    doc="norm -> RoPE -> (Hadamard) -> quantize -> paged store of N tokens",
+    fields=(
+        Tensor("x", INPUT_ELEMENT, _in_dtype, lambda s, lay: ("N", s.head_dim), "[N, head_dim]",
+               lambda s, lay, d: f"[N, {s.head_dim}]"),
+        Tensor("weight", INPUT_ELEMENT, _in_dtype, lambda s, lay: (s.head_dim,), "[head_dim]; nullptr without norm",
+               lambda s, lay, d: f"[{s.head_dim}] ({s.norm.kind} weight)",
+               present=lambda s: s.norm.kind != "none", absent_why=lambda s: "norm is none"),
+        Tensor("bias", INPUT_ELEMENT, _in_dtype, lambda s, lay: (s.head_dim,), "[head_dim]; layernorm only",
+               lambda s, lay, d: f"[{s.head_dim}] (layernorm bias)",
+               present=lambda s: s.norm.kind == "layernorm",
+               absent_why=lambda s: f"only layernorm has a bias; norm is {s.norm.kind}"),
+        Tensor("freqs", "float", lambda s: "float32", lambda s, lay: ("max_pos", s.rope.dim),
+               "[max_pos, rope_dim] (cos, sin) pairs; nullptr without RoPE",
+               lambda s, lay, d: f"[max_pos, {s.rope.dim}]",
+               detail=lambda s, lay: "(cos, sin interleaved per pair)",
+               present=_rope, absent_why=lambda s: "rope.dim is 0"),
+        Tensor("positions", "int64_t", lambda s: "int64", lambda s, lay: ("N",), "[N]; nullptr without RoPE",
+               lambda s, lay, d: f"[N] with N = {d.get('N')}", present=_rope, absent_why=lambda s: "rope.dim is 0"),
+        Tensor("out_loc", "int64_t", lambda s: "int64", lambda s, lay: ("N",),
+               "[N] slots; < 0 or >= num_slots: skipped", lambda s, lay, d: f"[N] with N = {d.get('N')}"),
+        Tensor("cache", "uint8_t", lambda s: "uint8", lambda s, lay: ("num_pages", lay.page_bytes),
+               "[num_pages, page_bytes]", lambda s, lay, d: f"[num_pages, {lay.page_bytes}]",
+               detail=lambda s, lay: f"({lay.page_bytes_formula()})", written=True),
+        Scalar("num_tokens", "int32", lambda d, lay: d["N"], "N", source="x"),
+        Scalar("num_slots", "int64", lambda d, lay: lay.slots(d["num_pages"]), "num_pages * page_size",
+               source="cache"),
+    ),
+    grid=lambda a: launch_shape(a.spec, int(a.scalars["num_tokens"])),
+)
+
+KERNELS: dict[str, KernelAbi] = {a.kernel: a for a in (NORM_ROPE_STORE,)}
