@@ -92,6 +92,30 @@ def bench(paths: Paths,
                                                 compile_budget_s=compile_budget)))
 
 
+EngineName = Annotated[str, typer.Option("--engine", help="sglang or vllm", show_default=False)]
+EngineRoot = Annotated[Path, typer.Option("--root", help="the engine's repository root", show_default=False)]
+
+
+@app.command()
+def audit(paths: Paths, engine: EngineName, root: EngineRoot, as_json: JsonFlag = False) -> None:
+    """Compare every place an engine checkout hard-codes the cache ABI with the specs."""
+    from .engines.commands import audit_command
+
+    raise typer.Exit(audit_command(engine, root, paths, as_json))
+
+
+@app.command()
+def patch(path: Annotated[Path, typer.Argument(help="spec file of the variant", show_default=False)],
+          engine: EngineName, root: EngineRoot,
+          out: Annotated[Optional[Path], typer.Option("-o", "--out", help="write the diff here")] = None,
+          apply: Annotated[bool, typer.Option("--apply", help="write the patch into the engine tree")] = False,
+          as_json: JsonFlag = False) -> None:
+    """A unified diff that wires the variant into the engine behind one server flag."""
+    from .engines.commands import patch_command
+
+    raise typer.Exit(patch_command(engine, root, path, out, apply, as_json))
+
+
 @app.command()
 def schema() -> None:
     """Print the reference of every spec field (type, default, meaning) as Markdown."""

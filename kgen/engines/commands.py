@@ -1,0 +1,210 @@
+"""`kgen audit` and `kgen patch` command bodies: load the specs, open the engine tree, walk the
+adapter's sites, print diagnostics like kgen's own (or one JSON object), return the exit code.
+
+Exit codes: 0 the engine agrees / the patch is written (or there is nothing to do); 1 a mismatch,
+an invalid spec or engine drift (an anchor found zero or two times); 2 usage: unknown engine, a root
+that is not that engine's checkout, a missing spec file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ..diagnostics import KgenError, Problem
+from ..layout import compute
+from .sites import Adapter, run_audit, run_patch
+from .tree import EngineTree
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _adapter(engine: str, root: Path) -> Adapter:
+    from . import adapters
+
+    table = adapters()
+    if engine not in table:
+        raise KgenError([Problem("engine", f"unknown engine '{engine}' (known: {', '.join(sorted(table))})",
+                                 fix="pass --engine " + " or --engine ".join(sorted(table)))], exit_code=2)
+    adapter = table[engine]
+    if not root.is_dir():
+        raise KgenError([Problem("engine-root", f"{root} is not a directory", file=root)], exit_code=2)
+    if not adapter.is_checkout(root):
+        raise KgenError([Problem("engine-root", f"{root} is not a {engine} checkout (it has no "
+                                 f"{', '.join(adapter.markers)})", file=root,
+                                 fix=f"pass the repository root of {engine} as --root")], exit_code=2)
+    return adapter
+
+
+def _variants(path: Path):
+    """(spec, layout) of every variant of a path; KgenError with the validator's errors if invalid."""
+    from .. import validate
+
+    result = validate.validate_path(path)
+    if not result.valid:
+        raise KgenError(result.errors)
+    return [(c.spec, c.layout if c.layout is not None else compute(c.spec)) for c in result.variants]
+
+
+def audit_command(engine: str, root: Path, paths: list[Path], as_json: bool) -> int:
+    try:
+        adapter = _adapter(engine, root)
+    except KgenError as e:
+        return _fail(e, as_json)
+    code, results = 0, []
+    for path in paths:
+        try:
+            variants = _variants(path)
+        except KgenError as e:
+            code = max(code, e.exit_code)
+            results.append({"path": str(path), "variant": None, "ok": False,
+                            "errors": [p.to_json() for p in e.problems]})
+            if not as_json:
+                _print(e.problems)
+            continue
+        for spec, lay in variants:
+            tree = EngineTree(root)
+            try:
+                problems = run_audit(tree, adapter, spec, lay, path)
+            except KgenError as e:
+                problems = e.problems
+            code = max(code, 1 if problems else 0)
+            results.append({"path": str(path), "variant": spec.name, "ok": not problems,
+                            "bytes_per_token": lay.bytes_per_token, "page_bytes": lay.page_bytes,
+                            "errors": [p.to_json() for p in problems]})
+            if not as_json:
+                _print(problems)
+                state = "agrees" if not problems else f"{len(problems)} mismatch(es)"
+                print(f"{path}: {engine} at {root} vs {spec.name} ({lay.bytes_per_token} B/token, "
+                      f"{lay.page_bytes} B/page): {state}")
+    if as_json:
+        print(json.dumps({"engine": engine, "root": str(root), "results": results}, indent=2))
+    return code
+
+
+def patch_command(engine: str, root: Path, path: Path, out: Path | None, apply: bool, as_json: bool) -> int:
+    try:
+        adapter = _adapter(engine, root)
+        variants = _variants(path)
+        if len(variants) != 1:
+            raise KgenError([Problem("engine-patch", f"{path} holds {len(variants)} variants; kgen patch wires one",
+                                     file=path, fix="pass the spec file of the variant")])
+        spec, lay = variants[0]
+        tree = EngineTree(root)
+        run_patch(tree, adapter, spec, lay, path)
+        changed = tree.changed()
+        diff = unified_diff(tree, changed)
+        if apply:
+            write_all(root, changed)
+        if out is not None:
+            _write_atomic(out, diff)
+    except KgenError as e:
+        return _fail(e, as_json)
+    if as_json:
+        print(json.dumps({"engine": engine, "root": str(root), "variant": spec.name, "files": sorted(changed),
+                          "applied": apply and bool(changed), "diff": diff, "errors": []}, indent=2))
+    elif out is None:
+        sys.stdout.write(diff)
+    if not as_json:
+        verb = "applied to" if apply else "for"
+        _err(f"kgen patch: {len(changed)} file(s) {verb} {root} ({spec.name})" if changed
+             else f"kgen patch: {root} already carries {spec.name}; nothing to do")
+    return 0
+
+
+def _print(problems: list[Problem]) -> None:
+    for p in problems:
+        _err(p.format())
+
+
+def _fail(e: KgenError, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"results": [], "errors": [p.to_json() for p in e.problems]}, indent=2))
+    else:
+        _print(e.problems)
+    return e.exit_code
+
+
+# ---------------------------------------------------------------------------------------------
+# the diff and the all-or-nothing write
+
+
+def _lines(text: str) -> list[str]:
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n\\ No newline at end of file\n"
+    return lines
+
+
+def unified_diff(tree: EngineTree, changed: dict[str, str]) -> str:
+    """A git-appliable unified diff (a/ b/ prefixes) of every changed or new file."""
+    out = []
+    for rel, new in changed.items():
+        old = tree.original(rel)
+        header = f"diff --git a/{rel} b/{rel}\n"
+        if old is None:
+            header += "new file mode 100644\n"
+        body = difflib.unified_diff(_lines(old or ""), _lines(new), fromfile="/dev/null" if old is None else f"a/{rel}",
+                                    tofile=f"b/{rel}")
+        text = "".join(body)
+        if text:
+            out.append(header + text)
+    return "".join(out)
+
+
+def write_all(root: Path, files: dict[str, str]) -> None:
+    """Write every file or none: all are staged as temp files beside their targets first, then
+    renamed into place; a failure before the last rename restores what was replaced."""
+    staged: list[tuple[Path, str]] = []
+    try:
+        for rel, text in files.items():
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".kgen", dir=target.parent)
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+            if target.exists():
+                os.chmod(tmp, target.stat().st_mode & 0o777)
+            else:
+                os.chmod(tmp, 0o644)
+            staged.append((target, tmp))
+    except OSError as e:
+        for _, tmp in staged:
+            Path(tmp).unlink(missing_ok=True)
+        raise KgenError([Problem("engine-write", f"cannot stage the patched files ({e}); nothing written",
+                                 file=root)]) from None
+    done: list[tuple[Path, str | None]] = []
+    try:
+        for target, tmp in staged:
+            before = target.read_text(encoding="utf-8") if target.exists() else None
+            os.replace(tmp, target)
+            done.append((target, before))
+    except OSError as e:
+        for target, before in reversed(done):
+            if before is None:
+                target.unlink(missing_ok=True)
+            else:
+                target.write_text(before, encoding="utf-8")
+        for _, tmp in staged:
+            Path(tmp).unlink(missing_ok=True)
+        raise KgenError([Problem("engine-write", f"writing the patch failed ({e}); restored what was written",
+                                 file=root)]) from None
+
+
+def _write_atomic(target: Path, text: str) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True) if str(target.parent) else None
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise KgenError([Problem("engine-write", f"cannot write {target} ({e})", file=target)], exit_code=2) from None

@@ -1,0 +1,376 @@
+"""What an engine's Python will compute, without running it: a tiny interpreter over libcst nodes.
+
+An engine's byte math is a handful of integer expressions inside methods (`index_head_dim + 4`,
+`self.page_size * self.get_bytes_per_token()`, `68 if use_fp4_indexer else 132`), sometimes routed
+through a module-level helper in another file. `Evaluator` evaluates exactly that subset: integer
+literals, names and `self.x` attributes bound by the caller's environment or by earlier assignments,
++ - * // %, comparisons, `and`/`or`/`not`, conditional expressions, calls of functions and methods
+defined in the engine tree (their `if`/`return` bodies), and module constants the tree imports.
+Anything else raises `Unknown`: the audit then says it could not read the value, never guesses.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import libcst as cst
+
+
+class Unknown(Exception):
+    """The expression depends on something the interpreter cannot know (a tensor, the GPU...)."""
+
+
+def dotted(node: cst.CSTNode) -> str | None:
+    """`a.b.c` for names and attribute chains; `f()` / `a.f()` for calls without arguments."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return None if base is None else f"{base}.{node.attr.value}"
+    if isinstance(node, cst.Call) and not node.args:
+        base = dotted(node.func)
+        return None if base is None else f"{base}()"
+    return None
+
+
+_BINARY: dict[type, Callable] = {
+    cst.Add: operator.add, cst.Subtract: operator.sub, cst.Multiply: operator.mul,
+    cst.FloorDivide: operator.floordiv, cst.Modulo: operator.mod, cst.Divide: operator.truediv,
+}
+_COMPARE: dict[type, Callable] = {
+    cst.Equal: operator.eq, cst.NotEqual: operator.ne, cst.LessThan: operator.lt,
+    cst.GreaterThan: operator.gt, cst.LessThanEqual: operator.le, cst.GreaterThanEqual: operator.ge,
+    cst.Is: operator.is_, cst.IsNot: operator.is_not,
+}
+_CONSTANTS = {"True": True, "False": False, "None": None}
+_MAX_DEPTH = 32  # calls deep: an engine helper never recurses; a cycle is not byte math
+
+
+@dataclass
+class Function:
+    """A function or method found in the tree, with what its body may refer to."""
+
+    node: cst.FunctionDef
+    module: ModuleScope
+    cls: cst.ClassDef | None = None
+
+
+class ModuleScope:
+    """Top-level functions, classes, constants and imports of one parsed module."""
+
+    def __init__(self, rel: str, module: cst.Module, resolve_import: Callable[[str, str], object] | None = None):
+        self.rel = rel
+        self.module = module
+        self.functions: dict[str, cst.FunctionDef] = {}
+        self.classes: dict[str, cst.ClassDef] = {}
+        self.constants: dict[str, cst.BaseExpression] = {}
+        self.imports: dict[str, tuple[str, str]] = {}  # local name -> (module, name)
+        self._resolve_import = resolve_import
+        for stmt in module.body:
+            if isinstance(stmt, cst.FunctionDef):
+                self.functions[stmt.name.value] = stmt
+            elif isinstance(stmt, cst.ClassDef):
+                self.classes[stmt.name.value] = stmt
+            elif isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                        name = dotted(small.targets[0].target)
+                        if name and "." not in name:
+                            self.constants[name] = small.value
+                    elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                        mod = _module_name(small)
+                        for alias in small.names:
+                            local = alias.asname.name.value if alias.asname else dotted(alias.name)
+                            if local and mod:
+                                self.imports[str(local)] = (mod, str(dotted(alias.name)))
+
+    def imported(self, name: str):
+        """The Function / constant value a name imported from elsewhere in the tree refers to."""
+        if name not in self.imports or self._resolve_import is None:
+            return None
+        return self._resolve_import(*self.imports[name])
+
+
+def _module_name(node: cst.ImportFrom) -> str | None:
+    if node.relative or node.module is None:
+        return None
+    return dotted(node.module)
+
+
+def methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    out: dict[str, cst.FunctionDef] = {}
+    for stmt in cls.body.body:
+        if isinstance(stmt, cst.FunctionDef):
+            out[stmt.name.value] = stmt
+    return out
+
+
+class _Return(Exception):
+    def __init__(self, value):
+        self.value = value
+
+
+class Evaluator:
+    """Evaluate engine expressions under an environment of known values.
+
+    `env` maps dotted names (`self.index_head_dim`, `use_fp4_indexer`,
+    `get_exec().kernel.enable_deepseek_v4_fp4_indexer`, `kgen_indexer.enabled()`) to values; the
+    environment stands for the engine's configuration in the mode being audited.
+    `attribute` resolves module attributes the environment does not name (generated constants)."""
+
+    def __init__(self, env: dict[str, object], attribute: Callable[[str], object] | None = None):
+        self.env = env
+        self.attribute = attribute or (lambda _name: None)
+        self._depth = 0
+
+    # -- expressions --------------------------------------------------------------------------
+    def expr(self, node: cst.BaseExpression, scope: dict[str, object], fn: Function | None):
+        if isinstance(node, cst.Integer):
+            return node.evaluated_value
+        if isinstance(node, cst.SimpleString):
+            return node.evaluated_value
+        name = dotted(node)
+        if name is not None:
+            found, value = self._lookup(name, scope, fn)
+            if found:
+                return value
+        if isinstance(node, cst.BinaryOperation):
+            op = _BINARY.get(type(node.operator))
+            if op is None:
+                raise Unknown(f"operator {type(node.operator).__name__}")
+            return op(self.expr(node.left, scope, fn), self.expr(node.right, scope, fn))
+        if isinstance(node, cst.UnaryOperation):
+            value = self.expr(node.expression, scope, fn)
+            if isinstance(node.operator, cst.Not):
+                return not value
+            if isinstance(node.operator, cst.Minus):
+                return -value
+            raise Unknown("unary operator")
+        if isinstance(node, cst.BooleanOperation):
+            return self._boolean(node, scope, fn)
+        if isinstance(node, cst.Comparison):
+            left = self.expr(node.left, scope, fn)
+            for target in node.comparisons:
+                op = _COMPARE.get(type(target.operator))
+                if op is None:
+                    raise Unknown("comparison")
+                right = self.expr(target.comparator, scope, fn)
+                if not op(left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, cst.IfExp):
+            test = self.expr(node.test, scope, fn)
+            return self.expr(node.body if test else node.orelse, scope, fn)
+        if isinstance(node, cst.Call):
+            return self._call(node, scope, fn)
+        raise Unknown(f"cannot evaluate {type(node).__name__}")
+
+    def _boolean(self, node: cst.BooleanOperation, scope, fn):
+        """Short-circuit with unknowns: `False and ?` is False, `True or ?` is True."""
+        is_and = isinstance(node.operator, cst.And)
+        try:
+            left = self.expr(node.left, scope, fn)
+        except Unknown:
+            right = self.expr(node.right, scope, fn)
+            if bool(right) != is_and:
+                return right
+            raise
+        if bool(left) != is_and:
+            return left
+        return self.expr(node.right, scope, fn)
+
+    def _lookup(self, name: str, scope: dict[str, object], fn: Function | None) -> tuple[bool, object]:
+        if name in scope:
+            value = scope[name]
+            if value is _UNBOUND:
+                raise Unknown(f"{name} is computed from values the audit cannot know")
+            return True, value
+        if name in self.env:
+            return True, self.env[name]
+        if name in _CONSTANTS:
+            return True, _CONSTANTS[name]
+        if fn is not None and "." not in name:
+            if name in fn.module.constants:
+                return True, self.expr(fn.module.constants[name], {}, Function(fn.node, fn.module))
+            imported = fn.module.imported(name)
+            if imported is not None and not isinstance(imported, Function):
+                return True, imported
+        if fn is not None and fn.cls is not None and name.startswith("self.") and name.count(".") == 1:
+            attr = name.split(".", 1)[1]
+            for stmt in fn.cls.body.body:  # a class attribute (`quant_block_size = 128`)
+                if isinstance(stmt, cst.SimpleStatementLine):
+                    for small in stmt.body:
+                        if isinstance(small, cst.Assign) and dotted(small.targets[0].target) == attr:
+                            return True, self.expr(small.value, {}, fn)
+        value = self.attribute(name)
+        if value is not None:
+            return True, value
+        return False, None
+
+    def _call(self, node: cst.Call, scope, fn: Function | None):
+        callee = self._callee(node.func, fn)
+        if callee is None:
+            raise Unknown(f"call of {dotted(node.func) or 'an expression'}")
+        args = [self.expr(a.value, scope, fn) for a in node.args if a.keyword is None and not a.star]
+        kwargs = {a.keyword.value: self.expr(a.value, scope, fn) for a in node.args if a.keyword is not None}
+        self_scope = {k: v for k, v in scope.items() if k.startswith("self.")} if callee.cls is not None else {}
+        return self.call(callee, args, kwargs, self_scope)
+
+    def _callee(self, func: cst.BaseExpression, fn: Function | None) -> Function | None:
+        if fn is None:
+            return None
+        if isinstance(func, cst.Name):
+            name = func.value
+            if name in fn.module.functions:
+                return Function(fn.module.functions[name], fn.module)
+            imported = fn.module.imported(name)
+            return imported if isinstance(imported, Function) else None
+        if isinstance(func, cst.Attribute) and dotted(func.value) == "self" and fn.cls is not None:
+            method = methods(fn.cls).get(func.attr.value)
+            if method is not None:
+                return Function(method, fn.module, fn.cls)
+        return None
+
+    # -- function bodies ----------------------------------------------------------------------
+    def call(self, fn: Function, args: list, kwargs: dict, self_scope: dict | None = None):
+        """The value `fn` returns for these arguments (its `if`/`return` body interpreted)."""
+        if self._depth > _MAX_DEPTH:
+            raise Unknown("calls nest too deep")
+        scope: dict[str, object] = dict(self_scope or {})
+        params = [p.name.value for p in fn.node.params.params]
+        if fn.cls is not None and params and params[0] == "self":
+            params = params[1:]
+        for name, value in zip(params, args):
+            scope[name] = value
+        for name in params[len(args):]:
+            if name in kwargs:
+                scope[name] = kwargs[name]
+        for p in fn.node.params.kwonly_params:
+            if p.name.value in kwargs:
+                scope[p.name.value] = kwargs[p.name.value]
+        self._depth += 1
+        try:
+            self.run(fn.node.body, scope, fn)
+        except _Return as r:
+            return r.value
+        finally:
+            self._depth -= 1
+        raise Unknown(f"{fn.node.name.value} returns no value the audit can follow")
+
+    def run(self, body, scope: dict[str, object], fn: Function, stop_at: cst.CSTNode | None = None) -> bool:
+        """Run statements until a return (raises _Return) or `stop_at` (returns True when reached).
+        Assignments the interpreter cannot evaluate bind the name as unknown rather than failing:
+        only values actually read must be known."""
+        statements = body.body if isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)) else body
+        for stmt in statements:
+            if stop_at is not None and stmt is stop_at:
+                return True
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if stop_at is not None and small is stop_at:
+                        return True
+                    self._small(small, scope, fn)
+            elif isinstance(stmt, cst.If):
+                if stop_at is not None and _contains(stmt, stop_at):
+                    # the target lies inside this branch: follow the branch that holds it
+                    for branch in _branches(stmt):
+                        if _contains(branch, stop_at):
+                            return self.run(branch.body, scope, fn, stop_at)
+                try:
+                    test = self.expr(stmt.test, scope, fn)
+                except Unknown:
+                    if stop_at is None:
+                        raise
+                    continue
+                taken = stmt.body if test else _else_body(stmt)
+                if taken is not None and self.run(taken, scope, fn, stop_at):
+                    return True
+            elif isinstance(stmt, cst.With):
+                if self.run(stmt.body, scope, fn, stop_at):
+                    return True
+            elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            else:  # loops, try: values assigned inside are unknown
+                for target in _assigned_names(stmt):
+                    scope[target] = _UNBOUND
+        return False
+
+    def _small(self, small: cst.BaseSmallStatement, scope, fn: Function) -> None:
+        if isinstance(small, cst.Return):
+            if small.value is None:
+                raise _Return(None)
+            raise _Return(self.expr(small.value, scope, fn))
+        if isinstance(small, (cst.Assign, cst.AnnAssign)):
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            value = small.value
+            for target in targets:
+                name = dotted(target)
+                if name is None or value is None:
+                    continue
+                try:
+                    scope[name] = self.expr(value, scope, fn)
+                except Unknown:
+                    scope[name] = _UNBOUND
+
+    def value_at(self, fn: Function, stop: cst.CSTNode, expr: cst.BaseExpression, self_scope: dict | None = None):
+        """The value of `expr` where statement `stop` runs, with the function's earlier statements
+        (and the branches that lead to `stop`) run first."""
+        scope: dict[str, object] = dict(self_scope or {})
+        try:
+            self.run(fn.node.body, scope, fn, stop_at=stop)
+        except _Return:
+            pass
+        return self.expr(expr, scope, fn)
+
+
+class _UnboundType:
+    def __repr__(self) -> str:
+        return "<unknown>"
+
+
+_UNBOUND = _UnboundType()
+
+
+def _branches(stmt: cst.If):
+    node: cst.If | cst.Else | None = stmt
+    while node is not None:
+        yield node
+        node = node.orelse if isinstance(node, cst.If) else None
+
+
+def _else_body(stmt: cst.If):
+    if stmt.orelse is None:
+        return None
+    if isinstance(stmt.orelse, cst.Else):
+        return stmt.orelse.body
+    return [stmt.orelse]  # elif: a nested If
+
+
+def _contains(node: cst.CSTNode, target: cst.CSTNode) -> bool:
+    found = False
+
+    class _Find(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            nonlocal found
+            if n is target:
+                found = True
+            return not found
+
+    node.visit(_Find())
+    return found
+
+
+def _assigned_names(stmt: cst.CSTNode) -> list[str]:
+    names: list[str] = []
+
+    class _Collect(cst.CSTVisitor):
+        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
+            name = dotted(n.target)
+            if name:
+                names.append(name)
+
+    stmt.visit(_Collect())
+    return names

@@ -1,0 +1,377 @@
+"""`kgen audit` / `kgen patch` on engine fixture trees (tests/fixtures/engines/: our own minimal code in
+the shape of SGLang's and vLLM's files, two SGLang generations). CPU only: patches are checked with
+git apply, ast parses, imports with torch/deep_gemm stubbed, behaviour probes of the pool and the
+memory budget with the flag on and off, AST comparisons; the GPU checks live in test_engines_gpu.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kgen.layout import compute
+from kgen.reference import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "engines"
+SGLANG = ["sglang_v1", "sglang_v2"]
+BF16 = ROOT / "specs" / "indexer_bf16.yaml"
+FP8 = ROOT / "specs" / "dsv4" / "indexer_fp8.yaml"
+FP4 = ROOT / "specs" / "dsv4" / "indexer_fp4.yaml"
+PY = sys.executable
+FIVE = {  # the five places that restate the indexer's bytes per token, and where each lives
+    "engine-pool": "srt/mem_cache/deepseek_v4_memory_pool.py",
+    "engine-budget": "srt/model_executor/pool_configurator.py",
+    "engine-store": "srt/layers/attention/dsv4/compressor_v2.py",
+    "engine-reader": "srt/layers/attention/dsv4/indexer.py",
+    "engine-kernel": "fused_norm_rope_v2.cuh",
+}
+
+
+def kgen(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "KGEN_CACHE_DIR": "/tmp/kgen-cache-test-engines"}
+    return subprocess.run([PY, "-m", "kgen.main", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def audit_json(root: Path, *specs: Path) -> tuple[int, dict]:
+    r = kgen("audit", "--engine", "sglang", "--root", str(root), *map(str, specs), "--json")
+    return r.returncode, json.loads(r.stdout)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """tree(name) -> a private copy of a fixture tree, committed in a fresh git repo."""
+
+    count = iter(range(100))
+
+    def _copy(name: str) -> Path:
+        dst = tmp_path / f"{next(count)}" / name
+        shutil.copytree(FIXTURES / name, dst)
+        if shutil.which("git"):
+            for cmd in (["init", "-q"], ["add", "-A"],
+                        ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "fixture"]):
+                subprocess.run(["git", *cmd], cwd=dst, check=True, capture_output=True)
+        return dst
+
+    return _copy
+
+
+def digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and ".git" not in p.parts:
+            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def patched(tree_dir: Path, spec: Path = BF16) -> Path:
+    r = kgen("patch", "--engine", "sglang", "--root", str(tree_dir), str(spec), "--apply")
+    assert r.returncode == 0, r.stderr
+    return tree_dir
+
+
+# ---------------------------------------------------------------------------------------------
+# audit
+
+
+@pytest.mark.parametrize("name", SGLANG)
+def test_shipped_fp8_audits_clean(name):
+    code, out = audit_json(FIXTURES / name, FP8)
+    assert code == 0, out
+    (res,) = out["results"]
+    assert res["ok"] and res["errors"] == [] and res["variant"] == "dsv4_indexer_fp8"
+
+
+@pytest.mark.parametrize("name", SGLANG)
+def test_bf16_reports_the_five_places(name):
+    code, out = audit_json(FIXTURES / name, BF16)
+    assert code == 1
+    errors = out["results"][0]["errors"]
+    by_rule: dict[str, list[dict]] = {}
+    for e in errors:
+        by_rule.setdefault(e["rule"], []).append(e)
+    for rule, file in FIVE.items():
+        assert rule in by_rule, f"{rule} missing: {[e['rule'] for e in errors]}"
+        assert all(e["file"].endswith(file) for e in by_rule[rule]), by_rule[rule]
+    lay = compute(load_spec(BF16))
+    budget = by_rule["engine-budget"][0]
+    assert f"counts 132 B/token" in budget["message"] and f"{lay.bytes_per_token} B/token" in budget["message"]
+    line = Path(budget["file"]).read_text().splitlines()[budget["line"] - 1]
+    assert "indexer_bytes" in line or "indexer_head_dim" in line  # points at the budget's own expression
+    kernel = [e for e in by_rule["engine-kernel"] if "kIndexerBytes" in e["message"]][0]
+    assert f"{lay.page_bytes} vs 8448" in kernel["message"]
+    assert "kIndexerBytes" in Path(kernel["file"]).read_text().splitlines()[kernel["line"] - 1]
+    reader = by_rule["engine-reader"][0]
+    assert "head_dim_with_sf" in Path(reader["file"]).read_text().splitlines()[reader["line"] - 1]
+    assert {"engine-scorer", "engine-nonpaged", "engine-flag"} <= set(by_rule)
+
+
+def test_human_output_is_located_and_exit_1():
+    r = kgen("audit", "--engine", "sglang", "--root", str(FIXTURES / "sglang_v2"), str(BF16))
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    line = next(ln for ln in r.stderr.splitlines() if "error[engine-budget]" in ln)
+    path, lineno, col = line.split(":")[:3]
+    assert path.endswith("srt/model_executor/pool_configurator.py") and int(lineno) > 0 and int(col) > 0
+    assert "(fix: kgen patch --engine sglang" in line
+    assert r.stdout.strip().endswith("mismatch(es)")
+
+
+def test_fp4_reads_the_engine_fp4_mode():
+    """SGLang's own fp4 indexer: the newer tree (one helper) agrees; the older one budgets the
+    indexer at the fp8 size whatever the flag (its budget restates the bytes on its own)."""
+    assert audit_json(FIXTURES / "sglang_v2", FP4)[0] == 0
+    code, out = audit_json(FIXTURES / "sglang_v1", FP4)
+    assert code == 1
+    assert [e["rule"] for e in out["results"][0]["errors"]] == ["engine-budget"]
+    assert "counts 132 B/token" in out["results"][0]["errors"][0]["message"]
+
+
+def test_not_a_checkout_is_exit_2(tmp_path):
+    r = kgen("audit", "--engine", "sglang", "--root", str(tmp_path), str(FP8))
+    assert r.returncode == 2 and "is not a sglang checkout" in r.stderr and "Traceback" not in r.stderr
+    r = kgen("audit", "--engine", "sglang", "--root", str(tmp_path / "nope"), str(FP8))
+    assert r.returncode == 2
+    r = kgen("audit", "--engine", "trt", "--root", str(FIXTURES / "sglang_v1"), str(FP8))
+    assert r.returncode == 2 and "unknown engine" in r.stderr
+    r = kgen("audit", "--engine", "sglang", "--root", str(FIXTURES / "sglang_v1"), str(tmp_path / "missing.yaml"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_drift_names_file_and_symbol(tree):
+    root = tree("sglang_v2")
+    pool = root / "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
+    pool.write_text(pool.read_text().replace("def get_bytes_per_token", "def bytes_per_token"))
+    r = kgen("audit", "--engine", "sglang", "--root", str(root), str(FP8))
+    assert r.returncode == 1
+    assert "error[engine-anchor]" in r.stderr and "DeepSeekV4IndexerPool.get_bytes_per_token" in r.stderr
+    assert str(pool) in r.stderr
+    before = digest(root)
+    r = kgen("patch", "--engine", "sglang", "--root", str(root), str(BF16), "--apply")
+    assert r.returncode == 1 and "DeepSeekV4IndexerPool.get_bytes_per_token" in r.stderr
+    assert digest(root) == before  # nothing written
+
+
+def test_drift_two_matches(tree):
+    root = tree("sglang_v1")
+    ind = root / "python/sglang/srt/layers/attention/dsv4/indexer.py"
+    text = ind.read_text()
+    ind.write_text(text.replace("        head_dim_with_sf = 68 if use_fp4_indexer else 132\n",
+                                "        head_dim_with_sf = 68 if use_fp4_indexer else 132\n"
+                                "        head_dim_with_sf = 132\n"))
+    r = kgen("audit", "--engine", "sglang", "--root", str(root), str(FP8))
+    assert r.returncode == 1 and "found 2" in r.stderr and "head_dim_with_sf" in r.stderr
+
+
+def test_kernel_moved_between_generations_is_found():
+    """jit_kernel/ (older) and kernels/jit/ (newer): each tree has one, and each audit reads it."""
+    for name, part in (("sglang_v1", "jit_kernel/csrc"), ("sglang_v2", "kernels/jit/csrc")):
+        _, out = audit_json(FIXTURES / name, BF16)
+        files = {e["file"] for e in out["results"][0]["errors"] if e["rule"] == "engine-kernel"}
+        assert files and all(part in f for f in files)
+
+
+# ---------------------------------------------------------------------------------------------
+# patch
+
+
+@pytest.mark.parametrize("name", SGLANG)
+def test_patch_is_a_git_appliable_diff_and_leaves_the_tree(tree, name, tmp_path):
+    root = tree(name)
+    before = digest(root)
+    r = kgen("patch", "--engine", "sglang", "--root", str(root), str(BF16))
+    assert r.returncode == 0, r.stderr
+    assert digest(root) == before  # without --apply nothing is touched
+    diff = r.stdout
+    assert diff.startswith("diff --git a/") and "\n+++ b/python/sglang/kgen_indexer/host.py" in diff
+    if shutil.which("git"):
+        (tmp_path / "p.diff").write_text(diff)
+        subprocess.run(["git", "apply", "--check", str(tmp_path / "p.diff")], cwd=root, check=True)
+        subprocess.run(["git", "apply", str(tmp_path / "p.diff")], cwd=root, check=True)
+        # the applied diff is exactly what --apply writes
+        other = tree(name)
+        patched(other)
+        assert digest(other) == digest(root)
+    else:
+        patched(root)
+    for p in root.rglob("*.py"):
+        ast.parse(p.read_text(), str(p))  # every touched (and new) file parses
+
+
+@pytest.mark.parametrize("name", SGLANG)
+def test_patched_tree_audits_clean_and_is_idempotent(tree, name):
+    root = patched(tree(name))
+    code, out = audit_json(root, BF16, FP8, FP4 if name == "sglang_v2" else FP8)
+    assert code == 0, out
+    again = digest(root)
+    r = kgen("patch", "--engine", "sglang", "--root", str(root), str(BF16))
+    assert r.returncode == 0 and r.stdout == ""
+    r = kgen("patch", "--engine", "sglang", "--root", str(root), str(BF16), "--apply", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["files"] == []
+    assert digest(root) == again
+
+
+def test_patch_to_file_and_json(tree, tmp_path):
+    root = tree("sglang_v2")
+    out = tmp_path / "kgen.diff"
+    r = kgen("patch", "--engine", "sglang", "--root", str(root), str(BF16), "-o", str(out))
+    assert r.returncode == 0 and r.stdout == "" and out.read_text().startswith("diff --git")
+    r = kgen("patch", "--engine", "sglang", "--root", str(root), str(BF16), "--json")
+    data = json.loads(r.stdout)
+    assert data["variant"] == "dsv4_indexer_bf16" and data["diff"] == out.read_text()
+    assert "python/sglang/srt/model_executor/pool_configurator.py" in data["files"]
+
+
+def _strip_kgen(tree_: ast.AST) -> ast.AST:
+    """The module with kgen's additions removed: flag branches, the import, the flag field/read."""
+
+    def mentions(node) -> bool:
+        return "kgen_indexer" in ast.unparse(node)
+
+    class Strip(ast.NodeTransformer):
+        def visit_If(self, node):
+            self.generic_visit(node)
+            if mentions(node.test):
+                return node.orelse or None
+            return node
+
+        def visit_IfExp(self, node):
+            self.generic_visit(node)
+            return node.orelse if mentions(node.test) else node
+
+        def visit_ImportFrom(self, node):
+            return None if any(a.name == "kgen_indexer" for a in node.names) else node
+
+        def visit_Assign(self, node):
+            self.generic_visit(node)
+            return None if any(mentions(t) for t in node.targets) else node
+
+        def visit_AnnAssign(self, node):
+            return None if mentions(node.target) or ast.unparse(node.target) == "enable_kgen_indexer" else node
+
+    return ast.fix_missing_locations(Strip().visit(tree_))
+
+
+@pytest.mark.parametrize("name", SGLANG)
+def test_flag_off_ast_equal_and_branches_read_generated_constants(tree, name):
+    root = patched(tree(name))
+    orig_root = FIXTURES / name
+    touched = [p for p in root.rglob("*.py") if "kgen_indexer" not in p.parts and ".git" not in p.parts
+               and (orig_root / p.relative_to(root)).read_text() != p.read_text()]
+    assert len(touched) == 5, touched
+    for p in touched:
+        new, old = ast.parse(p.read_text()), ast.parse((orig_root / p.relative_to(root)).read_text())
+        assert ast.dump(_strip_kgen(new)) == ast.dump(old), p
+        # no new literals: the kgen branches read the generated constants only
+        lits = lambda t: sorted(repr(n.value) for n in ast.walk(t) if isinstance(n, ast.Constant)  # noqa: E731
+                                and isinstance(n.value, int) and not isinstance(n.value, bool))
+        assert lits(new) == lits(old), p
+        for node in ast.walk(new):
+            if isinstance(node, (ast.If, ast.IfExp)) and "kgen_indexer" in ast.unparse(node.test):
+                body = ast.unparse(node.body) if isinstance(node, ast.IfExp) else "\n".join(map(ast.unparse, node.body))
+                assert "kgen_indexer." in body or body.strip() == "return False", (p, body)
+    budget = (root / "python/sglang/srt/model_executor/pool_configurator.py").read_text()
+    pool = (root / "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py").read_text()
+    # pool and budget read one and the same generated constant
+    assert "kgen_indexer.host.BYTES_PER_TOKEN" in budget and "kgen_indexer.host.BYTES_PER_TOKEN" in pool
+
+
+PROBE = textwrap.dedent('''
+    import json, sys, types
+    root, flag = sys.argv[1], sys.argv[2] == "on"
+    shapes = []
+    torch = types.ModuleType("torch")
+    torch.uint8 = "uint8"
+    def zeros(*shape, dtype=None, device=None):
+        shapes.append(list(shape))
+        return shape
+    torch.zeros = zeros
+    torch.ops = types.SimpleNamespace()
+    sys.modules["torch"] = torch
+    sys.modules["deep_gemm"] = types.ModuleType("deep_gemm")
+    sys.path.insert(0, root + "/python")
+    from sglang.srt import runtime_context, server_args
+    args = server_args.ServerArgs()
+    kernel = args.kernel
+    if hasattr(kernel, "enable_kgen_indexer"):
+        kernel.enable_kgen_indexer = flag
+    runtime_context.set_exec(args)
+    from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4IndexerPool, DeepSeekV4TokenToKVPool
+    from sglang.srt.model_executor.pool_configurator import DSV4PoolConfigurator
+    import sglang.srt.layers.attention.dsv4.indexer, sglang.srt.layers.attention.dsv4.compressor_v2
+    pool = object.__new__(DeepSeekV4IndexerPool)
+    pool.index_head_dim, pool.use_fp4_indexer = 128, False
+    if flag:
+        pool.kgen_indexer = True
+    elif hasattr(kernel, "enable_kgen_indexer"):
+        pool.kgen_indexer = False
+    pool.page_size, pool.size, pool.layer_num, pool.device = 64, 64 * 10, 2, "cpu"
+    per_token = pool.get_bytes_per_token()
+    pool._create_buffer()
+    conf = object.__new__(DSV4PoolConfigurator)
+    conf.qk_nope_head_dim, conf.qk_rope_head_dim, conf.indexer_head_dim = 448, 64, 128
+    conf.num_layers_ca4, conf.swa_ratio = 30, 0.1
+    full = DeepSeekV4TokenToKVPool(size=4 * 640, page_size=256, dtype="bf16", indexer_head_dim=128, layer_num=1,
+                                   device="cpu")
+    print(json.dumps({"bytes_per_token": per_token, "pages": shapes[0], "budget": conf._get_bytes_per_full_token(),
+                      "pool_page_bytes": shapes[-1][1]}))
+''')
+
+
+def probe(root: Path, flag: bool) -> dict:
+    r = subprocess.run([PY, "-c", PROBE, str(root), "on" if flag else "off"], capture_output=True, text=True,
+                       timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("name", SGLANG)
+def test_pool_and_budget_behaviour_flag_on_and_off(tree, name):
+    lay = compute(load_spec(BF16))
+    fp8 = compute(load_spec(FP8))
+    orig = probe(FIXTURES / name, flag=False)
+    root = patched(tree(name))
+    off, on = probe(root, flag=False), probe(root, flag=True)
+    assert off == orig  # flag off: byte-for-byte the engine's own sizes
+    assert orig["bytes_per_token"] == fp8.bytes_per_token and orig["pages"][1] == fp8.page_bytes
+    assert on["bytes_per_token"] == lay.bytes_per_token
+    assert on["pages"][1] == lay.page_bytes and on["pool_page_bytes"] == lay.page_bytes
+    # the budget grows by exactly the indexer's extra bytes: 1/4 of a key per token, 30 C4 layers
+    assert on["budget"] - off["budget"] == pytest.approx(30 / 4 * (lay.bytes_per_token - fp8.bytes_per_token))
+    # the generated constant the engine reads is kgen.layout's number
+    host = {}
+    exec((root / "python/sglang/kgen_indexer/host.py").read_text(), host)
+    assert host["BYTES_PER_TOKEN"] == lay.bytes_per_token and host["PAGE_BYTES"] == lay.page_bytes
+
+
+def test_apply_writes_all_or_nothing(tree, monkeypatch):
+    from kgen.diagnostics import KgenError
+    from kgen.engines import commands
+
+    root = tree("sglang_v2")
+    before = digest(root)
+    real = commands.os.replace
+    calls = []
+
+    def flaky(src, dst):
+        calls.append(dst)
+        if len(calls) == 3:
+            raise OSError("disk full")
+        real(src, dst)
+
+    monkeypatch.setattr(commands.os, "replace", flaky)
+    files = {"python/sglang/a.py": "a = 1\n", "python/sglang/srt/server_args.py": "x = 2\n",
+             "python/sglang/c.py": "c = 3\n"}
+    with pytest.raises(KgenError):
+        commands.write_all(root, files)
+    assert digest(root) == before
+    assert not list(root.rglob("*.kgen"))  # no staged files left behind
