@@ -375,3 +375,47 @@ def test_apply_writes_all_or_nothing(tree, monkeypatch):
         commands.write_all(root, files)
     assert digest(root) == before
     assert not list(root.rglob("*.kgen"))  # no staged files left behind
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM
+
+
+VLLM = FIXTURES / "vllm"
+VLLM_SPEC = FIXTURES / "vllm_indexer_fp8.yaml"
+
+
+def vllm_audit(*specs: Path) -> tuple[int, list[dict]]:
+    r = kgen("audit", "--engine", "vllm", "--root", str(VLLM), *map(str, specs), "--json")
+    return r.returncode, [e for res in json.loads(r.stdout)["results"] for e in res["errors"]]
+
+
+def test_vllm_own_layout_audits_clean():
+    assert vllm_audit(VLLM_SPEC) == (0, [])
+
+
+def test_vllm_pads_pages_to_576():
+    """SGLang's fp8 page (8448 B) is not vLLM's (8640 B): kgen's layout of the spec, padded to the
+    alignment vLLM asks for, says so; the writer's pow2 scales and missing Hadamard are named too."""
+    code, errors = vllm_audit(FP8)
+    assert code == 1
+    page = [e for e in errors if e["rule"] == "engine-pool"]
+    assert len(page) == 1 and "8640 B" in page[0]["message"] and "8448 B" in page[0]["message"]
+    assert "page_align: 576" in page[0]["fix"]
+    assert "alignment=576" in Path(page[0]["file"]).read_text().splitlines()[page[0]["line"] - 1]
+    store = [e["message"] for e in errors if e["rule"] == "engine-store"]
+    assert any("Hadamard" in m for m in store) and any("fp32_pow2" in m for m in store)
+    assert not [e for e in errors if e["rule"] in ("engine-dtype", "engine-scorer")]  # fp8 bytes: readable
+
+
+def test_vllm_bf16_gate_and_scorer():
+    code, errors = vllm_audit(BF16)
+    rules = {e["rule"] for e in errors}
+    assert code == 1 and {"engine-pool", "engine-dtype", "engine-scorer", "engine-store"} <= rules
+    gate = next(e for e in errors if e["rule"] == "engine-dtype")
+    assert gate["file"].endswith("v1/attention/backends/mla/indexer.py") and "fp8, mxfp4" in gate["message"]
+
+
+def test_vllm_patch_is_refused_cleanly(tree):
+    r = kgen("patch", "--engine", "vllm", "--root", str(VLLM), str(BF16))
+    assert r.returncode == 1 and "does not support vllm yet" in r.stderr and r.stdout == ""

@@ -456,7 +456,7 @@ def audit_scorer(ctx: Ctx) -> None:
         return
     want = encoding_of(ctx.layout)
     key, reads = ctx.native_encoding()
-    if reads != want:
+    if reads.storage() != want.storage():
         names = sorted({dotted(a.value) or code_of(parsed, a.value) for a in found if a not in ours})
         ctx.report("engine-scorer", parsed, found[0], f"the indexer scores with {', '.join(names)}, which read "
                    f"{reads} pages ({_mode_text(ctx)}); {ctx.name} stores {want} and needs kgen's scorer",
@@ -483,7 +483,7 @@ def _nonpaged(ctx: Ctx):
 
 def audit_nonpaged(ctx: Ctx) -> None:
     parsed, cls, method = _nonpaged(ctx)
-    if encoding_of(ctx.layout) == NATIVE["fp8"]:
+    if encoding_of(ctx.layout).storage() == NATIVE["fp8"].storage():
         return  # the non-paged path reads the fp8 layout: right for an fp8 spec
     from .pyeval import Unknown
 

@@ -36,6 +36,10 @@ class Encoding:
     scale: str
     block: int  # elements per scale (0 when unscaled)
 
+    def storage(self) -> tuple[str, str, int]:
+        """What a reader sees: a power-of-two fp32 scale is stored as any fp32 scale."""
+        return self.dtype, "fp32" if self.scale.startswith("fp32") else self.scale, self.block
+
     def __str__(self) -> str:
         if self.scale == "none":
             return f"{self.dtype} without scales"
@@ -160,7 +164,7 @@ def generated_constants(tree: EngineTree, adapter: Adapter) -> dict[str, object]
 
 def mode_for(tree: EngineTree, adapter: Adapter, lay: Layout) -> Mode:
     enc = encoding_of(lay)
-    native = next((k for k, e in adapter.native.items() if e == enc), None)
+    native = next((k for k, e in adapter.native.items() if e.storage() == enc.storage()), None)
     installed = generated_constants(tree, adapter).get("NAME")
     installed = installed if isinstance(installed, str) else None
     return Mode(flag=native is None and installed == lay.spec.name, native=native, installed=installed)

@@ -1,9 +1,157 @@
-"""vLLM's DeepSeek-V4 indexer keys as a table of sites (filled in below)."""
+"""vLLM's DeepSeek-V4 indexer keys as a table of sites (facts read from vLLM's public sources).
+
+vLLM stores the same 132 B/token key as SGLang (128 fp8 bytes, then a 4-byte scale) but with a
+power-of-two scale, no Hadamard rotation, and pages padded to a multiple of 576 B (8448 -> 8640):
+the page stride is the spec's padded size, not the product. The sites: the cache's bytes per token
+(`DeepseekV4Indexer.__init__`), the page padding (`DeepseekV4IndexerCache.get_kv_cache_spec`), the
+dtype gate of the indexer backend, the Triton writer, and DeepGEMM's paged-logits reader.
+`kgen audit` reads them all; `kgen patch` does not support vLLM yet.
+"""
 
 from __future__ import annotations
 
-from .sites import Adapter, Encoding
+import libcst as cst
 
-ADAPTER = Adapter(name="vllm", markers=("vllm/v1",), native={"fp8": Encoding("fp8_e4m3", "fp32_pow2", 128)},
-                  default_native="fp8", package_dir="vllm/kgen_indexer", package_module="vllm.kgen_indexer",
-                  package_alias="kgen_indexer", sites=(), env=lambda ctx: {})
+from ..layout import compute
+from .pyeval import Function, dotted
+from .sites import Adapter, Ctx, Encoding, Site, encoding_of
+from .tree import Drift, calls, collect, collect_all, find_class, find_function, find_method
+
+ATTENTION = "vllm/model_executor/models/deepseek_v4/attention.py"
+COMPRESSOR = "vllm/model_executor/models/deepseek_v4/compressor.py"
+BACKEND = "vllm/v1/attention/backends/mla/indexer.py"
+READER = "vllm/model_executor/layers/sparse_attn_indexer.py"
+
+# vLLM's own indexer-key encodings, by the cache-dtype name its backend gate uses
+NATIVE = {"fp8": Encoding("fp8_e4m3", "fp32_pow2", 128), "mxfp4": Encoding("fp4_e2m1", "ue8m0", 32)}
+WRITER_ROTATES = False  # vLLM's Triton writer applies no Hadamard transform to the keys
+ITEMSIZE = {"torch.uint8": 1, "torch.int8": 1, "torch.bfloat16": 2, "torch.float16": 2, "torch.float32": 4}
+
+
+def env(ctx: Ctx) -> dict[str, object]:
+    return {"config.index_head_dim": ctx.spec.head_dim, **ITEMSIZE}
+
+
+def _stmt_of(method: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode:
+    return next(s for s in collect(method, cst.SimpleStatementLine) if any(n is node for n in collect_all(s)))
+
+
+def _kwarg(call: cst.Call, name: str) -> cst.Arg | None:
+    return next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+
+
+def _one_call(ctx: Ctx, parsed, scope_node, callee: str, where: str, what: str) -> cst.Call:
+    found = calls(scope_node, callee)
+    if len(found) != 1:
+        raise Drift(ctx.tree.path(parsed.rel), f"{callee}(...) in {where}", len(found), what)
+    return found[0]
+
+
+def audit_cache_bytes(ctx: Ctx) -> None:
+    rel = ctx.tree.pick([ATTENTION], "class DeepseekV4Indexer", "indexer cache")
+    parsed = ctx.tree.parse(rel)
+    cls = find_class(ctx.tree, parsed, "DeepseekV4Indexer", "indexer cache")
+    init = find_method(ctx.tree, parsed, cls, "__init__", "indexer cache")
+    call = _one_call(ctx, parsed, init, "DeepseekV4IndexerCache", "DeepseekV4Indexer.__init__", "indexer cache")
+    head, dtype = _kwarg(call, "head_dim"), _kwarg(call, "dtype")
+    if head is None or dtype is None:
+        raise Drift(ctx.tree.path(rel), "DeepseekV4IndexerCache(head_dim=..., dtype=...)", 0, "indexer cache")
+    fn, stmt = Function(init, parsed.scope, cls), _stmt_of(init, call)
+    width = ctx.evaluate("indexer cache width", parsed, head.value,
+                         lambda: ctx.evaluator().value_at(fn, stmt, head.value))
+    size = ITEMSIZE.get(dotted(dtype.value) or "")
+    if size is None:
+        ctx.report("engine-unreadable", parsed, dtype.value, "indexer cache dtype: kgen cannot tell its size",
+                   "update kgen/engines/vllm.py")
+        return
+    if width is not None and width * size != ctx.layout.bytes_per_token:
+        ctx.report("engine-pool", parsed, head.value, f"the indexer cache holds {width * size} B/token "
+                   f"(head_dim {width} x {size} B) but {ctx.name} stores {ctx.layout.bytes_per_token} B/token "
+                   f"({ctx.layout.bytes_per_token_formula()})", "make the cache's head_dim the spec's bytes per token")
+
+
+def audit_cache_page(ctx: Ctx) -> None:
+    rel = ctx.tree.pick([ATTENTION], "class DeepseekV4IndexerCache", "indexer cache pages")
+    parsed = ctx.tree.parse(rel)
+    cls = find_class(ctx.tree, parsed, "DeepseekV4IndexerCache", "indexer cache pages")
+    method = find_method(ctx.tree, parsed, cls, "get_kv_cache_spec", "indexer cache pages")
+    call = _one_call(ctx, parsed, method, "MLAAttentionSpec", "DeepseekV4IndexerCache.get_kv_cache_spec",
+                     "indexer cache pages")
+    arg = _kwarg(call, "alignment")
+    align = 1 if arg is None else ctx.evaluate(
+        "page alignment", parsed, arg.value,
+        lambda: ctx.evaluator().value_at(Function(method, parsed.scope, cls), _stmt_of(method, call), arg.value))
+    if not isinstance(align, int) or align <= 0:
+        return
+    spec = ctx.spec
+    # vLLM's page, described as a kgen layout: the spec's rows and scales, padded to vLLM's alignment
+    engine = compute(spec.model_copy(update={"layout": spec.layout.model_copy(update={"page_align": align})}))
+    if engine.page_bytes != ctx.layout.page_bytes:
+        ctx.report("engine-pool", parsed, arg.value if arg is not None else call, f"vLLM pads indexer pages to a "
+                   f"multiple of {align} B: {engine.page_bytes} B ({engine.page_bytes_formula()}), but {ctx.name} "
+                   f"pages are {ctx.layout.page_bytes} B; the cache's page stride is the padded size",
+                   f"set layout.page_align: {align} in {ctx.spec_path}")
+
+
+def audit_dtype_gate(ctx: Ctx) -> None:
+    rel = ctx.tree.pick([BACKEND], "DSA_INDEXER_KV_DTYPES", "indexer dtype gate")
+    parsed = ctx.tree.parse(rel)
+    value = parsed.scope.constants.get("DSA_INDEXER_KV_DTYPES")
+    if not isinstance(value, (cst.Tuple, cst.List)):
+        raise Drift(ctx.tree.path(rel), "DSA_INDEXER_KV_DTYPES = (...)", 0, "indexer dtype gate")
+    names = [e.value.evaluated_value for e in value.elements if isinstance(e.value, cst.SimpleString)]
+    key = ctx.mode.native
+    if key not in names:
+        ctx.report("engine-dtype", parsed, value, f"the indexer backend accepts kv cache dtypes {', '.join(names)} "
+                   f"only; {ctx.name} stores {encoding_of(ctx.layout)}, none of them (vLLM refuses it at start)",
+                   "vLLM cannot run this variant without a patch (kgen patch supports SGLang)")
+
+
+def audit_writer(ctx: Ctx) -> None:
+    rel = ctx.tree.pick([COMPRESSOR], "class DeepseekCompressor", "indexer writer")
+    parsed = ctx.tree.parse(rel)
+    cls = find_class(ctx.tree, parsed, "DeepseekCompressor", "indexer writer")
+    method = find_method(ctx.tree, parsed, cls, "forward", "indexer writer")
+    call = _one_call(ctx, parsed, method, "compress_norm_rope_store_triton", "DeepseekCompressor.forward",
+                     "indexer writer")
+    key = ctx.mode.native or "fp8"
+    want = encoding_of(ctx.layout)
+    if NATIVE[key] != want:
+        ctx.report("engine-store", parsed, call, f"the indexer writer (compress_norm_rope_store_triton) writes "
+                   f"{NATIVE[key]} but {ctx.name} stores {want}", "use a spec of vLLM's encoding")
+    if ctx.spec.hadamard != WRITER_ROTATES:
+        ctx.report("engine-store", parsed, call, f"vLLM's writer applies no Hadamard rotation but {ctx.name} "
+                   "rotates its keys (hadamard: true): same bytes, different numbers",
+                   f"set hadamard: false in {ctx.spec_path}")
+
+
+def audit_scorer(ctx: Ctx) -> None:
+    rel = ctx.tree.pick([READER], "function sparse_attn_indexer", "indexer scorer")
+    parsed = ctx.tree.parse(rel)
+    fn = find_function(ctx.tree, parsed, "sparse_attn_indexer", "indexer scorer")
+    call = _one_call(ctx, parsed, fn, "fp8_fp4_paged_mqa_logits", "sparse_attn_indexer", "indexer scorer")
+    if ctx.mode.native is None:
+        own = ", ".join(str(e) for e in NATIVE.values())
+        ctx.report("engine-scorer", parsed, call, f"the indexer scores with DeepGEMM's fp8_fp4_paged_mqa_logits, "
+                   f"which reads {own} pages only; {ctx.name} stores {encoding_of(ctx.layout)} and needs kgen's "
+                   "scorer", "vLLM cannot score this variant without a patch")
+
+
+ADAPTER = Adapter(
+    name="vllm",
+    markers=("vllm/v1", "vllm/model_executor"),
+    native=NATIVE,
+    default_native="fp8",
+    package_dir="vllm/kgen_indexer",
+    package_module="vllm.kgen_indexer",
+    package_alias="kgen_indexer",
+    env=env,
+    bundle=None,  # kgen patch for vLLM: not yet
+    sites=(
+        Site("cache-bytes", "engine-pool", "DeepseekV4Indexer.__init__", audit_cache_bytes),
+        Site("cache-page", "engine-pool", "DeepseekV4IndexerCache.get_kv_cache_spec", audit_cache_page),
+        Site("dtype-gate", "engine-dtype", "DSA_INDEXER_KV_DTYPES", audit_dtype_gate),
+        Site("writer", "engine-store", "DeepseekCompressor.forward", audit_writer),
+        Site("scorer", "engine-scorer", "sparse_attn_indexer", audit_scorer),
+    ),
+)
