@@ -229,6 +229,8 @@ def test_patch_to_file_and_json(tree, tmp_path):
     data = json.loads(r.stdout)
     assert data["variant"] == "dsv4_indexer_bf16" and data["diff"] == out.read_text()
     assert "python/sglang/srt/model_executor/pool_configurator.py" in data["files"]
+    # SGLang's store passes a DecodePlan; a spec that reads positions is told so (not silently wired)
+    assert [w["rule"] for w in data["warnings"]] == ["engine-store-plan"]
 
 
 def _strip_kgen(tree_: ast.AST) -> ast.AST:

@@ -99,6 +99,7 @@ def patch_command(engine: str, root: Path, path: Path, out: Path | None, apply: 
         spec, lay = variants[0]
         tree = EngineTree(root)
         run_patch(tree, adapter, spec, lay, path)
+        warnings = plan_warnings(adapter, spec, path)
         changed = tree.changed()
         diff = unified_diff(tree, changed)
         if apply:
@@ -109,14 +110,29 @@ def patch_command(engine: str, root: Path, path: Path, out: Path | None, apply: 
         return _fail(e, as_json)
     if as_json:
         print(json.dumps({"engine": engine, "root": str(root), "variant": spec.name, "files": sorted(changed),
-                          "applied": apply and bool(changed), "diff": diff, "errors": []}, indent=2))
+                          "applied": apply and bool(changed), "diff": diff, "errors": [],
+                          "warnings": [w.to_json() for w in warnings]}, indent=2))
     elif out is None:
         sys.stdout.write(diff)
     if not as_json:
+        _print(warnings)
         verb = "applied to" if apply else "for"
         _err(f"kgen patch: {len(changed)} file(s) {verb} {root} ({spec.name})" if changed
              else f"kgen patch: {root} already carries {spec.name}; nothing to do")
     return 0
+
+
+def plan_warnings(adapter: Adapter, spec, path: Path) -> list[Problem]:
+    """SGLang's store hands the kernel its 16-byte DecodePlan, not positions: a spec that does not
+    read the plan gets the plan where it expects positions, and kgen's op refuses the call."""
+    from .sites import takes_decode_plan
+
+    if adapter.name != "sglang" or takes_decode_plan(spec):
+        return []
+    return [Problem("engine-store-plan", f"{spec.name} reads token positions, but SGLang's store passes its "
+                    "DecodePlan (position = seq_len - 4, written where seq_len % 4 == 0): kgen's op will refuse "
+                    "the plan tensor until the spec reads it", severity="warning", file=path,
+                    fix="set the spec's DecodePlan input option, then run kgen patch again")]
 
 
 def _print(problems: list[Problem]) -> None:
