@@ -456,10 +456,16 @@ def _e2m1_value(nib: torch.Tensor) -> torch.Tensor:
     return torch.where((nib & 8) != 0, -mag, mag)
 
 
-def decode(spec: Spec, cache: torch.Tensor, locs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Read tokens back from the cache: (values fp32 [n, head_dim] = code value * block scale,
-    scales fp32 [n, blocks]). Locs outside the cache give NaN rows."""
+def decode(spec: Spec | L.Layout, cache: torch.Tensor, locs: torch.Tensor,
+           dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Read tokens back from the cache: (values [n, head_dim] = code value * block scale, in
+    `dtype`; scales fp32 [n, blocks]). Locs outside the cache give NaN rows.
+
+    `dtype=torch.float64` makes every value exact (a code has at most 11 significant bits, a scale
+    24, so the product fits a double's 53); in fp32 a code times an fp32 (non power-of-two) scale is
+    rounded once."""
     lay = _layout(spec)
+    spec = lay.spec
     _check_cache(lay, cache)
     s = spec.store
     valid, page, slot = _slots(lay, cache, locs)
@@ -491,12 +497,12 @@ def decode(spec: Spec, cache: torch.Tensor, locs: torch.Tensor) -> tuple[torch.T
         B = lay.block
         pad = B * G - qv.shape[1]
         qv = torch.nn.functional.pad(qv, (0, pad)).reshape(n_tok, G, B)
-        qv = (qv * scales[..., None]).reshape(n_tok, G * B)[:, :lay.quant_span.size]
+        qv = (qv.to(dtype) * scales.to(dtype)[..., None]).reshape(n_tok, G * B)[:, :lay.quant_span.size]
 
-    values = torch.empty((n_tok, spec.head_dim), dtype=torch.float32, device=cache.device)
+    values = torch.empty((n_tok, spec.head_dim), dtype=dtype, device=cache.device)
     values[:, lay.quant_span.start:lay.quant_span.end] = qv
     if lay.kept_span.size:
-        kv = parts["rope"].contiguous().view(_HALF[s.rope_dtype]).to(torch.float32)
+        kv = parts["rope"].contiguous().view(_HALF[s.rope_dtype]).to(dtype)
         values[:, lay.kept_span.start:lay.kept_span.end] = kv
     nan = torch.tensor(float("nan"), device=cache.device)
     values = torch.where(valid[:, None], values, nan)

@@ -1,0 +1,267 @@
+"""The read side's Torch path: DSA indexer logits from a paged key cache in any layout kgen writes.
+
+    from kgen.score import indexer_logits_torch
+    logits = indexer_logits_torch("specs/indexer_bf16.yaml", q, weights, cache, block_table,
+                                  seq_lens, max_seq_len)          # fp32 [B * next_n, max_seq_len]
+
+For query row r = b * next_n + j and key s of sequence b:
+
+    logits[r, s] = sum_h weights[r, h] * relu(q[b, j, h, :] . key(b, s))   if s is visible to r
+                 = -inf                                                    otherwise
+
+`key(b, s)` is token s of sequence b: slot `s % page_size` of page `block_table[b, s // page_size]`,
+dequantized (code value times its block scale) by `kgen.reference.decode`, which reads the page
+through `kgen.layout`'s byte map; this module computes no offset of its own. q is bf16, or fp8
+e4m3 with its per-token scale folded into `weights` (as the engines feed DeepGEMM); its values are
+used exactly as stored.
+
+Visibility (multi-token prediction, `next_n` = N >= 1), the convention of DeepGEMM's
+`fp8_paged_mqa_logits` with 1-D `context_lens` (its test's reference masks key positions
+`k <= context_len - next_n + j`) and of SGLang, which calls it: the N query tokens of sequence b
+are its last N tokens, at positions seq_lens[b] - N + j, and each sees the keys up to and
+including its own position:
+
+    key s is visible to row b * N + j  iff  s <= seq_lens[b] - N + j   (0 <= j < N)
+
+For N = 1 that is s < seq_lens[b] (the contract's rule). A row whose position is negative
+(seq_lens[b] < N - j) sees nothing: all -inf. Columns s >= seq_lens[b] are always -inf.
+
+Accumulation: `accum=torch.float32` (default; what an fp32-accumulating kernel computes, TF32 kept
+off for the call) or `torch.float64` (keys decoded exactly, products and sums in double: the
+kernel's reference, and device-independent to ~1e-16, which `kgen recall` relies on so that CPU
+and GPU report the same numbers). The result is rounded to fp32 once.
+
+Arguments are checked like the writer's (`kgen.ops`): shape, dtype, contiguity and device from
+tensor metadata first, then, with one host sync, the values: seq_lens within the block table's
+capacity and within max_seq_len, and every block-table entry a visible key needs inside the cache
+(entries past a sequence's last page are never read, so engines may pad them with anything).
+Every failure is an `ArgumentError` (a KgenError) naming the argument, raised before any work.
+
+Memory: keys are decoded and scored in chunks of at most `chunk_keys` keys per sequence, so the
+[rows, heads, keys] intermediate stays within about `CHUNK_BYTES`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import reference as R
+from .layout import Layout, compute
+from .ops import ArgumentError, _expect, resolve_spec
+from .spec import Spec
+
+__all__ = ["CHUNK_BYTES", "LogitsChecked", "Q_DTYPES", "check_logits_arguments", "dense_logits",
+           "gather_keys", "indexer_logits_torch", "visible_lengths"]
+
+Q_DTYPES = ("bfloat16", "float8_e4m3fn")
+CHUNK_BYTES = 256 << 20  # budget of one [rows, heads, keys] intermediate
+NAMES = ("q", "weights", "cache", "block_table", "seq_lens")
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class LogitsChecked:
+    """The checked arguments of one call."""
+
+    spec: Spec
+    layout: Layout
+    batch: int
+    next_n: int
+    heads: int
+    num_pages: int
+    max_pages: int  # block_table columns
+    max_seq_len: int
+    seq_lens: list[int] | None  # host copy (None when values were not checked)
+
+
+def _layout_of(variant: Spec | Layout | str | os.PathLike) -> Layout:
+    if isinstance(variant, Layout):
+        return variant
+    return compute(resolve_spec(variant))
+
+
+def _dims(name: str, t: Any, ndim: int, dtype: str, shape_text: str) -> tuple[int, ...]:
+    """The shape of t once it is a tensor of `ndim` dims (else the located error)."""
+    if t is None or not hasattr(t, "shape") or len(tuple(t.shape)) != ndim:
+        _expect(name, t, dtype, (None,) * ndim, shape_text)
+    return tuple(int(s) for s in t.shape)
+
+
+def check_logits_arguments(variant: Spec | Layout | str | os.PathLike, q, weights, cache, block_table, seq_lens,
+                           max_seq_len, *, require_cuda: bool = False, check_values: bool = True) -> LogitsChecked:
+    """Check every argument of `indexer_logits` against the variant's layout: metadata first (no
+    device work), the device check after the others, the values last (one host sync; skip them
+    with `check_values=False`, e.g. inside a CUDA graph)."""
+    lay = _layout_of(variant)
+    spec = lay.spec
+    d, P = spec.head_dim, lay.page_size
+
+    dt = _dtype(q)
+    if dt not in Q_DTYPES:
+        _dims("q", q, 4, Q_DTYPES[0], f"[B, next_n, H, {d}]")
+        raise ArgumentError(f"q: expected bfloat16 or float8_e4m3fn [B, next_n, H, {d}], got {dt} "
+                            f"{_shape(q.shape)}", fix="an fp8 q's scale belongs in weights")
+    B, N, H, _ = _dims("q", q, 4, dt, f"[B, next_n, H, {d}]")
+    _expect("q", q, dt, (B, N, H, d), f"[B, next_n, H, {d}] (head_dim {d})")
+    if B < 1 or N < 1 or H < 1:
+        raise ArgumentError(f"q: B, next_n and H must be at least 1, got {_shape(q.shape)}")
+    _expect("weights", weights, "float32", (B * N, H), f"[B * next_n, H] = [{B * N}, {H}]")
+    _dims("cache", cache, 2, "uint8", f"[num_pages, {lay.page_bytes}]")
+    _expect("cache", cache, "uint8", (None, lay.page_bytes),
+            f"[num_pages, {lay.page_bytes}] ({lay.page_bytes_formula()})")
+    _dims("block_table", block_table, 2, "int32", f"[{B}, max_pages]")
+    _expect("block_table", block_table, "int32", (B, None), f"[B, max_pages] with B = {B}")
+    _expect("seq_lens", seq_lens, "int32", (B,), f"[B] with B = {B}")
+    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or not 0 <= max_seq_len <= INT32_MAX:
+        raise ArgumentError(f"max_seq_len: expected an int in [0, {INT32_MAX}], got {max_seq_len!r}")
+    num_pages, max_pages = int(cache.shape[0]), int(block_table.shape[1])
+    _check_devices((q, weights, cache, block_table, seq_lens), require_cuda)
+
+    lens: list[int] | None = None
+    if check_values:
+        lens = [int(v) for v in seq_lens.tolist()]
+        capacity = max_pages * P
+        for b, n in enumerate(lens):
+            if n < 0 or n > capacity:
+                raise ArgumentError(f"seq_lens: seq_lens[{b}] = {n} is outside [0, {capacity}] (block_table has "
+                                    f"{max_pages} pages of {P} tokens)")
+            if n > max_seq_len:
+                raise ArgumentError(f"seq_lens: seq_lens[{b}] = {n} exceeds max_seq_len = {max_seq_len} "
+                                    "(the logits have max_seq_len columns)")
+        used = torch.tensor([-(-n // P) for n in lens], dtype=torch.int64)
+        needed = torch.arange(max_pages)[None, :] < used[:, None]  # [B, max_pages]: pages visible keys live in
+        table = block_table.detach().to("cpu", torch.int64)
+        bad = needed & ((table < 0) | (table >= num_pages))
+        if bool(bad.any()):
+            b, p = (int(i) for i in bad.nonzero()[0])
+            raise ArgumentError(f"block_table: block_table[{b}, {p}] = {int(table[b, p])} is outside the cache's "
+                                f"{num_pages} pages (sequence {b} has {lens[b]} keys, so it reads pages 0..{int(used[b]) - 1} "
+                                "of its row)")
+    return LogitsChecked(spec, lay, B, N, H, num_pages, max_pages, max_seq_len, lens)
+
+
+def _dtype(t: Any) -> str:
+    return str(getattr(t, "dtype", type(t).__name__)).removeprefix("torch.")
+
+
+def _shape(shape) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def _check_devices(tensors: tuple, require_cuda: bool) -> None:
+    first = None
+    for name, t in zip(NAMES, tensors):
+        if require_cuda and t.device.type != "cuda":
+            raise ArgumentError(f"{name}: expected a CUDA tensor, got one on {t.device}", fix=f"pass {name}.cuda()")
+        if first is None:
+            first = (name, t.device)
+        elif t.device != first[1]:
+            raise ArgumentError(f"{name}: on {t.device}, but {first[0]} is on {first[1]}: all arguments must "
+                                "share one device")
+
+
+# ---------------------------------------------------------------------------------------------
+# the arithmetic
+
+
+def visible_lengths(seq_lens: torch.Tensor | list[int], next_n: int) -> torch.Tensor:
+    """int64 [B * next_n]: how many keys (a prefix 0..len-1) each query row sees (module docstring)."""
+    lens = torch.as_tensor(seq_lens, dtype=torch.int64)
+    j = torch.arange(next_n, dtype=torch.int64, device=lens.device)
+    return (lens[:, None] - next_n + 1 + j[None, :]).clamp(min=0).reshape(-1)
+
+
+@contextlib.contextmanager
+def _exact_fp32_matmul() -> Iterator[None]:
+    """Full fp32 products for the call: no TF32 (CUDA) or reduced-precision (CPU) shortcuts."""
+    prec = torch.get_float32_matmul_precision()
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        yield
+    finally:
+        torch.set_float32_matmul_precision(prec)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _chunk(rows: int, heads: int, accum: torch.dtype, chunk_keys: int | None) -> int:
+    if chunk_keys is not None:
+        return max(1, chunk_keys)
+    per_key = rows * heads * torch.finfo(accum).bits // 8
+    return max(256, CHUNK_BYTES // max(per_key, 1))
+
+
+def dense_logits(q: torch.Tensor, weights: torch.Tensor, keys: torch.Tensor, *, accum: torch.dtype = torch.float32,
+                 chunk_keys: int | None = None) -> torch.Tensor:
+    """`sum_h weights[m, h] * relu(q[m, h] . keys[s])` for every row m and key s, in `accum`:
+    q [M, H, D] (any float dtype, widened exactly), weights [M, H], keys [S, D] -> [M, S] (`accum`).
+    No masking. Chunked over keys (see the module docstring); the same call on the same keys gives
+    the same bits whatever the keys' origin, which the recall report's 'identical formats give
+    agreement 1.0' rests on."""
+    if accum not in (torch.float32, torch.float64):
+        raise ValueError(f"accum must be torch.float32 or torch.float64, got {accum}")
+    M, H, D = q.shape
+    S = keys.shape[0]
+    qa = q.to(accum).reshape(M * H, D)
+    wa = weights.to(accum).reshape(M, 1, H)
+    out = torch.empty((M, S), dtype=accum, device=keys.device)
+    step = _chunk(M, H, accum, chunk_keys)
+    with _exact_fp32_matmul():
+        for s0 in range(0, S, step):
+            k = keys[s0:s0 + step].to(accum)
+            dots = torch.matmul(qa, k.T).clamp_(min=0).reshape(M, H, -1)  # relu(q_h . k_s)
+            out[:, s0:s0 + k.shape[0]] = torch.bmm(wa, dots).reshape(M, -1)
+    return out
+
+
+def gather_keys(variant: Spec | Layout | str | os.PathLike, cache: torch.Tensor, pages: torch.Tensor,
+                num_keys: int, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Keys 0..num_keys-1 of one sequence whose pages are `pages` (its block-table row), dequantized
+    by the reference decoder: [num_keys, head_dim] in `dtype`. Only the pages those keys live in are
+    read."""
+    lay = _layout_of(variant)
+    P = lay.page_size
+    n_pages = -(-num_keys // P)
+    if num_keys == 0:
+        return torch.empty((0, lay.spec.head_dim), dtype=dtype, device=cache.device)
+    local = cache[pages[:n_pages].to(device=cache.device, dtype=torch.int64)]  # [n_pages, page_bytes]
+    locs = torch.arange(num_keys, dtype=torch.int64, device=cache.device)  # slot s of `local` = key s
+    values, _ = R.decode(lay, local, locs, dtype=dtype)
+    return values
+
+
+def indexer_logits_torch(variant: Spec | Layout | str | os.PathLike, q, weights, cache, block_table, seq_lens,
+                         max_seq_len: int, *, accum: torch.dtype = torch.float32,
+                         chunk_keys: int | None = None) -> torch.Tensor:
+    """fp32 [B * next_n, max_seq_len] logits (module docstring), on the arguments' device."""
+    c = check_logits_arguments(variant, q, weights, cache, block_table, seq_lens, max_seq_len)
+    assert c.seq_lens is not None
+    B, N, H = c.batch, c.next_n, c.heads
+    dev = q.device
+    out = torch.full((B * N, max_seq_len), float("-inf"), dtype=torch.float32, device=dev)
+    visible = visible_lengths(c.seq_lens, N).tolist()
+    P = c.layout.page_size
+    step = _chunk(N, H, accum, chunk_keys)
+    if chunk_keys is None:  # the decoder's byte index costs 8 B per cache byte of a key
+        step = min(step, CHUNK_BYTES // (8 * c.layout.bytes_per_token))
+    step = max(P, step // P * P)  # whole pages per chunk
+    for b, n in enumerate(c.seq_lens):
+        if n == 0:
+            continue
+        qb, wb = q[b], weights[b * N:(b + 1) * N]
+        lens_b = torch.tensor(visible[b * N:(b + 1) * N], device=dev)
+        for s0 in range(0, n, step):
+            s1 = min(n, s0 + step)
+            keys = gather_keys(c.layout, cache, block_table[b, s0 // P:], s1 - s0, dtype=accum)
+            part = dense_logits(qb, wb, keys, accum=accum, chunk_keys=s1 - s0)
+            pos = torch.arange(s0, s1, device=dev)
+            seen = pos[None, :] < lens_b[:, None]
+            out[b * N:(b + 1) * N, s0:s1] = torch.where(seen, part.to(torch.float32), float("-inf"))
+    return out
