@@ -57,7 +57,7 @@ from .ops import ArgumentError, _expect, resolve_spec
 from .spec import Spec
 
 __all__ = ["CHUNK_BYTES", "LogitsChecked", "Q_DTYPES", "check_logits_arguments", "dense_logits",
-           "gather_keys", "indexer_logits_torch", "visible_lengths"]
+           "gather_keys", "indexer_logits_torch", "key_chunk", "sequence_logits", "visible_lengths"]
 
 Q_DTYPES = ("bfloat16", "float8_e4m3fn")
 CHUNK_BYTES = 256 << 20  # budget of one [rows, heads, keys] intermediate
@@ -237,31 +237,56 @@ def gather_keys(variant: Spec | Layout | str | os.PathLike, cache: torch.Tensor,
     return values
 
 
+def key_chunk(variant: Spec | Layout | str | os.PathLike, rows: int, heads: int,
+              accum: torch.dtype = torch.float32) -> int:
+    """Keys scored per step for `rows` query rows of `heads` heads: whole pages, the [rows, heads,
+    keys] intermediate within CHUNK_BYTES, the decoder's byte index (8 B per cache byte) too."""
+    lay = _layout_of(variant)
+    P = lay.page_size
+    step = min(_chunk(rows, heads, accum, None), CHUNK_BYTES // (8 * lay.bytes_per_token))
+    return max(P, step // P * P)
+
+
+def sequence_logits(variant: Spec | Layout | str | os.PathLike, q: torch.Tensor, weights: torch.Tensor,
+                    cache: torch.Tensor, pages: torch.Tensor, num_keys: int, *, accum: torch.dtype = torch.float32,
+                    chunk_keys: int | None = None) -> torch.Tensor:
+    """Unmasked `dense_logits` of query rows q [M, H, D] (weights [M, H]) against keys 0..num_keys-1
+    of one sequence stored in `pages` (its block-table row): [M, num_keys] in `accum`. Decoded and
+    scored `chunk_keys` keys at a time (default `key_chunk`; a multiple of the page size), each chunk
+    one `dense_logits` call, so `dense_logits(q, weights, keys, chunk_keys=<the same>)` over the same
+    key values gives the same bits."""
+    lay = _layout_of(variant)
+    P = lay.page_size
+    M, H, _ = q.shape
+    step = key_chunk(lay, M, H, accum) if chunk_keys is None else chunk_keys
+    if step % P:
+        raise ValueError(f"chunk_keys must be a multiple of the page size {P}, got {step}")
+    out = torch.empty((M, num_keys), dtype=accum, device=cache.device)
+    for s0 in range(0, num_keys, step):
+        s1 = min(num_keys, s0 + step)
+        keys = gather_keys(lay, cache, pages[s0 // P:], s1 - s0, dtype=accum)
+        out[:, s0:s1] = dense_logits(q, weights, keys, accum=accum, chunk_keys=s1 - s0)
+    return out
+
+
 def indexer_logits_torch(variant: Spec | Layout | str | os.PathLike, q, weights, cache, block_table, seq_lens,
                          max_seq_len: int, *, accum: torch.dtype = torch.float32,
                          chunk_keys: int | None = None) -> torch.Tensor:
-    """fp32 [B * next_n, max_seq_len] logits (module docstring), on the arguments' device."""
+    """fp32 [B * next_n, max_seq_len] logits (module docstring), on the arguments' device.
+    `chunk_keys`: keys per step (rounded up to whole pages; default `key_chunk`)."""
     c = check_logits_arguments(variant, q, weights, cache, block_table, seq_lens, max_seq_len)
     assert c.seq_lens is not None
     B, N, H = c.batch, c.next_n, c.heads
+    P = c.layout.page_size
     dev = q.device
     out = torch.full((B * N, max_seq_len), float("-inf"), dtype=torch.float32, device=dev)
-    visible = visible_lengths(c.seq_lens, N).tolist()
-    P = c.layout.page_size
-    step = _chunk(N, H, accum, chunk_keys)
-    if chunk_keys is None:  # the decoder's byte index costs 8 B per cache byte of a key
-        step = min(step, CHUNK_BYTES // (8 * c.layout.bytes_per_token))
-    step = max(P, step // P * P)  # whole pages per chunk
+    visible = visible_lengths(c.seq_lens, N).to(dev)
+    step = key_chunk(c.layout, N, H, accum) if chunk_keys is None else -(-max(1, chunk_keys) // P) * P
     for b, n in enumerate(c.seq_lens):
         if n == 0:
             continue
-        qb, wb = q[b], weights[b * N:(b + 1) * N]
-        lens_b = torch.tensor(visible[b * N:(b + 1) * N], device=dev)
-        for s0 in range(0, n, step):
-            s1 = min(n, s0 + step)
-            keys = gather_keys(c.layout, cache, block_table[b, s0 // P:], s1 - s0, dtype=accum)
-            part = dense_logits(qb, wb, keys, accum=accum, chunk_keys=s1 - s0)
-            pos = torch.arange(s0, s1, device=dev)
-            seen = pos[None, :] < lens_b[:, None]
-            out[b * N:(b + 1) * N, s0:s1] = torch.where(seen, part.to(torch.float32), float("-inf"))
+        rows = slice(b * N, (b + 1) * N)
+        part = sequence_logits(c.layout, q[b], weights[rows], cache, block_table[b], n, accum=accum, chunk_keys=step)
+        seen = torch.arange(n, device=dev)[None, :] < visible[rows, None]
+        out[rows, :n] = torch.where(seen, part.to(torch.float32), float("-inf"))
     return out
