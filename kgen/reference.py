@@ -51,7 +51,7 @@ __all__ = [
     "load_spec", "constants", "sqrt_rn", "warp_sum", "norm", "rope", "hadamard", "bf16_roundtrip", "prequant",
     "ceil_log2", "pow2", "block_scales", "e4m3_sat_rne", "e2m1_codes", "pack_nibbles",
     "quantize", "pack_row", "token_byte_columns", "store", "norm_rope_store",
-    "decode", "poison_pattern", "rope_freqs", "make_inputs",
+    "decode", "poison_pattern", "rope_freqs", "sample_rows", "make_inputs",
 ]
 
 WARP = L.WARP
@@ -536,6 +536,19 @@ def rope_freqs(max_pos: int, rope_dim: int, theta: float = 10000.0, device="cpu"
     return f.to(torch.float32).to(device)
 
 
+def sample_rows(n_tokens: int, n: int, g: torch.Generator, *, outliers: bool = True) -> torch.Tensor:
+    """fp32 [n_tokens, n] rows shaped like real activations (CPU, drawn from `g`): Gaussian values
+    times a per-token magnitude exp(U(-2.5, 2)) (about two decades), and, with `outliers`, n/64
+    (at least one) outlier channels scaled by U(10, 60) for every token."""
+    mag = torch.exp(torch.empty(n_tokens, 1).uniform_(-2.5, 2.0, generator=g))
+    x = torch.randn(n_tokens, n, generator=g) * mag
+    if outliers:
+        k = max(1, n // 64)
+        cols = torch.randperm(n, generator=g)[:k]
+        x[:, cols] *= torch.empty(k).uniform_(10.0, 60.0, generator=g)
+    return x
+
+
 def make_inputs(spec: Spec, n_tokens: int, *, seed: int = 0, device="cpu", max_pos: int = 4096,
                 num_pages: int | None = None, outliers: bool = True, skip_fraction: float = 0.1,
                 overflow_locs: bool = True) -> dict[str, torch.Tensor]:
@@ -550,12 +563,7 @@ def make_inputs(spec: Spec, n_tokens: int, *, seed: int = 0, device="cpu", max_p
     g = torch.Generator().manual_seed(seed)
     dt = _INPUT[spec.input_dtype]
 
-    mag = torch.exp(torch.empty(n_tokens, 1).uniform_(-2.5, 2.0, generator=g))
-    x = torch.randn(n_tokens, n, generator=g) * mag
-    if outliers:
-        k = max(1, n // 64)
-        cols = torch.randperm(n, generator=g)[:k]
-        x[:, cols] *= torch.empty(k).uniform_(10.0, 60.0, generator=g)
+    x = sample_rows(n_tokens, n, g, outliers=outliers)
     weight = 1.0 + 0.1 * torch.randn(n, generator=g)
     bias = 0.1 * torch.randn(n, generator=g)
     positions = torch.randint(0, max_pos, (n_tokens,), generator=g, dtype=torch.int64)
