@@ -53,7 +53,8 @@ import torch
 
 from . import reference as R
 from .layout import Layout, compute
-from .ops import ArgumentError, _expect, resolve_spec
+from .abi import ArgumentError
+from .ops import resolve_spec
 from .spec import Spec
 
 __all__ = ["CHUNK_BYTES", "LogitsChecked", "Q_DTYPES", "check_logits_arguments", "dense_logits",
@@ -84,6 +85,22 @@ def _layout_of(variant: Spec | Layout | str | os.PathLike) -> Layout:
     if isinstance(variant, Layout):
         return variant
     return compute(resolve_spec(variant))
+
+
+def _expect(name: str, t: Any, dtype: str, shape: tuple, shape_text: str) -> None:
+    """t must be a contiguous tensor of `dtype` whose shape matches `shape` (None = any size); the
+    message has the writer's form (kgen.abi), naming the argument."""
+    if t is None:
+        raise ArgumentError(f"{name}: expected a tensor {dtype} {shape_text}, got None")
+    if not hasattr(t, "dtype") or not hasattr(t, "shape"):
+        raise ArgumentError(f"{name}: expected a torch tensor {dtype} {shape_text}, got {type(t).__name__}")
+    got_dtype, got_shape = _dtype(t), tuple(int(s) for s in t.shape)
+    shape_ok = len(got_shape) == len(shape) and all(w is None or w == g for w, g in zip(shape, got_shape))
+    if got_dtype != dtype or not shape_ok:
+        raise ArgumentError(f"{name}: expected {dtype} {shape_text}, got {got_dtype} {_shape(got_shape)}")
+    if not t.is_contiguous():
+        raise ArgumentError(f"{name}: expected a contiguous tensor, got strides {tuple(t.stride())} for shape "
+                            f"{_shape(got_shape)}", fix=f"pass {name}.contiguous()")
 
 
 def _dims(name: str, t: Any, ndim: int, dtype: str, shape_text: str) -> tuple[int, ...]:
