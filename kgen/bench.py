@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .commands import err as _say
 from .diagnostics import KgenError
-from .layout import INPUT_BYTES, Layout, compute
+from .layout import Layout, compute
 from .spec import Spec
 
 DEFAULT_TOKENS = (1, 64, 4096, 65536, 1048576)
@@ -61,9 +61,7 @@ BYTE_MODEL = ("per token: read head_dim*input_bytes (x row) + rope_dim*4 (freqs 
 def byte_model(spec: Spec, n_tokens: int, lay: Layout | None = None) -> dict:
     """Bytes the op must move for `n_tokens` tokens (see BYTE_MODEL)."""
     lay = lay or compute(spec)
-    rope = spec.rope.dim
-    read_tok = spec.head_dim * INPUT_BYTES[spec.input_dtype] + (rope * 4 + 8 if rope else 0) + 8
-    write_tok = lay.written_bytes_per_token
+    read_tok, write_tok = lay.read_bytes_per_token, lay.written_bytes_per_token
     return {"read_per_token": read_tok, "written_per_token": write_tok, "bytes_per_token": lay.bytes_per_token,
             "read": n_tokens * read_tok, "written": n_tokens * write_tok, "total": n_tokens * (read_tok + write_tok)}
 

@@ -62,36 +62,21 @@ class ByteMap:
 
     role: list[int]  # ROLE_*
     start: list[int]  # column of the first byte of the element this byte belongs to
-    value_bytes: int  # bytes per element of the quantized span (0 for fp4: two codes per byte)
+    value_bytes: int  # bytes per element of the quantized span (1 for fp4: two codes per byte)
     value_bits: int  # bits per code of the quantized span
     scale_bytes: int  # bytes per scale (0 = no scales)
 
 
+ROLE_OF = {None: ROLE_NONE, "values": ROLE_VALUE, "rope": ROLE_KEPT, "scale": ROLE_SCALE}
+
+
 def byte_map(lay: Layout) -> ByteMap:
-    """From kgen.layout only: rows (row_parts at value_offset), scales (scale_offset)."""
+    """kgen.layout's byte ownership (`Layout.byte_owners`) as the comparison indexes it."""
     from .layout import VALUE_BITS
 
-    s = lay.spec.store
-    pb = lay.page_bytes
-    role, start = [ROLE_NONE] * pb, list(range(pb))
-    vbits = VALUE_BITS[s.dtype]
-    vbytes = max(vbits // 8, 1)
-    for t in range(lay.page_size):
-        base = lay.value_offset(t)
-        for part in lay.row_parts():
-            r = ROLE_VALUE if part.name == "values" else ROLE_KEPT
-            width = vbytes if r == ROLE_VALUE else 2
-            for i in range(part.size):
-                col = base + part.offset + i
-                role[col] = r
-                start[col] = base + part.offset + (i // width) * width
-        if lay.scale_unit:
-            for g in range(lay.blocks_per_token):
-                o = lay.scale_offset(t, g)
-                for i in range(lay.scale_unit):
-                    role[o + i] = ROLE_SCALE
-                    start[o + i] = o
-    return ByteMap(role, start, vbytes, vbits, lay.scale_unit)
+    roles, start = lay.byte_owners()
+    vbits = VALUE_BITS[lay.spec.store.dtype]
+    return ByteMap([ROLE_OF[r] for r in roles], start, max(vbits // 8, 1), vbits, lay.scale_unit)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Layout math: the single source of truth for every byte offset and every lane assignment.
 
-The validator's rules, the templates (through `kernel_constants`), the Torch reference, the runtime
+The validator's rules, the templates (through the `constants` table), the Torch reference, the runtime
 and the engine patches all call this module; nothing else computes a byte offset.
 
 Page of P tokens (contract):
@@ -61,6 +61,17 @@ class Region:
     @property
     def end(self) -> int:
         return self.offset + self.size
+
+
+@dataclass(frozen=True)
+class Owned:
+    """Bytes of a page that one token owns: a part of its row or one of its scales."""
+
+    token: int  # slot in the page
+    role: str  # a row part's name ("values", "rope") or "scale"
+    offset: int  # page column of the first byte
+    size: int
+    element_bytes: int  # bytes of one element: a value code (1 for fp4's shared bytes), a kept value, a scale
 
 
 @dataclass(frozen=True)
@@ -136,6 +147,15 @@ class Layout:
         page padding are never written)."""
         return self.row_bytes + self.scale_bytes
 
+    @property
+    def read_bytes_per_token(self) -> int:
+        """Bytes the kernel reads for one token: its x row, and with RoPE its freqs row (rope_dim
+        fp32) and position (int64), and its out_loc (int64). The norm weight and bias are read once
+        per warp, not per token."""
+        spec = self.spec
+        rope = spec.rope.dim
+        return spec.head_dim * INPUT_BYTES[spec.input_dtype] + (rope * 4 + 8 if rope else 0) + 8
+
     def slots(self, num_pages: int) -> int:
         """Slot indices a cache of `num_pages` pages holds; `out_loc` outside [0, this) is skipped."""
         return num_pages * self.page_size
@@ -170,6 +190,33 @@ class Layout:
         kept = Region("rope", self.kept_row_offset, self.kept_bytes,
                       f"dims [{self.kept_span.start}, {self.kept_span.end}) as {self.spec.store.rope_dtype}")
         return sorted([quant, kept], key=lambda r: r.offset)
+
+    def owned(self) -> list[Owned]:
+        """Every byte range of a page that a token owns (what the kernel writes), token by token; a
+        token's ranges in the order it writes them: its row parts in byte order, then its scales
+        g = 0, 1, ... Scale-slot padding and page padding belong to no token."""
+        value_element = max(VALUE_BITS[self.spec.store.dtype] // 8, 1)  # fp4: two codes share a byte
+        out = []
+        for t in range(self.page_size):
+            base = self.value_offset(t)
+            for part in self.row_parts():
+                width = value_element if part.name == "values" else 2  # kept RoPE dims: 16-bit
+                out.append(Owned(t, part.name, base + part.offset, part.size, width))
+            if self.scale_unit:
+                out += [Owned(t, "scale", self.scale_offset(t, g), self.scale_unit, self.scale_unit)
+                        for g in range(self.blocks_per_token)]
+        return out
+
+    def byte_owners(self) -> tuple[list[str | None], list[int]]:
+        """Per byte of a page: the role of its owner ("values", "rope", "scale"; None = no token
+        owns it) and the page column where its element (a value code, a kept value, a scale) starts."""
+        role: list[str | None] = [None] * self.page_bytes
+        start = list(range(self.page_bytes))
+        for o in self.owned():
+            for i in range(o.size):
+                role[o.offset + i] = o.role
+                start[o.offset + i] = o.offset + (i // o.element_bytes) * o.element_bytes
+        return role, start
 
     # -- formulas, for messages -----------------------------------------------------------------
     def bytes_per_token_formula(self) -> str:
@@ -271,45 +318,6 @@ def float_hex(x: float) -> str:
     return f.hex() + "f" if f != 0 else "0.0f"
 
 
-def kernel_constants(lay: Layout) -> dict[str, object]:
-    """Every number the rendered config header defines, by its C++ name."""
-    s, spec = lay.spec.store, lay.spec
-    V = lay.values_per_lane
-    import numpy as np
-
-    had_scale = float(np.float32(1.0) / np.sqrt(np.float32(spec.head_dim))) if spec.head_dim > 0 else 1.0
-    return {
-        "kHeadDim": spec.head_dim,
-        "kValuesPerLane": int(V) if V.denominator == 1 else 0,
-        "kRopeDim": spec.rope.dim,
-        "kRopeStart": lay.rope_span.start,
-        "kQuantStart": lay.quant_span.start,
-        "kQuantDim": lay.quant_span.size,
-        "kKeptStart": lay.kept_span.start,
-        "kKeptDim": lay.kept_span.size,
-        "kBlock": lay.block,
-        "kBlocksPerToken": lay.blocks_per_token,
-        "kPageSize": lay.page_size,
-        "kRowBytes": lay.row_bytes,
-        "kQuantRowOffset": lay.quant_row_offset,
-        "kKeptRowOffset": lay.kept_row_offset,
-        "kScaleRegionOffset": lay.scale_region_offset,
-        "kScaleStride": lay.scale_stride,
-        "kScaleUnit": lay.scale_unit,
-        "kPageBytes": lay.page_bytes,
-        "kStoreVectorBytes": store_vector_bytes(lay),
-        "kKeptVectorBytes": kept_vector_bytes(lay),
-        "kEps": float_hex(spec.norm.eps) if math.isfinite(spec.norm.eps) else "0.0f",
-        "kAmaxFloor": float_hex(s.amax_floor) if math.isfinite(s.amax_floor) else "0.0f",
-        "kQuantMax": float_hex(QUANT_MAX.get(s.dtype, 1.0)),
-        "kInvQuantMax": float_hex(1.0 / QUANT_MAX.get(s.dtype, 1.0)),
-        "kHadamardScale": float_hex(had_scale),
-        "kWarpsPerBlock": spec.launch.warps_per_block,
-        "kTokensPerWarp": spec.launch.tokens_per_warp,
-        "kMinBlocksPerSm": spec.launch.min_blocks_per_sm,
-    }
-
-
 def threads_per_block(spec: Spec) -> int:
     return spec.launch.warps_per_block * WARP
 
@@ -324,50 +332,6 @@ def launch_shape(spec: Spec, num_tokens: int) -> tuple[int, int]:
     return max(1, -(-num_tokens // tokens_per_block(spec))), threads_per_block(spec)
 
 
-# ---------------------------------------------------------------------------------------------
-# What the rendered kernel config needs beyond `kernel_constants` (kgen.render substitutes these;
-# the header `templates/include/kgen/norm_rope_store.cuh` only multiplies a lane index by them).
-
-INT64_MAX = (1 << 63) - 1
-
-
-def _q(n, d) -> int:
-    """n / d when it is a whole number, else 0 (the kernel's static_asserts say why)."""
-    if d == 0 or n % d:
-        return 0
-    return int(n // d)
-
-
-def lane_constants(lay: Layout) -> dict[str, object]:
-    """Lane mapping of the spans, per-lane byte counts, the slot split: what the kernel's lanes index
-    with. Zeros where the mapping does not exist (the kernel's twins reject such a spec)."""
-    spec = lay.spec
-    V = lay.values_per_lane
-    Vi = int(V) if V.denominator == 1 else 0
-    bits = VALUE_BITS[spec.store.dtype]
-    r = spec.rope.dim
-    neox = spec.rope.style == "neox"
-    P = lay.page_size
-    return {
-        "kRopeLane0": _q(lay.rope_span.start, Vi),
-        "kRopeLanes": _q(lay.rope_span.size, Vi),
-        "kRopeHalfLanes": _q(r // 2, Vi) if r > 0 else 0,  # lanes between NeoX partners
-        "kQuantLane0": _q(lay.quant_span.start, Vi),
-        "kQuantLanes": _q(lay.quant_span.size, Vi),
-        "kKeptLane0": _q(lay.kept_span.start, Vi),
-        "kKeptLanes": _q(lay.kept_span.size, Vi),
-        "kBlockLanes": _q(lay.block, Vi),
-        "kInLaneBytes": Vi * INPUT_BYTES[spec.input_dtype],  # bytes of x (and weight, bias) per lane
-        "kFreqsLaneFloats": (2 * Vi if neox else Vi) if r > 0 else 0,  # freqs floats per rope lane
-        "kQuantLaneBits": Vi * bits,  # bits of quantized values per lane (4 = two lanes share a byte)
-        "kQuantLaneBytes": lane_bytes(lay, bits),
-        "kKeptLaneBytes": lane_bytes(lay, 16) if lay.kept_bytes else 0,
-        "kPageShift": P.bit_length() - 1 if is_pow2(P) else 0,  # slot -> (page, token): shift and mask
-        "kScaleBytes": lay.scale_bytes,
-        "kBytesPerToken": lay.bytes_per_token,
-    }
-
-
 def null_layout(spec: Spec) -> Layout:
     """A layout of zeros, for rendering a spec whose byte math cannot be computed (`--no-validate`):
     the kernel's static_asserts then say which rule it breaks."""
@@ -377,31 +341,92 @@ def null_layout(spec: Spec) -> Layout:
                   scale_bytes=0, scale_stride=0, bytes_per_token=0, page_bytes=0)
 
 
-def host_constants(lay: Layout) -> dict[str, object]:
+# ---------------------------------------------------------------------------------------------
+# The constants: every number the kernel config (kgen::render -> config.cuh) and the host constants
+# (host.h, host.py, select_kernel.*) define, in one table. A constant has one name (UPPER_SNAKE);
+# the kernel config spells it kCamelCase. `kernel`: the rendered config defines it (the header
+# multiplies lane indices by these and re-checks them in static_asserts); `host`: an engine's
+# allocator gets it. Floats are C++ hex-float literals (exact fp32).
+
+
+@dataclass(frozen=True)
+class Constant:
+    name: str  # UPPER_SNAKE, e.g. PAGE_BYTES
+    value: int | str  # an int, or a float_hex literal
+    kernel: bool = True
+    host: bool = False
+
+    @property
+    def cxx(self) -> str:
+        """The kernel config's name: kPageBytes."""
+        return cxx_name(self.name)
+
+
+def cxx_name(upper_snake: str) -> str:
+    return "k" + "".join(part.capitalize() for part in upper_snake.lower().split("_"))
+
+
+def _q(n, d) -> int:
+    """n / d when it is a whole number, else 0 (the kernel's static_asserts say why)."""
+    if d == 0 or n % d:
+        return 0
+    return int(n // d)
+
+
+def constants(lay: Layout) -> list[Constant]:
+    """The table. Host constants first, in the order engines read them; then the kernel's own.
+    Zeros where a mapping does not exist (the kernel's twins reject such a spec)."""
+    import numpy as np
+
+    spec, s = lay.spec, lay.spec.store
+    V = lay.values_per_lane
+    Vi = int(V) if V.denominator == 1 else 0
+    bits = VALUE_BITS[s.dtype]
+    r = spec.rope.dim
+    neox = spec.rope.style == "neox"
+    P = lay.page_size
+    had_scale = float(np.float32(1.0) / np.sqrt(np.float32(spec.head_dim))) if spec.head_dim > 0 else 1.0
+    host = [
+        ("PAGE_SIZE", P, True), ("BYTES_PER_TOKEN", lay.bytes_per_token, True), ("PAGE_BYTES", lay.page_bytes, True),
+        ("ROW_BYTES", lay.row_bytes, True), ("ROWS_BYTES", lay.rows_bytes, False),
+        ("QUANT_ROW_OFFSET", lay.quant_row_offset, True), ("QUANT_BYTES", lay.quant_bytes, False),
+        ("KEPT_ROW_OFFSET", lay.kept_row_offset, True), ("KEPT_BYTES", lay.kept_bytes, False),
+        ("SCALE_REGION_OFFSET", lay.scale_region_offset, True), ("SCALE_REGION_BYTES", lay.scale_region_bytes, False),
+        ("SCALE_STRIDE", lay.scale_stride, True), ("SCALE_UNIT", lay.scale_unit, True),
+        ("SCALE_BYTES", lay.scale_bytes, True), ("BLOCKS_PER_TOKEN", lay.blocks_per_token, True),
+        ("BLOCK", lay.block, True), ("PADDING_BYTES", lay.padding_bytes, False), ("HEAD_DIM", spec.head_dim, True),
+        ("ROPE_DIM", r, True), ("WARPS_PER_BLOCK", spec.launch.warps_per_block, True),
+        ("TOKENS_PER_WARP", spec.launch.tokens_per_warp, True),
+        ("THREADS_PER_BLOCK", threads_per_block(spec), False), ("TOKENS_PER_BLOCK", tokens_per_block(spec), False),
+    ]
+    kernel = [
+        ("VALUES_PER_LANE", Vi),
+        ("ROPE_START", lay.rope_span.start), ("QUANT_START", lay.quant_span.start), ("QUANT_DIM", lay.quant_span.size),
+        ("KEPT_START", lay.kept_span.start), ("KEPT_DIM", lay.kept_span.size),
+        ("STORE_VECTOR_BYTES", store_vector_bytes(lay)), ("KEPT_VECTOR_BYTES", kept_vector_bytes(lay)),
+        ("EPS", float_hex(spec.norm.eps) if math.isfinite(spec.norm.eps) else "0.0f"),
+        ("AMAX_FLOOR", float_hex(s.amax_floor) if math.isfinite(s.amax_floor) else "0.0f"),
+        ("QUANT_MAX", float_hex(QUANT_MAX.get(s.dtype, 1.0))),
+        ("INV_QUANT_MAX", float_hex(1.0 / QUANT_MAX.get(s.dtype, 1.0))),
+        ("HADAMARD_SCALE", float_hex(had_scale)),
+        ("MIN_BLOCKS_PER_SM", spec.launch.min_blocks_per_sm),
+        # the lane mapping of the spans (lane l owns values [l*V, (l+1)*V))
+        ("ROPE_LANE0", _q(lay.rope_span.start, Vi)), ("ROPE_LANES", _q(lay.rope_span.size, Vi)),
+        ("ROPE_HALF_LANES", _q(r // 2, Vi) if r > 0 else 0),  # lanes between NeoX partners
+        ("QUANT_LANE0", _q(lay.quant_span.start, Vi)), ("QUANT_LANES", _q(lay.quant_span.size, Vi)),
+        ("KEPT_LANE0", _q(lay.kept_span.start, Vi)), ("KEPT_LANES", _q(lay.kept_span.size, Vi)),
+        ("BLOCK_LANES", _q(lay.block, Vi)),
+        ("IN_LANE_BYTES", Vi * INPUT_BYTES[spec.input_dtype]),  # bytes of x (and weight, bias) per lane
+        ("FREQS_LANE_FLOATS", (2 * Vi if neox else Vi) if r > 0 else 0),  # freqs floats per rope lane
+        ("QUANT_LANE_BITS", Vi * bits),  # bits of quantized values per lane (4 = two lanes share a byte)
+        ("QUANT_LANE_BYTES", lane_bytes(lay, bits)),
+        ("KEPT_LANE_BYTES", lane_bytes(lay, 16) if lay.kept_bytes else 0),
+        ("PAGE_SHIFT", P.bit_length() - 1 if is_pow2(P) else 0),  # slot -> (page, token): shift and mask
+    ]
+    return ([Constant(n, v, kernel=k, host=True) for n, v, k in host]
+            + [Constant(n, v) for n, v in kernel])
+
+
+def host_constants(lay: Layout) -> dict[str, int | str]:
     """The byte math an engine's allocator needs, by name (rendered as C++ and Python constants)."""
-    spec = lay.spec
-    return {
-        "PAGE_SIZE": lay.page_size,
-        "BYTES_PER_TOKEN": lay.bytes_per_token,
-        "PAGE_BYTES": lay.page_bytes,
-        "ROW_BYTES": lay.row_bytes,
-        "ROWS_BYTES": lay.rows_bytes,
-        "QUANT_ROW_OFFSET": lay.quant_row_offset,
-        "QUANT_BYTES": lay.quant_bytes,
-        "KEPT_ROW_OFFSET": lay.kept_row_offset,
-        "KEPT_BYTES": lay.kept_bytes,
-        "SCALE_REGION_OFFSET": lay.scale_region_offset,
-        "SCALE_REGION_BYTES": lay.scale_region_bytes,
-        "SCALE_STRIDE": lay.scale_stride,
-        "SCALE_UNIT": lay.scale_unit,
-        "SCALE_BYTES": lay.scale_bytes,
-        "BLOCKS_PER_TOKEN": lay.blocks_per_token,
-        "BLOCK": lay.block,
-        "PADDING_BYTES": lay.padding_bytes,
-        "HEAD_DIM": spec.head_dim,
-        "ROPE_DIM": spec.rope.dim,
-        "WARPS_PER_BLOCK": spec.launch.warps_per_block,
-        "TOKENS_PER_WARP": spec.launch.tokens_per_warp,
-        "THREADS_PER_BLOCK": threads_per_block(spec),
-        "TOKENS_PER_BLOCK": tokens_per_block(spec),
-    }
+    return {c.name: c.value for c in constants(lay) if c.host}

@@ -2,7 +2,7 @@
 
 It performs the arithmetic of docs/numerics.md operation by operation, so that it writes the same
 bytes as the CUDA kernel. Every byte offset comes from `kgen.layout` (`spans`, `value_offset`,
-`scale_offset`, `row_parts`, `kernel_constants`); nothing here computes one on its own.
+`scale_offset`, `row_parts`, `constants`); nothing here computes one on its own.
 
 Device-agnostic (CPU or CUDA tensors), vectorized over tokens. Rules followed so that torch
 rounds exactly like the kernel:
@@ -14,7 +14,7 @@ rounds exactly like the kernel:
 * `1 / sqrt(x)` is an IEEE division of ones by a correctly rounded sqrt (`sqrt_rn`; never
   `torch.rsqrt`, and not `torch.sqrt` either: on CPU it is off by one ulp for ~17% of fp32 inputs);
 * fp32 constants (eps, amax floor, 1/QMAX, Hadamard scale) are the exact fp32 values of
-  `layout.kernel_constants`, held in fp32 tensors;
+  `layout.constants`, held in fp32 tensors;
 * sums follow the warp order (`warp_sum`); maxima are order-independent (`amax`).
 
 Stage functions (all take/return fp32 `[N, head_dim]` unless noted):
@@ -84,10 +84,10 @@ def _hexf(s: str) -> float:
 
 def constants(spec: Spec | L.Layout) -> dict[str, float]:
     """The fp32 constants of the arithmetic, exactly as the kernel's config header defines them."""
-    k = L.kernel_constants(_layout(spec))
-    return {name: _hexf(k[key]) for name, key in (
-        ("eps", "kEps"), ("amax_floor", "kAmaxFloor"), ("qmax", "kQuantMax"),
-        ("inv_qmax", "kInvQuantMax"), ("hadamard_scale", "kHadamardScale"))}
+    k = {c.name: c.value for c in L.constants(_layout(spec))}
+    return {name: _hexf(str(k[key])) for name, key in (
+        ("eps", "EPS"), ("amax_floor", "AMAX_FLOOR"), ("qmax", "QUANT_MAX"),
+        ("inv_qmax", "INV_QUANT_MAX"), ("hadamard_scale", "HADAMARD_SCALE"))}
 
 
 def _f32(value: float, like: torch.Tensor) -> torch.Tensor:
@@ -385,19 +385,13 @@ def pack_row(spec: Spec, qz: Quantized) -> torch.Tensor:
 
 
 def token_byte_columns(spec: Spec | L.Layout) -> torch.Tensor:
-    """int64 [P, written_bytes_per_token]: for a token at slot t of a page, the page
-    column of each byte of (its row, then its scales g = 0, 1, ...), from `value_offset` and
-    `scale_offset`. Scale-slot padding and page padding appear nowhere (never written)."""
+    """int64 [P, written_bytes_per_token]: for a token at slot t of a page, the page column of each
+    byte it writes, in the order `Layout.owned` gives (its row, then its scales)."""
     lay = _layout(spec)
-    P = lay.page_size
-    rows = torch.tensor([lay.value_offset(t) for t in range(P)], dtype=torch.int64)
-    cols = rows[:, None] + torch.arange(lay.row_bytes)
-    G = lay.blocks_per_token if lay.scale_unit else 0
-    if G:
-        sc = torch.tensor([[lay.scale_offset(t, g) for g in range(G)] for t in range(P)], dtype=torch.int64)
-        sc = (sc[:, :, None] + torch.arange(lay.scale_unit)).reshape(P, G * lay.scale_unit)
-        cols = torch.cat((cols, sc), dim=1)
-    return cols
+    cols: list[list[int]] = [[] for _ in range(lay.page_size)]
+    for o in lay.owned():
+        cols[o.token] += range(o.offset, o.offset + o.size)
+    return torch.tensor(cols, dtype=torch.int64).reshape(lay.page_size, lay.written_bytes_per_token)
 
 
 def _slots(lay: L.Layout, cache: torch.Tensor, locs: torch.Tensor):

@@ -100,10 +100,6 @@ def _one_line(text: str) -> str:
     return " ".join(text.replace("\\", "/").split())
 
 
-def _cxx_name(upper_snake: str) -> str:
-    return "k" + "".join(part.capitalize() for part in upper_snake.lower().split("_"))
-
-
 def _fp32_problems(spec: Spec) -> list[Problem]:
     """Positive float fields whose fp32 value is inf or 0: the kernel (fp32) cannot express them."""
     out = []
@@ -166,8 +162,10 @@ def _constants(spec: Spec) -> tuple[list[dict], L.Layout, bool]:
         ("long long", "kScaleStrideRaw", str(spec.layout.scale_stride or 0)),
         ("bool", "kLayoutComputed", _bool(computed)),
     ]
-    derived = {**L.kernel_constants(lay), **L.lane_constants(lay)}
-    for name, value in derived.items():
+    for c in L.constants(lay):
+        if not c.kernel:
+            continue
+        name, value = c.cxx, c.value
         if isinstance(value, str):
             rows.append(("float", name, value))
         else:
@@ -223,11 +221,11 @@ def render_variant(spec: Spec) -> RenderedVariant:
                    "STORE_DTYPE": spec.store.dtype, "STORE_SCALE": spec.store.scale,
                    "ROPE_DTYPE": spec.store.rope_dtype or "none"}
         hv = dict(uri=uri, description=_one_line(spec.description), strings=strings,
-                  ints=[{"name": k, "cxx": _cxx_name(k), "value": v} for k, v in host.items()],
+                  ints=[{"name": k, "cxx": L.cxx_name(k), "value": v} for k, v in host.items()],
                   regions=[{"name": r.name, "offset": r.offset, "size": r.size} for r in lay.regions()],
                   row_parts=[{"name": r.name, "offset": r.offset, "size": r.size} for r in lay.row_parts()])
         files[f"{uri}/host.h"] = _render("variant/host.h.j2", **hv, cxx_strings=[
-            {"cxx": _cxx_name(k), "value": v} for k, v in strings.items()])
+            {"cxx": L.cxx_name(k), "value": v} for k, v in strings.items()])
         files[f"{uri}/host.py"] = _render("variant/host.py.j2", **hv)
     return RenderedVariant(uri=uri, files=files, kernel_file=f"{uri}/kernel.cu",
                            name_expression=name_expression(uri))

@@ -180,6 +180,27 @@ def test_accepted_layouts_are_sound(data):
 
 @settings(max_examples=60)
 @given(valid_specs(max_page_size=64))
+def test_byte_ownership(data):
+    """Layout.owned: each token owns exactly its written bytes, disjoint from every other token's,
+    and the rest of the page (scale-slot and page padding) belongs to nobody."""
+    lay = L.compute(Spec.model_validate(data))
+    owned = lay.owned()
+    per_token = [sum(o.size for o in owned if o.token == t) for t in range(lay.page_size)]
+    assert per_token == [lay.written_bytes_per_token] * lay.page_size
+    cols = sorted(c for o in owned for c in range(o.offset, o.offset + o.size))
+    assert len(cols) == len(set(cols)) and cols[-1] < lay.page_bytes
+    roles, start = lay.byte_owners()
+    assert sum(r is not None for r in roles) == len(cols)
+    for o in owned:  # an element starts inside its own range, at a multiple of its width
+        assert all(roles[c] == o.role for c in range(o.offset, o.offset + o.size))
+        assert all(o.offset <= start[c] <= c and (start[c] - o.offset) % o.element_bytes == 0
+                   for c in range(o.offset, o.offset + o.size))
+    assert {o.role for o in owned} == ({"values"} | ({"rope"} if lay.kept_bytes else set())
+                                       | ({"scale"} if lay.scale_unit else set()))
+
+
+@settings(max_examples=60)
+@given(valid_specs(max_page_size=64))
 def test_accepted_specs_round_trip_through_yaml(data):
     """What valid_specs() draws stays valid when written as a file (what compile/GPU tests do)."""
     from kgen.validate import validate_path

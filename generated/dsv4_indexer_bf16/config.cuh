@@ -25,24 +25,28 @@ struct dsv4_indexer_bf16 {
   static constexpr bool                kScaleStrideSet = false;
   static constexpr long long           kScaleStrideRaw = 0;
   static constexpr bool                kLayoutComputed = true;
-  static constexpr long long           kHeadDim = 128;
-  static constexpr long long           kValuesPerLane = 4;
-  static constexpr long long           kRopeDim = 64;
-  static constexpr long long           kRopeStart = 64;
-  static constexpr long long           kQuantStart = 0;
-  static constexpr long long           kQuantDim = 128;
-  static constexpr long long           kKeptStart = 64;
-  static constexpr long long           kKeptDim = 0;
-  static constexpr long long           kBlock = 128;
-  static constexpr long long           kBlocksPerToken = 0;
   static constexpr long long           kPageSize = 64;
+  static constexpr long long           kBytesPerToken = 256;
+  static constexpr long long           kPageBytes = 16384;
   static constexpr long long           kRowBytes = 256;
   static constexpr long long           kQuantRowOffset = 0;
   static constexpr long long           kKeptRowOffset = 256;
   static constexpr long long           kScaleRegionOffset = 16384;
   static constexpr long long           kScaleStride = 0;
   static constexpr long long           kScaleUnit = 0;
-  static constexpr long long           kPageBytes = 16384;
+  static constexpr long long           kScaleBytes = 0;
+  static constexpr long long           kBlocksPerToken = 0;
+  static constexpr long long           kBlock = 128;
+  static constexpr long long           kHeadDim = 128;
+  static constexpr long long           kRopeDim = 64;
+  static constexpr long long           kWarpsPerBlock = 8;
+  static constexpr long long           kTokensPerWarp = 2;
+  static constexpr long long           kValuesPerLane = 4;
+  static constexpr long long           kRopeStart = 64;
+  static constexpr long long           kQuantStart = 0;
+  static constexpr long long           kQuantDim = 128;
+  static constexpr long long           kKeptStart = 64;
+  static constexpr long long           kKeptDim = 0;
   static constexpr long long           kStoreVectorBytes = 8;
   static constexpr long long           kKeptVectorBytes = 0;
   static constexpr float               kEps = 0x1.0c6f7a0000000p-20f;
@@ -50,8 +54,6 @@ struct dsv4_indexer_bf16 {
   static constexpr float               kQuantMax = 0x1.0000000000000p+0f;
   static constexpr float               kInvQuantMax = 0x1.0000000000000p+0f;
   static constexpr float               kHadamardScale = 0x1.6a09e60000000p-4f;
-  static constexpr long long           kWarpsPerBlock = 8;
-  static constexpr long long           kTokensPerWarp = 2;
   static constexpr long long           kMinBlocksPerSm = 0;
   static constexpr long long           kRopeLane0 = 16;
   static constexpr long long           kRopeLanes = 16;
@@ -67,8 +69,6 @@ struct dsv4_indexer_bf16 {
   static constexpr long long           kQuantLaneBytes = 8;
   static constexpr long long           kKeptLaneBytes = 0;
   static constexpr long long           kPageShift = 6;
-  static constexpr long long           kScaleBytes = 0;
-  static constexpr long long           kBytesPerToken = 256;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
   // describes it (ABI version 1) and packs the same bytes for every launch.

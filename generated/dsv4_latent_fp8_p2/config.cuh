@@ -25,24 +25,28 @@ struct dsv4_latent_fp8_p2 {
   static constexpr bool                kScaleStrideSet = true;
   static constexpr long long           kScaleStrideRaw = 8;
   static constexpr bool                kLayoutComputed = true;
-  static constexpr long long           kHeadDim = 512;
-  static constexpr long long           kValuesPerLane = 16;
-  static constexpr long long           kRopeDim = 64;
-  static constexpr long long           kRopeStart = 448;
-  static constexpr long long           kQuantStart = 0;
-  static constexpr long long           kQuantDim = 448;
-  static constexpr long long           kKeptStart = 448;
-  static constexpr long long           kKeptDim = 64;
-  static constexpr long long           kBlock = 64;
-  static constexpr long long           kBlocksPerToken = 7;
   static constexpr long long           kPageSize = 2;
+  static constexpr long long           kBytesPerToken = 584;
+  static constexpr long long           kPageBytes = 1728;
   static constexpr long long           kRowBytes = 576;
   static constexpr long long           kQuantRowOffset = 0;
   static constexpr long long           kKeptRowOffset = 448;
   static constexpr long long           kScaleRegionOffset = 1152;
   static constexpr long long           kScaleStride = 8;
   static constexpr long long           kScaleUnit = 1;
-  static constexpr long long           kPageBytes = 1728;
+  static constexpr long long           kScaleBytes = 7;
+  static constexpr long long           kBlocksPerToken = 7;
+  static constexpr long long           kBlock = 64;
+  static constexpr long long           kHeadDim = 512;
+  static constexpr long long           kRopeDim = 64;
+  static constexpr long long           kWarpsPerBlock = 8;
+  static constexpr long long           kTokensPerWarp = 2;
+  static constexpr long long           kValuesPerLane = 16;
+  static constexpr long long           kRopeStart = 448;
+  static constexpr long long           kQuantStart = 0;
+  static constexpr long long           kQuantDim = 448;
+  static constexpr long long           kKeptStart = 448;
+  static constexpr long long           kKeptDim = 64;
   static constexpr long long           kStoreVectorBytes = 16;
   static constexpr long long           kKeptVectorBytes = 16;
   static constexpr float               kEps = 0x1.0c6f7a0000000p-20f;
@@ -50,8 +54,6 @@ struct dsv4_latent_fp8_p2 {
   static constexpr float               kQuantMax = 0x1.c000000000000p+8f;
   static constexpr float               kInvQuantMax = 0x1.24924a0000000p-9f;
   static constexpr float               kHadamardScale = 0x1.6a09e60000000p-5f;
-  static constexpr long long           kWarpsPerBlock = 8;
-  static constexpr long long           kTokensPerWarp = 2;
   static constexpr long long           kMinBlocksPerSm = 0;
   static constexpr long long           kRopeLane0 = 28;
   static constexpr long long           kRopeLanes = 4;
@@ -67,8 +69,6 @@ struct dsv4_latent_fp8_p2 {
   static constexpr long long           kQuantLaneBytes = 16;
   static constexpr long long           kKeptLaneBytes = 32;
   static constexpr long long           kPageShift = 1;
-  static constexpr long long           kScaleBytes = 7;
-  static constexpr long long           kBytesPerToken = 584;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
   // describes it (ABI version 1) and packs the same bytes for every launch.
