@@ -5,12 +5,12 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 SPECS   := $(wildcard specs/*.yaml)
 
-.PHONY: install demo test test-gpu render compile wheels device-check clean
+.PHONY: install demo test lint test-gpu render compile wheels device-check clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[torch,test]'
+	$(BIN)/pip install -q -e '.[torch,test,lint]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -23,6 +23,11 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# ruff (style, imports, bugbear) and mypy over the package (config: pyproject.toml)
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .whl build *.egg-info

@@ -274,13 +274,13 @@ class KernelAbi:
                 continue
             _check_tensor(f, t, spec, lay, dims)
         scalars: dict[str, int | float] = {}
-        for f in self.fields:
-            if isinstance(f, Scalar):
-                v = f.value(dims, lay)
-                lo, hi = INT_RANGE.get(f.type, (None, None))
-                if lo is not None and not lo <= v <= hi:
-                    raise ArgumentError(f"{f.source}: {v} does not fit the kernel's {f.type} {f.name}")
-                scalars[f.name] = v
+        for s in self.fields:
+            if isinstance(s, Scalar):
+                v = s.value(dims, lay)
+                bounds = INT_RANGE.get(s.type)
+                if bounds is not None and not bounds[0] <= v <= bounds[1]:
+                    raise ArgumentError(f"{s.source}: {v} does not fit the kernel's {s.type} {s.name}")
+                scalars[s.name] = v
         present = {f.name: (tensors.get(f.name) if f.present(spec) else None) for f in self.tensors}
         if require_cuda:
             check_devices(present)

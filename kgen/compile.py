@@ -523,7 +523,9 @@ _KGEN_DIR = Path(__file__).resolve().parent
 def _kgen_digest() -> str:
     """sha256 over kgen's code and templates (what validation and rendering depend on)."""
     h = hashlib.sha256()
-    for root in (_KGEN_DIR, _KGEN_DIR.parent / "templates"):
+    from .resources import TEMPLATES
+
+    for root in dict.fromkeys((_KGEN_DIR, TEMPLATES)):
         if not root.is_dir():
             continue
         for dirpath, dirnames, filenames in os.walk(root):
@@ -532,7 +534,7 @@ def _kgen_digest() -> str:
                 if name.endswith((".pyc", ".pyo")):
                     continue
                 p = Path(dirpath, name)
-                h.update(str(p.relative_to(root.parent)).encode() + b"\0")
+                h.update(str(p.relative_to(root.parent)).encode() + b"\0")  # kgen/..., templates/...
                 h.update(hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()
 

@@ -386,7 +386,7 @@ def constants(lay: Layout) -> list[Constant]:
     neox = spec.rope.style == "neox"
     P = lay.page_size
     had_scale = float(np.float32(1.0) / np.sqrt(np.float32(spec.head_dim))) if spec.head_dim > 0 else 1.0
-    host = [
+    host: list[tuple[str, int, bool]] = [  # name, value, also in the kernel config
         ("PAGE_SIZE", P, True), ("BYTES_PER_TOKEN", lay.bytes_per_token, True), ("PAGE_BYTES", lay.page_bytes, True),
         ("ROW_BYTES", lay.row_bytes, True), ("ROWS_BYTES", lay.rows_bytes, False),
         ("QUANT_ROW_OFFSET", lay.quant_row_offset, True), ("QUANT_BYTES", lay.quant_bytes, False),
@@ -399,7 +399,7 @@ def constants(lay: Layout) -> list[Constant]:
         ("TOKENS_PER_WARP", spec.launch.tokens_per_warp, True),
         ("THREADS_PER_BLOCK", threads_per_block(spec), False), ("TOKENS_PER_BLOCK", tokens_per_block(spec), False),
     ]
-    kernel = [
+    kernel: list[tuple[str, int | str]] = [
         ("VALUES_PER_LANE", Vi),
         ("ROPE_START", lay.rope_span.start), ("QUANT_START", lay.quant_span.start), ("QUANT_DIM", lay.quant_span.size),
         ("KEPT_START", lay.kept_span.start), ("KEPT_DIM", lay.kept_span.size),

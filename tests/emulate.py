@@ -24,8 +24,8 @@ def build(spec: Spec, work: Path, *, sanitize: bool = False) -> Path:
     for name in ("kernel.cu", "config.cuh"):  # kernel.cu includes "config.cuh" beside it
         (work / name).write_text(rv.files[f"{rv.uri}/{name}"])
     exe = work / ("run_asan" if sanitize else "run")
-    r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-w", *(SANITIZE if sanitize else []),
-                        "-I", str(SHIM), "-I", str(include_dirs()[0]),
+    r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-w",
+                        *(SANITIZE if sanitize else []), "-I", str(SHIM), "-I", str(include_dirs()[0]),
                         f'-DKGEN_KERNEL_CU="{work / "kernel.cu"}"', f"-DKGEN_KERNEL={rv.name_expression}",
                         str(SHIM / "run.cc"), "-o", str(exe)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
