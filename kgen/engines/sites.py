@@ -24,7 +24,7 @@ import libcst as cst
 from ..diagnostics import KgenError, Problem
 from ..layout import Layout
 from ..spec import Spec
-from .pyeval import Evaluator, Function, Unknown
+from .pyeval import Evaluator, Unknown
 from .tree import EngineTree, Parsed
 
 
@@ -209,10 +209,6 @@ def run_patch(tree: EngineTree, adapter: Adapter, spec: Spec, lay: Layout, spec_
 # helpers the site tables share
 
 
-def function_in(ctx: Ctx, parsed: Parsed, node: cst.FunctionDef, cls: cst.ClassDef | None = None) -> Function:
-    return Function(node, parsed.scope, cls)
-
-
 def parse_statement(code: str) -> cst.BaseStatement:
     return cst.parse_statement(code)
 
@@ -263,10 +259,6 @@ def ensure_import(ctx: Ctx, parsed: Parsed) -> Parsed:
     module = parsed.module.with_changes(body=body)
     ctx.tree.write(parsed.rel, module.code)
     return ctx.tree.parse(parsed.rel)
-
-
-def mentions(node: cst.CSTNode, parsed: Parsed, text: str) -> bool:
-    return text in parsed.module.code_for_node(node)
 
 
 class _InsertAround(cst.CSTTransformer):

@@ -211,31 +211,6 @@ def calls(fn: cst.CSTNode, callee: str) -> list[cst.Call]:
     return collect(fn, cst.Call, match)
 
 
-def statement_of(parsed: Parsed, node: cst.CSTNode) -> cst.BaseStatement:
-    """The statement (line or compound) that holds `node`."""
-    parents: dict[cst.CSTNode, cst.CSTNode] = {}
-
-    class _Parents(cst.CSTVisitor):
-        def __init__(self):
-            self.stack: list[cst.CSTNode] = []
-
-        def on_visit(self, n):
-            if self.stack:
-                parents[n] = self.stack[-1]
-            self.stack.append(n)
-            return True
-
-        def on_leave(self, original_node):
-            self.stack.pop()
-
-    parsed.module.visit(_Parents())
-    cur: cst.CSTNode = node
-    while cur in parents and not isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-        cur = parents[cur]
-    assert isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
-    return cur
-
-
 def collect_all(node: cst.CSTNode) -> list[cst.CSTNode]:
     """Every node under `node` (itself included)."""
     out: list[cst.CSTNode] = []
