@@ -82,7 +82,7 @@ class ModuleScope:
                     elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
                         mod = _module_name(small)
                         for alias in small.names:
-                            local = alias.asname.name.value if alias.asname else dotted(alias.name)
+                            local = dotted(alias.asname.name) if alias.asname else dotted(alias.name)
                             if local and mod:
                                 self.imports[str(local)] = (mod, str(dotted(alias.name)))
 

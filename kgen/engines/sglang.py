@@ -29,7 +29,16 @@ from .sites import (
     parse_statement,
     replace_node,
 )
-from .tree import Drift, assignments, calls, collect, collect_all, find_class, find_classes_with, find_method
+from .tree import (
+    Drift,
+    assignments,
+    calls,
+    collect,
+    collect_all,
+    find_class,
+    find_classes_with,
+    find_method,
+)
 
 POOL = "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
 CONFIGURATOR = "python/sglang/srt/model_executor/pool_configurator.py"
@@ -148,18 +157,18 @@ def _fp4_read(ctx: Ctx):
 
 
 def audit_pool_flag(ctx: Ctx) -> None:
-    parsed, cls, init, anchor = _fp4_read(ctx)
+    parsed, _cls, init, anchor = _fp4_read(ctx)
     if ctx.mode.flag and not assignments(init, "self.kgen_indexer"):
         ctx.report("engine-flag", parsed, anchor, f"the indexer pool never reads --{FLAG.replace('_', '-')}: it "
                    f"sizes {ctx.name}'s pages from the engine's own flags", ctx.patch_fix)
 
 
 def patch_pool_flag(ctx: Ctx) -> None:
-    parsed, cls, init, anchor = _fp4_read(ctx)
+    parsed, _cls, init, anchor = _fp4_read(ctx)
     if assignments(init, "self.kgen_indexer"):
         return
     parsed = ensure_import(ctx, parsed)
-    parsed, cls, init, anchor = _fp4_read(ctx)
+    parsed, _cls, init, anchor = _fp4_read(ctx)
     holder = next(s for s in collect(init, cst.SimpleStatementLine) if _holds(s, anchor))
     around_statement(ctx, parsed, holder, [parse_statement(f"self.kgen_indexer = {PKG}.enabled()\n")], "after")
 
@@ -182,11 +191,11 @@ def audit_pool_bytes(ctx: Ctx) -> None:
 
 
 def patch_pool_bytes(ctx: Ctx) -> None:
-    parsed, cls, method = _bytes_method(ctx)
+    parsed, _cls, method = _bytes_method(ctx)
     if _kgen_code(ctx, method, parsed):
         return
     parsed = ensure_import(ctx, parsed)
-    parsed, cls, method = _bytes_method(ctx)
+    parsed, _cls, method = _bytes_method(ctx)
     stmt = parse_statement(f"if self.kgen_indexer:\n    return {PKG}.host.BYTES_PER_TOKEN\n")
     insert_statements(ctx, parsed, method, _after_docstring(method), [stmt])
 
@@ -263,11 +272,11 @@ def audit_budget(ctx: Ctx) -> None:
 
 
 def patch_budget(ctx: Ctx) -> None:
-    parsed, cls, method, assign = _budget(ctx)
+    parsed, _cls, _method, assign = _budget(ctx)
     if _kgen_code(ctx, assign, parsed):
         return
     parsed = ensure_import(ctx, parsed)
-    parsed, cls, method, assign = _budget(ctx)
+    parsed, _cls, _method, assign = _budget(ctx)
     new = expression(f"{PKG}.host.BYTES_PER_TOKEN if {PKG}.enabled() else ({code_of(parsed, assign.value)})")
     replace_node(ctx, parsed, assign.value, new)
 
@@ -289,14 +298,14 @@ def _store(ctx: Ctx):
 
 
 def audit_store(ctx: Ctx) -> None:
-    parsed, cls, method, call = _store(ctx)
+    parsed, _cls, method, call = _store(ctx)
     routed = calls(method, f"{PKG}.store")
     if ctx.mode.flag:
         if not routed:
             ctx.report("engine-store", parsed, call, f"with --{FLAG.replace('_', '-')} the indexer store still "
                        f"calls the engine's kernel, not kgen's op for {ctx.name}", ctx.patch_fix)
         return
-    key, written = ctx.native_encoding()
+    _key, written = ctx.native_encoding()
     want = encoding_of(ctx.layout)
     if written != want:
         ctx.report("engine-store", parsed, call, f"the indexer store (compress_norm_rope_store, the engine's JIT "
@@ -311,7 +320,7 @@ def _kwarg(call: cst.Call, name: str, parsed, ctx: Ctx) -> str:
 
 
 def patch_store(ctx: Ctx) -> None:
-    parsed, cls, method, call = _store(ctx)
+    parsed, _cls, method, call = _store(ctx)
     if calls(method, f"{PKG}.store"):
         return
     bound = {p.name.value for p in method.params.params} | {
@@ -326,7 +335,7 @@ def patch_store(ctx: Ctx) -> None:
             _kwarg(call, "norm_weight", parsed, ctx), _kwarg(call, "freq_cis", parsed, ctx),
             _kwarg(call, "out_loc", parsed, ctx), _kwarg(call, "kvcache", parsed, ctx)]
     parsed = ensure_import(ctx, parsed)
-    parsed, cls, method, call = _store(ctx)
+    parsed, _cls, method, call = _store(ctx)
     holder = next(s for s in collect(method, cst.SimpleStatementLine) if _holds(s, call))
     routed = parse_statement(f"{PKG}.store({', '.join(args)})\n")
     new_if = cst.If(test=expression(f"is_indexer and {PKG}.enabled()"), body=cst.IndentedBlock([routed]),
@@ -428,11 +437,11 @@ def audit_reader(ctx: Ctx) -> None:
 
 
 def patch_reader(ctx: Ctx) -> None:
-    parsed, cls, method, assign = _view_width(ctx)
+    parsed, _cls, _method, assign = _view_width(ctx)
     if _kgen_code(ctx, assign, parsed):
         return
     parsed = ensure_import(ctx, parsed)
-    parsed, cls, method, assign = _view_width(ctx)
+    parsed, _cls, _method, assign = _view_width(ctx)
     new = expression(f"{PKG}.host.BYTES_PER_TOKEN if {PKG}.enabled() else ({code_of(parsed, assign.value)})")
     replace_node(ctx, parsed, assign.value, new)
 
@@ -447,7 +456,7 @@ def _scorer(ctx: Ctx):
 
 
 def audit_scorer(ctx: Ctx) -> None:
-    parsed, cls, method, found = _scorer(ctx)
+    parsed, _cls, _method, found = _scorer(ctx)
     ours = [a for a in found if dotted(a.value) == f"{PKG}.logits"]
     if ctx.mode.flag:
         if not ours:
@@ -455,7 +464,7 @@ def audit_scorer(ctx: Ctx) -> None:
                        f"with the engine's kernels, which cannot read {ctx.name}", ctx.patch_fix)
         return
     want = encoding_of(ctx.layout)
-    key, reads = ctx.native_encoding()
+    _key, reads = ctx.native_encoding()
     if reads.storage() != want.storage():
         names = sorted({dotted(a.value) or code_of(parsed, a.value) for a in found if a not in ours})
         ctx.report("engine-scorer", parsed, found[0], f"the indexer scores with {', '.join(names)}, which read "
@@ -464,11 +473,11 @@ def audit_scorer(ctx: Ctx) -> None:
 
 
 def patch_scorer(ctx: Ctx) -> None:
-    parsed, cls, method, found = _scorer(ctx)
+    parsed, _cls, method, found = _scorer(ctx)
     if any(dotted(a.value) == f"{PKG}.logits" for a in found):
         return
     parsed = ensure_import(ctx, parsed)
-    parsed, cls, method, found = _scorer(ctx)
+    parsed, _cls, method, found = _scorer(ctx)
     # after the top-level statement of the method that makes the engine's last choice
     last = found[-1]
     holder = next(s for s in method.body.body if _holds(s, last))
@@ -498,11 +507,11 @@ def audit_nonpaged(ctx: Ctx) -> None:
 
 
 def patch_nonpaged(ctx: Ctx) -> None:
-    parsed, cls, method = _nonpaged(ctx)
+    parsed, _cls, method = _nonpaged(ctx)
     if _kgen_code(ctx, method, parsed):
         return
     parsed = ensure_import(ctx, parsed)
-    parsed, cls, method = _nonpaged(ctx)
+    parsed, _cls, method = _nonpaged(ctx)
     stmt = parse_statement(f"if {PKG}.enabled():\n    return False\n")
     insert_statements(ctx, parsed, method, _after_docstring(method), [stmt])
 
@@ -513,7 +522,7 @@ def patch_nonpaged(ctx: Ctx) -> None:
 
 def _flag_read(ctx: Ctx) -> tuple[str, str]:
     """How SGLang reads a server flag, taken from the pool's own fp4 read: (import line, expression)."""
-    parsed, cls, init, anchor = _fp4_read(ctx)
+    parsed, _cls, _init, anchor = _fp4_read(ctx)
     expr = code_of(parsed, anchor.value)
     if not expr.endswith(f".{FP4_FLAG}"):
         raise KgenError([Problem("engine-anchor", f"the indexer pool reads its fp4 flag as '{expr}', not as a server "

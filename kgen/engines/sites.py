@@ -251,9 +251,8 @@ def ensure_import(ctx: Ctx, parsed: Parsed) -> Parsed:
         if isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, (cst.Import, cst.ImportFrom))
                                                              for s in stmt.body):
             last = i
-        elif not (isinstance(stmt, cst.SimpleStatementLine) and i == 0):  # a docstring may come first
-            if last >= 0:
-                break
+        elif not (isinstance(stmt, cst.SimpleStatementLine) and i == 0) and last >= 0:  # a docstring may come first
+            break
     stmt = cst.parse_statement(line + "\n")
     body.insert(last + 1, stmt)
     module = parsed.module.with_changes(body=body)

@@ -175,7 +175,8 @@ class _Collect(cst.CSTVisitor):
     """Every node of a type inside a function, not descending into nested functions/classes."""
 
     def __init__(self, kind: type, predicate) -> None:
-        self.kind, self.predicate, self.found = kind, predicate, []
+        self.kind, self.predicate = kind, predicate
+        self.found: list[cst.CSTNode] = []
         self._depth = 0
 
     def on_visit(self, node: cst.CSTNode) -> bool:

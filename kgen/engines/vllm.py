@@ -15,7 +15,15 @@ import libcst as cst
 from ..layout import compute
 from .pyeval import Function, dotted
 from .sites import Adapter, Ctx, Encoding, Site, encoding_of
-from .tree import Drift, calls, collect, collect_all, find_class, find_function, find_method
+from .tree import (
+    Drift,
+    calls,
+    collect,
+    collect_all,
+    find_class,
+    find_function,
+    find_method,
+)
 
 ATTENTION = "vllm/model_executor/models/deepseek_v4/attention.py"
 COMPRESSOR = "vllm/model_executor/models/deepseek_v4/compressor.py"
@@ -99,7 +107,7 @@ def audit_dtype_gate(ctx: Ctx) -> None:
     value = parsed.scope.constants.get("DSA_INDEXER_KV_DTYPES")
     if not isinstance(value, (cst.Tuple, cst.List)):
         raise Drift(ctx.tree.path(rel), "DSA_INDEXER_KV_DTYPES = (...)", 0, "indexer dtype gate")
-    names = [e.value.evaluated_value for e in value.elements if isinstance(e.value, cst.SimpleString)]
+    names = [str(e.value.evaluated_value) for e in value.elements if isinstance(e.value, cst.SimpleString)]
     key = ctx.mode.native
     if key not in names:
         ctx.report("engine-dtype", parsed, value, f"the indexer backend accepts kv cache dtypes {', '.join(names)} "
