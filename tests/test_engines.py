@@ -233,6 +233,11 @@ def test_patch_to_file_and_json(tree, tmp_path):
     assert [w["rule"] for w in data["warnings"]] == ["engine-store-plan"]
 
 
+def int_literals(tree_: ast.AST) -> list[int]:
+    return sorted(n.value for n in ast.walk(tree_) if isinstance(n, ast.Constant)
+                  and isinstance(n.value, int) and not isinstance(n.value, bool))
+
+
 def _strip_kgen(tree_: ast.AST) -> ast.AST:
     """The module with kgen's additions removed: flag branches, the import, the flag field/read."""
 
@@ -274,9 +279,7 @@ def test_flag_off_ast_equal_and_branches_read_generated_constants(tree, name):
         new, old = ast.parse(p.read_text()), ast.parse((orig_root / p.relative_to(root)).read_text())
         assert ast.dump(_strip_kgen(new)) == ast.dump(old), p
         # no new literals: the kgen branches read the generated constants only
-        lits = lambda t: sorted(repr(n.value) for n in ast.walk(t) if isinstance(n, ast.Constant)
-                                and isinstance(n.value, int) and not isinstance(n.value, bool))
-        assert lits(new) == lits(old), p
+        assert int_literals(new) == int_literals(old), p
         for node in ast.walk(new):
             if isinstance(node, (ast.If, ast.IfExp)) and "kgen_indexer" in ast.unparse(node.test):
                 body = ast.unparse(node.body) if isinstance(node, ast.IfExp) else "\n".join(map(ast.unparse, node.body))
@@ -330,8 +333,8 @@ PROBE = textwrap.dedent('''
 
 
 def probe(root: Path, flag: bool) -> dict:
-    r = subprocess.run([PY, "-c", PROBE, str(root), "on" if flag else "off"], capture_output=True, text=True, check=False,
-                       timeout=60, env={"PATH": "/usr/bin:/bin"})
+    r = subprocess.run([PY, "-c", PROBE, str(root), "on" if flag else "off"], capture_output=True, text=True,
+                       check=False, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
