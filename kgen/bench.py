@@ -238,7 +238,7 @@ def floor_runs(torch, timer: Timer, spec: Spec, n: int, nbytes: int, arch: str) 
 
 def bench_inputs(spec: Spec, n: int, seed: int):
     from . import reference
-    from .gputest import kernel_args
+    from .gpurun import kernel_args
 
     lay = compute(spec)
     pages = max(1, -(-n // lay.page_size))
@@ -454,7 +454,7 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     except Exception:  # noqa: BLE001
         pass
 
-    from .gputest import precompile
+    from .gpurun import precompile
 
     errors = precompile(specs)
     data: dict = {**environment(torch), "byte_model": BYTE_MODEL, "timing": {
@@ -512,9 +512,9 @@ def _bench_all(torch, timer, specs, tokens, errors, copy_gbps, cstate, budget, s
             if json_file is not None:  # keep what we have if a later case dies
                 write_json_atomic(json_file, data)
             if "error" in entry:
-                from .gputest import _sticky
+                from .gpurun import sticky
 
-                if _sticky(entry["error"]):
+                if sticky(entry["error"]):
                     _say("kgen bench: stopping: the CUDA context is likely broken after this error")
                     return True
     return failed

@@ -121,7 +121,8 @@ preflight() {
   timeout -k 10 180 "$PY" - <<'PYEOF'
 import sys, time
 t = time.perf_counter()
-from kgen.gputest import expand, run_case
+from kgen.gputest import expand
+from kgen.gpurun import run_case
 from kgen.runtime import device_info, load
 spec = expand(["specs/indexer_bf16.yaml"])[0]
 print("device:", device_info())

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
+from kgen import sample
+
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
 
@@ -158,93 +160,26 @@ def write_yaml(path: Path, data: dict) -> dict[tuple, tuple[int, int]]:
 # ---------------------------------------------------------------------------------------------
 # hypothesis strategies
 
-HEAD_DIMS = [32, 64, 128, 256, 512, 1024]
+HEAD_DIMS = list(sample.HEAD_DIMS)
 TARGETS = ["sm_90a", "sm_100a", "sm_120a", "sm_80", "sm_89"]
+accepted = sample.accepted
 
 
-def accepted(data: dict) -> bool:
-    """Does kgen's validator accept this spec dict (no errors; warnings allowed)?"""
-    from pydantic import ValidationError
+class _Draw:
+    """kgen.sample's Chooser over hypothesis' draw (so hypothesis shrinks a failing spec)."""
 
-    from kgen.rules import check_variant
-    from kgen.spec import Spec
+    def __init__(self, draw):
+        self.draw = draw
 
-    try:
-        spec = Spec.model_validate(data)
-    except ValidationError:
-        return False
-    _, problems = check_variant(spec)
-    return not any(p.severity == "error" for p in problems)
+    def choice(self, options):
+        return self.draw(st.sampled_from(list(options)))
 
 
 @st.composite
 def _spec_candidates(draw, max_page_size: int = 1024) -> dict:
-    head = draw(st.sampled_from(HEAD_DIMS))
-    V = head // 32
-    kind = draw(st.sampled_from(["bf16", "fp16", "fp8_fp32", "fp8_pow2", "fp8_ue8m0", "fp8_none", "fp4",
-                                 "packed"]))
-    rope_style = draw(st.sampled_from(["interleaved", "neox"]))
-    if rope_style == "interleaved" and V % 2:
-        rope_style = "neox"
-    unit = 2 * V  # rope.dim multiple of 2V keeps both styles on whole lanes
-    rope_dim = draw(st.sampled_from([0, unit, 2 * unit, 64 if 64 % unit == 0 and 64 <= head else unit]))
-    rope_dim = min(rope_dim, head)
-    store: dict = {}
-    if kind in ("bf16", "fp16"):
-        store = {"dtype": kind, "scale": "none"}
-    elif kind == "fp8_none":
-        store = {"dtype": "fp8_e4m3", "scale": "none"}
-    elif kind == "fp4":
-        if head < 64:
-            head, V = 64, 2
-            rope_dim = min(rope_dim, head)
-        store = {"dtype": "fp4_e2m1", "scale": "ue8m0", "block": 32}
-    else:
-        scale = {"fp8_fp32": "fp32", "fp8_pow2": "fp32_pow2", "fp8_ue8m0": "ue8m0", "packed": "ue8m0"}[kind]
-        store = {"dtype": "fp8_e4m3", "scale": scale}
-        span = head
-        if kind == "packed":
-            rope_dim = draw(st.sampled_from([d for d in (unit, 2 * unit, 64, 128) if 0 < d < head and d % unit == 0]
-                                            or [unit]))
-            if rope_dim >= head:
-                rope_dim = head // 2
-            store["rope_dtype"] = draw(st.sampled_from(["bf16", "fp16"]))
-            span = head - rope_dim
-        lanes = draw(st.sampled_from([1, 2, 4, 8, 16, 32]))
-        block = V * lanes
-        if span % block:
-            block = V
-        store["block"] = draw(st.sampled_from([block, None])) if kind != "packed" else block
-    store["amax_floor"] = draw(st.sampled_from([1e-4, 1e-6, 0.5]))
-    store["bf16_roundtrip"] = draw(st.booleans())
-    store["scale_math"] = draw(st.sampled_from(["divide", "reciprocal"]))
-    layout: dict = {"page_size": 2 ** draw(st.integers(0, max(0, max_page_size.bit_length() - 1)))}
-    if store.get("scale", "none") != "none" and draw(st.booleans()):
-        unit_b = 1 if store["scale"] == "ue8m0" else 4
-        blocks = -(-((head - rope_dim) if "rope_dtype" in store else head) // (store.get("block") or head))
-        layout["scale_stride"] = blocks * unit_b + unit_b * draw(st.integers(0, 3))
-    align = draw(st.sampled_from([1, 16, 64, 576, 4096]))
-    if align != 1:
-        layout["page_align"] = align
-    spec = {
-        "kgen": 1,
-        "name": draw(st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True)),
-        "input_dtype": draw(st.sampled_from(["fp32", "bf16", "fp16"])),
-        "head_dim": head,
-        "norm": {"kind": draw(st.sampled_from(["rmsnorm", "layernorm", "none"])),
-                 "eps": draw(st.sampled_from([1e-6, 1e-5, 1.0]))},
-        "rope": {"dim": rope_dim, "style": rope_style, "placement": draw(st.sampled_from(["first", "last"]))},
-        "hadamard": draw(st.booleans()),
-        "store": store,
-        "layout": layout,
-        "launch": {"warps_per_block": draw(st.sampled_from([1, 4, 8, 32])),
-                   "tokens_per_warp": draw(st.sampled_from([1, 2, 4]))},
-        "targets": draw(st.lists(st.sampled_from(["sm_90a", "sm_100a", "sm_120a"]), min_size=1, max_size=3,
-                                 unique=True)),
-    }
-    if draw(st.booleans()):
-        del spec["launch"]
-    return spec
+    targets = draw(st.lists(st.sampled_from(["sm_90a", "sm_100a", "sm_120a"]), min_size=1, max_size=3, unique=True))
+    return sample.spec_candidate(_Draw(draw), name=draw(st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True)),
+                                 max_page_size=max_page_size, targets=targets)
 
 
 def valid_specs(max_page_size: int = 1024) -> st.SearchStrategy[dict]:

@@ -54,14 +54,14 @@ def _assert_ok(c):
 def _precompile():
     if REASON is not None:
         return
-    from kgen.gputest import precompile
+    from kgen.gpurun import precompile
 
     precompile(SHIPPED + _samples())  # warms the cache in parallel; a failure shows in its own test
 
 
 @functools.lru_cache(maxsize=1)
 def _samples():
-    from kgen.gputest import sample_specs
+    from kgen.sample import sample_specs
 
     return sample_specs(N_SAMPLES, SEED)
 
@@ -69,7 +69,7 @@ def _samples():
 @pytest.mark.parametrize("n", SHIPPED_TOKENS)
 @pytest.mark.parametrize("spec", SHIPPED, ids=lambda s: s.name)
 def test_shipped_variant_byte_exact(spec, n):
-    from kgen.gputest import run_case
+    from kgen.gpurun import run_case
 
     _assert_ok(run_case(spec, n, seed=n))
 
@@ -77,7 +77,7 @@ def test_shipped_variant_byte_exact(spec, n):
 @pytest.mark.parametrize("i", range(N_SAMPLES))
 def test_random_valid_spec_byte_exact(i):
     """Whatever the validator accepts must write the right bytes."""
-    from kgen.gputest import run_case
+    from kgen.gpurun import run_case
 
     spec = _samples()[i]
     for n in SAMPLE_TOKENS:
@@ -104,7 +104,7 @@ def test_hypothesis_valid_specs_byte_exact():
     import torch
     from hypothesis import HealthCheck, given, note, settings
 
-    from kgen.gputest import run_case, spec_yaml
+    from kgen.gpurun import run_case, spec_yaml
     from kgen.spec import Spec
 
     cap = tuple(torch.cuda.get_device_capability())
@@ -135,7 +135,7 @@ def _spec(name="dsv4_indexer_fp8"):
 
 def _inputs(spec, n, seed=0):
     from kgen import reference
-    from kgen.gputest import kernel_args
+    from kgen.gpurun import kernel_args
 
     inp = reference.make_inputs(spec, n, seed=seed, device="cuda")
     *tensors, cache = kernel_args(spec, inp)

@@ -60,9 +60,16 @@ def test_wheel_works_outside_the_repo(tmp_path):
     """pip wheel . -> install into a bare directory -> from a directory outside the repo, with only
     that directory on the path: render and NVRTC-compile specs/indexer_bf16.yaml."""
     pytest.importorskip("setuptools")
+    # build from a copy: setuptools leaves build/ and *.egg-info beside the sources, and a stale
+    # build/lib would put deleted modules into the wheel
+    src = tmp_path / "src"
+    for name in ("kgen", "templates"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
     wheels = tmp_path / "wheels"
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                        str(wheels), str(ROOT)], capture_output=True, text=True, env=_env())
+                        str(wheels), str(src)], capture_output=True, text=True, env=_env())
     assert r.returncode == 0, r.stderr[-3000:]
     (wheel,) = wheels.glob("kgen-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kgen import bench, gputest, ops, reference, runtime  # noqa: E402
+from kgen import bench, compare, gpurun, ops, reference, runtime, sample  # noqa: E402
 from kgen.diagnostics import KgenError  # noqa: E402
 from kgen.layout import compute, launch_shape  # noqa: E402
 from kgen.rules import check_variant  # noqa: E402
@@ -253,7 +253,7 @@ def test_kgen_test_invalid_spec_is_1_missing_is_2(tmp_path):
 
 
 def test_gpu_modules_import_without_torch_or_cuda():
-    code = ("import sys, kgen.runtime, kgen.ops, kgen.gputest, kgen.bench; "
+    code = ("import sys, kgen.runtime, kgen.ops, kgen.gputest, kgen.gpurun, kgen.compare, kgen.sample, kgen.bench; "
             "bad = [m for m in ('torch', 'cuda.core', 'cuda.bindings') if m in sys.modules]; print(bad)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
@@ -309,7 +309,7 @@ def test_bench_ratios_and_table(tmp_path):
 
 def _ref_pair(spec, n=37, seed=1):
     inp = reference.make_inputs(spec, n, seed=seed)
-    *tensors, a = gputest.kernel_args(spec, inp)
+    *tensors, a = gpurun.kernel_args(spec, inp)
     reference.norm_rope_store(spec, *tensors, a)
     return a, inp["out_loc"]
 
@@ -323,7 +323,7 @@ def _first_written(spec, loc, a):
 @pytest.mark.parametrize("spec", shipped(), ids=lambda s: s.name)
 def test_compare_identical_and_planted(spec):
     a, loc = _ref_pair(spec)
-    c = gputest.compare_caches(spec, a, a.clone(), out_loc=loc, tokens=37)
+    c = compare.compare_caches(spec, a, a.clone(), out_loc=loc, tokens=37)
     assert c.ok and c.fraction == 1.0 and c.max_code_distance == 0
     assert c.written_tokens == int(((loc >= 0) & (loc < a.shape[0] * compute(spec).page_size)).sum())
     lay, page, t = _first_written(spec, loc, a)
@@ -331,32 +331,32 @@ def test_compare_identical_and_planted(spec):
     # a value one code away (lowest bit of the first value byte)
     b = a.clone()
     b[page, lay.value_offset(t) + lay.quant_row_offset] ^= 1
-    c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+    c = compare.compare_caches(spec, b, a, out_loc=loc, tokens=37)
     assert c.diff_values == 1 and c.max_code_distance == 1
     assert c.ok is quantized, c.reason
     assert c.equal_bytes == c.total_bytes - 1
     # a value several codes away
     b = a.clone()
     b[page, lay.value_offset(t) + lay.quant_row_offset] ^= 6
-    c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+    c = compare.compare_caches(spec, b, a, out_loc=loc, tokens=37)
     assert not c.ok and c.max_code_distance >= 2
     # a byte nobody owns (the last page is larger than what was written, or padding)
     untouched = a.shape[0] - 1
     b = a.clone()
     b[untouched, 0] ^= 0xFF
-    c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+    c = compare.compare_caches(spec, b, a, out_loc=loc, tokens=37)
     assert not c.ok
     assert c.examples and c.examples[0]["page"] == untouched
     # a scale byte
     if lay.scale_unit:
         b = a.clone()
         b[page, lay.scale_offset(t, 0)] ^= 1
-        c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+        c = compare.compare_caches(spec, b, a, out_loc=loc, tokens=37)
         assert not c.ok and c.scale_mismatches == 1 and "scale" in c.reason
     if lay.kept_bytes:
         b = a.clone()
         b[page, lay.value_offset(t) + lay.kept_row_offset] ^= 1
-        c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+        c = compare.compare_caches(spec, b, a, out_loc=loc, tokens=37)
         assert c.ok and c.diff_bytes_by_role == {"kept": 1}
 
 
@@ -365,7 +365,7 @@ def test_compare_stray_write_in_padding():
     a, loc = _ref_pair(spec)
     b = a.clone()
     b[0, 1700] ^= 1
-    c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+    c = compare.compare_caches(spec, b, a, out_loc=loc, tokens=37)
     assert not c.ok and c.stray_bytes == 1 and "no token owns" in c.reason
 
 
@@ -378,20 +378,20 @@ def test_fp4_nibble_distance():
     lo = int(a[page, col]) & 15
     new = (lo + 1) if (lo & 7) < 7 else (lo - 1)  # one magnitude step, same sign
     b[page, col] = (int(a[page, col]) & 0xF0) | new
-    c = gputest.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+    c = compare.compare_caches(spec, b, a, out_loc=loc, tokens=37)
     assert c.max_code_distance == 1 and c.diff_values == 1 and c.ok
 
 
 def test_sign_magnitude_distance_across_zero():
     t = torch.tensor([0x80, 0x00, 0x81, 0x01], dtype=torch.int64)
-    o = gputest._ordinal(t, 8)
+    o = compare._ordinal(t, 8)
     assert o.tolist() == [0, 0, -1, 1]
 
 
 @pytest.mark.parametrize("spec", shipped(), ids=lambda s: s.name)
 def test_run_case_dry_run_on_cpu(spec):
     """The whole test flow with the reference standing in for the kernel."""
-    c = gputest.run_case(spec, 64, seed=3, device="cpu", kernel=reference.norm_rope_store)
+    c = gpurun.run_case(spec, 64, seed=3, device="cpu", kernel=reference.norm_rope_store)
     assert c.ok and c.fraction == 1.0 and c.tokens == 64
     assert json.loads(json.dumps(c.to_json()))["variant"] == spec.name
     keys = {"variant", "tokens", "equal_bytes", "total_bytes", "fraction", "max_code_distance", "ok"}
@@ -403,7 +403,7 @@ def test_run_case_dry_run_on_cpu(spec):
 
 
 def test_sample_specs_are_valid_diverse_and_deterministic():
-    specs = gputest.sample_specs(24, seed=0)
+    specs = sample.sample_specs(24, seed=0)
     assert len(specs) == 24
     for s in specs:
         _, problems = check_variant(s)
@@ -411,14 +411,14 @@ def test_sample_specs_are_valid_diverse_and_deterministic():
     assert {s.store.dtype for s in specs} == {"bf16", "fp16", "fp8_e4m3", "fp4_e2m1"}
     assert any(s.store.rope_dtype for s in specs)
     assert len({s.head_dim for s in specs}) >= 3 and len({s.layout.page_size for s in specs}) >= 3
-    again = gputest.sample_specs(24, seed=0)
+    again = sample.sample_specs(24, seed=0)
     assert [s.model_dump_json() for s in specs] == [s.model_dump_json() for s in again]
     assert len({s.name for s in specs}) == 24
 
 
 def test_sampled_specs_dry_run_on_cpu():
-    for spec in gputest.sample_specs(8, seed=5):
-        c = gputest.run_case(spec, 9, seed=1, device="cpu", kernel=reference.norm_rope_store)
+    for spec in sample.sample_specs(8, seed=5):
+        c = gpurun.run_case(spec, 9, seed=1, device="cpu", kernel=reference.norm_rope_store)
         assert c.ok, (spec.name, c.reason)
 
 
@@ -645,10 +645,10 @@ def test_spec_yaml_round_trips_and_a_kernel_fault_names_the_spec(tmp_path):
     from kgen.load import load_document
 
     spec = ops.resolve_spec(f"{FAMILY}::dsv4_latent_fp8_p64")
-    text = gputest.spec_yaml(spec)
+    text = gpurun.spec_yaml(spec)
     (tmp_path / "s.yaml").write_text(text)
     assert load_document(tmp_path / "s.yaml").variants[0].spec == spec
-    e = gputest.KernelFault(spec, 7, 3, RuntimeError("CUDA error: an illegal memory access was encountered"))
+    e = gpurun.KernelFault(spec, 7, 3, RuntimeError("CUDA error: an illegal memory access was encountered"))
     assert "dsv4_latent_fp8_p64 at N=7" in str(e) and text in str(e) and "illegal memory access" in str(e)
 
 
