@@ -119,7 +119,7 @@ def patch(path: Annotated[Path, typer.Argument(help="spec file of the variant", 
 @app.command()
 def schema() -> None:
     """Print the reference of every spec field (type, default, meaning) as Markdown."""
-    from .spec import field_reference
+    from .schema_doc import field_reference
 
     sys.stdout.write(field_reference())
 

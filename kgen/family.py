@@ -13,7 +13,8 @@ from pydantic import BaseModel
 
 from .diagnostics import Problem
 from .rules import check_name
-from .spec import Family, Spec, Variant
+from .document import Variant
+from .spec import Family, Spec
 
 
 def key_field_ok(path: str) -> bool:

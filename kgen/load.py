@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from .diagnostics import KgenError, Problem
 from .source import SourceFile, load_yaml
-from .spec import Document, Family, parse_variant, schema_problems
+from .document import Document, parse_variant, schema_problems
+from .spec import Family
 
 MAX_INCLUDES = 256
 

@@ -30,7 +30,8 @@ from . import abi as A
 from . import layout as L
 from .diagnostics import KgenError, Problem
 from .family import format_key, variant_key
-from .spec import Document, Spec
+from .document import Document
+from .spec import Spec
 
 from .resources import INCLUDE, TEMPLATES
 KERNEL = "norm_rope_store"

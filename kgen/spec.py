@@ -1,20 +1,17 @@
 """The spec model: one kernel variant, and a family of variants plus the dispatch it must cover.
 
 This module is the one place where fields and their defaults are defined (docs/spec.md is
-generated from it by `kgen schema`). The models check *types and shapes* only; everything about
+generated from it by `kgen schema`, kgen/schema_doc.py). A loaded file's models and their locations
+are kgen/document.py's. The models check *types and shapes* only; everything about
 values — ranges, byte math, compatibility — is a rule in `kgen.rules`, so that all problems of a
 file are reported together, each with its own location and fix.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from .diagnostics import Loc, Problem
+from pydantic import BaseModel, ConfigDict, Field
 
 InputDtype = Literal["fp32", "bf16", "fp16"]
 NormKind = Literal["rmsnorm", "layernorm", "none"]
@@ -116,167 +113,3 @@ class Family(_Model):
     variants: list[Annotated[str, Field()] | dict] = Field(description="paths relative to this file, "
                                                            "or inline specs")
     dispatch: Dispatch
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading
-
-
-@dataclass
-class Variant:
-    """One variant as loaded: the model (None when its schema is broken) and where it came from."""
-
-    source: "SourceFile"  # noqa: F821
-    base: Loc = ()  # path of the spec mapping inside `source` (inline family entries)
-    spec: Spec | None = None
-    problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def name(self) -> str | None:
-        if self.spec is not None:
-            return self.spec.name
-        data = self.data
-        return data.get("name") if isinstance(data, dict) and isinstance(data.get("name"), str) else None
-
-    @property
-    def data(self):
-        node = self.source.data
-        for part in self.base:
-            node = node[part]
-        return node
-
-    def locate(self, problem: Problem) -> Problem:
-        return self.source.locate(problem, self.base)
-
-
-@dataclass
-class Document:
-    """What one path on the command line holds: a single variant or a family of them."""
-
-    path: Path
-    source: "SourceFile"  # noqa: F821
-    family: Family | None = None
-    variants: list[Variant] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)  # located; file-level and schema problems
-    includes: list[Path] = field(default_factory=list)  # every file read, for cache keys
-
-    @property
-    def is_family(self) -> bool:
-        return "family" in self.source.data or "variants" in self.source.data
-
-
-def _real_loc(loc: tuple, data, keep_last: bool) -> tuple:
-    """`loc` without pydantic's union tags ('str', 'int', 'dict[any,any]'...): keep the parts that
-    exist in the data (and the last one of a missing/unknown-key error, which names the key)."""
-    out, node = [], data
-    for i, part in enumerate(loc):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            node = node[part]
-        elif data is None and not (isinstance(part, str) and "[" in part):
-            pass  # no data to compare with: keep all but the obvious tags
-        elif keep_last and i == len(loc) - 1:
-            pass
-        else:
-            continue
-        out.append(part)
-    return tuple(out)
-
-
-def _got(value) -> str:
-    if isinstance(value, (dict, list)):
-        return type(value).__name__
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def schema_problems(error: ValidationError, data=None) -> list[Problem]:
-    """pydantic errors as (unlocated) problems, one per offending field.
-
-    A value that fails every member of a union (e.g. `variants: [5]`) gives pydantic one error per
-    member; they are merged into one problem ("a valid string or a valid dictionary")."""
-    out: list[Problem] = []
-    merged: dict[tuple, int] = {}
-    for e in error.errors(include_url=False):
-        kind = e["type"]
-        loc = _real_loc(tuple(e["loc"]), data, keep_last=kind in ("missing", "extra_forbidden"))
-        if kind == "extra_forbidden":
-            rule, msg, fix = "schema-unknown-key", f"unknown key '{loc[-1]}'", "remove it or fix its spelling"
-        elif kind == "missing":
-            rule, msg, fix = "schema-missing", f"required key '{loc[-1]}' is missing", f"add '{loc[-1]}:'"
-        else:
-            rule, fix = "schema-type", "see docs/spec.md (kgen schema) for the field"
-            want = e["msg"]
-            if (rule, loc) in merged:  # another member of the same union
-                i = merged[(rule, loc)]
-                prev = out[i]
-                head, _, tail = prev.message.rpartition(" (got ")
-                want = want.removeprefix("Input should be ")
-                if want not in head:
-                    out[i] = Problem(rule, f"{head} or {want} (got {tail}", loc=loc, fix=fix)
-                continue
-            msg = f"{want} (got {_got(e.get('input'))})"
-            merged[(rule, loc)] = len(out)
-        out.append(Problem(rule, msg, loc=loc, fix=fix))
-    return out
-
-
-def parse_variant(source, base: Loc = ()) -> Variant:
-    v = Variant(source=source, base=base)
-    data = v.data
-    if not isinstance(data, dict):
-        v.problems.append(v.locate(Problem("schema-type", "a variant must be a mapping", fix="write `key: value` lines")))
-        return v
-    try:
-        v.spec = Spec.model_validate(data)
-    except ValidationError as e:
-        v.problems.extend(v.locate(p) for p in schema_problems(e, data))
-    return v
-
-
-# ---------------------------------------------------------------------------------------------
-# Field reference (docs/spec.md is exactly this; a test keeps them equal)
-
-
-def _type_name(ann) -> str:
-    import typing
-
-    args = typing.get_args(ann)
-    if typing.get_origin(ann) is Literal:
-        return " \\| ".join(str(a) for a in args)
-    if typing.get_origin(ann) is list:
-        return f"list of {_type_name(args[0])}"
-    if args:
-        return " \\| ".join(_type_name(a) for a in args if a is not type(None)) + (
-            " \\| null" if type(None) in args else "")
-    return {"int": "int", "float": "float", "str": "str", "bool": "bool"}.get(getattr(ann, "__name__", ""), str(ann))
-
-
-def _yaml_value(v) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return repr(v) if isinstance(v, str) and not v else str(v)
-
-
-def field_reference() -> str:
-    """Markdown table of every spec field: dotted name, type, default (or required), meaning."""
-    lines = ["# kgen spec fields", "",
-             "Generated from `kgen/spec.py` by `kgen schema` (the one place defaults live). Unknown keys "
-             "are errors; values are checked by the rules (`kgen validate`).", "",
-             "| field | type | default | meaning |", "|---|---|---|---|"]
-
-    def walk(model: type[BaseModel], prefix: str) -> None:
-        for name, f in model.model_fields.items():
-            ann = f.annotation
-            nested = [a for a in (ann, *getattr(ann, "__args__", ())) if isinstance(a, type) and issubclass(a, BaseModel)]
-            if nested:
-                walk(nested[0], f"{prefix}{name}.")
-                continue
-            default = "**required**" if f.is_required() else f"`{_yaml_value(f.get_default(call_default_factory=True))}`"
-            lines.append(f"| `{prefix}{name}` | {_type_name(ann)} | {default} | {f.description or ''} |")
-
-    walk(Spec, "")
-    return "\n".join(lines) + "\n"

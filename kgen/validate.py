@@ -10,7 +10,8 @@ from .family import check_family
 from .layout import Layout
 from .load import load_document
 from .rules import check_variant
-from .spec import Document, Spec
+from .document import Document
+from .spec import Spec
 
 
 @dataclass

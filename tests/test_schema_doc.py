@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kgen.spec import Spec, field_reference
+from kgen.schema_doc import field_reference
+from kgen.spec import Spec
 
 ROOT = Path(__file__).resolve().parents[1]
 

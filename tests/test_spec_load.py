@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from kgen.document import schema_problems
 from kgen.load import load_document
-from kgen.spec import Family, Spec, schema_problems
+from kgen.spec import Family, Spec
 from strategies import SPECS, base_spec, to_yaml
 
 
