@@ -249,8 +249,38 @@ def _cxx_literal(kind: str, v) -> str:
         return _bool(v)
     if kind == "int":
         return f"{v}LL"
-    text = v if kind == "str" else repr(v)
+    return _cxx_string(_key_text(kind, v))
+
+
+def _key_text(kind: str, v) -> str:
+    return v if kind == "str" else repr(v)
+
+
+def _cxx_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# words an enumerator may not be (C++ keywords and alternative tokens that look like identifiers)
+_CXX_RESERVED = frozenset("""alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+char32_t class compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield
+decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if
+inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public register
+reinterpret_cast requires return short signed sizeof static static_assert static_cast struct switch template this
+thread_local throw true try typedef typeid typename union unsigned using virtual void volatile wchar_t while xor
+xor_eq""".split())
+
+
+def _enum(ident: str, kind: str, values: list) -> dict:
+    """A string-valued key field as a C++ enum: the dispatch compares ints, never strings. An
+    enumerator is the value itself when it is a plain identifier, else v<index>."""
+    import re
+
+    texts = sorted({_key_text(kind, v) for v in values})
+    names = [t if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", t) and t not in _CXX_RESERVED and not t.startswith("__")
+             else f"v{i}" for i, t in enumerate(texts)]
+    return {"type": "".join(p.capitalize() for p in ident.split("_")),
+            "values": [{"name": n, "text": t, "cxx_text": _cxx_string(t)} for n, t in zip(names, texts)],
+            "by_text": dict(zip(texts, names))}
 
 
 def render_family(family, specs: list[Spec]) -> dict[str, str]:
@@ -259,9 +289,12 @@ def render_family(family, specs: list[Spec]) -> dict[str, str]:
     key = list(family.dispatch.key)
     rows = sorted(((variant_key(s, key), s) for s in specs), key=lambda r: r[1].name)
     kinds = [_key_kind([k[i] for k, _ in rows]) for i in range(len(key))]
-    fields = [{"path": f, "ident": f.replace(".", "_"), "kind": kinds[i],
-               "cxx_type": {"bool": "bool", "int": "long long"}.get(kinds[i], "std::string_view")}
-              for i, f in enumerate(key)]
+    fields = []
+    for i, f in enumerate(key):
+        ident = f.replace(".", "_")
+        enum = _enum(ident, kinds[i], [k[i] for k, _ in rows]) if kinds[i] in ("str", "repr") else None
+        fields.append({"path": f, "ident": ident, "kind": kinds[i], "enum": enum,
+                       "cxx_type": enum["type"] if enum else {"bool": "bool", "int": "long long"}[kinds[i]]})
     entries = []
     for k, s in rows:
         lay = L.compute(s)
@@ -269,7 +302,8 @@ def render_family(family, specs: list[Spec]) -> dict[str, str]:
         entries.append({
             "uri": s.name, "name_expression": name_expression(s.name), "key_repr": repr(k),
             "key_cxx": _cxx_literal("str", format_key(key, k)),
-            "cxx_key": [_cxx_literal(kinds[i], v) for i, v in enumerate(k)],
+            "cxx_key": [f"{fields[i]['enum']['type']}::{fields[i]['enum']['by_text'][_key_text(kinds[i], v)]}"
+                        if fields[i]["enum"] else _cxx_literal(kinds[i], v) for i, v in enumerate(k)],
             "warps_per_block": host["WARPS_PER_BLOCK"], "tokens_per_warp": host["TOKENS_PER_WARP"],
             "bytes_per_token": host["BYTES_PER_TOKEN"], "page_bytes": host["PAGE_BYTES"],
             "page_size": host["PAGE_SIZE"], "host": host,

@@ -253,10 +253,13 @@ def test_cxx_select_kernel_host_only(tmp_path):
         '#include "dsv4_fused_norm_rope/select_kernel.h"\n#include <cstdio>\n'
         "namespace s = kgen_select::dsv4_fused_norm_rope;\n"
         "int main() {\n"
-        '  const auto& e = s::select_kernel("fp32", 128, "bf16", "none", 64);\n'
+        "  const auto& e = s::select_kernel(s::InputDtype::fp32, 128, s::StoreDtype::bf16, s::StoreScale::none, 64);\n"
         '  std::printf("%s %lld %d\\n", e.uri, e.page_bytes, e.kernel == nullptr);\n'
-        '  try { s::select_kernel("fp32", 128, "bf16", "none", 32); } catch (const std::invalid_argument& x) {\n'
-        '    std::printf("%s\\n", x.what()); }\n'
+        "  try { s::select_kernel(s::InputDtype::fp32, 128, s::StoreDtype::bf16, s::StoreScale::none, 32); }\n"
+        '  catch (const std::invalid_argument& x) { std::printf("%s\\n", x.what()); }\n'
+        "  s::StoreDtype d;\n"
+        '  if (!s::parse("fp8_e4m3", d) || d != s::StoreDtype::fp8_e4m3 || s::parse("fp8_e5m2", d)) return 2;\n'
+        '  if (std::string(s::name(s::StoreScale::ue8m0)) != "ue8m0") return 3;\n'
         "  return kgen_host::dsv4_indexer_fp8::kPageBytes == 8448 ? 0 : 1;\n}\n")
     exe = tmp_path / "main"
     subprocess.run(["g++", "-std=c++17", "-Wall", "-Werror", "-I", str(tmp_path), str(main), "-o", str(exe)],
@@ -269,6 +272,34 @@ def test_cxx_select_kernel_host_only(tmp_path):
            "layout.page_size: 32}" in second and "supported keys" in second
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
+def test_cxx_select_kernel_links_kernels_it_does_not_instantiate(tmp_path):
+    """What an nvcc build sees (__CUDACC__): the table's kernel pointers come from each variant's
+    kernel.cu, compiled once and linked; the table itself includes no kernel header (the including
+    unit compiles without the kgen headers on its include path). Host compilers stand in for nvcc:
+    kernel.cu builds against the CPU shim."""
+    render_paths([ROOT / "specs" / "dsv4.yaml"], tmp_path)
+    main = tmp_path / "main.cc"
+    main.write_text(
+        '#define __CUDACC__ 1\n#include "dsv4_fused_norm_rope/select_kernel.h"\n'
+        "namespace s = kgen_select::dsv4_fused_norm_rope;\n"
+        "int main() {\n"
+        "  const auto& e = s::select_kernel(s::InputDtype::fp32, 128, s::StoreDtype::fp8_e4m3, s::StoreScale::fp32, 64);\n"
+        "  return e.kernel != nullptr && e.kernel == kgen_kernels::dsv4_indexer_fp8() ? 0 : 1;\n}\n")
+    objs = []
+    for v in load_document(ROOT / "specs" / "dsv4.yaml").variants:
+        obj = tmp_path / f"{v.spec.name}.o"
+        subprocess.run(["g++", "-std=c++20", "-c", "-w", "-I", str(ROOT / "tests" / "cpu_shim"), "-I",
+                        str(tmp_path / "include"), "-x", "c++", str(tmp_path / v.spec.name / "kernel.cu"),
+                        "-o", str(obj)], check=True, capture_output=True, text=True)
+        objs.append(str(obj))
+    exe = tmp_path / "main"
+    r = subprocess.run(["g++", "-std=c++17", "-Wall", "-Werror", "-I", str(tmp_path), str(main), *objs, "-pthread",
+                        "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert subprocess.run([str(exe)]).returncode == 0
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
 def test_cxx_select_kernel_under_nvcc(tmp_path):
@@ -276,8 +307,9 @@ def test_cxx_select_kernel_under_nvcc(tmp_path):
     render_paths([ROOT / "specs" / "dsv4.yaml"], tmp_path)
     main = tmp_path / "main.cu"
     main.write_text('#include "dsv4_fused_norm_rope/select_kernel.h"\n'
-                    "const void* pick() { return kgen_select::dsv4_fused_norm_rope::select_kernel(\n"
-                    '    "fp32", 128, "fp8_e4m3", "fp32", 64).kernel; }\n')
+                    "namespace s = kgen_select::dsv4_fused_norm_rope;\n"
+                    "const void* pick() { return s::select_kernel(\n"
+                    "    s::InputDtype::fp32, 128, s::StoreDtype::fp8_e4m3, s::StoreScale::fp32, 64).kernel; }\n")
     r = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90a", "--fmad=false", "-c", "-I", str(tmp_path),
                         "-I", str(tmp_path / "include"), str(main), "-o", str(tmp_path / "main.o")],
                        capture_output=True, text=True)
