@@ -178,7 +178,9 @@ def test_render_variant_api():
         # instantiates the kernel once
         assert f"struct {spec.name} {{" in cfg and "#include <kgen/norm_rope_store.cuh>" in cfg
         assert '#include "config.cuh"' in cu and f"struct {spec.name}" not in cu
-        assert cu.count("template __global__") == 1 and len(cu.splitlines()) <= 10
+        assert cu.count("template __global__") == 1 and len(cu.splitlines()) <= 20
+        # the kernel's address for nvcc builds is outside NVRTC's view (the cubin is the instantiation alone)
+        assert cu.index("#ifndef __CUDACC_RTC__") > cu.index("template __global__")
 
 
 def test_include_dirs_hold_only_real_headers():
@@ -253,9 +255,9 @@ def test_cxx_select_kernel_host_only(tmp_path):
         '#include "dsv4_fused_norm_rope/select_kernel.h"\n#include <cstdio>\n'
         "namespace s = kgen_select::dsv4_fused_norm_rope;\n"
         "int main() {\n"
-        "  const auto& e = s::select_kernel(s::InputDtype::fp32, 128, s::StoreDtype::bf16, s::StoreScale::none, 64);\n"
+        "  const auto& e = s::select_kernel({s::InputDtype::fp32, 128, s::StoreDtype::bf16, s::StoreScale::none, 64});\n"
         '  std::printf("%s %lld %d\\n", e.uri, e.page_bytes, e.kernel == nullptr);\n'
-        "  try { s::select_kernel(s::InputDtype::fp32, 128, s::StoreDtype::bf16, s::StoreScale::none, 32); }\n"
+        "  try { s::select_kernel({s::InputDtype::fp32, 128, s::StoreDtype::bf16, s::StoreScale::none, 32}); }\n"
         '  catch (const std::invalid_argument& x) { std::printf("%s\\n", x.what()); }\n'
         "  s::StoreDtype d;\n"
         '  if (!s::parse("fp8_e4m3", d) || d != s::StoreDtype::fp8_e4m3 || s::parse("fp8_e5m2", d)) return 2;\n'
@@ -272,6 +274,39 @@ def test_cxx_select_kernel_host_only(tmp_path):
            "layout.page_size: 32}" in second and "supported keys" in second
 
 
+def _clang_format() -> str | None:
+    """The pinned clang-format of the lint extra (beside this Python), else one on PATH."""
+    import sys
+
+    beside = Path(sys.executable).parent / "clang-format"
+    return str(beside) if beside.exists() else shutil.which("clang-format")
+
+
+@pytest.mark.skipif(_clang_format() is None, reason="no clang-format (pip install -e '.[lint]')")
+def test_rendered_cxx_passes_clang_format(tmp_path):
+    """Every C++ file kgen renders is already formatted by the project's .clang-format (ColumnLimit 120),
+    for the shipped specs and for names, descriptions and dispatch keys at their longest."""
+    long_name = "v" * 64
+    spec = {**base_spec(), "name": long_name, "description": "a description " * 20}
+    fam = {"kgen": 1, "family": "f" * 64, "description": "d " * 80,
+           "variants": [{**base_spec(), "name": "a" * 63 + "1", "input_dtype": "bf16"},
+                        {**base_spec(), "name": "a" * 63 + "2"}],
+           "dispatch": {"key": ["input_dtype", "head_dim", "store.dtype", "store.scale", "layout.page_size",
+                                "rope.style", "norm.kind", "hadamard", "name"]}}
+    write_yaml(tmp_path / "long.yaml", spec)
+    write_yaml(tmp_path / "fam.yaml", fam)
+    files = render_all([*SPECS, tmp_path / "long.yaml", tmp_path / "fam.yaml"])
+    out = tmp_path / "out"
+    cxx = [rel for rel in files if rel.endswith((".h", ".cu", ".cuh")) and not rel.startswith("include/")]
+    assert any(rel.startswith("f" * 64) for rel in cxx) and f"{long_name}/config.cuh" in cxx
+    for rel in cxx:
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(files[rel])
+    r = subprocess.run([_clang_format(), f"--style=file:{ROOT / '.clang-format'}", "--dry-run", "-Werror",
+                        *(str(out / rel) for rel in cxx)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
 def test_cxx_select_kernel_links_kernels_it_does_not_instantiate(tmp_path):
     """What an nvcc build sees (__CUDACC__): the table's kernel pointers come from each variant's
@@ -284,7 +319,7 @@ def test_cxx_select_kernel_links_kernels_it_does_not_instantiate(tmp_path):
         '#define __CUDACC__ 1\n#include "dsv4_fused_norm_rope/select_kernel.h"\n'
         "namespace s = kgen_select::dsv4_fused_norm_rope;\n"
         "int main() {\n"
-        "  const auto& e = s::select_kernel(s::InputDtype::fp32, 128, s::StoreDtype::fp8_e4m3, s::StoreScale::fp32, 64);\n"
+        "  const auto& e = s::select_kernel({s::InputDtype::fp32, 128, s::StoreDtype::fp8_e4m3, s::StoreScale::fp32, 64});\n"
         "  return e.kernel != nullptr && e.kernel == kgen_kernels::dsv4_indexer_fp8() ? 0 : 1;\n}\n")
     objs = []
     for v in load_document(ROOT / "specs" / "dsv4.yaml").variants:
@@ -309,7 +344,7 @@ def test_cxx_select_kernel_under_nvcc(tmp_path):
     main.write_text('#include "dsv4_fused_norm_rope/select_kernel.h"\n'
                     "namespace s = kgen_select::dsv4_fused_norm_rope;\n"
                     "const void* pick() { return s::select_kernel(\n"
-                    "    s::InputDtype::fp32, 128, s::StoreDtype::fp8_e4m3, s::StoreScale::fp32, 64).kernel; }\n")
+                    "    {s::InputDtype::fp32, 128, s::StoreDtype::fp8_e4m3, s::StoreScale::fp32, 64}).kernel; }\n")
     r = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90a", "--fmad=false", "-c", "-I", str(tmp_path),
                         "-I", str(tmp_path / "include"), str(main), "-o", str(tmp_path / "main.o")],
                        capture_output=True, text=True)

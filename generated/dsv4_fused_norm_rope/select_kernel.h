@@ -2,9 +2,9 @@
 // DeepSeek-V4 indexer and latent KV cache stores
 // Key: input_dtype, head_dim, store.dtype, store.scale, layout.page_size.
 // The key's string fields are enums (parse() turns a string into one), so the dispatch compares
-// integers. Host-only code gets the URIs, symbols and byte math. Code compiled by nvcc also gets
-// the kernel pointers: each variant's kernel.cu (compiled once, with the generated `include` dir on
-// the include path) defines kgen_kernels::<uri>(), so including this header instantiates no kernel.
+// integers. Host-only code gets the URIs, symbols and byte math (the variants' host.h). Code compiled
+// by nvcc also gets the kernel pointers: each variant's kernel.cu (compiled once, with the generated
+// `include` dir on the include path) defines kgen_kernels::<uri>(), so this header instantiates no kernel.
 #pragma once
 
 #include <stdexcept>
@@ -21,13 +21,20 @@
 
 #ifdef __CUDACC__
 namespace kgen_kernels {
-const void* dsv4_indexer_bf16();  // &kgen::norm_rope_store<kgen_cfg::dsv4_indexer_bf16>: dsv4_indexer_bf16/kernel.cu
-const void* dsv4_indexer_fp4();  // &kgen::norm_rope_store<kgen_cfg::dsv4_indexer_fp4>: dsv4_indexer_fp4/kernel.cu
-const void* dsv4_indexer_fp8();  // &kgen::norm_rope_store<kgen_cfg::dsv4_indexer_fp8>: dsv4_indexer_fp8/kernel.cu
-const void* dsv4_latent_bf16();  // &kgen::norm_rope_store<kgen_cfg::dsv4_latent_bf16>: dsv4_latent_bf16/kernel.cu
-const void* dsv4_latent_fp8_p2();  // &kgen::norm_rope_store<kgen_cfg::dsv4_latent_fp8_p2>: dsv4_latent_fp8_p2/kernel.cu
-const void* dsv4_latent_fp8_p64();  // &kgen::norm_rope_store<kgen_cfg::dsv4_latent_fp8_p64>: dsv4_latent_fp8_p64/kernel.cu
-const void* dsv4_latent_fp8_uniform();  // &kgen::norm_rope_store<kgen_cfg::dsv4_latent_fp8_uniform>: dsv4_latent_fp8_uniform/kernel.cu
+// &kgen::norm_rope_store<kgen_cfg::dsv4_indexer_bf16>, defined in dsv4_indexer_bf16/kernel.cu
+const void* dsv4_indexer_bf16();
+// &kgen::norm_rope_store<kgen_cfg::dsv4_indexer_fp4>, defined in dsv4_indexer_fp4/kernel.cu
+const void* dsv4_indexer_fp4();
+// &kgen::norm_rope_store<kgen_cfg::dsv4_indexer_fp8>, defined in dsv4_indexer_fp8/kernel.cu
+const void* dsv4_indexer_fp8();
+// &kgen::norm_rope_store<kgen_cfg::dsv4_latent_bf16>, defined in dsv4_latent_bf16/kernel.cu
+const void* dsv4_latent_bf16();
+// &kgen::norm_rope_store<kgen_cfg::dsv4_latent_fp8_p2>, defined in dsv4_latent_fp8_p2/kernel.cu
+const void* dsv4_latent_fp8_p2();
+// &kgen::norm_rope_store<kgen_cfg::dsv4_latent_fp8_p64>, defined in dsv4_latent_fp8_p64/kernel.cu
+const void* dsv4_latent_fp8_p64();
+// &kgen::norm_rope_store<kgen_cfg::dsv4_latent_fp8_uniform>, defined in dsv4_latent_fp8_uniform/kernel.cu
+const void* dsv4_latent_fp8_uniform();
 }  // namespace kgen_kernels
 #endif
 
@@ -128,10 +135,28 @@ inline bool parse(std::string_view s, StoreScale& out) {
   return false;
 }
 
+// The dispatch key, in the family's key order.
+struct Key {
+  InputDtype input_dtype;
+  long long head_dim;
+  StoreDtype store_dtype;
+  StoreScale store_scale;
+  long long layout_page_size;
+};
+
+inline bool same(const Key& a, const Key& b) {
+  if (a.input_dtype != b.input_dtype) return false;
+  if (a.head_dim != b.head_dim) return false;
+  if (a.store_dtype != b.store_dtype) return false;
+  if (a.store_scale != b.store_scale) return false;
+  if (a.layout_page_size != b.layout_page_size) return false;
+  return true;
+}
+
 struct Entry {
   const char* uri;              // the variant's name: generated dir, config struct, symbol
   const char* name_expression;  // the kernel as NVRTC names it
-  const void* kernel;           // &kgen::norm_rope_store<kgen_cfg::uri> under nvcc, else nullptr
+  const void* kernel;           // the kernel under nvcc (kgen_kernels::<uri>()), else nullptr
   int warps_per_block;
   int tokens_per_warp;
   long long page_size;
@@ -140,117 +165,262 @@ struct Entry {
 };
 
 inline constexpr const char* kKeyFields = "input_dtype, head_dim, store.dtype, store.scale, layout.page_size";
-inline constexpr const char* kSupportedKeys =
-    "{input_dtype: fp32, head_dim: 128, store.dtype: bf16, store.scale: none, layout.page_size: 64}" "; "
-    "{input_dtype: fp32, head_dim: 128, store.dtype: fp4_e2m1, store.scale: ue8m0, layout.page_size: 64}" "; "
-    "{input_dtype: fp32, head_dim: 128, store.dtype: fp8_e4m3, store.scale: fp32, layout.page_size: 64}" "; "
-    "{input_dtype: fp32, head_dim: 512, store.dtype: bf16, store.scale: none, layout.page_size: 64}" "; "
-    "{input_dtype: fp32, head_dim: 512, store.dtype: fp8_e4m3, store.scale: ue8m0, layout.page_size: 2}" "; "
-    "{input_dtype: fp32, head_dim: 512, store.dtype: fp8_e4m3, store.scale: ue8m0, layout.page_size: 64}" "; "
-    "{input_dtype: fp32, head_dim: 512, store.dtype: fp8_e4m3, store.scale: none, layout.page_size: 64}"
-    ;
 
-inline std::string format_key(InputDtype input_dtype, long long head_dim, StoreDtype store_dtype, StoreScale store_scale, long long layout_page_size) {
+// Every key a variant serves, as format_key writes it, separated by "; ".
+inline std::string supported_keys() {
+  std::string s;
+  s += "{input_dtype: fp32, head_dim: 128, store.dtype: bf16, store.scale: none, layout.page_size: 64}; ";
+  s += "{input_dtype: fp32, head_dim: 128, store.dtype: fp4_e2m1, store.scale: ue8m0, layout.page_size: 64}; ";
+  s += "{input_dtype: fp32, head_dim: 128, store.dtype: fp8_e4m3, store.scale: fp32, layout.page_size: 64}; ";
+  s += "{input_dtype: fp32, head_dim: 512, store.dtype: bf16, store.scale: none, layout.page_size: 64}; ";
+  s += "{input_dtype: fp32, head_dim: 512, store.dtype: fp8_e4m3, store.scale: ue8m0, layout.page_size: 2}; ";
+  s += "{input_dtype: fp32, head_dim: 512, store.dtype: fp8_e4m3, store.scale: ue8m0, layout.page_size: 64}; ";
+  s += "{input_dtype: fp32, head_dim: 512, store.dtype: fp8_e4m3, store.scale: none, layout.page_size: 64}";
+  return s;
+}
+
+inline std::string format_key(const Key& k) {
   std::string s = "{";
   s += "input_dtype: ";
-  s += name(input_dtype);
+  s += name(k.input_dtype);
   s += ", ";
   s += "head_dim: ";
-  s += std::to_string(head_dim);
+  s += std::to_string(k.head_dim);
   s += ", ";
   s += "store.dtype: ";
-  s += name(store_dtype);
+  s += name(k.store_dtype);
   s += ", ";
   s += "store.scale: ";
-  s += name(store_scale);
+  s += name(k.store_scale);
   s += ", ";
   s += "layout.page_size: ";
-  s += std::to_string(layout_page_size);
+  s += std::to_string(k.layout_page_size);
   return s + "}";
 }
 
+namespace variants {
+
+inline Key dsv4_indexer_bf16_key() {
+  Key k{};
+  k.input_dtype = InputDtype::fp32;
+  k.head_dim = 128LL;
+  k.store_dtype = StoreDtype::bf16;
+  k.store_scale = StoreScale::none;
+  k.layout_page_size = 64LL;
+  return k;
+}
+
+inline Entry dsv4_indexer_bf16() {
+  namespace h = kgen_host::dsv4_indexer_bf16;
+  Entry e{};
+  e.uri = h::kName;
+  e.name_expression = h::kNameExpression;
+#ifdef __CUDACC__
+  e.kernel = kgen_kernels::dsv4_indexer_bf16();
+#endif
+  e.warps_per_block = h::kWarpsPerBlock;
+  e.tokens_per_warp = h::kTokensPerWarp;
+  e.page_size = h::kPageSize;
+  e.bytes_per_token = h::kBytesPerToken;
+  e.page_bytes = h::kPageBytes;
+  return e;
+}
+
+inline Key dsv4_indexer_fp4_key() {
+  Key k{};
+  k.input_dtype = InputDtype::fp32;
+  k.head_dim = 128LL;
+  k.store_dtype = StoreDtype::fp4_e2m1;
+  k.store_scale = StoreScale::ue8m0;
+  k.layout_page_size = 64LL;
+  return k;
+}
+
+inline Entry dsv4_indexer_fp4() {
+  namespace h = kgen_host::dsv4_indexer_fp4;
+  Entry e{};
+  e.uri = h::kName;
+  e.name_expression = h::kNameExpression;
+#ifdef __CUDACC__
+  e.kernel = kgen_kernels::dsv4_indexer_fp4();
+#endif
+  e.warps_per_block = h::kWarpsPerBlock;
+  e.tokens_per_warp = h::kTokensPerWarp;
+  e.page_size = h::kPageSize;
+  e.bytes_per_token = h::kBytesPerToken;
+  e.page_bytes = h::kPageBytes;
+  return e;
+}
+
+inline Key dsv4_indexer_fp8_key() {
+  Key k{};
+  k.input_dtype = InputDtype::fp32;
+  k.head_dim = 128LL;
+  k.store_dtype = StoreDtype::fp8_e4m3;
+  k.store_scale = StoreScale::fp32;
+  k.layout_page_size = 64LL;
+  return k;
+}
+
+inline Entry dsv4_indexer_fp8() {
+  namespace h = kgen_host::dsv4_indexer_fp8;
+  Entry e{};
+  e.uri = h::kName;
+  e.name_expression = h::kNameExpression;
+#ifdef __CUDACC__
+  e.kernel = kgen_kernels::dsv4_indexer_fp8();
+#endif
+  e.warps_per_block = h::kWarpsPerBlock;
+  e.tokens_per_warp = h::kTokensPerWarp;
+  e.page_size = h::kPageSize;
+  e.bytes_per_token = h::kBytesPerToken;
+  e.page_bytes = h::kPageBytes;
+  return e;
+}
+
+inline Key dsv4_latent_bf16_key() {
+  Key k{};
+  k.input_dtype = InputDtype::fp32;
+  k.head_dim = 512LL;
+  k.store_dtype = StoreDtype::bf16;
+  k.store_scale = StoreScale::none;
+  k.layout_page_size = 64LL;
+  return k;
+}
+
+inline Entry dsv4_latent_bf16() {
+  namespace h = kgen_host::dsv4_latent_bf16;
+  Entry e{};
+  e.uri = h::kName;
+  e.name_expression = h::kNameExpression;
+#ifdef __CUDACC__
+  e.kernel = kgen_kernels::dsv4_latent_bf16();
+#endif
+  e.warps_per_block = h::kWarpsPerBlock;
+  e.tokens_per_warp = h::kTokensPerWarp;
+  e.page_size = h::kPageSize;
+  e.bytes_per_token = h::kBytesPerToken;
+  e.page_bytes = h::kPageBytes;
+  return e;
+}
+
+inline Key dsv4_latent_fp8_p2_key() {
+  Key k{};
+  k.input_dtype = InputDtype::fp32;
+  k.head_dim = 512LL;
+  k.store_dtype = StoreDtype::fp8_e4m3;
+  k.store_scale = StoreScale::ue8m0;
+  k.layout_page_size = 2LL;
+  return k;
+}
+
+inline Entry dsv4_latent_fp8_p2() {
+  namespace h = kgen_host::dsv4_latent_fp8_p2;
+  Entry e{};
+  e.uri = h::kName;
+  e.name_expression = h::kNameExpression;
+#ifdef __CUDACC__
+  e.kernel = kgen_kernels::dsv4_latent_fp8_p2();
+#endif
+  e.warps_per_block = h::kWarpsPerBlock;
+  e.tokens_per_warp = h::kTokensPerWarp;
+  e.page_size = h::kPageSize;
+  e.bytes_per_token = h::kBytesPerToken;
+  e.page_bytes = h::kPageBytes;
+  return e;
+}
+
+inline Key dsv4_latent_fp8_p64_key() {
+  Key k{};
+  k.input_dtype = InputDtype::fp32;
+  k.head_dim = 512LL;
+  k.store_dtype = StoreDtype::fp8_e4m3;
+  k.store_scale = StoreScale::ue8m0;
+  k.layout_page_size = 64LL;
+  return k;
+}
+
+inline Entry dsv4_latent_fp8_p64() {
+  namespace h = kgen_host::dsv4_latent_fp8_p64;
+  Entry e{};
+  e.uri = h::kName;
+  e.name_expression = h::kNameExpression;
+#ifdef __CUDACC__
+  e.kernel = kgen_kernels::dsv4_latent_fp8_p64();
+#endif
+  e.warps_per_block = h::kWarpsPerBlock;
+  e.tokens_per_warp = h::kTokensPerWarp;
+  e.page_size = h::kPageSize;
+  e.bytes_per_token = h::kBytesPerToken;
+  e.page_bytes = h::kPageBytes;
+  return e;
+}
+
+inline Key dsv4_latent_fp8_uniform_key() {
+  Key k{};
+  k.input_dtype = InputDtype::fp32;
+  k.head_dim = 512LL;
+  k.store_dtype = StoreDtype::fp8_e4m3;
+  k.store_scale = StoreScale::none;
+  k.layout_page_size = 64LL;
+  return k;
+}
+
+inline Entry dsv4_latent_fp8_uniform() {
+  namespace h = kgen_host::dsv4_latent_fp8_uniform;
+  Entry e{};
+  e.uri = h::kName;
+  e.name_expression = h::kNameExpression;
+#ifdef __CUDACC__
+  e.kernel = kgen_kernels::dsv4_latent_fp8_uniform();
+#endif
+  e.warps_per_block = h::kWarpsPerBlock;
+  e.tokens_per_warp = h::kTokensPerWarp;
+  e.page_size = h::kPageSize;
+  e.bytes_per_token = h::kBytesPerToken;
+  e.page_bytes = h::kPageBytes;
+  return e;
+}
+
+}  // namespace variants
+
 // The variant serving this key; std::invalid_argument naming the supported keys if none does.
-inline const Entry& select_kernel(InputDtype input_dtype, long long head_dim, StoreDtype store_dtype, StoreScale store_scale, long long layout_page_size) {
-  if (input_dtype == InputDtype::fp32 && head_dim == 128LL && store_dtype == StoreDtype::bf16 && store_scale == StoreScale::none && layout_page_size == 64LL) {
-    static const Entry entry{
-        "dsv4_indexer_bf16", "kgen::norm_rope_store<kgen_cfg::dsv4_indexer_bf16>",
-#ifdef __CUDACC__
-        kgen_kernels::dsv4_indexer_bf16(),
-#else
-        nullptr,
-#endif
-        8, 2, 64LL, 256LL, 16384LL};
-    return entry;
+inline const Entry& select_kernel(const Key& key) {
+  if (same(key, variants::dsv4_indexer_bf16_key())) {
+    static const Entry e = variants::dsv4_indexer_bf16();
+    return e;
   }
-  if (input_dtype == InputDtype::fp32 && head_dim == 128LL && store_dtype == StoreDtype::fp4_e2m1 && store_scale == StoreScale::ue8m0 && layout_page_size == 64LL) {
-    static const Entry entry{
-        "dsv4_indexer_fp4", "kgen::norm_rope_store<kgen_cfg::dsv4_indexer_fp4>",
-#ifdef __CUDACC__
-        kgen_kernels::dsv4_indexer_fp4(),
-#else
-        nullptr,
-#endif
-        8, 2, 64LL, 68LL, 4352LL};
-    return entry;
+  if (same(key, variants::dsv4_indexer_fp4_key())) {
+    static const Entry e = variants::dsv4_indexer_fp4();
+    return e;
   }
-  if (input_dtype == InputDtype::fp32 && head_dim == 128LL && store_dtype == StoreDtype::fp8_e4m3 && store_scale == StoreScale::fp32 && layout_page_size == 64LL) {
-    static const Entry entry{
-        "dsv4_indexer_fp8", "kgen::norm_rope_store<kgen_cfg::dsv4_indexer_fp8>",
-#ifdef __CUDACC__
-        kgen_kernels::dsv4_indexer_fp8(),
-#else
-        nullptr,
-#endif
-        8, 2, 64LL, 132LL, 8448LL};
-    return entry;
+  if (same(key, variants::dsv4_indexer_fp8_key())) {
+    static const Entry e = variants::dsv4_indexer_fp8();
+    return e;
   }
-  if (input_dtype == InputDtype::fp32 && head_dim == 512LL && store_dtype == StoreDtype::bf16 && store_scale == StoreScale::none && layout_page_size == 64LL) {
-    static const Entry entry{
-        "dsv4_latent_bf16", "kgen::norm_rope_store<kgen_cfg::dsv4_latent_bf16>",
-#ifdef __CUDACC__
-        kgen_kernels::dsv4_latent_bf16(),
-#else
-        nullptr,
-#endif
-        8, 2, 64LL, 1024LL, 65536LL};
-    return entry;
+  if (same(key, variants::dsv4_latent_bf16_key())) {
+    static const Entry e = variants::dsv4_latent_bf16();
+    return e;
   }
-  if (input_dtype == InputDtype::fp32 && head_dim == 512LL && store_dtype == StoreDtype::fp8_e4m3 && store_scale == StoreScale::ue8m0 && layout_page_size == 2LL) {
-    static const Entry entry{
-        "dsv4_latent_fp8_p2", "kgen::norm_rope_store<kgen_cfg::dsv4_latent_fp8_p2>",
-#ifdef __CUDACC__
-        kgen_kernels::dsv4_latent_fp8_p2(),
-#else
-        nullptr,
-#endif
-        8, 2, 2LL, 584LL, 1728LL};
-    return entry;
+  if (same(key, variants::dsv4_latent_fp8_p2_key())) {
+    static const Entry e = variants::dsv4_latent_fp8_p2();
+    return e;
   }
-  if (input_dtype == InputDtype::fp32 && head_dim == 512LL && store_dtype == StoreDtype::fp8_e4m3 && store_scale == StoreScale::ue8m0 && layout_page_size == 64LL) {
-    static const Entry entry{
-        "dsv4_latent_fp8_p64", "kgen::norm_rope_store<kgen_cfg::dsv4_latent_fp8_p64>",
-#ifdef __CUDACC__
-        kgen_kernels::dsv4_latent_fp8_p64(),
-#else
-        nullptr,
-#endif
-        8, 2, 64LL, 584LL, 37440LL};
-    return entry;
+  if (same(key, variants::dsv4_latent_fp8_p64_key())) {
+    static const Entry e = variants::dsv4_latent_fp8_p64();
+    return e;
   }
-  if (input_dtype == InputDtype::fp32 && head_dim == 512LL && store_dtype == StoreDtype::fp8_e4m3 && store_scale == StoreScale::none && layout_page_size == 64LL) {
-    static const Entry entry{
-        "dsv4_latent_fp8_uniform", "kgen::norm_rope_store<kgen_cfg::dsv4_latent_fp8_uniform>",
-#ifdef __CUDACC__
-        kgen_kernels::dsv4_latent_fp8_uniform(),
-#else
-        nullptr,
-#endif
-        8, 2, 64LL, 512LL, 32768LL};
-    return entry;
+  if (same(key, variants::dsv4_latent_fp8_uniform_key())) {
+    static const Entry e = variants::dsv4_latent_fp8_uniform();
+    return e;
   }
-  throw std::invalid_argument(std::string("kgen dsv4_fused_norm_rope: no variant for ") +
-                              format_key(input_dtype, head_dim, store_dtype, store_scale, layout_page_size) +
-                              "; supported keys (" + kKeyFields + "): " + kSupportedKeys);
+  std::string msg = "kgen dsv4_fused_norm_rope: no variant for ";
+  msg += format_key(key);
+  msg += "; supported keys (";
+  msg += kKeyFields;
+  msg += "): ";
+  msg += supported_keys();
+  throw std::invalid_argument(msg);
 }
 
 }  // namespace dsv4_fused_norm_rope

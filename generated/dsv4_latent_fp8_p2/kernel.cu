@@ -3,12 +3,15 @@
 // Symbol: kgen::norm_rope_store<kgen_cfg::dsv4_latent_fp8_p2>
 #include "config.cuh"
 
-template __global__ void kgen::norm_rope_store<kgen_cfg::dsv4_latent_fp8_p2>(const __grid_constant__ kgen_cfg::dsv4_latent_fp8_p2::Params);
+using KgenConfig = kgen_cfg::dsv4_latent_fp8_p2;
+template __global__ void kgen::norm_rope_store<KgenConfig>(const __grid_constant__ KgenConfig::Params);
 
 #ifndef __CUDACC_RTC__
 // For an nvcc build: the kernel's address, declared by the family's select_kernel.h. Compile this
 // file once and link it, rather than instantiating the kernel wherever the table is included.
 namespace kgen_kernels {
-const void* dsv4_latent_fp8_p2() { return reinterpret_cast<const void*>(&kgen::norm_rope_store<kgen_cfg::dsv4_latent_fp8_p2>); }
+const void* dsv4_latent_fp8_p2() {
+  return reinterpret_cast<const void*>(&kgen::norm_rope_store<KgenConfig>);
+}
 }  // namespace kgen_kernels
 #endif
