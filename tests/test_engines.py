@@ -283,7 +283,8 @@ def test_flag_off_ast_equal_and_branches_read_generated_constants(tree, name):
         for node in ast.walk(new):
             if isinstance(node, (ast.If, ast.IfExp)) and "kgen_indexer" in ast.unparse(node.test):
                 body = ast.unparse(node.body) if isinstance(node, ast.IfExp) else "\n".join(map(ast.unparse, node.body))
-                assert "kgen_indexer." in body or body.strip() == "return False", (p, body)
+                assert ("kgen_indexer." in body or body.strip() == "return False"
+                        or body.startswith("raise NotImplementedError")), (p, body)
     budget = (root / "python/sglang/srt/model_executor/pool_configurator.py").read_text()
     pool = (root / "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py").read_text()
     # pool and budget read one and the same generated constant
@@ -425,3 +426,20 @@ def test_vllm_bf16_gate_and_scorer():
 def test_vllm_patch_is_refused_cleanly(tree):
     r = kgen("patch", "--engine", "vllm", "--root", str(VLLM), str(BF16))
     assert r.returncode == 1 and "does not support vllm yet" in r.stderr and r.stdout == ""
+
+
+def test_unguarded_fp8_helper_is_reported_under_the_flag(tree):
+    """With the flag on, the pool's fp8-layout helpers must refuse: a patched tree that lost one
+    guard audits with the helper named."""
+    root = patched(tree("sglang_v2"))
+    pool = root / "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
+    text = pool.read_text()
+    start = text.index("    def set_index_fused")
+    guard = text.index("        if self.kgen_indexer:\n", start)
+    end = text.index("\n", text.index("raise NotImplementedError", guard)) + 1
+    pool.write_text(text[:guard] + text[end:])
+    code, out = audit_json(root, BF16)
+    errors = out["results"][0]["errors"]
+    assert code == 1 and [e["rule"] for e in errors] == ["engine-fp8-helper"]
+    assert "set_index_fused" in errors[0]["message"]
+    assert audit_json(root, FP8)[0] == 0  # the engine's own fp8 mode is not affected

@@ -14,7 +14,7 @@ import re
 import libcst as cst
 
 from ..diagnostics import KgenError, Problem
-from .pyeval import Function, dotted
+from .pyeval import Function, dotted, methods
 from .sites import (
     Adapter,
     Ctx,
@@ -91,7 +91,7 @@ def _holds(stmt: cst.CSTNode, node: cst.CSTNode) -> bool:
 
 
 def _kgen_code(ctx: Ctx, node: cst.CSTNode, parsed) -> bool:
-    return f"{PKG}." in code_of(parsed, node)
+    return PKG in code_of(parsed, node)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,6 +242,41 @@ def audit_page_size(ctx: Ctx) -> None:
         ctx.report("engine-page-size", parsed, arg, f"indexer pages hold {got} tokens (at the default "
                    f"--page-size {DEFAULT_PAGE_SIZE}) but {ctx.name} pages hold {ctx.layout.page_size}",
                    "use a spec with the engine's page size")
+
+
+# The pool's fp8-layout helpers (quantize-and-store, split pages into keys and scales): right for
+# the engine's own layout only. Which of them a version has varies; each one present is guarded.
+FP8_HELPERS = ("set_index_fused", "set_index_k_scale_buffer", "get_index_k_scale_buffer")
+
+
+def _fp8_helpers(ctx: Ctx):
+    parsed, cls = _pool(ctx)
+    return parsed, [m for name, m in methods(cls).items() if name in FP8_HELPERS]
+
+
+def audit_fp8_helpers(ctx: Ctx) -> None:
+    if not ctx.mode.flag:
+        return
+    parsed, helpers = _fp8_helpers(ctx)
+    for m in helpers:
+        if not _kgen_code(ctx, m, parsed):
+            ctx.report("engine-fp8-helper", parsed, m.name, f"DeepSeekV4IndexerPool.{m.name.value} reads or writes "
+                       f"the engine's fp8 layout and stays callable with --{FLAG.replace('_', '-')} ({ctx.name})",
+                       ctx.patch_fix)
+
+
+def patch_fp8_helpers(ctx: Ctx) -> None:
+    for name in FP8_HELPERS:
+        parsed, helpers = _fp8_helpers(ctx)
+        method = next((m for m in helpers if m.name.value == name), None)
+        if method is None or _kgen_code(ctx, method, parsed):
+            continue
+        parsed = ensure_import(ctx, parsed)
+        parsed, helpers = _fp8_helpers(ctx)
+        method = next(m for m in helpers if m.name.value == name)
+        stmt = parse_statement(f"if self.kgen_indexer:\n    raise NotImplementedError(\"{name}: the fp8 indexer "
+                               f"layout; with --{FLAG.replace('_', '-')} the keys are {PKG}'s\")\n")
+        insert_statements(ctx, parsed, method, _after_docstring(method), [stmt])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -613,6 +648,8 @@ ADAPTER = Adapter(
         Site("pool-bytes", "engine-pool", "DeepSeekV4IndexerPool.get_bytes_per_token", audit_pool_bytes,
              patch_pool_bytes),
         Site("pool-page", "engine-pool", "DeepSeekV4IndexerPool._create_buffer", audit_pool_page),
+        Site("fp8-helpers", "engine-fp8-helper", "DeepSeekV4IndexerPool." + "/".join(FP8_HELPERS),
+             audit_fp8_helpers, patch_fp8_helpers),
         Site("page-size", "engine-page-size", "DeepSeekV4TokenToKVPool._make_indexer_pool", audit_page_size),
         Site("budget", "engine-budget", "DSV4PoolConfigurator._get_bytes_per_full_token", audit_budget, patch_budget),
         Site("store", "engine-store", "CompressorBackendMixin._forward_compress_all_in_one", audit_store, patch_store),
