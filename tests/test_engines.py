@@ -443,3 +443,13 @@ def test_unguarded_fp8_helper_is_reported_under_the_flag(tree):
     assert code == 1 and [e["rule"] for e in errors] == ["engine-fp8-helper"]
     assert "set_index_fused" in errors[0]["message"]
     assert audit_json(root, FP8)[0] == 0  # the engine's own fp8 mode is not affected
+
+
+def test_a_family_audits_its_indexer_variants_and_names_the_others():
+    code, out = audit_json(FIXTURES / "sglang_v2", ROOT / "specs" / "dsv4.yaml")
+    assert code == 1
+    by_variant = {r["variant"]: r for r in out["results"]}
+    assert by_variant["dsv4_indexer_fp8"]["ok"] and by_variant["dsv4_indexer_fp4"]["ok"]
+    assert not by_variant["dsv4_indexer_bf16"]["ok"]
+    latent = [r for name, r in by_variant.items() if "latent" in name]
+    assert latent and all([e["rule"] for e in r["errors"]] == ["engine-variant"] for r in latent)

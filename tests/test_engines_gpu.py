@@ -84,9 +84,9 @@ def test_patched_scorer_ranks_the_torch_topk(kgen_indexer):
 
     from kgen import reference
     from kgen.layout import compute
+    from kgen.score import indexer_logits_torch
 
-    logits_op = _op("indexer_logits")
-    _op("norm_rope_store")
+    _op("indexer_logits")
     spec = reference.load_spec(BF16)
     lay = compute(spec)
     g = torch.Generator().manual_seed(1)
@@ -104,7 +104,7 @@ def test_patched_scorer_ranks_the_torch_topk(kgen_indexer):
     q = torch.randn(batch, 1, heads, spec.head_dim, generator=g).to(torch.bfloat16)
     w = torch.rand(batch, heads, generator=g)
     max_len = int(seq_lens.max())
-    torch_path = logits_op(str(BF16), q, w, cache, block_table, seq_lens, max_len)  # CPU: the Torch path
+    torch_path = indexer_logits_torch(spec, q, w, cache, block_table, seq_lens, max_len)  # the Torch path (CPU)
     kv_view = cache.cuda().view(pages, lay.page_size, 1, lay.bytes_per_token)  # the engine's reader view
     ours = kgen_indexer.logits(q.cuda(), kv_view, w.cuda(), seq_lens.cuda(), block_table.cuda(), None, max_len,
                                False).cpu()

@@ -138,6 +138,8 @@ class Adapter:
     sites: tuple[Site, ...]
     env: Callable[[Ctx], dict[str, object]]
     bundle: Callable[[Ctx], dict[str, str]] | None = None  # kgen's generated files for the variant
+    no_patch: str = ""  # why `kgen patch` cannot wire this engine yet (when bundle is None)
+    key_head_dim: int = 128  # DeepSeek-V4's index_head_dim (model config): the cache these sites describe
 
     def is_checkout(self, root: Path) -> bool:
         return all((root / m).exists() for m in self.markers)
@@ -176,6 +178,10 @@ def run_audit(tree: EngineTree, adapter: Adapter, spec: Spec, lay: Layout, spec_
     if not adapter.sites:
         raise KgenError([Problem("engine", f"kgen audit has no site table for {adapter.name} yet",
                                  fix="audit sglang, or add the sites to kgen/engines/")])
+    if spec.head_dim != adapter.key_head_dim:
+        return [Problem("engine-variant", f"{spec.name} is not an indexer-key variant (head_dim {spec.head_dim}; "
+                        f"DeepSeek-V4's indexer keys have {adapter.key_head_dim}): the {adapter.name} sites describe "
+                        "the indexer cache", file=spec_path, fix="audit the indexer variants of the family")]
     ctx = Ctx(tree, spec, lay, spec_path, adapter, mode_for(tree, adapter, lay))
     for site in adapter.sites:
         site.audit(ctx)
@@ -186,8 +192,13 @@ def run_patch(tree: EngineTree, adapter: Adapter, spec: Spec, lay: Layout, spec_
     """Rewrite every site into the tree's overlay (nothing on disk), then audit the result: a patch
     that would not audit clean is refused with the audit's problems."""
     if adapter.bundle is None:
-        raise KgenError([Problem("engine-patch", f"kgen patch does not support {adapter.name} yet "
-                                 "(kgen audit does)", fix="patch the engine by hand; audit it with kgen audit")])
+        why = f": {adapter.no_patch}" if adapter.no_patch else ""
+        raise KgenError([Problem("engine-patch", f"kgen patch does not support {adapter.name} yet (kgen audit "
+                                 f"does){why}", file=spec_path,
+                                 fix="patch the engine by hand; audit it with kgen audit")])
+    refused = [] if spec.head_dim == adapter.key_head_dim else run_audit(tree, adapter, spec, lay, spec_path)
+    if refused:
+        raise KgenError(refused)
     # the generated files first: the self-check reads their constants
     mode = Mode(flag=True, native=None, installed=spec.name)
     ctx = Ctx(tree, spec, lay, spec_path, adapter, mode)
@@ -202,7 +213,7 @@ def run_patch(tree: EngineTree, adapter: Adapter, spec: Spec, lay: Layout, spec_
     if check.problems:
         raise KgenError([Problem("engine-patch", f"the patched tree would still disagree with {spec.name} "
                                  f"({len(check.problems)} problem(s) follow); nothing written",
-                                 fix="see the problems below")] + check.problems)
+                                 file=spec_path, fix="see the problems below")] + check.problems)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -154,7 +154,9 @@ ADAPTER = Adapter(
     package_module="vllm.kgen_indexer",
     package_alias="kgen_indexer",
     env=env,
-    bundle=None,  # kgen patch for vLLM: not yet
+    bundle=None,
+    no_patch="vLLM's writer fuses compression with the store in one Triton kernel "
+             "(compress_norm_rope_store_triton), so there are no compressed keys to hand kgen's op",
     sites=(
         Site("cache-bytes", "engine-pool", "DeepseekV4Indexer.__init__", audit_cache_bytes),
         Site("cache-page", "engine-pool", "DeepseekV4IndexerCache.get_kv_cache_spec", audit_cache_page),
