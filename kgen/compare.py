@@ -140,8 +140,8 @@ def compare_caches(spec: Spec, a, b, *, out_loc=None, tokens: int | None = None)
     bm = byte_map(lay)
     role = torch.tensor(bm.role, dtype=torch.int64, device=a.device)
     start = torch.tensor(bm.start, dtype=torch.int64, device=a.device)
-    for r, name in ROLE_NAMES.items():
-        cnt = int((diff & (role == r)[None, :]).sum())
+    for rid, name in ROLE_NAMES.items():
+        cnt = int((diff & (role == rid)[None, :]).sum())
         if cnt:
             c.diff_bytes_by_role[name] = cnt
     c.stray_bytes = c.diff_bytes_by_role.get("unowned", 0)

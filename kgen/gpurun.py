@@ -31,7 +31,7 @@ def spec_yaml(spec: Spec) -> str:
 
     y = YAML(typ="safe", pure=True)
     y.default_flow_style = False
-    y.sort_base_mapping_type_on_output = False
+    y.sort_base_mapping_type_on_output = False  # type: ignore[assignment]  # ruamel types it None
     buf = io.StringIO()
     y.dump(spec.model_dump(mode="json", exclude_defaults=True), buf)
     return buf.getvalue()
@@ -57,9 +57,10 @@ def run_case(spec: Spec, n: int, *, seed: int, device: str = "cuda", kernel=None
     kernel = kernel or ops.norm_rope_store
     t0 = time.perf_counter()
     inputs = reference.make_inputs(spec, n, seed=seed, device=device)
-    *tensors, cache_a = kernel_args(spec, inputs)
+    args = NORM_ROPE_STORE.arguments(spec, inputs)
+    cache_a = args["cache"]
     cache_b = cache_a.clone()
-    kernel(spec, *tensors, cache_a)
+    kernel(spec, **args)
     if device != "cpu":
         # a fault in the kernel is sticky and asynchronous: without this it surfaces in whatever
         # CUDA call comes next (the reference), far from the spec that caused it
@@ -67,7 +68,7 @@ def run_case(spec: Spec, n: int, *, seed: int, device: str = "cuda", kernel=None
             torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - re-raised with the spec attached
             raise KernelFault(spec, n, seed, e) from e
-    reference.norm_rope_store(spec, *tensors, cache_b)
+    reference.norm_rope_store(spec, **{**args, "cache": cache_b})
     if device != "cpu":
         torch.cuda.synchronize()
     c = compare_caches(spec, cache_a, cache_b, out_loc=inputs["out_loc"], tokens=n)
@@ -84,7 +85,8 @@ def precompile(specs: list[Spec]) -> dict[str, str]:
     from .runtime import check_arch
 
     idx = torch.cuda.current_device()
-    cap = tuple(torch.cuda.get_device_capability(idx))
+    major, minor = torch.cuda.get_device_capability(idx)
+    cap = (major, minor)
     name = torch.cuda.get_device_name(idx)
     errors: dict[str, str] = {}
     jobs = []

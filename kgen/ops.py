@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from .abi import NORM_ROPE_STORE, ArgumentError, Args
+from .abi import NORM_ROPE_STORE, Args, ArgumentError
 from .diagnostics import KgenError, Problem
 from .spec import Spec
 
@@ -58,7 +58,8 @@ def resolve_spec(variant: Spec | str | os.PathLike) -> Spec:
     try:
         path.stat()
     except OSError as e:
-        raise KgenError([Problem("missing-file", f"{path}: cannot read the spec ({e.strerror})")], exit_code=2) from None
+        raise KgenError([Problem("missing-file", f"{path}: cannot read the spec ({e.strerror})")],
+                        exit_code=2) from None
     key = (str(path.resolve()), name)
     hit = _path_cache.get(key)
     if hit is not None and all(_sha256(f) == digest for f, digest in hit[1].items()):

@@ -194,7 +194,8 @@ def valid_specs(max_page_size: int = 1024) -> st.SearchStrategy[dict]:
 _junk = st.one_of(
     st.none(), st.booleans(), st.integers(-(10**30), 10**30), st.floats(allow_nan=True, allow_infinity=True),
     st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FF), max_size=12),
-    st.lists(st.integers(-3, 3), max_size=3), st.dictionaries(st.sampled_from(["a", "dim", "x"]), st.integers(), max_size=2),
+    st.lists(st.integers(-3, 3), max_size=3),
+    st.dictionaries(st.sampled_from(["a", "dim", "x"]), st.integers(), max_size=2),
 )
 
 

@@ -54,12 +54,14 @@ def _shipped() -> list[Spec]:
 # (N = 1: 255 of 256 token slots past the end), rope at either end, kept RoPE dims, strided scales.
 EXPLICIT = {
     "gpu_hyp_j_go4i": {"kgen": 1, "name": "j_go4i", "input_dtype": "fp16", "head_dim": 32,
-                       "norm": {"kind": "layernorm", "eps": 1e-05}, "rope": {"dim": 2, "style": "neox", "placement": "first"},
+                       "norm": {"kind": "layernorm", "eps": 1e-05},
+                       "rope": {"dim": 2, "style": "neox", "placement": "first"},
                        "store": {"dtype": "fp8_e4m3", "scale": "fp32_pow2", "block": 8, "amax_floor": 1e-06,
                                  "bf16_roundtrip": True, "scale_math": "reciprocal"},
                        "layout": {"page_size": 16, "scale_stride": 20, "page_align": 576},
                        "launch": {"warps_per_block": 1, "tokens_per_warp": 4}, "targets": ["sm_90a"]},
-    "gpu_hyp_h2ql": {"kgen": 1, "name": "h2ql7h03iwfad", "input_dtype": "fp32", "head_dim": 128, "norm": {"kind": "none"},
+    "gpu_hyp_h2ql": {"kgen": 1, "name": "h2ql7h03iwfad", "input_dtype": "fp32", "head_dim": 128,
+                     "norm": {"kind": "none"},
                      "rope": {"dim": 8, "style": "neox", "placement": "first"}, "hadamard": True,
                      "store": {"dtype": "fp16", "amax_floor": 0.5}, "layout": {"page_size": 32, "page_align": 4096},
                      "launch": {"warps_per_block": 8, "tokens_per_warp": 2}, "targets": ["sm_90a"]},

@@ -16,8 +16,15 @@ from hypothesis import strategies as st
 
 from kgen.diagnostics import KgenError
 from kgen.load import load_document
-from kgen.render import (RenderedVariant, environment, include_dirs, render_all, render_document, render_paths,
-                         render_variant)
+from kgen.render import (
+    RenderedVariant,
+    environment,
+    include_dirs,
+    render_all,
+    render_document,
+    render_paths,
+    render_variant,
+)
 from kgen.rules import RULES, check_variant
 from kgen.spec import Spec
 from strategies import ROOT, base_spec, clone, fp4_spec, fp8_spec, packed_latent_spec, valid_specs, write_yaml
@@ -255,7 +262,8 @@ def test_cxx_select_kernel_host_only(tmp_path):
         '#include "dsv4_fused_norm_rope/select_kernel.h"\n#include <cstdio>\n'
         "namespace s = kgen_select::dsv4_fused_norm_rope;\n"
         "int main() {\n"
-        "  const auto& e = s::select_kernel({s::InputDtype::fp32, 128, s::StoreDtype::bf16, s::StoreScale::none, 64});\n"
+        "  const auto& e =\n"
+        "      s::select_kernel({s::InputDtype::fp32, 128, s::StoreDtype::bf16, s::StoreScale::none, 64});\n"
         '  std::printf("%s %lld %d\\n", e.uri, e.page_bytes, e.kernel == nullptr);\n'
         "  try { s::select_kernel({s::InputDtype::fp32, 128, s::StoreDtype::bf16, s::StoreScale::none, 32}); }\n"
         '  catch (const std::invalid_argument& x) { std::printf("%s\\n", x.what()); }\n'
@@ -319,7 +327,8 @@ def test_cxx_select_kernel_links_kernels_it_does_not_instantiate(tmp_path):
         '#define __CUDACC__ 1\n#include "dsv4_fused_norm_rope/select_kernel.h"\n'
         "namespace s = kgen_select::dsv4_fused_norm_rope;\n"
         "int main() {\n"
-        "  const auto& e = s::select_kernel({s::InputDtype::fp32, 128, s::StoreDtype::fp8_e4m3, s::StoreScale::fp32, 64});\n"
+        "  const auto& e =\n"
+        "      s::select_kernel({s::InputDtype::fp32, 128, s::StoreDtype::fp8_e4m3, s::StoreScale::fp32, 64});\n"
         "  return e.kernel != nullptr && e.kernel == kgen_kernels::dsv4_indexer_fp8() ? 0 : 1;\n}\n")
     objs = []
     for v in load_document(ROOT / "specs" / "dsv4.yaml").variants:

@@ -294,7 +294,8 @@ def test_bench_ratios_and_table(tmp_path):
     assert r["warm_over_empty_kernel"] == pytest.approx(2.0) and r["cold_over_copy_same_bytes"] == pytest.approx(2.0)
     e["ratios"] = r
     data = {"device": {"name": "Fake"}, "torch": "x", "copy": {"gbps": 4000.0},
-            "results": [e, {"variant": "w", "tokens": 1, "error": "bad"}, {"variant": "w", "tokens": 2, "skipped": "budget"}]}
+            "results": [e, {"variant": "w", "tokens": 1, "error": "bad"},
+                        {"variant": "w", "tokens": 2, "skipped": "budget"}]}
     table = bench.summary_table(data)
     assert "Fake" in table and "ERROR" in table and "skipped" in table
     out = tmp_path / "sub" / "b.json"
