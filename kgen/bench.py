@@ -29,7 +29,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -382,7 +381,7 @@ def environment(torch) -> dict:
 
     env = {"device": device_info(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-           "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
            "python": sys.version.split()[0]}
     try:
         import cuda.core
@@ -404,20 +403,9 @@ def environment(torch) -> dict:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from .files import write_atomic
+
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path | None, *,

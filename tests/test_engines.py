@@ -366,7 +366,9 @@ def test_apply_writes_all_or_nothing(tree, monkeypatch):
 
     root = tree("sglang_v2")
     before = digest(root)
-    real = commands.os.replace
+    from kgen import files
+
+    real = files.os.replace
     calls = []
 
     def flaky(src, dst):
@@ -375,13 +377,13 @@ def test_apply_writes_all_or_nothing(tree, monkeypatch):
             raise OSError("disk full")
         real(src, dst)
 
-    monkeypatch.setattr(commands.os, "replace", flaky)
+    monkeypatch.setattr(files.os, "replace", flaky)
     files = {"python/sglang/a.py": "a = 1\n", "python/sglang/srt/server_args.py": "x = 2\n",
              "python/sglang/c.py": "c = 3\n"}
     with pytest.raises(KgenError):
         commands.write_all(root, files)
     assert digest(root) == before
-    assert not list(root.rglob("*.kgen"))  # no staged files left behind
+    assert not list(root.rglob(".*.tmp"))  # no staged files left behind
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from ..diagnostics import KgenError, Problem
@@ -178,49 +176,19 @@ def unified_diff(tree: EngineTree, changed: dict[str, str]) -> str:
 def write_all(root: Path, files: dict[str, str]) -> None:
     """Write every file or none: all are staged as temp files beside their targets first, then
     renamed into place; a failure before the last rename restores what was replaced."""
-    staged: list[tuple[Path, str]] = []
+    from ..files import write_all as write_files
+
     try:
-        for rel, text in files.items():
-            target = root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".kgen", dir=target.parent)
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
-            if target.exists():
-                os.chmod(tmp, target.stat().st_mode & 0o777)
-            else:
-                os.chmod(tmp, 0o644)
-            staged.append((target, tmp))
+        write_files({root / rel: text for rel, text in files.items()})
     except OSError as e:
-        for _, tmp in staged:
-            Path(tmp).unlink(missing_ok=True)
-        raise KgenError([Problem("engine-write", f"cannot stage the patched files ({e}); nothing written",
-                                 file=root)]) from None
-    done: list[tuple[Path, str | None]] = []
-    try:
-        for target, tmp in staged:
-            before = target.read_text(encoding="utf-8") if target.exists() else None
-            os.replace(tmp, target)
-            done.append((target, before))
-    except OSError as e:
-        for target, before in reversed(done):
-            if before is None:
-                target.unlink(missing_ok=True)
-            else:
-                target.write_text(before, encoding="utf-8")
-        for _, tmp in staged:
-            Path(tmp).unlink(missing_ok=True)
-        raise KgenError([Problem("engine-write", f"writing the patch failed ({e}); restored what was written",
+        raise KgenError([Problem("engine-write", f"writing the patch failed ({e}); nothing was changed",
                                  file=root)]) from None
 
 
 def _write_atomic(target: Path, text: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True) if str(target.parent) else None
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or Path("."))
+    from ..files import write_atomic
+
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, target)
+        write_atomic(target, text)
     except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
         raise KgenError([Problem("engine-write", f"cannot write {target} ({e})", file=target)], exit_code=2) from None
