@@ -455,3 +455,96 @@ def test_a_family_audits_its_indexer_variants_and_names_the_others():
     assert not by_variant["dsv4_indexer_bf16"]["ok"]
     latent = [r for name, r in by_variant.items() if "latent" in name]
     assert latent and all([e["rule"] for e in r["errors"]] == ["engine-variant"] for r in latent)
+
+
+ROUTING_PROBE = textwrap.dedent('''
+    import json, sys, types
+    root, flag = sys.argv[1], sys.argv[2] == "on"
+    calls = []
+
+    class Recorder:
+        def __init__(self, ns):
+            self.ns = ns
+        def __getattr__(self, name):
+            def op(*args):
+                calls.append([self.ns + "." + name, [getattr(a, "tag", repr(a)) for a in args]])
+                return T("out:" + name)
+            return op
+
+    class T:
+        def __init__(self, tag, shape=(8, 16384)):
+            self.tag, self.shape = tag, shape
+        def is_complex(self):
+            return False
+        def dim(self):
+            return len(self.shape)
+        def view(self, *shape):
+            return T(self.tag + ".view" + repr(tuple(shape)), shape)
+        def unsqueeze(self, d):
+            return T(self.tag + ".unsqueeze", self.shape)
+
+    torch = types.ModuleType("torch")
+    torch.uint8 = "uint8"
+    torch.ops = types.SimpleNamespace(sgl_kernel=Recorder("sgl_kernel"), kgen=Recorder("kgen"))
+    sys.modules["torch"] = torch
+    kgen_pkg, kgen_ops = types.ModuleType("kgen"), types.ModuleType("kgen.ops")
+    kgen_pkg.ops = kgen_ops
+    sys.modules["kgen"], sys.modules["kgen.ops"] = kgen_pkg, kgen_ops
+    deep_gemm = types.ModuleType("deep_gemm")
+    for name in ("fp8_paged_mqa_logits", "fp8_fp4_paged_mqa_logits", "fp8_mqa_logits"):
+        setattr(deep_gemm, name, (lambda n: lambda *a: calls.append(["deep_gemm." + n, []]) or T(n))(name))
+    sys.modules["deep_gemm"] = deep_gemm
+    sys.path.insert(0, root + "/python")
+    from sglang.srt import runtime_context, server_args
+    args = server_args.ServerArgs()
+    if hasattr(args.kernel, "enable_kgen_indexer"):
+        args.kernel.enable_kgen_indexer = flag
+    runtime_context.set_exec(args)
+    from sglang.srt.layers.attention.dsv4.compressor_v2 import CompressorBackendMixin
+    from sglang.srt.layers.attention.dsv4.indexer import C4IndexerBackendMixin
+
+    ns = types.SimpleNamespace
+    comp = object.__new__(CompressorBackendMixin)
+    comp._get_paged_compress_metadata = lambda ratio: T("plan")
+    comp._get_out_loc = lambda ratio: T("out_loc")
+    comp.latent_bf16 = False
+    norm = ns(weight=T("norm.weight"), variance_epsilon=1e-6)
+    for is_indexer in (True, False):
+        comp._forward_compress_all_in_one(T("state"), T("kv_score"), T("ape"), norm, T("freqs"), T("kv_cache"), 64, 4,
+                                          is_indexer)
+    reader = object.__new__(C4IndexerBackendMixin)
+    reader.nonpaged_max_len = 100  # short sequences: the engine would take its fp8 non-paged path
+    batch = ns(forward_mode=ns(is_extend=lambda: True), max_c4_seq_len=10)
+    pool = ns(get_index_k_with_scale_buffer=lambda layer: T("index_k"))
+    meta = ns(c4_seq_lens=T("seq_lens"), page_table=T("page_table"), deep_gemm_metadata=T("dg"), max_c4_seq_len=77)
+    reader.forward_c4_indexer(T("q"), T("weights"), ns(use_fp4_indexer=False, layer_id=0), batch, pool, meta)
+    print(json.dumps(calls))
+''')
+
+
+@pytest.mark.parametrize("name", SGLANG)
+def test_store_and_scorer_routing_flag_on_and_off(tree, name):
+    """With the flag on, the indexer store is kgen's op on the engine's own tensors and plan (the
+    latent store stays the engine's), and scoring goes to kgen's reader on the engine's page table;
+    with the flag off, the engine's calls are exactly the unpatched tree's."""
+    def run(root: Path, flag: bool) -> list:
+        r = subprocess.run([PY, "-c", ROUTING_PROBE, str(root), "on" if flag else "off"], capture_output=True,
+                           text=True, check=False, timeout=60, env={"PATH": "/usr/bin:/bin"})
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    orig = run(FIXTURES / name, False)
+    root = patched(tree(name))
+    assert run(root, False) == orig
+    on = run(root, True)
+    spec = str(root / "python/sglang/kgen_indexer/spec.yaml")
+    lay = compute(load_spec(BF16))
+    assert on[0] == orig[0] and on[0][0] == "sgl_kernel.compress_forward"  # compression: the engine's
+    assert on[1] == ["kgen.norm_rope_store", [repr(spec), "out:compress_forward", "norm.weight", "None", "freqs",
+                                              "plan", "out_loc", "kv_cache"]]
+    assert on[2:4] == orig[2:4] and on[3][0] == "sgl_kernel.fused_norm_rope_store"  # the latent store: unchanged
+    assert on[4] == ["kgen.indexer_logits", [repr(spec), "q.unsqueeze", "weights",
+                                             f"index_k.view(8, 64, 1, {lay.bytes_per_token}).view(8, "
+                                             f"{lay.page_bytes})", "page_table", "seq_lens", "77"]]
+    assert not [c for c in on if c[0].startswith("deep_gemm")]
+    assert [c[0] for c in orig if c[0].startswith("deep_gemm")] == ["deep_gemm.fp8_mqa_logits"]
