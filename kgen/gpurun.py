@@ -81,8 +81,8 @@ def precompile(specs: list[Spec]) -> dict[str, str]:
     runs NVRTC in threads (it is thread-safe per program and releases the GIL)."""
     import torch
 
+    from .arch import check as check_arch
     from .compile import compile_variant
-    from .runtime import check_arch
 
     idx = torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(idx)

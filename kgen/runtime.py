@@ -7,7 +7,7 @@ One job: turn a `Spec` into a launchable kernel on the current torch device.
     run = loaded.prepare(args)   # packed once; run() launches again (benchmarks, CUDA graphs)
 
 * The device's architecture is checked against the spec's `targets` *before* anything is
-  compiled or loaded (`pick_target`, a pure function), so an unsupported GPU gets a message that
+  compiled or loaded (`kgen.arch.check`, a pure function), so an unsupported GPU gets a message that
   names the device, its compute capability and the targets, never CUDA's "no kernel image".
 * cuda.core's `Device` is made current on the same (primary) context torch uses, and launches go
   to `torch.cuda.current_stream()` (so they order with torch's work and are captured by CUDA graphs).
@@ -21,90 +21,17 @@ torch and cuda.core are imported lazily: importing this module costs nothing.
 from __future__ import annotations
 
 import hashlib
-import re
 import sys
 import threading
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from . import arch as A
 from .abi import NORM_ROPE_STORE, Args, KernelAbi, ParamBuffer
 from .diagnostics import KgenError, Problem
 from .layout import Layout, compute
 from .spec import Spec
-
-ARCH_RE = re.compile(r"sm_(\d+)([af]?)")
-
-
-# ---------------------------------------------------------------------------------------------
-# Architecture check (pure: testable without a GPU)
-
-
-def arch_name(capability: tuple[int, int]) -> str:
-    """(9, 0) -> 'sm_90'."""
-    major, minor = capability
-    return f"sm_{major}{minor}"
-
-
-def parse_target(target: str) -> tuple[int, int, str] | None:
-    """'sm_90a' -> (9, 0, 'a'); 'sm_100f' -> (10, 0, 'f'); None if not an arch name."""
-    m = ARCH_RE.fullmatch(target)
-    if not m:
-        return None
-    cc = int(m.group(1))
-    return cc // 10, cc % 10, m.group(2)
-
-
-def target_runs_on(target: str, capability: tuple[int, int]) -> bool:
-    """Can a cubin built for `target` run on a device of `capability`?
-
-    cubins (SASS) are forward compatible within a major version only: sm_XY runs on X.Z for Z >= Y.
-    Arch-specific targets ('a', e.g. sm_90a) run on exactly that compute capability; family targets
-    ('f', e.g. sm_100f) run on the same major with minor >= theirs. Nothing runs across majors
-    (kgen ships cubins, no PTX for the driver to JIT).
-    """
-    parsed = parse_target(target)
-    if parsed is None:
-        return False
-    major, minor, suffix = parsed
-    dev_major, dev_minor = capability
-    if major != dev_major:
-        return False
-    if suffix == "a":
-        return minor == dev_minor
-    return dev_minor >= minor
-
-
-def pick_target(capability: tuple[int, int], targets: list[str]) -> str | None:
-    """The best of `targets` for a device: an exact match ('a' first: it may use the arch-specific
-    instructions, then 'f', then plain), else the compatible one with the highest minor."""
-    ok = [t for t in targets if target_runs_on(t, capability)]
-    if not ok:
-        return None
-    rank = {"a": 0, "f": 1, "": 2}
-
-    def key(t: str):
-        major, minor, suffix = parse_target(t)  # type: ignore[misc]
-        return (0 if (major, minor) == tuple(capability) else 1, -minor, rank[suffix])
-
-    return sorted(ok, key=key)[0]
-
-
-def check_arch(capability: tuple[int, int], targets: list[str], *, device_name: str = "this GPU",
-               variant: str = "the variant") -> str:
-    """The target to load on this device, or a KgenError naming the device, its arch and the targets."""
-    target = pick_target(capability, targets)
-    if target is not None:
-        return target
-    arch = arch_name(capability)
-    want = f"{arch}a" if capability[0] >= 9 else arch
-    raise KgenError([Problem(
-        "gpu-arch",
-        f"{variant} has no cubin that runs on {device_name} (compute capability "
-        f"{capability[0]}.{capability[1]}, {arch}): its targets are [{', '.join(targets) or 'none'}]; "
-        f"cubins run only on their own major version (and 'a' targets only on their exact arch)",
-        loc=("targets",), fix=f"add {want} to targets (or compile with --arch {want})")], exit_code=1)
-
 
 # ---------------------------------------------------------------------------------------------
 # torch / cuda.core plumbing
@@ -331,7 +258,7 @@ def device_info(index: int | None = None) -> dict:
     idx = torch.cuda.current_device() if index is None else index
     props = torch.cuda.get_device_properties(idx)
     cap = (props.major, props.minor)
-    return {"index": idx, "name": props.name, "capability": f"{cap[0]}.{cap[1]}", "arch": arch_name(cap),
+    return {"index": idx, "name": props.name, "capability": f"{cap[0]}.{cap[1]}", "arch": A.name(cap),
             "sm_count": props.multi_processor_count, "total_memory": props.total_memory,
             "l2_bytes": getattr(props, "L2_cache_size", None)}
 
@@ -355,7 +282,7 @@ def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False) 
             return hit
         cap = tuple(torch.cuda.get_device_capability(idx))
         name = torch.cuda.get_device_name(idx)
-        arch = check_arch(cap, list(spec.targets), device_name=f"GPU {idx} ({name})", variant=spec.name)
+        arch = A.check(cap, list(spec.targets), device_name=f"GPU {idx} ({name})", variant=spec.name)
         from .compile import compile_variant
 
         ck = compile_variant(spec, arch)

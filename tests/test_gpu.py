@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kgen import runtime
+from kgen import arch, runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -108,14 +108,14 @@ def test_hypothesis_valid_specs_byte_exact():
     from kgen.spec import Spec
 
     cap = tuple(torch.cuda.get_device_capability())
-    here = runtime.arch_name(cap) + ("a" if cap[0] >= 9 else "")
+    here = arch.name(cap) + ("a" if cap[0] >= 9 else "")
 
     @settings(max_examples=int(os.environ.get("KGEN_GPU_HYPOTHESIS", "8")), deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(valid_specs(max_page_size=256))
     def check(data):
         spec = data if isinstance(data, Spec) else Spec.model_validate(data)  # the strategy yields dicts
-        if runtime.pick_target(cap, list(spec.targets)) is None:  # a spec for other GPUs: test it here too
+        if arch.pick(cap, list(spec.targets)) is None:  # a spec for other GPUs: test it here too
             spec = spec.model_copy(update={"targets": [*spec.targets, here]})
         note(f"spec:\n{spec_yaml(spec)}")
         for n in (7, 300):
@@ -207,8 +207,9 @@ def test_kernel_abi_and_resources():
 def test_wrong_arch_is_a_clear_error():
     import torch
 
+    from kgen.arch import name as arch_name
     from kgen.diagnostics import KgenError
-    from kgen.runtime import arch_name, load
+    from kgen.runtime import load
 
     cap = torch.cuda.get_device_capability()
     other = "sm_120a" if cap[0] != 12 else "sm_90a"

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kgen import bench, compare, gpurun, ops, reference, runtime, sample  # noqa: E402
+from kgen import arch, bench, compare, gpurun, ops, reference, runtime, sample  # noqa: E402
 from kgen.diagnostics import KgenError  # noqa: E402
 from kgen.layout import compute, launch_shape  # noqa: E402
 from kgen.rules import check_variant  # noqa: E402
@@ -164,31 +164,31 @@ def test_resolve_spec_paths_and_families():
     ("sm_120f", (12, 1), True), ("sm_100a", (9, 0), False), ("bogus", (9, 0), False),
 ])
 def test_target_runs_on(target, cap, runs):
-    assert runtime.target_runs_on(target, cap) is runs
+    assert arch.runs_on(target, cap) is runs
 
 
 def test_pick_target_prefers_exact_arch_specific():
     ts = ["sm_90a", "sm_100a", "sm_120a"]
-    assert runtime.pick_target((9, 0), ts) == "sm_90a"
-    assert runtime.pick_target((10, 0), ts) == "sm_100a"
-    assert runtime.pick_target((12, 0), ts) == "sm_120a"
-    assert runtime.pick_target((8, 9), ts) is None
-    assert runtime.pick_target((8, 9), ["sm_80", "sm_86", "sm_89"]) == "sm_89"
-    assert runtime.pick_target((8, 9), ["sm_80", "sm_86"]) == "sm_86"
-    assert runtime.pick_target((10, 3), ["sm_100f", "sm_103a"]) == "sm_103a"
-    assert runtime.pick_target((9, 0), ["sm_90", "sm_90a"]) == "sm_90a"
+    assert arch.pick((9, 0), ts) == "sm_90a"
+    assert arch.pick((10, 0), ts) == "sm_100a"
+    assert arch.pick((12, 0), ts) == "sm_120a"
+    assert arch.pick((8, 9), ts) is None
+    assert arch.pick((8, 9), ["sm_80", "sm_86", "sm_89"]) == "sm_89"
+    assert arch.pick((8, 9), ["sm_80", "sm_86"]) == "sm_86"
+    assert arch.pick((10, 3), ["sm_100f", "sm_103a"]) == "sm_103a"
+    assert arch.pick((9, 0), ["sm_90", "sm_90a"]) == "sm_90a"
 
 
 def test_check_arch_message_names_device_arch_and_targets():
     with pytest.raises(KgenError) as e:
-        runtime.check_arch((8, 6), ["sm_90a", "sm_100a"], device_name="GPU 0 (NVIDIA A10)",
+        arch.check((8, 6), ["sm_90a", "sm_100a"], device_name="GPU 0 (NVIDIA A10)",
                            variant="dsv4_indexer_bf16")
     p = e.value.problems[0]
     assert p.rule == "gpu-arch"
     for needle in ("NVIDIA A10", "8.6", "sm_86", "sm_90a, sm_100a", "dsv4_indexer_bf16"):
         assert needle in p.message, p.message
     assert "no kernel image" not in p.message
-    assert runtime.check_arch((9, 0), ["sm_90a"]) == "sm_90a"
+    assert arch.check((9, 0), ["sm_90a"]) == "sm_90a"
 
 
 def test_check_loaded_kernel_abi():
