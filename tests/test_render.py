@@ -254,27 +254,36 @@ def test_python_select_kernel(tmp_path):
         mod.select_kernel("fp32", "128", "bf16", "none", 64)  # strict types, as the validator
 
 
+FAMILY_KEY = "s::InputDtype::fp32, 128, s::StoreDtype::{dtype}, s::StoreScale::{scale}, {page}"
+
+
+def _select_main(tmp_path: Path, body: str, *objs: str, nvcc_view: bool = False) -> subprocess.CompletedProcess:
+    """Build and run a C++ main that includes dsv4.yaml's rendered select_kernel.h (`s::` is its
+    namespace) with only the rendered dir on the include path, linked with `objs`."""
+    main = tmp_path / "main.cc"
+    main.write_text(("#define __CUDACC__ 1\n" if nvcc_view else "")
+                    + '#include "dsv4_fused_norm_rope/select_kernel.h"\n#include <cstdio>\n'
+                    + "namespace s = kgen_select::dsv4_fused_norm_rope;\nint main() {\n" + body + "}\n")
+    exe = tmp_path / "main"
+    r = subprocess.run(["g++", "-std=c++17", "-Wall", "-Werror", "-I", str(tmp_path), str(main), *objs, "-pthread",
+                        "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return subprocess.run([str(exe)], capture_output=True, text=True)
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
 def test_cxx_select_kernel_host_only(tmp_path):
     render_paths([ROOT / "specs" / "dsv4.yaml"], tmp_path)
-    main = tmp_path / "main.cc"
-    main.write_text(
-        '#include "dsv4_fused_norm_rope/select_kernel.h"\n#include <cstdio>\n'
-        "namespace s = kgen_select::dsv4_fused_norm_rope;\n"
-        "int main() {\n"
-        "  const auto& e =\n"
-        "      s::select_kernel({s::InputDtype::fp32, 128, s::StoreDtype::bf16, s::StoreScale::none, 64});\n"
+    bf16 = FAMILY_KEY.format(dtype="bf16", scale="none", page=64)
+    r = _select_main(tmp_path, (
+        f"  const auto& e = s::select_kernel({{{bf16}}});\n"
         '  std::printf("%s %lld %d\\n", e.uri, e.page_bytes, e.kernel == nullptr);\n'
-        "  try { s::select_kernel({s::InputDtype::fp32, 128, s::StoreDtype::bf16, s::StoreScale::none, 32}); }\n"
+        f"  try {{ s::select_kernel({{{FAMILY_KEY.format(dtype='bf16', scale='none', page=32)}}}); }}\n"
         '  catch (const std::invalid_argument& x) { std::printf("%s\\n", x.what()); }\n'
         "  s::StoreDtype d;\n"
         '  if (!s::parse("fp8_e4m3", d) || d != s::StoreDtype::fp8_e4m3 || s::parse("fp8_e5m2", d)) return 2;\n'
         '  if (std::string(s::name(s::StoreScale::ue8m0)) != "ue8m0") return 3;\n'
-        "  return kgen_host::dsv4_indexer_fp8::kPageBytes == 8448 ? 0 : 1;\n}\n")
-    exe = tmp_path / "main"
-    subprocess.run(["g++", "-std=c++17", "-Wall", "-Werror", "-I", str(tmp_path), str(main), "-o", str(exe)],
-                   check=True, capture_output=True, text=True)
-    r = subprocess.run([str(exe)], capture_output=True, text=True)
+        "  return kgen_host::dsv4_indexer_fp8::kPageBytes == 8448 ? 0 : 1;\n"))
     assert r.returncode == 0
     first, second = r.stdout.splitlines()[:2]
     assert first == "dsv4_indexer_bf16 16384 1"
@@ -322,14 +331,6 @@ def test_cxx_select_kernel_links_kernels_it_does_not_instantiate(tmp_path):
     unit compiles without the kgen headers on its include path). Host compilers stand in for nvcc:
     kernel.cu builds against the CPU shim."""
     render_paths([ROOT / "specs" / "dsv4.yaml"], tmp_path)
-    main = tmp_path / "main.cc"
-    main.write_text(
-        '#define __CUDACC__ 1\n#include "dsv4_fused_norm_rope/select_kernel.h"\n'
-        "namespace s = kgen_select::dsv4_fused_norm_rope;\n"
-        "int main() {\n"
-        "  const auto& e =\n"
-        "      s::select_kernel({s::InputDtype::fp32, 128, s::StoreDtype::fp8_e4m3, s::StoreScale::fp32, 64});\n"
-        "  return e.kernel != nullptr && e.kernel == kgen_kernels::dsv4_indexer_fp8() ? 0 : 1;\n}\n")
     objs = []
     for v in load_document(ROOT / "specs" / "dsv4.yaml").variants:
         obj = tmp_path / f"{v.spec.name}.o"
@@ -337,11 +338,11 @@ def test_cxx_select_kernel_links_kernels_it_does_not_instantiate(tmp_path):
                         str(tmp_path / "include"), "-x", "c++", str(tmp_path / v.spec.name / "kernel.cu"),
                         "-o", str(obj)], check=True, capture_output=True, text=True)
         objs.append(str(obj))
-    exe = tmp_path / "main"
-    r = subprocess.run(["g++", "-std=c++17", "-Wall", "-Werror", "-I", str(tmp_path), str(main), *objs, "-pthread",
-                        "-o", str(exe)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert subprocess.run([str(exe)]).returncode == 0
+    fp8 = FAMILY_KEY.format(dtype="fp8_e4m3", scale="fp32", page=64)
+    r = _select_main(tmp_path, f"  const auto& e = s::select_kernel({{{fp8}}});\n"
+                     "  return e.kernel != nullptr && e.kernel == kgen_kernels::dsv4_indexer_fp8() ? 0 : 1;\n",
+                     *objs, nvcc_view=True)
+    assert r.returncode == 0
 
 
 @pytest.mark.slow
