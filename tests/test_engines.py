@@ -510,8 +510,9 @@ ROUTING_PROBE = textwrap.dedent('''
     comp.latent_bf16 = False
     norm = ns(weight=T("norm.weight"), variance_epsilon=1e-6)
     for is_indexer in (True, False):
-        comp._forward_compress_all_in_one(T("state"), T("kv_score"), T("ape"), norm, T("freqs"), T("kv_cache"), 64, 4,
-                                          is_indexer)
+        comp._forward_compress_all_in_one(kv_score_buffer=T("state"), kv_score_input=T("kv_score"), ape=T("ape"),
+                                          norm=norm, freqs_cis_cache=T("freqs"), kv_cache=T("kv_cache"), page_size=64,
+                                          compress_ratio=4, is_indexer=is_indexer)
     reader = object.__new__(C4IndexerBackendMixin)
     reader.nonpaged_max_len = 100  # short sequences: the engine would take its fp8 non-paged path
     batch = ns(forward_mode=ns(is_extend=lambda: True), max_c4_seq_len=10)
@@ -548,3 +549,14 @@ def test_store_and_scorer_routing_flag_on_and_off(tree, name):
                                              f"{lay.page_bytes})", "page_table", "seq_lens", "77"]]
     assert not [c for c in on if c[0].startswith("deep_gemm")]
     assert [c[0] for c in orig if c[0].startswith("deep_gemm")] == ["deep_gemm.fp8_mqa_logits"]
+
+
+def test_page_size_mismatch_is_named_at_the_factory_and_the_view(tmp_path):
+    spec = tmp_path / "p128.yaml"
+    spec.write_text(FP8.read_text().replace("name: dsv4_indexer_fp8", "name: idx_fp8_p128")
+                    .replace("page_size: 64", "page_size: 128").replace("page_bytes: 8448", "page_bytes: 16896"))
+    for name in SGLANG:
+        code, out = audit_json(FIXTURES / name, spec)
+        errors = out["results"][0]["errors"]
+        assert code == 1 and sorted(e["rule"] for e in errors) == ["engine-page-size", "engine-reader"], errors
+        assert all("64 tokens" in e["message"] and "128" in e["message"] for e in errors)
