@@ -224,7 +224,8 @@ class LoadedKernel:
     @cached_property
     def function(self) -> Any:
         """The kernel as the driver launches it (cuda.core's CUkernel handle, as a CUfunction)."""
-        return _driver().CUfunction(int(self.kernel.handle))
+        handle = getattr(self.kernel, "handle", None)  # cuda-core >= 0.3; older ones: _handle
+        return _driver().CUfunction(int(handle if handle is not None else self.kernel._handle))
 
     def prepare(self, args: Args, *, programmatic_stream_serialization: bool = False) -> PreparedLaunch:
         """A launch of `args` (checked by `self.abi`) to call later, any number of times."""
