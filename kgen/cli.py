@@ -117,6 +117,34 @@ def patch(path: Annotated[Path, typer.Argument(help="spec file of the variant", 
 
 
 @app.command()
+def recall(paths: Annotated[list[Path], typer.Argument(help="spec or family files (a .json path after --json: "
+                                                       "where the JSON goes)", show_default=False)],
+           contexts: Annotated[Optional[str], typer.Option("--contexts", help="key counts, comma-separated (4096, 64K, "
+                                                           "1M); default 4K..1M on a GPU, 4K..64K on CPU")] = None,
+           topk: Annotated[int, typer.Option("--topk", help="k of the top-k (512: DeepSeek V4; 2048: V3.2)")] = 512,
+           queries: Annotated[int, typer.Option("--queries", help="queries per context (and as many needles)")] = 32,
+           keys: Annotated[Optional[Path], typer.Option("--keys", help="keys [N, head_dim] (optional queries, "
+                                                        "weights) from a .safetensors or torch .pt file")] = None,
+           as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (--json FILE.json: write it "
+                                                 "there and print the table)")] = False,
+           plot: Annotated[Optional[Path], typer.Option("--plot", help="PNG: agreement and needle recall against "
+                                                        "context")] = None,
+           heads: Annotated[int, typer.Option("--heads", help="query heads of the synthetic queries")] = 64,
+           margin: Annotated[float, typer.Option("--margin", help="needles beat the k-th best other key by this "
+                                                 "many std of the scores")] = 0.1,
+           seed: Annotated[int, typer.Option("--seed", help="seed of every draw")] = 0,
+           device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda")] = "auto",
+           toggle_hadamard: Annotated[bool, typer.Option("--toggle-hadamard", help="also measure each variant with "
+                                                         "its Hadamard setting flipped")] = False) -> None:
+    """Top-k agreement and needle recall of each indexer-key variant against full-precision scores."""
+    from .recall import recall_command
+
+    raise typer.Exit(_run(lambda: recall_command(paths, contexts=contexts, topk=topk, queries=queries, heads=heads,
+                                                 margin=margin, seed=seed, keys=keys, as_json=as_json, plot=plot,
+                                                 device=device, toggle_hadamard=toggle_hadamard)))
+
+
+@app.command()
 def schema() -> None:
     """Print the reference of every spec field (type, default, meaning) as Markdown."""
     from .schema_doc import field_reference

@@ -1,0 +1,267 @@
+"""`kgen recall`: tests that pin the method (identical formats agree exactly, a zeroed channel loses
+the needles planted on it, agreement grows with mantissa bits, CPU and GPU agree) and the command."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kgen import recall as RC  # noqa: E402
+from kgen import reference as R  # noqa: E402
+from kgen.diagnostics import KgenError  # noqa: E402
+from kgen.score import dense_logits  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "specs"
+FP8 = SPECS / "dsv4" / "indexer_fp8.yaml"
+
+
+def small(**kw) -> RC.Settings:
+    base = dict(contexts=[2048], topk=128, queries=6, heads=16, margin=0.1, seed=3, device="cpu")
+    base.update(kw)
+    return RC.Settings(**base)
+
+
+def with_store(spec, name: str, **store):
+    return spec.model_copy(update={"name": name, "host": None, "store": spec.store.model_copy(update=store)})
+
+
+# ---------------------------------------------------------------------------------------------
+# the method
+
+
+def test_identical_formats_agree_exactly():
+    spec = R.load_spec(FP8)
+    [r] = RC.measure([spec], small(), reference=spec)
+    assert r["agreement"] == 1.0 and r["agreement_min"] == 1.0 and r["agreement_std"] == 0.0
+    assert r["needles"] == 6 and r["needle_recall"] == 1.0 == r["needle_recall_full_precision"]
+    assert r["score_error_rms_sigma"] == 0.0 and r["score_error_max_sigma"] == 0.0
+
+
+def test_against_full_precision_the_needles_sit_at_the_margin():
+    spec = R.load_spec(FP8)
+    [r] = RC.measure([spec], small(margin=0.25))
+    assert r["needle_recall_full_precision"] == 1.0
+    assert abs(r["needle_margin_actual"] - 0.25) < 1e-3
+    assert 0.5 < r["agreement"] < 1.0 and 0 < r["score_error_rms_sigma"] < 0.1
+
+
+def test_a_zeroed_channel_loses_the_needles_planted_on_it():
+    g = torch.Generator().manual_seed(0)
+    S, D, H, Q, k, c, other = 4096, 32, 8, 12, 64, 5, 9
+    keys = torch.randn(S, D, generator=g)
+    keys[:, c] *= 0.1  # the crowd barely uses channel c
+    pos = torch.randperm(S, generator=g)[:Q]
+    keys[pos] = 0.05 * torch.randn(Q, D, generator=g)
+    keys[pos, c] = 3.0  # needles live on channel c (and not on `other`)
+    q, w = RC.draw_queries(g, Q, H, D)
+    w[:, 0] = w[:, 0].abs() + 0.1  # at least one head to aim
+    qn, placed, sigma = RC.plant_needles(keys, q, w, pos, k, 1.0)
+    assert placed.all()
+    ref = dense_logits(qn, w, keys, accum=torch.float64)
+
+    def recall_without(channel: int) -> float:
+        zeroed = keys.clone()
+        zeroed[:, channel] = 0
+        var = dense_logits(qn, w, zeroed, accum=torch.float64)
+        m = RC.compare(ref, var, ref, var, pos, placed, sigma, k)
+        assert m["needle_recall_full_precision"] == 1.0
+        return m["needle_recall"]
+
+    assert recall_without(c) == 0.0
+    assert recall_without(other) == 1.0
+
+
+def test_agreement_grows_with_mantissa_bits():
+    fp8 = R.load_spec(FP8)
+    formats = [  # mantissa bits: 1, 3, 7, 10
+        with_store(fp8, "m1_fp4", dtype="fp4_e2m1", scale="ue8m0", block=32),
+        fp8,
+        with_store(fp8, "m7_bf16", dtype="bf16", scale="none", block=None),
+        with_store(fp8, "m10_fp16", dtype="fp16", scale="none", block=None),
+    ]
+    rows = RC.measure(formats, small(contexts=[4096], topk=256, queries=8))
+    agreement = [r["agreement"] for r in rows]
+    error = [r["score_error_rms_sigma"] for r in rows]
+    assert agreement == sorted(agreement) and len(set(agreement)) == 4, agreement
+    assert error == sorted(error, reverse=True) and len(set(error)) == 4, error
+
+
+def test_hadamard_twin_and_store_twin():
+    spec = R.load_spec(FP8)
+    twin = RC.hadamard_twin(spec)
+    assert twin.name == "dsv4_indexer_fp8_nohadamard" and not twin.hadamard and twin.store == spec.store
+    store = RC.store_twin(spec)
+    assert store.norm.kind == "none" and store.rope.dim == 0 and store.input_dtype == "fp32"
+    assert store.hadamard and store.store == spec.store and store.layout == spec.layout
+
+
+def test_shipped_variants_split_into_indexer_keys_and_skipped():
+    sel = RC.select([SPECS / "dsv4.yaml", SPECS / "dsv32_indexer.yaml", SPECS / "indexer_bf16.yaml"])
+    assert [s.name for s, _ in sel.variants] == ["dsv4_indexer_fp8", "dsv4_indexer_fp4", "dsv4_indexer_bf16",
+                                                 "dsv32_indexer_fp8", "dsv4_indexer_bf16"]
+    skipped = {s["variant"]: s["reason"] for s in sel.skipped}
+    assert set(skipped) == {"dsv4_latent_fp8_p64", "dsv4_latent_fp8_p2", "dsv4_latent_bf16", "dsv4_latent_fp8_uniform"}
+    assert "RoPE dims kept as bf16" in skipped["dsv4_latent_fp8_p64"]
+    assert "head_dim 512" in skipped["dsv4_latent_bf16"]
+
+
+def test_parse_contexts():
+    assert RC.parse_contexts("4096, 16K,1m") == [4096, 16384, 1048576]
+    for bad in ("4096,", "x", "0", "1.5K"):
+        with pytest.raises(KgenError) as e:
+            RC.parse_contexts(bad)
+        assert e.value.exit_code == 2 and "--contexts" in str(e.value)
+
+
+@pytest.mark.gpu
+def test_cpu_and_gpu_paths_give_the_same_numbers():
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    specs = [R.load_spec(FP8), R.load_spec(SPECS / "dsv4" / "indexer_fp4.yaml"), R.load_spec(SPECS / "indexer_bf16.yaml")]
+    cpu = RC.measure(specs, small(contexts=[2048, 4096]))
+    gpu = RC.measure(specs, small(contexts=[2048, 4096], device="cuda"))
+    for a, b in zip(cpu, gpu):
+        for key, v in a.items():
+            if key == "seconds":
+                continue
+            if isinstance(v, float):
+                assert math.isclose(v, b[key], rel_tol=1e-9, abs_tol=1e-12), (key, v, b[key])
+            else:
+                assert v == b[key], (key, v, b[key])
+
+
+# ---------------------------------------------------------------------------------------------
+# --keys FILE
+
+
+def write_safetensors(path: Path, tensors: dict) -> None:
+    """A safetensors file written by hand from the format's definition (not by kgen's reader)."""
+    header, blobs, at = {}, [], 0
+    for name, t in tensors.items():
+        data = t.contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [at, at + len(data)]}
+        blobs.append(data)
+        at += len(data)
+    head = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
+
+
+def test_keys_file_safetensors_and_pt_give_the_same_report(tmp_path):
+    g = torch.Generator().manual_seed(1)
+    keys = torch.randn(3000, 128, generator=g)
+    keys[:, 7] *= 20
+    queries = torch.randn(5, 16, 128, generator=g)
+    weights = torch.randn(5, 16, generator=g)
+    st = tmp_path / "k.safetensors"
+    write_safetensors(st, {"keys": keys, "queries": queries, "weights": weights})
+    pt = tmp_path / "k.pt"
+    torch.save({"keys": keys, "queries": queries, "weights": weights}, pt)
+    spec = R.load_spec(FP8)
+    a = RC.measure([spec], small(contexts=[1024, 3000]), user=RC.load_keys_file(st, 128))
+    b = RC.measure([spec], small(contexts=[1024, 3000]), user=RC.load_keys_file(pt, 128))
+    for x, y in zip(a, b):
+        x.pop("seconds"), y.pop("seconds")
+        assert x == y
+    assert [r["context"] for r in a] == [1024, 3000] and all(r["queries"] == 5 for r in a)
+    bare = tmp_path / "bare.pt"
+    torch.save(keys, bare)
+    assert RC.load_keys_file(bare, 128)["queries"] is None
+
+
+@pytest.mark.parametrize("content,message", [
+    ({"keys": torch.zeros(10, 64)}, "'keys' is [10, 64] but the variants have head_dim 128"),
+    ({"k": torch.zeros(10, 128)}, "expected a tensor named 'keys'"),
+    ({"keys": torch.zeros(10, 128, dtype=torch.int32)}, "'keys' must be a floating-point tensor of 2 dims"),
+    ({"keys": torch.full((10, 128), float("nan"))}, "'keys' holds non-finite values"),
+    ({"keys": torch.zeros(10, 128), "queries": torch.zeros(2, 4, 64)}, "'queries' is [2, 4, 64]"),
+    ({"keys": torch.zeros(10, 128), "queries": torch.zeros(2, 4, 128), "weights": torch.zeros(2, 5)},
+     "'weights' is [2, 5], expected [Q, H] = [2, 4]"),
+    ({"keys": torch.zeros(10, 128), "weights": torch.zeros(2, 5)}, "'weights' given without 'queries'"),
+])
+def test_bad_keys_file_names_file_and_tensor(tmp_path, content, message):
+    path = tmp_path / "bad.pt"
+    torch.save(content, path)
+    with pytest.raises(KgenError) as e:
+        RC.load_keys_file(path, 128)
+    assert message in str(e.value) and str(path) in str(e.value)
+
+
+def test_unreadable_keys_file(tmp_path):
+    path = tmp_path / "junk.safetensors"
+    path.write_bytes(b"\xff" * 20)
+    with pytest.raises(KgenError, match="cannot read it as safetensors"):
+        RC.load_keys_file(path, 128)
+    with pytest.raises(KgenError) as e:
+        RC.load_keys_file(tmp_path / "missing.pt", 128)
+    assert e.value.exit_code == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# the command
+
+
+def kgen(*args, cwd=ROOT):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    return subprocess.run([sys.executable, "-m", "kgen.main", "recall", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_command_json_file_plot_and_table(tmp_path):
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    p = kgen(SPECS / "dsv4.yaml", "--contexts", "1024", "--topk", "64", "--queries", "3", "--heads", "8",
+             "--json", out, "--plot", png)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    assert [r["variant"] for r in data["results"]] == ["dsv4_indexer_fp8", "dsv4_indexer_fp4", "dsv4_indexer_bf16"]
+    for r in data["results"]:  # the contract's fields
+        assert r["context"] == 1024 and r["topk"] == 64 and 0 <= r["agreement"] <= 1 and 0 <= r["needle_recall"] <= 1
+    assert len(data["skipped"]) == 4 and data["inputs"]["keys"] == "synthetic"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "dsv4_indexer_bf16" in p.stdout and "skipped dsv4_latent_bf16" in p.stdout
+
+
+def test_command_json_to_stdout():
+    p = kgen(SPECS / "indexer_bf16.yaml", "--contexts", "512", "--topk", "32", "--queries", "2", "--heads", "4",
+             "--json")
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    assert data["results"][0]["variant"] == "dsv4_indexer_bf16" and data["results"][0]["context"] == 512
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (["missing.yaml"], 2, "missing.yaml"),
+    ([SPECS / "indexer_bf16.yaml", "--contexts", "4k,x"], 2, "kgen recall: error[recall-usage]: --contexts: 'x' is not"),
+    ([SPECS / "indexer_bf16.yaml", "--contexts", "512", "--topk", "512"], 2, "512 keys is not more than --topk 512"),
+    ([SPECS / "dsv4" / "latent_bf16.yaml"], 1, "no indexer-key variant to measure (skipped: dsv4_latent_bf16)"),
+    ([SPECS / "indexer_bf16.yaml", "--keys", "nowhere.pt"], 2, "nowhere.pt: no such file"),
+    ([SPECS / "indexer_bf16.yaml", "--plot", "/nonexistent-dir/x.png"], 2, "its directory does not exist"),
+    ([SPECS / "indexer_bf16.yaml", "--device", "tpu"], 2, "--device: auto, cpu or cuda"),
+    ([SPECS / "indexer_bf16.yaml", "--queries", "0"], 2, "--topk, --queries and --heads must be at least 1"),
+])
+def test_command_errors_are_one_line(tmp_path, args, code, message):
+    from typer.testing import CliRunner
+
+    from kgen.cli import app
+
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(app, ["recall", *map(str, args), "--json", str(out)])
+    assert r.exit_code == code, (r.exit_code, r.output)
+    assert message in r.output and "Traceback" not in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    assert len(r.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_command_without_gpu_refuses_cuda():
+    p = kgen(SPECS / "indexer_bf16.yaml", "--device", "cuda")
+    assert p.returncode == 2 and "kgen recall: error[no-gpu]: no GPU:" in p.stderr and "Traceback" not in p.stderr
