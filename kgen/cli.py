@@ -119,15 +119,15 @@ def patch(path: Annotated[Path, typer.Argument(help="spec file of the variant", 
 @app.command()
 def recall(paths: Annotated[list[Path], typer.Argument(help="spec or family files (a .json path after --json: "
                                                        "where the JSON goes)", show_default=False)],
-           contexts: Annotated[Optional[str], typer.Option("--contexts", help="key counts, comma-separated (4096, 64K, "
+           contexts: Annotated[str | None, typer.Option("--contexts", help="key counts, comma-separated (4096, 64K, "
                                                            "1M); default 4K..1M on a GPU, 4K..64K on CPU")] = None,
            topk: Annotated[int, typer.Option("--topk", help="k of the top-k (512: DeepSeek V4; 2048: V3.2)")] = 512,
            queries: Annotated[int, typer.Option("--queries", help="queries per context (and as many needles)")] = 32,
-           keys: Annotated[Optional[Path], typer.Option("--keys", help="keys [N, head_dim] (optional queries, "
+           keys: Annotated[Path | None, typer.Option("--keys", help="keys [N, head_dim] (optional queries, "
                                                         "weights) from a .safetensors or torch .pt file")] = None,
            as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (--json FILE.json: write it "
                                                  "there and print the table)")] = False,
-           plot: Annotated[Optional[Path], typer.Option("--plot", help="PNG: agreement and needle recall against "
+           plot: Annotated[Path | None, typer.Option("--plot", help="PNG: agreement and needle recall against "
                                                         "context")] = None,
            heads: Annotated[int, typer.Option("--heads", help="query heads of the synthetic queries")] = 64,
            margin: Annotated[float, typer.Option("--margin", help="needles beat the k-th best other key by this "

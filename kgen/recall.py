@@ -506,7 +506,7 @@ def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str
             ref_writer = store_twin(reference) if (reference is not None and user is not None) else reference
             wspec0 = writers[spec0.name]
             args = writer_args(wspec0, inp, dev)
-            if reference is None:
+            if ref_writer is None:
                 K = full_precision_keys(wspec0, args)
             else:
                 rcache = write_cache(ref_writer, writer_args(ref_writer, inp, dev), on_gpu)
@@ -555,9 +555,9 @@ def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str
                 del cache
                 m = compare(ref_a, var_a, ref_n, var_n, positions, placed, sigma, k)
                 lay = compute(spec)
-                s = spec.store
+                st = spec.store
                 row = {"variant": spec.name, "context": S, "topk": k, **m,
-                       "store": s.dtype + ("" if s.scale == "none" else f" + {s.scale} scale per {lay.block}"),
+                       "store": st.dtype + ("" if st.scale == "none" else f" + {st.scale} scale per {lay.block}"),
                        "hadamard": spec.hadamard, "bytes_per_token": lay.bytes_per_token,
                        "queries": int(qa.shape[0]), "seconds": round(time.perf_counter() - t1, 3)}
                 results.append(row)
@@ -645,7 +645,7 @@ def read_safetensors(path: Path) -> dict:
         raise ValueError(f"header of {n} B in a {len(raw)}-B file")
     header = json.loads(raw[8:8 + n])
     base = 8 + n
-    out = {}
+    out: dict[str, Any] = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -809,7 +809,8 @@ def print_table(data: dict, stream) -> None:
 
     t = Table(title=f"kgen recall: top-{data['inputs']['topk']} against full precision "
                     f"({data['inputs']['keys']} keys, {data['environment']['device']})")
-    for col in ("variant", "B/token", "keys", "agreement (mean +- std, min)", "needle recall", "score err (rms / max, std)"):
+    for col in ("variant", "B/token", "keys", "agreement (mean +- std, min)", "needle recall",
+                "score err (rms / max, std)"):
         t.add_column(col, justify="left" if col == "variant" else "right")
     for r in data["results"]:
         t.add_row(r["variant"], str(r["bytes_per_token"]), _ctx(r["context"]),

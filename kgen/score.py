@@ -52,8 +52,8 @@ from typing import Any
 import torch
 
 from . import reference as R
-from .layout import Layout, compute
 from .abi import ArgumentError
+from .layout import Layout, compute
 from .ops import resolve_spec
 from .spec import Spec
 
@@ -158,8 +158,8 @@ def check_logits_arguments(variant: Spec | Layout | str | os.PathLike, q, weight
         if bool(bad.any()):
             b, p = (int(i) for i in bad.nonzero()[0])
             raise ArgumentError(f"block_table: block_table[{b}, {p}] = {int(table[b, p])} is outside the cache's "
-                                f"{num_pages} pages (sequence {b} has {lens[b]} keys, so it reads pages 0..{int(used[b]) - 1} "
-                                "of its row)")
+                                f"{num_pages} pages (sequence {b} has {lens[b]} keys, so it reads pages "
+                                f"0..{int(used[b]) - 1} of its row)")
     return LogitsChecked(spec, lay, B, N, H, num_pages, max_pages, max_seq_len, lens)
 
 

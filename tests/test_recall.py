@@ -127,7 +127,7 @@ def test_parse_contexts():
 def test_cpu_and_gpu_paths_give_the_same_numbers():
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
-    specs = [R.load_spec(FP8), R.load_spec(SPECS / "dsv4" / "indexer_fp4.yaml"), R.load_spec(SPECS / "indexer_bf16.yaml")]
+    specs = [R.load_spec(SPECS / f) for f in ("dsv4/indexer_fp8.yaml", "dsv4/indexer_fp4.yaml", "indexer_bf16.yaml")]
     cpu = RC.measure(specs, small(contexts=[2048, 4096]))
     gpu = RC.measure(specs, small(contexts=[2048, 4096], device="cuda"))
     for a, b in zip(cpu, gpu):
@@ -240,7 +240,8 @@ def test_command_json_to_stdout():
 
 @pytest.mark.parametrize("args,code,message", [
     (["missing.yaml"], 2, "missing.yaml"),
-    ([SPECS / "indexer_bf16.yaml", "--contexts", "4k,x"], 2, "kgen recall: error[recall-usage]: --contexts: 'x' is not"),
+    ([SPECS / "indexer_bf16.yaml", "--contexts", "4k,x"], 2,
+     "kgen recall: error[recall-usage]: --contexts: 'x' is not"),
     ([SPECS / "indexer_bf16.yaml", "--contexts", "512", "--topk", "512"], 2, "512 keys is not more than --topk 512"),
     ([SPECS / "dsv4" / "latent_bf16.yaml"], 1, "no indexer-key variant to measure (skipped: dsv4_latent_bf16)"),
     ([SPECS / "indexer_bf16.yaml", "--keys", "nowhere.pt"], 2, "nowhere.pt: no such file"),
