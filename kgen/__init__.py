@@ -10,6 +10,7 @@ on first use):
     compile   compile_variant (-> CompiledKernel)          NVRTC -> cubin, content-hash cached
     run       load (-> LoadedKernel), norm_rope_store,     the checked op on torch tensors
               prepare, check_arguments
+    read      indexer_logits_torch                         the read side's Torch path (DSA indexer logits)
     errors    KgenError, Problem
 
 `python -m kgen` is the `kgen` command line.
@@ -39,6 +40,7 @@ _API = {
     "norm_rope_store": "kgen.ops",
     "prepare": "kgen.ops",
     "check_arguments": "kgen.ops",
+    "indexer_logits_torch": "kgen.score",
     "KgenError": "kgen.diagnostics",
     "Problem": "kgen.diagnostics",
 }

@@ -128,6 +128,7 @@ class Selection:
 def select(paths: list[Path], toggle_hadamard: bool = False) -> Selection:
     """Every variant of every path, validated (KgenError with every error otherwise), split into
     indexer keys and skipped ones."""
+    from .rules import check_variant
     from .validate import validate_path
 
     sel, problems = Selection(), []
@@ -141,7 +142,13 @@ def select(paths: list[Path], toggle_hadamard: bool = False) -> Selection:
                 continue
             sel.variants.append((c.spec, str(path)))
             if toggle_hadamard:
-                sel.variants.append((hadamard_twin(c.spec), str(path)))
+                twin = hadamard_twin(c.spec)
+                errors = [p for p in check_variant(twin)[1] if p.severity == "error"]
+                if errors:
+                    sel.skipped.append({"variant": twin.name, "path": str(path),
+                                        "reason": "; ".join(p.message for p in errors)})
+                else:
+                    sel.variants.append((twin, str(path)))
     if problems:
         raise KgenError(problems, exit_code=1)
     return sel
@@ -286,6 +293,19 @@ def plant_needles(keys, base_q, weights, positions, topk: int, margin: float, *,
     sigma float64 [Q]: the std of the other keys' scores under the base query, the margin's unit).
     A needle that cannot be placed (no positive-weight head, or another key so aligned with it that
     no beta lifts it above the rest) keeps its base query and placed = False."""
+    import torch
+
+    if keys.device.type == "cpu":  # hundreds of small ops per needle: a thread pool only costs here
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return _plant(keys, base_q, weights, positions, topk, margin, max_doublings, max_steps)
+        finally:
+            torch.set_num_threads(threads)
+    return _plant(keys, base_q, weights, positions, topk, margin, max_doublings, max_steps)
+
+
+def _plant(keys, base_q, weights, positions, topk: int, margin: float, max_doublings: int, max_steps: int):
     import torch
 
     acc = torch.float64
@@ -493,6 +513,7 @@ def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str
         groups.setdefault(_group_key(s), []).append(s)
     results = []
     for S in settings.contexts:
+        drawn: dict[int, Inputs] = {}  # one draw per head_dim: every pipeline sees the same rows
         for members in groups.values():
             spec0 = members[0]
             D = spec0.head_dim
@@ -501,7 +522,7 @@ def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str
                 inp = Inputs(user["keys"][:S].float(), torch.ones(D), torch.zeros(D), user_keys=True)
                 writers = {s.name: store_twin(s) for s in members}
             else:
-                inp = synthetic_inputs(S, D, settings.seed)
+                inp = drawn[D] = drawn.get(D) or synthetic_inputs(S, D, settings.seed)
                 writers = {s.name: s for s in members}
             ref_writer = store_twin(reference) if (reference is not None and user is not None) else reference
             wspec0 = writers[spec0.name]
@@ -527,9 +548,9 @@ def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str
             if spec0.hadamard:
                 qa, qn_base = rotate(qa), rotate(qn_base)
             qa, wa, qn_base, wn = (t.to(dev) for t in (qa, wa, qn_base, wn))
-            rows = max(qa.shape[0], qn_base.shape[0])
-            step = _step(list(writers.values()) + ([ref_writer] if ref_writer is not None else []), rows,
-                         qa.shape[1])
+            na = qa.shape[0]
+            step = _step(list(writers.values()) + ([ref_writer] if ref_writer is not None else []),
+                         na + qn_base.shape[0], qa.shape[1])
 
             qn, placed, sigma = plant_needles(K, qn_base, wn, positions, k, settings.margin)
             for _ in range(NEEDLE_RETRIES):  # a needle no query can single out: another depth
@@ -540,20 +561,21 @@ def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str
                 q2, p2, s2 = plant_needles(K, qn_base[miss.to(dev)], wn[miss.to(dev)], positions[miss], k,
                                            settings.margin)
                 qn[miss.to(dev)], placed[miss], sigma[miss] = q2, p2, s2
-            ref_a = dense_logits(qa, wa, K, accum=acc, chunk_keys=step)
-            ref_n = dense_logits(qn, wn, K, accum=acc, chunk_keys=step)
+            # agreement and needle queries in one pass: the keys are decoded once per variant
+            q_all, w_all = torch.cat((qa.to(acc), qn)), torch.cat((wa, wn))
+            ref = dense_logits(q_all, w_all, K, accum=acc, chunk_keys=step)
             del K
             say(f"kgen recall: {S} keys, {len(members)} variant(s) sharing {spec0.name}'s pipeline: full precision "
                 f"and {int(placed.sum())}/{len(placed)} needles in {time.perf_counter() - t0:.1f} s")
             for spec in members:
                 t1 = time.perf_counter()
                 wspec = writers[spec.name]
-                cache = write_cache(wspec, args if wspec is wspec0 else writer_args(wspec, inp, dev), on_gpu)
+                cache = write_cache(wspec, args, on_gpu)  # a group shares input dtype, norm and RoPE
                 pages = torch.arange(cache.shape[0], device=dev)
-                var_a = sequence_logits(wspec, qa, wa, cache, pages, S, accum=acc, chunk_keys=step)
-                var_n = sequence_logits(wspec, qn, wn, cache, pages, S, accum=acc, chunk_keys=step)
+                var = sequence_logits(wspec, q_all, w_all, cache, pages, S, accum=acc, chunk_keys=step)
                 del cache
-                m = compare(ref_a, var_a, ref_n, var_n, positions, placed, sigma, k)
+                m = compare(ref[:na], var[:na], ref[na:], var[na:], positions, placed, sigma, k)
+                del var
                 lay = compute(spec)
                 st = spec.store
                 row = {"variant": spec.name, "context": S, "topk": k, **m,
@@ -563,7 +585,7 @@ def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str
                 results.append(row)
                 say(f"kgen recall: {spec.name} @ {S}: agreement {m['agreement']:.4f}, needles "
                     f"{_fmt_recall(m['needle_recall'])} ({row['seconds']:.1f} s)")
-            del ref_a, ref_n
+            del ref
             if on_gpu:
                 torch.cuda.empty_cache()
     return results
