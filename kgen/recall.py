@@ -833,13 +833,13 @@ def print_table(data: dict, stream) -> None:
                     f"({data['inputs']['keys']} keys, {data['environment']['device']})")
     for col in ("variant", "B/token", "keys", "agreement (mean +- std, min)", "needle recall",
                 "score err (rms / max, std)"):
-        t.add_column(col, justify="left" if col == "variant" else "right")
+        t.add_column(col, justify="left" if col == "variant" else "right", no_wrap=col == "variant")
     for r in data["results"]:
         t.add_row(r["variant"], str(r["bytes_per_token"]), _ctx(r["context"]),
                   f"{r['agreement']:.4f} +- {r['agreement_std']:.4f}, {r['agreement_min']:.4f}",
                   "-" if r["needle_recall"] is None else f"{r['needle_recall']:.3f} of {r['needles']}",
                   f"{r['score_error_rms_sigma']:.4f} / {r['score_error_max_sigma']:.3f}")
-    console = Console(file=stream, width=max(120, Console(file=stream).width))
+    console = Console(file=stream, width=max(140, Console(file=stream).width))
     console.print(t)
     for s in data["skipped"]:
         console.print(f"skipped {s['variant']} ({s['path']}): {s['reason']}")
@@ -864,17 +864,22 @@ def write_plot(data: dict, path: Path) -> None:
     for r in data["results"]:
         by.setdefault(r["variant"], []).append(r)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors: dict[str, Any] = {}  # a variant and its Hadamard twin share a colour; no Hadamard is dashed
+    cycle = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4)
     for name, rs in by.items():
         rs = sorted(rs, key=lambda r: r["context"])
         x = [r["context"] for r in rs]
         label = f"{name} ({rs[0]['bytes_per_token']} B/token)"
+        base = name.removesuffix("_nohadamard").removesuffix("_hadamard")
+        color = colors.setdefault(base, next(cycle))
+        style = {"color": color, "marker": "o", "linestyle": "-" if rs[0].get("hadamard", True) else "--"}
         mean = [r["agreement"] for r in rs]
         std = [r["agreement_std"] for r in rs]
-        line, = ax1.plot(x, mean, marker="o", label=label)
+        ax1.plot(x, mean, label=label, **style)
         ax1.fill_between(x, [m - s for m, s in zip(mean, std)], [min(1.0, m + s) for m, s in zip(mean, std)],
-                         color=line.get_color(), alpha=0.15)
-        ax2.plot(x, [float("nan") if r["needle_recall"] is None else r["needle_recall"] for r in rs], marker="o",
-                 label=label, color=line.get_color())
+                         color=color, alpha=0.12)
+        ax2.plot(x, [float("nan") if r["needle_recall"] is None else r["needle_recall"] for r in rs], label=label,
+                 **style)
     k = data["inputs"]["topk"]
     for ax, title in ((ax1, f"top-{k} agreement with full precision"),
                       (ax2, f"needle recall in top-{k} (margin {data['inputs']['margin']} std)")):
