@@ -27,7 +27,8 @@ structure: a few dominant channels without Hadamard, spread over all 128 with it
 
 Query model: H heads (default 64, DeepSeek's indexer) of isotropic Gaussian q, rotated by the
 spec's Hadamard like the keys (a real engine rotates q and k alike), and per-head weights
-N(0, 1/H), signed like a real indexer's. Queries stay fp32 (the format question is about keys).
+N(0, 1/H), signed like a real indexer's. Queries stay in full precision (fp32 draws, the needle aim
+in float64): the format question is about keys.
 
 Needles: for query j a depth d_j is drawn uniformly from [0, S); the key already there becomes the
 needle (so it has exactly the statistics of the other keys) and the query is aimed at it: its heads
