@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import sys
 import time
@@ -777,12 +776,15 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
         r["path"] = path_of.get(r["variant"])
     data = report(rows, sel, settings, time.perf_counter() - t0)
 
+    outputs: dict[Path, str | bytes] = {}
     if json_file is not None:
-        from .bench import write_json_atomic
-
-        write_json_atomic(json_file, data)
+        outputs[json_file] = json.dumps(data, indent=2) + "\n"
     if plot is not None:
-        write_plot(data, Path(plot))
+        outputs[Path(plot)] = plot_png(data)
+    if outputs:
+        from .files import write_all
+
+        write_all(outputs)  # the JSON and the PNG, both or neither
     if as_json and json_file is None:
         print(json.dumps(data, indent=2))
         print_table(data, sys.stderr)
@@ -792,7 +794,7 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
 
 
 def _precompile(specs: list[Spec]) -> None:
-    from .gputest import precompile
+    from .gpurun import precompile
 
     errors = precompile(specs)
     if errors:
@@ -855,7 +857,16 @@ def _ctx(n: int) -> str:
 
 
 def write_plot(data: dict, path: Path) -> None:
+    """`plot_png` of a report (e.g. a `--json` file's contents) written to `path`."""
+    from .files import write_atomic
+
+    write_atomic(path, plot_png(data))
+
+
+def plot_png(data: dict) -> bytes:
     """Agreement (mean, shaded +- std) and needle recall against context, one line per variant."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -894,7 +905,7 @@ def write_plot(data: dict, path: Path) -> None:
     ax1.legend(fontsize=8, loc="lower left")
     fig.suptitle(f"kgen recall ({data['inputs']['keys']} keys, {data['environment']['device']})")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
-    os.replace(tmp, path)
+    return buf.getvalue()
