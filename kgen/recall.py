@@ -132,10 +132,18 @@ def select(paths: list[Path], toggle_hadamard: bool = False) -> Selection:
     from .validate import validate_path
 
     sel, problems = Selection(), []
+    seen: dict[str, Spec] = {}
     for path in paths:
         r = validate_path(Path(path))
         problems += r.errors
         for c in r.variants:
+            other = seen.setdefault(c.spec.name, c.spec)
+            if other is not c.spec:
+                if other == c.spec:  # the same variant twice (a file and a family holding it): once
+                    continue
+                problems.append(_problem("recall-duplicate", f"two different variants are named '{c.spec.name}' "
+                                         f"({path} and an earlier path): the report could not tell them apart"))
+                continue
             reason = indexer_key_reason(c.spec)
             if reason is not None:
                 sel.skipped.append({"variant": c.spec.name, "path": str(path), "reason": reason})
@@ -494,9 +502,10 @@ def _step(specs: list[Spec], rows: int, heads: int) -> int:
 
 
 def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str], None] | None = None,
-            reference: Spec | None = None, user: dict | None = None) -> list[dict]:
-    """Every (variant, context) result. `reference`: compare with this variant's scores instead of
-    full precision (it must share the variants' norm/RoPE/Hadamard). `user`: the `--keys` tensors."""
+            reference: Spec | None = None, user: dict | None = None, results: list[dict] | None = None) -> list[dict]:
+    """Every (variant, context) result, appended to `results` (if given) as each is measured, so an
+    interrupted run keeps what it measured. `reference`: compare with this variant's scores instead
+    of full precision (it must share the variants' norm/RoPE/Hadamard). `user`: the `--keys` tensors."""
     import torch
 
     from .layout import compute
@@ -511,7 +520,7 @@ def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str
     groups: dict[str, list[Spec]] = {}
     for s in variants:
         groups.setdefault(_group_key(s), []).append(s)
-    results = []
+    results = [] if results is None else results
     for S in settings.contexts:
         drawn: dict[int, Inputs] = {}  # one draw per head_dim: every pipeline sees the same rows
         for members in groups.values():
@@ -770,11 +779,19 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
     settings = Settings(contexts=ctx, topk=topk, queries=queries, heads=heads, margin=margin, seed=seed,
                         device=dev, keys_file=Path(keys) if keys else None)
     t0 = time.perf_counter()
-    rows = measure(specs, settings, progress=err, user=user)
+    rows: list[dict] = []
+    interrupted = False
+    try:
+        measure(specs, settings, progress=err, user=user, results=rows)
+    except KeyboardInterrupt:  # e.g. `timeout -s INT`: report what was measured
+        interrupted = True
+        err("kgen recall: interrupted; reporting what was measured")
     path_of = {s.name: p for s, p in sel.variants}
     for r in rows:
         r["path"] = path_of.get(r["variant"])
     data = report(rows, sel, settings, time.perf_counter() - t0)
+    if interrupted:
+        data["interrupted"] = True
 
     outputs: dict[Path, str | bytes] = {}
     if json_file is not None:
@@ -790,7 +807,7 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
         print_table(data, sys.stderr)
     else:
         print_table(data, sys.stdout)
-    return 0
+    return 1 if interrupted else 0
 
 
 def _precompile(specs: list[Spec]) -> None:

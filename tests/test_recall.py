@@ -107,12 +107,21 @@ def test_hadamard_twin_and_store_twin():
 
 def test_shipped_variants_split_into_indexer_keys_and_skipped():
     sel = RC.select([SPECS / "dsv4.yaml", SPECS / "dsv32_indexer.yaml", SPECS / "indexer_bf16.yaml"])
+    # indexer_bf16.yaml is also a member of dsv4.yaml: measured once
     assert [s.name for s, _ in sel.variants] == ["dsv4_indexer_fp8", "dsv4_indexer_fp4", "dsv4_indexer_bf16",
-                                                 "dsv32_indexer_fp8", "dsv4_indexer_bf16"]
+                                                 "dsv32_indexer_fp8"]
     skipped = {s["variant"]: s["reason"] for s in sel.skipped}
     assert set(skipped) == {"dsv4_latent_fp8_p64", "dsv4_latent_fp8_p2", "dsv4_latent_bf16", "dsv4_latent_fp8_uniform"}
     assert "RoPE dims kept as bf16" in skipped["dsv4_latent_fp8_p64"]
     assert "head_dim 512" in skipped["dsv4_latent_bf16"]
+
+
+def test_two_different_variants_with_one_name_are_refused(tmp_path):
+    text = (SPECS / "indexer_bf16.yaml").read_text().replace("dtype: bf16", "dtype: fp16")
+    other = tmp_path / "fp16.yaml"
+    other.write_text(text.replace("\nhost:\n  bytes_per_token: 256\n  page_bytes: 16384\n", "\n"))
+    with pytest.raises(KgenError, match="two different variants are named 'dsv4_indexer_bf16'"):
+        RC.select([SPECS / "indexer_bf16.yaml", other])
 
 
 def test_parse_contexts():
@@ -267,3 +276,21 @@ def test_command_errors_are_one_line(tmp_path, args, code, message):
 def test_command_without_gpu_refuses_cuda():
     p = kgen(SPECS / "indexer_bf16.yaml", "--device", "cuda")
     assert p.returncode == 2 and "kgen recall: error[no-gpu]: no GPU:" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_an_interrupted_run_reports_what_it_measured(tmp_path, monkeypatch):
+    real = RC.measure
+
+    def stop_after_first(specs, settings, **kw):
+        def progress(text):
+            if kw["results"]:
+                raise KeyboardInterrupt
+        return real(specs, settings, **{**kw, "progress": progress})
+
+    monkeypatch.setattr(RC, "measure", stop_after_first)
+    out = tmp_path / "r.json"
+    code = RC.recall_command([SPECS / "dsv4.yaml", out], contexts="1024", topk=64, queries=2, heads=4,
+                             as_json=True, device="cpu")
+    data = json.loads(out.read_text())
+    assert code == 1 and data["interrupted"] is True
+    assert [r["variant"] for r in data["results"]] == ["dsv4_indexer_fp8"]
