@@ -275,14 +275,12 @@ def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate
     k["peak_extra_bytes"] = timer.peak_extra(lambda: ops.norm_rope_store(spec, *args))
     k["cold"] = _with_bw(timer.cold(run), bm["total"], copy_gbps)
     k["warm"] = _with_bw(timer.warm(run), bm["total"], copy_gbps)
-    if n <= 65536:  # host cost of the full Python op (checks + launch), issue rate without syncs
-        m = 200
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(m):
-            ops.norm_rope_store(spec, *args)
-        k["host_us_per_call"] = (time.perf_counter() - t0) / m * 1e6
-        torch.cuda.synchronize()
+    if n <= 65536:
+        k["host_us_per_call"] = host_cost(torch, spec, args)
+    if n <= FLOOR_MAX_TOKENS:  # a single call through the registered op, as an engine makes it
+        name = ops.variant_name(spec)
+        k["cold_op"] = _with_bw(timer.cold(lambda: torch.ops.kgen.norm_rope_store(name, *args)), bm["total"],
+                                copy_gbps)
     entry["kgen"] = k
 
     # torch eager (own cache: the reference writes the same bytes)
@@ -311,6 +309,92 @@ def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate
     # ratios
     entry["ratios"] = ratios(entry)
     return entry
+
+
+HOST_CALLS = 200  # calls per timed loop: few enough that the launch queue never fills
+HOST_LOOPS = 9
+
+
+def host_cost(torch, spec: Spec, args: tuple) -> dict:
+    """Host microseconds per call of each way to launch the kernel (median of HOST_LOOPS loops of
+    HOST_CALLS calls, no sync inside a loop; the device runs behind, asynchronously):
+      op               torch.ops.kgen.norm_rope_store(variant string, ...): dispatcher + the generated
+                       check + the prepacked launch (what an engine calls)
+      python_api       kgen.ops.norm_rope_store(spec, ...) (the same op, a Spec resolved by identity)
+      raw_launcher     kgen.ops.prepare()'s run(): stream lookup + pack + cuLaunchKernelEx (ctypes)
+      raw_bindings     the same through cuda.bindings' cuLaunchKernelEx (KGEN_LAUNCHER=bindings)
+      runtime_prepared kgen.runtime's prepared launch (cuda.bindings, its CUlaunchConfig object)
+      dispatch_floor   an empty op of the same schema: torch's dispatcher into Python alone
+      custom_op_floor  an empty torch.library.custom_op of the same schema (why kgen does not use it)"""
+    from . import launcher, ops
+
+    name = ops.variant_name(spec)
+    v = ops.resolve(name)
+    ways = {"op": lambda: torch.ops.kgen.norm_rope_store(name, *args),
+            "python_api": lambda: ops.norm_rope_store(spec, *args),
+            "raw_launcher": ops.prepare(spec, *args),
+            "dispatch_floor": lambda: _empty_op(torch)(name, *args),
+            "custom_op_floor": lambda: _empty_op(torch, custom=True)(name, *args)}
+    try:
+        dev = args[0].get_device()
+        k = v.kernels[dev]
+        run = launcher.launcher(k["kernel"], launcher.PreparedLaunch(v.abi.struct_format, k["block"], pdl=k["pdl"]),
+                                backend="bindings")
+        checked = v.abi.check(spec, dict(zip(v.names, args)))
+        grid, values, raw_stream = checked.grid()[0], checked.values(), torch._C._cuda_getCurrentRawStream
+        ways["raw_bindings"] = lambda: run(grid, raw_stream(dev), *values)
+    except Exception as e:  # noqa: BLE001 - recorded, the others still run
+        ways["raw_bindings"] = e
+    try:
+        from .runtime import load
+
+        ways["runtime_prepared"] = load(spec).prepare(ops.check_arguments(spec, *args))
+    except Exception as e:  # noqa: BLE001
+        ways["runtime_prepared"] = e
+    out: dict = {"calls_per_loop": HOST_CALLS, "loops": HOST_LOOPS, "launcher": os.environ.get("KGEN_LAUNCHER", "ctypes")}
+    for way, fn in ways.items():
+        if isinstance(fn, Exception):
+            out[way] = {"error": f"{type(fn).__name__}: {fn}"[:300]}
+            continue
+        for _ in range(20):
+            fn()
+        loops = []
+        for _ in range(HOST_LOOPS):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(HOST_CALLS):
+                fn()
+            loops.append((time.perf_counter() - t0) / HOST_CALLS * 1e6)
+        torch.cuda.synchronize()
+        out[way] = round(statistics.median(loops), 3)
+        out[f"{way}_min"] = round(min(loops), 3)
+    return out
+
+
+_EMPTY_OP: dict = {}
+
+
+def _empty_op(torch, custom: bool = False, device: str = "cuda"):
+    """An op with the schema of norm_rope_store whose CUDA implementation does nothing: the
+    dispatcher's share of the op's host cost (`torch.library` define + impl, as kgen.ops registers),
+    or with `custom` the same through `torch.library.custom_op`."""
+    key = "custom" if custom else "plain"
+    if key not in _EMPTY_OP:
+        from .ops import NORM_ROPE_STORE_SCHEMA
+
+        if custom:
+            def empty_custom(variant, x, weight, bias, freqs, positions, out_loc, cache):
+                return None
+
+            torch.library.custom_op("kgen_bench::empty_custom", empty_custom, mutates_args=("cache",),
+                                    device_types=device, schema=NORM_ROPE_STORE_SCHEMA)
+            _EMPTY_OP[key] = torch.ops.kgen_bench.empty_custom.default
+        else:
+            lib = torch.library.Library("kgen_bench", "FRAGMENT")  # noqa: TOR901
+            lib.define("empty" + NORM_ROPE_STORE_SCHEMA)
+            lib.impl("empty", lambda *a: None, device.upper())
+            _EMPTY_OP["lib"], _EMPTY_OP[key] = lib, torch.ops.kgen_bench.empty.default
+    return _EMPTY_OP[key]
 
 
 def compile_case(torch, timer: Timer, spec: Spec, bm: dict, copy_gbps: float, cstate: CompileState,

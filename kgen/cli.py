@@ -56,11 +56,18 @@ def render(paths: Paths,
 @app.command()
 def compile(paths: Paths,
             arch: Annotated[Optional[list[str]], typer.Option("--arch", help="override the spec's targets")] = None,
-            no_validate: NoValidate = False, as_json: JsonFlag = False) -> None:
+            no_validate: NoValidate = False, as_json: JsonFlag = False,
+            out: Annotated[Optional[Path], typer.Option("--out", help="also write every cubin + a manifest here "
+                                                        "(an AOT directory kgen.ops loads without NVRTC)")] = None) -> None:
     """NVRTC-compile every variant for its targets (or --arch), through the content-hash cache."""
     from .compile import compile_command
 
-    raise typer.Exit(_run(lambda: compile_command(paths, arch or None, validate=not no_validate, as_json=as_json)))
+    code = _run(lambda: compile_command(paths, arch or None, validate=not no_validate, as_json=as_json))
+    if code == 0 and out is not None:
+        from .aot import write_command
+
+        code = _run(lambda: write_command(paths, arch or None, out, validate=not no_validate))
+    raise typer.Exit(code)
 
 
 @app.command()

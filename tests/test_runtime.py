@@ -253,8 +253,13 @@ def test_kgen_test_invalid_spec_is_1_missing_is_2(tmp_path):
 
 
 def test_gpu_modules_import_without_torch_or_cuda():
-    code = ("import sys, kgen.runtime, kgen.ops, kgen.gputest, kgen.gpurun, kgen.compare, kgen.sample, kgen.bench; "
+    code = ("import sys, kgen.runtime, kgen.gputest, kgen.gpurun, kgen.compare, kgen.sample, kgen.bench; "
             "bad = [m for m in ('torch', 'cuda.core', 'cuda.bindings') if m in sys.modules]; print(bad)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+    # kgen.ops registers torch ops, so it imports torch; never cuda.core, NVRTC or jinja2
+    code = ("import sys, kgen.ops; "
+            "bad = [m for m in ('cuda.core', 'cuda.bindings.nvrtc', 'jinja2') if m in sys.modules]; print(bad)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 

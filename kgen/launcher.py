@@ -1,0 +1,284 @@
+"""The op's launch path: load a cubin through the CUDA driver and launch it from a prepacked buffer.
+
+One job: turn (cubin bytes, symbol, device) into a callable that launches the kernel on a raw stream
+handle at the lowest host cost Python allows. No cuda.core and no NVRTC are imported (cuda.core
+imports cuda.bindings.nvrtc at import time), so a process serving prebuilt cubins (kgen.aot) needs
+neither the NVRTC wheel nor the CUDA headers.
+
+* Loading (once per device): `cuda.bindings.driver`: the device's primary context (the one torch
+  uses) is pushed, `cuModuleLoadData` + `cuModuleGetFunction` (the module is loaded eagerly, so a
+  first launch inside CUDA-graph capture loads nothing), and the parameter sizes the cubin declares
+  (`cuFuncGetParamInfo`) are returned for the caller's ABI check.
+* Launching (every call): one buffer holds a `CUlaunchConfig` (grid, block, stream, launch
+  attributes: programmatic dependent launch), the kernel's by-value Params struct (laid out by
+  kgen.abi) and the one-entry `kernelParams` array pointing at it. A call writes the grid, the
+  stream and the struct fields with one `struct.pack_into` and calls
+  `cuLaunchKernelEx(config, f, kernelParams, NULL)`. The driver copies the parameters during the
+  call, so the buffer is reused; a lock keeps two threads from interleaving pack and launch.
+
+Backends for the driver call (KGEN_LAUNCHER), measured by `kgen bench` (`host_us_per_call`):
+  "ctypes"   libcuda's cuLaunchKernelEx through ctypes: four pointer arguments (the default);
+  "bindings" cuda.bindings.driver.cuLaunchKernelEx with its CUlaunchConfig object and the same
+             prepacked kernelParams.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .diagnostics import KgenError, Problem
+
+BACKENDS = ("ctypes", "bindings")
+
+# CUlaunchConfig (cuda.h): gridDim xyz, blockDim xyz, sharedMemBytes (7 x u32), pad, hStream, attrs,
+# numAttrs (u32), pad. CUlaunchAttribute: id (u32), pad, a 64-byte value union.
+_CONFIG = struct.Struct("<7I4xQQI4x")
+_ATTR = struct.Struct("<I4x64s")
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+CUDA_ERROR_INVALID_CONTEXT = 201
+
+
+class LaunchError(KgenError):
+    """The driver refused a load or a launch; the message names the call and the CUDA error."""
+
+    def __init__(self, message: str, fix: str = ""):
+        super().__init__([Problem("cuda-driver", message, fix=fix)], exit_code=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# the launch buffer (pure: testable without a GPU)
+
+
+class PreparedLaunch:
+    """A kernel's launch buffer, one ctypes buffer that lives as long as this object:
+    [CUlaunchConfig][Params struct][launch attribute][kernelParams: one pointer, to the struct].
+
+    `params_format` is the struct-module format of the kernel's by-value Params struct (kgen.abi's
+    `KernelAbi.struct_format`: the one description of its layout)."""
+
+    def __init__(self, params_format: str, block: int, *, shared_bytes: int = 0, pdl: bool = False):
+        self.block, self.pdl = int(block), bool(pdl)
+        params = struct.Struct(params_format)
+        self.params_size = params.size
+        params_at = _CONFIG.size  # 56: a multiple of 8, so the struct keeps its alignment
+        attr_at = params_at + -(-params.size // 8) * 8
+        ptrs_at = attr_at + _ATTR.size
+        self.buffer = ctypes.create_string_buffer(ptrs_at + 8)
+        base = ctypes.addressof(self.buffer)
+        self.config_address, self.params_address = base, base + ptrs_at
+        self._params_at = params_at
+        num_attrs = 0
+        if pdl:  # value.programmaticStreamSerializationAllowed = 1
+            self.buffer[attr_at:attr_at + _ATTR.size] = _ATTR.pack(
+                CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, struct.pack("<i", 1))
+            num_attrs = 1
+        struct.pack_into("<Q", self.buffer, ptrs_at, base + params_at)
+        # config and Params are adjacent: one pack per call writes the grid, the constant block
+        # dims and attributes, the stream and every struct field
+        self._static = (1, 1, self.block, 1, 1, int(shared_bytes))
+        self._attrs = (base + attr_at if num_attrs else 0, num_attrs)
+        self._pack = struct.Struct(_CONFIG.format + params_format.lstrip("<=@!>")).pack_into
+
+    def pack(self, grid: int, stream: int, *values) -> None:
+        """Write one launch's grid, stream and struct field values into the buffer."""
+        self._pack(self.buffer, 0, grid, *self._static, stream, *self._attrs, *values)
+
+    def config_fields(self) -> tuple:
+        """(grid xyz, block xyz, shared bytes, stream, attrs address, number of attrs) as packed."""
+        return _CONFIG.unpack_from(self.buffer, 0)
+
+    def param_bytes(self) -> bytes:
+        return bytes(self.buffer[self._params_at:self._params_at + self.params_size])
+
+    def kernel_params(self) -> tuple[int, ...]:
+        """The kernelParams array: where the driver reads the (one) parameter."""
+        return struct.unpack_from("<Q", self.buffer, self.params_address - self.config_address)
+
+
+# ---------------------------------------------------------------------------------------------
+# the driver
+
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+def _driver():
+    """cuda.bindings.driver, initialised once."""
+    drv = _state.get("driver")
+    if drv is None:
+        try:
+            from cuda.bindings import driver as drv
+        except ImportError as e:
+            raise LaunchError(f"cuda-bindings is not importable ({e})",
+                              fix="pip install cuda-bindings (see pyproject.toml for the version)") from None
+        _check(drv, drv.cuInit(0)[0], "cuInit")
+        _state["driver"] = drv
+    return drv
+
+
+def _error_text(drv, err) -> str:
+    try:
+        name = drv.cuGetErrorName(err)[1].decode()
+        text = drv.cuGetErrorString(err)[1].decode()
+        return f"{name}: {text}"
+    except Exception:  # noqa: BLE001 - a message is a nicety
+        return str(err)
+
+
+def _check(drv, err, what: str) -> None:
+    if int(err) != 0:
+        raise LaunchError(f"{what} failed: {_error_text(drv, err)}")
+
+
+@dataclass
+class DriverKernel:
+    """A kernel loaded on one device's primary context."""
+
+    device_index: int
+    function: int  # CUfunction handle
+    param_sizes: tuple[int, ...] | None  # as the cubin declares them (None: the driver cannot say)
+    _keep: tuple = ()  # module, function and context objects: the module stays loaded for the process
+
+    def make_current(self) -> None:
+        """Make the device's primary context current on this thread (a thread that never made a
+        CUDA runtime call has none; torch's own calls would set the same one)."""
+        drv = _driver()
+        _check(drv, drv.cuCtxSetCurrent(self._keep[2])[0], "cuCtxSetCurrent")
+
+    def attribute(self, name: str) -> int | None:
+        """A CUfunction attribute, e.g. 'NUM_REGS' (None if the driver cannot say)."""
+        drv = _driver()
+        try:
+            attr = getattr(drv.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
+            err, value = drv.cuFuncGetAttribute(attr, self._keep[1])
+            return int(value) if int(err) == 0 else None
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def load_cubin(cubin: bytes, symbol: str, device_index: int, *, what: str = "kernel") -> DriverKernel:
+    """Load `cubin` on device `device_index`'s primary context and find `symbol` (mangled) in it."""
+    drv = _driver()
+    with _lock:
+        err, dev = drv.cuDeviceGet(device_index)
+        _check(drv, err, f"cuDeviceGet({device_index})")
+        err, ctx = drv.cuDevicePrimaryCtxRetain(dev)
+        _check(drv, err, f"cuDevicePrimaryCtxRetain({device_index})")
+        _check(drv, drv.cuCtxPushCurrent(ctx)[0], "cuCtxPushCurrent")
+        try:
+            err, module = drv.cuModuleLoadData(cubin)
+            if int(err) != 0:
+                raise LaunchError(f"{what}: the driver cannot load its cubin on device {device_index} "
+                                  f"(cuModuleLoadData: {_error_text(drv, err)})",
+                                  fix="check the cubin's arch against the GPU (kgen compile --arch)")
+            err, fn = drv.cuModuleGetFunction(module, symbol.encode() if isinstance(symbol, str) else symbol)
+            if int(err) != 0:
+                raise LaunchError(f"{what}: the cubin has no kernel named {symbol!r} "
+                                  f"(cuModuleGetFunction: {_error_text(drv, err)})")
+            sizes = _param_sizes(drv, fn)
+        finally:
+            drv.cuCtxPopCurrent()
+    return DriverKernel(device_index, int(fn), sizes, (module, fn, ctx))
+
+
+def _param_sizes(drv, fn) -> tuple[int, ...] | None:
+    """Sizes of the kernel's parameters from the cubin (cuFuncGetParamInfo, CUDA >= 12.4 drivers)."""
+    get = getattr(drv, "cuFuncGetParamInfo", None)
+    if get is None:
+        return None
+    sizes = []
+    for i in range(1024):
+        try:
+            err, _offset, size = get(fn, i)
+        except Exception:  # noqa: BLE001 - an old driver: the check is a nicety
+            return None
+        if int(err) != 0:
+            break
+        sizes.append(int(size))
+    return tuple(sizes)
+
+
+def _libcuda():
+    lib = _state.get("libcuda")
+    if lib is None:
+        # PyDLL: the call keeps the GIL (a launch takes ~2 us; releasing and retaking it costs more)
+        lib = ctypes.PyDLL("libcuda.so.1")
+        fn = lib.cuLaunchKernelEx
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        _state["libcuda"] = lib
+    return lib
+
+
+def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | None = None,
+             name: str = "kernel") -> Callable[..., None]:
+    """`run(grid, stream, *param_values)`: pack and launch `kernel` (raises LaunchError on failure)."""
+    backend = backend or os.environ.get("KGEN_LAUNCHER", "ctypes")
+    if backend not in BACKENDS:
+        raise LaunchError(f"KGEN_LAUNCHER={backend!r}: expected one of {', '.join(BACKENDS)}")
+    pack = launch.pack
+    lock = threading.Lock()
+    fn, cfg, params = kernel.function, launch.config_address, launch.params_address
+
+    if backend == "ctypes":
+        call = _libcuda().cuLaunchKernelEx
+
+        def run(grid: int, stream: int, *values) -> None:
+            with lock:
+                pack(grid, stream, *values)
+                err = call(cfg, fn, params, None)
+            if err:
+                if err == CUDA_ERROR_INVALID_CONTEXT:  # no current context on this thread: set it, once
+                    kernel.make_current()
+                    with lock:
+                        pack(grid, stream, *values)
+                        err = call(cfg, fn, params, None)
+                if err:
+                    _raise_launch(name, err, grid, launch.block)
+
+        return run
+
+    drv = _driver()
+    cu_launch_ex, cu_fn = drv.cuLaunchKernelEx, kernel._keep[1]
+    cfg_obj = drv.CUlaunchConfig()  # cuda.bindings' own struct: the grid and stream set per call
+    cfg_obj.gridDimY = cfg_obj.gridDimZ = cfg_obj.blockDimY = cfg_obj.blockDimZ = 1
+    cfg_obj.blockDimX, cfg_obj.sharedMemBytes = launch.block, 0
+    attrs = []
+    if launch.pdl:
+        a = drv.CUlaunchAttribute()
+        a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        a.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(a)
+    cfg_obj.attrs, cfg_obj.numAttrs = attrs, len(attrs)
+    streams: dict[int, Any] = {}
+
+    def run_bindings(grid: int, stream: int, *values) -> None:
+        with lock:
+            pack(grid, stream, *values)
+            s = streams.get(stream)
+            if s is None:
+                s = streams[stream] = drv.CUstream(stream)
+            cfg_obj.gridDimX, cfg_obj.hStream = grid, s
+            err = cu_launch_ex(cfg_obj, cu_fn, params, 0)[0]
+        if int(err) == CUDA_ERROR_INVALID_CONTEXT:
+            kernel.make_current()
+            with lock:
+                pack(grid, stream, *values)
+                err = cu_launch_ex(cfg_obj, cu_fn, params, 0)[0]
+        if int(err):
+            _raise_launch(name, err, grid, launch.block)
+
+    return run_bindings
+
+
+def _raise_launch(name: str, err, grid: int, block: int) -> None:
+    drv = _driver()
+    raise LaunchError(f"{name}: kernel launch failed ({_error_text(drv, drv.CUresult(int(err)))}; "
+                      f"grid {grid}, block {block})")
