@@ -310,3 +310,39 @@ def test_indexer_logits_cpu_is_the_torch_path():
     assert got.shape == (B, 192) and torch.equal(got, want)
     assert torch.isfinite(got[0, :70]).all() and torch.isinf(got[0, 70:]).all()
     assert lay.page_size * max_pages >= 130
+
+
+def test_launcher_hands_the_driver_the_packed_launch(monkeypatch):
+    """The ctypes launch path against a stand-in for libcuda's cuLaunchKernelEx that reads what a
+    driver would read: the config struct, the kernelParams array and the Params it points to."""
+    abi = NORM_ROPE_STORE
+    seen = []
+    codes = [launcher.CUDA_ERROR_INVALID_CONTEXT, 0, 0, 719]
+
+    def fake_launch(cfg, fn, params, extra):
+        head = struct.unpack("<7I4xQQI4x", ctypes.string_at(cfg, 56))
+        (struct_ptr,) = struct.unpack("<Q", ctypes.string_at(params, 8))
+        seen.append((head, fn, ctypes.string_at(struct_ptr, abi.size), extra))
+        return codes.pop(0)
+
+    class FakeLib:
+        cuLaunchKernelEx = staticmethod(fake_launch)
+
+    made_current = []
+    monkeypatch.setattr(launcher, "_libcuda", lambda: FakeLib)
+    kernel = launcher.DriverKernel(0, 0xF00, (abi.size,))
+    monkeypatch.setattr(kernel, "make_current", lambda: made_current.append(1))
+    monkeypatch.setattr(launcher, "_raise_launch", lambda name, err, grid, block: (_ for _ in ()).throw(
+        launcher.LaunchError(f"{name}: error {err}")))
+    prepared = launcher.PreparedLaunch(abi.struct_format, 256, pdl=True)
+    run = launcher.launcher(kernel, prepared, backend="ctypes", name="k")
+    values = (16, 32, 0, 48, 64, 80, 96, 7, 64 * 3)
+    run(5, 0x1234, *values)  # first: no context on this thread -> made current, launched again
+    assert made_current == [1] and len(seen) == 2
+    head, fn, params, extra = seen[-1]
+    assert head[:8] == (5, 1, 1, 256, 1, 1, 0, 0x1234) and head[9] == 1 and fn == 0xF00 and extra is None
+    assert params == abi.pack(values)
+    run(1, 0, *values[:-2], 1, 64)
+    assert seen[-1][2] == abi.pack((*values[:-2], 1, 64))
+    with pytest.raises(launcher.LaunchError, match="k: error 719"):
+        run(1, 0, *values)
