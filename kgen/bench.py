@@ -351,7 +351,8 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
         ways["runtime_prepared"] = load(spec).prepare(ops.check_arguments(spec, *args))
     except Exception as e:  # noqa: BLE001
         ways["runtime_prepared"] = e
-    out: dict = {"calls_per_loop": HOST_CALLS, "loops": HOST_LOOPS, "launcher": os.environ.get("KGEN_LAUNCHER", "ctypes")}
+    loaded = v.kernels.get(args[0].get_device(), {})
+    out: dict = {"calls_per_loop": HOST_CALLS, "loops": HOST_LOOPS, "launcher": loaded.get("backend")}
     for way, fn in ways.items():
         if isinstance(fn, Exception):
             out[way] = {"error": f"{type(fn).__name__}: {fn}"[:300]}

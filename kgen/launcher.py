@@ -228,7 +228,10 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
     fn, cfg, params = kernel.function, launch.config_address, launch.params_address
 
     if backend == "ctypes":
-        call = _libcuda().cuLaunchKernelEx
+        try:
+            call = _libcuda().cuLaunchKernelEx
+        except (OSError, AttributeError):  # no loadable libcuda.so.1 here: the bindings' own handle
+            return launcher(kernel, launch, backend="bindings", name=name)
 
         def run(grid: int, stream: int, *values) -> None:
             with lock:
@@ -243,6 +246,7 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
                 if err:
                     _raise_launch(name, err, grid, launch.block)
 
+        run.backend = "ctypes"  # type: ignore[attr-defined]
         return run
 
     drv = _driver()
@@ -275,6 +279,7 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
         if int(err):
             _raise_launch(name, err, grid, launch.block)
 
+    run_bindings.backend = "bindings"  # type: ignore[attr-defined]
     return run_bindings
 
 

@@ -252,6 +252,7 @@ class Variant:
             prepared = launcher.PreparedLaunch(self.abi.struct_format, threads, pdl=pdl)
             run = launcher.launcher(kernel, prepared, name=uri)
             self.kernels[dev] = {"arch": arch, "uri": uri, "block": threads, "pdl": pdl, "kernel": kernel,
+                                 "backend": run.backend,
                                  "prepared": prepared, "registers": kernel.attribute("NUM_REGS"),
                                  "aot": aot_dir() is not None}
             self._runs[dev] = run
