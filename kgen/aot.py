@@ -33,8 +33,10 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .diagnostics import KgenError, Problem
 from .spec import Spec
@@ -90,11 +92,11 @@ class AotDir:
                            fix=f"rewrite it with `kgen compile SPEC... --out {self.path}`")
         self.manifest = data
         self.entries: dict[tuple[str, str], dict] = {}
-        for e in data["kernels"]:
+        for item in data["kernels"]:
             try:
-                self.entries[(str(e["variant"]), str(e["arch"]))] = e
+                self.entries[(str(item["variant"]), str(item["arch"]))] = item
             except (KeyError, TypeError):
-                raise _problem(f"{mf}: an entry without variant/arch: {e!r}") from None
+                raise _problem(f"{mf}: an entry without variant/arch: {item!r}") from None
 
     def variants(self) -> list[str]:
         return sorted({v for v, _ in self.entries})
@@ -113,7 +115,8 @@ class AotDir:
         if e.get("spec_sha256") != want:
             raise _problem(
                 f"{mf}: the cubin of {spec.name} for {arch} was built from another spec (spec sha256 "
-                f"{str(e.get('spec_sha256'))[:12]}..., this spec's {want[:12]}...; built from {e.get('spec_path', '?')})",
+                f"{str(e.get('spec_sha256'))[:12]}..., this spec's {want[:12]}...; built from "
+                f"{e.get('spec_path', '?')})",
                 fix=f"rebuild the directory from this spec: `kgen compile <spec> --out {self.path}`")
         from .abi import KERNELS
 
@@ -139,7 +142,7 @@ class AotDir:
 # writing
 
 
-def entry(spec: Spec, compiled, *, spec_path: Path | None = None) -> dict:
+def entry(spec: Spec, compiled: Any, *, spec_path: Path | None = None) -> dict:
     """The manifest entry of one compiled kernel (a kgen.compile.CompiledKernel)."""
     from .abi import KERNELS
     from .render import KERNEL
@@ -153,7 +156,7 @@ def entry(spec: Spec, compiled, *, spec_path: Path | None = None) -> dict:
             "spec_path": str(spec_path) if spec_path else None}
 
 
-def write_dir(out: Path, kernels: list[tuple[Spec, object, Path | None]]) -> dict:
+def write_dir(out: Path, kernels: Sequence[tuple[Spec, Any, Path | None]]) -> dict:
     """Write `out` (replacing it as a whole): one cubin per (spec, CompiledKernel, spec path) and the
     manifest. Returns the manifest."""
     from .toolchain import nvrtc_version

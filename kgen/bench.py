@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from .commands import err as _say
 from .diagnostics import KgenError
@@ -330,7 +331,7 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
 
     name = ops.variant_name(spec)
     v = ops.resolve(name)
-    ways = {"op": lambda: torch.ops.kgen.norm_rope_store(name, *args),
+    ways: dict[str, Any] = {"op": lambda: torch.ops.kgen.norm_rope_store(name, *args),
             "python_api": lambda: ops.norm_rope_store(spec, *args),
             "raw_launcher": ops.prepare(spec, *args),
             "dispatch_floor": lambda: _empty_op(torch)(name, *args),
@@ -372,7 +373,7 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
     return out
 
 
-_EMPTY_OP: dict = {}
+_EMPTY_OP: dict[str, Any] = {}
 
 
 def _empty_op(torch, custom: bool = False, device: str = "cuda"):

@@ -57,8 +57,9 @@ def render(paths: Paths,
 def compile(paths: Paths,
             arch: Annotated[Optional[list[str]], typer.Option("--arch", help="override the spec's targets")] = None,
             no_validate: NoValidate = False, as_json: JsonFlag = False,
-            out: Annotated[Optional[Path], typer.Option("--out", help="also write every cubin + a manifest here "
-                                                        "(an AOT directory kgen.ops loads without NVRTC)")] = None) -> None:
+            out: Annotated[Optional[Path], typer.Option(
+                "--out", help="also write every cubin + a manifest here (an AOT directory kgen.ops loads "
+                "without NVRTC)")] = None) -> None:
     """NVRTC-compile every variant for its targets (or --arch), through the content-hash cache."""
     from .compile import compile_command
 

@@ -24,7 +24,7 @@ grid and the scalar fields `KernelAbi.check` computed (bounded; engines use a fe
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from .abi import ALIGNMENT, KernelAbi, Scalar, Tensor
 from .layout import Layout
@@ -139,7 +139,7 @@ def _compile(src: str, env: dict, name: str) -> Callable[..., Any]:
     namespace: dict[str, Any] = dict(env)
     exec(compile(src, f"<kgen.fastpath {name}>", "exec"), namespace)  # noqa: S102 - source built from the ABI table above
     fn = namespace[name]
-    fn.source = src  # type: ignore[attr-defined]
+    fn.source = src
     return fn
 
 
@@ -176,7 +176,7 @@ def fake_check(abi: KernelAbi, spec: Spec, lay: Layout, tensors: dict[str, Any])
                 bound[d] = t.shape[i]
 
 
-def _explain(abi: KernelAbi, spec: Spec, lay: Layout, tensors: dict[str, Any]) -> None:
+def _explain(abi: KernelAbi, spec: Spec, lay: Layout, tensors: dict[str, Any]) -> NoReturn:
     """Raise the table's own message for arguments the fake check refused."""
     import torch
     from torch._subclasses.fake_tensor import unset_fake_temporarily

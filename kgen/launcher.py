@@ -75,8 +75,8 @@ class PreparedLaunch:
         self._params_at = params_at
         num_attrs = 0
         if pdl:  # value.programmaticStreamSerializationAllowed = 1
-            self.buffer[attr_at:attr_at + _ATTR.size] = _ATTR.pack(
-                CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, struct.pack("<i", 1))
+            _ATTR.pack_into(self.buffer, attr_at, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                            struct.pack("<i", 1))
             num_attrs = 1
         struct.pack_into("<Q", self.buffer, ptrs_at, base + params_at)
         # config and Params are adjacent: one pack per call writes the grid, the constant block
@@ -94,7 +94,7 @@ class PreparedLaunch:
         return _CONFIG.unpack_from(self.buffer, 0)
 
     def param_bytes(self) -> bytes:
-        return bytes(self.buffer[self._params_at:self._params_at + self.params_size])
+        return ctypes.string_at(self.config_address + self._params_at, self.params_size)
 
     def kernel_params(self) -> tuple[int, ...]:
         """The kernelParams array: where the driver reads the (one) parameter."""

@@ -85,7 +85,8 @@ def resolve_spec(variant: Spec | str | os.PathLike) -> Spec:
     try:
         path.stat()
     except OSError as e:
-        raise KgenError([Problem("missing-file", f"{path}: cannot read the spec ({e.strerror})")], exit_code=2) from None
+        raise KgenError([Problem("missing-file", f"{path}: cannot read the spec ({e.strerror})")],
+                        exit_code=2) from None
     key = (str(path.resolve()), name)
     hit = _path_cache.get(key)
     if hit is not None and all(_sha256(f) == digest for f, digest in hit[1].items()):
@@ -106,7 +107,8 @@ def resolve_spec(variant: Spec | str | os.PathLike) -> Spec:
         raise ArgumentError(f"variant: {path} is a family of {len(specs)} variants "
                             f"({', '.join(s.name for s in specs)}); pick one",
                             fix=f"pass '{path}::{specs[0].name}' or a Spec")
-    _path_cache[key] = (spec, {f: _sha256(f) for f in result.document.includes})
+    read = result.document.includes if result.document is not None else [path]
+    _path_cache[key] = (spec, {f: _sha256(f) for f in read})
     return spec
 
 
@@ -171,8 +173,14 @@ def _cubin(spec: Spec, arch: str) -> tuple[bytes, str, dict | None, str]:
 # variants: resolved once per process
 
 
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-_current_device = getattr(torch._C, "_cuda_getDevice", None)
+def _no_cuda(*_args: Any) -> int:
+    raise KgenError([Problem("no-gpu", "this torch build has no CUDA: the op's CUDA path cannot run")], exit_code=2)
+
+
+# torch's own accessors (what Inductor's generated code calls): the current stream's raw handle of a
+# device, and the current device, each well under a microsecond
+_raw_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", _no_cuda)
+_current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", _no_cuda)
 _bump_version = torch.autograd.graph.increment_version
 
 
@@ -239,7 +247,7 @@ class Variant:
             run = self._runs.get(dev)
             if run is not None:
                 return run
-            cap = tuple(torch.cuda.get_device_capability(dev))
+            cap = torch.cuda.get_device_capability(dev)
             name = torch.cuda.get_device_name(dev)
             arch = check_arch(cap, list(self.spec.targets), device_name=f"GPU {dev} ({name})", variant=self.spec.name)
             cubin, symbol, recorded, uri = _cubin(self.spec, arch)
@@ -252,7 +260,7 @@ class Variant:
             prepared = launcher.PreparedLaunch(self.abi.struct_format, threads, pdl=pdl)
             run = launcher.launcher(kernel, prepared, name=uri)
             self.kernels[dev] = {"arch": arch, "uri": uri, "block": threads, "pdl": pdl, "kernel": kernel,
-                                 "backend": run.backend,
+                                 "backend": getattr(run, "backend", None),
                                  "prepared": prepared, "registers": kernel.attribute("NUM_REGS"),
                                  "aot": aot_dir() is not None}
             self._runs[dev] = run

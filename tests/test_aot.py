@@ -152,7 +152,8 @@ SERVE = BLOCKER + textwrap.dedent("""
         torch.cuda.synchronize()
         assert v.kernels[torch.cuda.current_device()]["aot"], v.kernels
         assert torch.equal(out.cpu(), ref), "GPU bytes differ from the reference (bf16 store: exact)"
-    bad = sorted(m for m in sys.modules if m.split(".")[0] == "jinja2" or m.startswith(("cuda.core", "cuda.bindings.nvrtc")))
+    bad = sorted(m for m in sys.modules
+                 if m.split(".")[0] == "jinja2" or m.startswith(("cuda.core", "cuda.bindings.nvrtc")))
     assert not bad, bad
     print("served", v.spec.name, "gpu" if gpu else "cpu")
 """)

@@ -251,7 +251,8 @@ def test_generated_check_is_stricter_than_the_table(name):
             table_ok = True
         except ArgumentError:
             table_ok = False
-        assert table_ok or fast is None, {k: (getattr(t, "dtype", None), getattr(t, "shape", None)) for k, t in a.items()}
+        assert table_ok or fast is None, {k: (getattr(t, "dtype", None), getattr(t, "shape", None))
+                                          for k, t in a.items()}
         refused += fast is None
     assert refused > 20  # the mutations do hit the checks
 
