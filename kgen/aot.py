@@ -21,17 +21,15 @@ a cubin built from another spec (hash differs), for another kernel ABI (`KernelA
 or whose bytes changed. Reading a directory imports neither jinja2 nor NVRTC (nor cuda.core, which
 imports NVRTC): only json, hashlib and kgen.abi. Writing one (`write_dir`) compiles through kgen.compile.
 
-The directory is replaced as a whole (built next to it, then renamed), so a failed or interrupted
-write leaves the previous one intact; an existing directory that is not a kgen AOT directory (no
-manifest of this format, not empty) is refused rather than replaced.
+The cubins and the manifest are written all or none (kgen.files.write_all), so a failed write leaves
+the previous directory intact; an existing directory that is not a kgen AOT directory (no manifest
+of this format, not empty) is refused rather than written into.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -157,8 +155,9 @@ def entry(spec: Spec, compiled: Any, *, spec_path: Path | None = None) -> dict:
 
 
 def write_dir(out: Path, kernels: Sequence[tuple[Spec, Any, Path | None]]) -> dict:
-    """Write `out` (replacing it as a whole): one cubin per (spec, CompiledKernel, spec path) and the
-    manifest. Returns the manifest."""
+    """Write `out`: one cubin per (spec, CompiledKernel, spec path) and the manifest, all or none
+    (kgen.files.write_all); cubins the new manifest does not list are removed. Returns the manifest."""
+    from .files import write_all
     from .toolchain import nvrtc_version
 
     out = Path(out)
@@ -175,23 +174,15 @@ def write_dir(out: Path, kernels: Sequence[tuple[Spec, Any, Path | None]]) -> di
     except Exception:  # noqa: BLE001 - information only
         nvrtc = None
     manifest = {"format": FORMAT, "nvrtc": nvrtc, "kernels": [e for e, _ in entries]}
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    files: dict[Path, str | bytes] = {out / e["cubin"]: cubin for e, cubin in entries}
+    files[out / MANIFEST] = json.dumps(manifest, indent=1) + "\n"
     try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        for e, cubin in entries:
-            (tmp / e["cubin"]).write_bytes(cubin)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        if out.exists():
-            os.replace(out, old)
-        os.replace(tmp, out)
+        write_all(files)  # every cubin and the manifest, or none of them
     except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old.exists() and not out.exists():
-            os.replace(old, out)
         raise _problem(f"{out}: cannot write the AOT directory ({e.strerror or e})") from None
-    shutil.rmtree(old, ignore_errors=True)
+    for old in out.glob("*.cubin"):  # cubins of an earlier build that the manifest no longer lists
+        if old not in files:
+            old.unlink(missing_ok=True)
     return manifest
 
 

@@ -241,7 +241,7 @@ class Variant:
 
     def _load(self, dev: int, args: Args) -> Callable[..., None]:
         from . import launcher
-        from .runtime import check_arch
+        from .arch import check as check_arch
 
         with self._lock:
             run = self._runs.get(dev)
