@@ -53,7 +53,7 @@ def _assert_same(spec, got, ref, loc, n):
     code apart, scales and untouched bytes exact)."""
     import torch
 
-    from kgen.gputest import compare_caches
+    from kgen.compare import compare_caches
 
     torch.cuda.synchronize()
     c = compare_caches(spec, got, ref, out_loc=loc, tokens=n)
@@ -111,7 +111,7 @@ def test_torch_compile_fullgraph_on_cuda_writes_in_place():
     torch._dynamo.reset()
 
     def step(x, w, f, p, loc, cache):
-        torch.ops.kgen.norm_rope_store(FP8, x * 1.0, w, None, f, p, loc, cache)
+        torch.ops.kgen.norm_rope_store(FP8, x, w * 1.0, None, f, p, loc, cache)
         return cache
 
     compiled = torch.compile(step, fullgraph=True, dynamic=True)
@@ -129,8 +129,8 @@ def test_torch_compile_fullgraph_on_cuda_writes_in_place():
         torch.cuda.synchronize()
         extra = torch.cuda.max_memory_allocated() - base
         assert torch.equal(out, eager)
-        # x * 1.0 is the only new buffer: the cache is not functionalized into a copy
-        assert extra < cache.numel() and extra <= x.numel() * x.element_size() * 2, extra
+        # w * 1.0 (512 B) is the only new buffer: the cache is not functionalized into a copy
+        assert extra < min(cache.numel(), 4096), extra
 
 
 def test_fast_path_skips_the_table_check_for_a_known_shape(monkeypatch):
@@ -197,6 +197,9 @@ def test_launch_backends_and_pdl(backend, pdl):
                             backend=backend, name=v.spec.name)
     out = cache.clone()
     checked = v.abi.check(v.spec, dict(zip(v.names, (*args, out))))
+    # nothing in flight before it: with the PDL attribute a kernel that does not wait in-kernel
+    # (griddepcontrol.wait) could overlap its predecessor
+    torch.cuda.synchronize()
     run(checked.grid()[0], torch.cuda.current_stream().cuda_stream, *checked.values())
     torch.cuda.synchronize()
     assert torch.equal(out, ref)
