@@ -514,6 +514,7 @@ ROUTING_PROBE = textwrap.dedent('''
                                           norm=norm, freqs_cis_cache=T("freqs"), kv_cache=T("kv_cache"), page_size=64,
                                           compress_ratio=4, is_indexer=is_indexer)
     reader = object.__new__(C4IndexerBackendMixin)
+    reader.skip_scoring = False
     reader.nonpaged_max_len = 100  # short sequences: the engine would take its fp8 non-paged path
     batch = ns(forward_mode=ns(is_extend=lambda: True), max_c4_seq_len=10)
     pool = ns(get_index_k_with_scale_buffer=lambda layer: T("index_k"))

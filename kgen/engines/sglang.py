@@ -33,6 +33,7 @@ from .tree import (
     Drift,
     assignments,
     calls,
+    chain_statement,
     collect,
     collect_all,
     find_class,
@@ -497,17 +498,30 @@ def patch_reader(ctx: Ctx) -> None:
 
 
 def _scorer(ctx: Ctx):
+    """The scorer choice: every binding of `fn` in forward_c4_indexer (`fn = X` or
+    `from deep_gemm import X as fn`), in source order."""
     parsed, cls, method = _reader(ctx)
-    found = assignments(method, "fn")
+    imports = collect(method, cst.ImportFrom, lambda i: not isinstance(i.names, cst.ImportStar) and any(
+        a.asname is not None and dotted(a.asname.name) == "fn" for a in i.names))
+    found = sorted([*assignments(method, "fn"), *imports], key=lambda n: ctx.tree.location(parsed, n)[1:])
     if not found:
         raise Drift(ctx.tree.path(parsed.rel), "fn = <scorer> in C4IndexerBackendMixin.forward_c4_indexer", 0,
                     "indexer scorer")
     return parsed, cls, method, found
 
 
+def _scorer_name(parsed, binding: cst.CSTNode) -> str:
+    if isinstance(binding, cst.ImportFrom):
+        alias = next(a for a in binding.names if a.asname is not None)  # type: ignore[union-attr]
+        module = dotted(binding.module) if binding.module is not None else ""
+        return f"{module}.{dotted(alias.name)}"
+    assert isinstance(binding, cst.Assign)
+    return dotted(binding.value) or code_of(parsed, binding.value)
+
+
 def audit_scorer(ctx: Ctx) -> None:
     parsed, _cls, _method, found = _scorer(ctx)
-    ours = [a for a in found if dotted(a.value) == f"{PKG}.logits"]
+    ours = [a for a in found if isinstance(a, cst.Assign) and dotted(a.value) == f"{PKG}.logits"]
     if ctx.mode.flag:
         if not ours:
             ctx.report("engine-scorer", parsed, found[0], f"with --{FLAG.replace('_', '-')} the indexer still scores "
@@ -516,7 +530,7 @@ def audit_scorer(ctx: Ctx) -> None:
     want = encoding_of(ctx.layout)
     _key, reads = ctx.native_encoding()
     if reads.storage() != want.storage():
-        names = sorted({dotted(a.value) or code_of(parsed, a.value) for a in found if a not in ours})
+        names = sorted({_scorer_name(parsed, a) for a in found if a not in ours})
         ctx.report("engine-scorer", parsed, found[0], f"the indexer scores with {', '.join(names)}, which read "
                    f"{reads} pages ({_mode_text(ctx)}); {ctx.name} stores {want} and needs kgen's scorer",
                    ctx.patch_fix)
@@ -524,13 +538,12 @@ def audit_scorer(ctx: Ctx) -> None:
 
 def patch_scorer(ctx: Ctx) -> None:
     parsed, _cls, method, found = _scorer(ctx)
-    if any(dotted(a.value) == f"{PKG}.logits" for a in found):
+    if any(isinstance(a, cst.Assign) and dotted(a.value) == f"{PKG}.logits" for a in found):
         return
     parsed = ensure_import(ctx, parsed)
     parsed, _cls, method, found = _scorer(ctx)
-    # after the top-level statement of the method that makes the engine's last choice
-    last = found[-1]
-    holder = next(s for s in method.body.body if _holds(s, last))
+    # right after the if/elif chain (or statement) that makes the engine's last choice, in its block
+    holder = chain_statement(method, found[-1])
     stmt = parse_statement(f"if {PKG}.enabled():\n    fn = {PKG}.logits\n")
     around_statement(ctx, parsed, holder, [stmt], "after")
 

@@ -223,3 +223,53 @@ def collect_all(node: cst.CSTNode) -> list[cst.CSTNode]:
 
     node.visit(_All())
     return out
+
+
+def parent_map(root: cst.CSTNode) -> dict[cst.CSTNode, cst.CSTNode]:
+    """Each node under `root` -> its parent (identity-keyed: libcst nodes hash by identity)."""
+    parents: dict[cst.CSTNode, cst.CSTNode] = {}
+    stack: list[cst.CSTNode] = []
+
+    class _Parents(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            if stack:
+                parents[n] = stack[-1]
+            stack.append(n)
+            return True
+
+        def on_leave(self, original_node: cst.CSTNode) -> None:
+            stack.pop()
+
+    root.visit(_Parents())
+    return parents
+
+
+def chain_statement(root: cst.CSTNode, node: cst.CSTNode) -> cst.BaseStatement:
+    """The statement of its block that holds `node`, an `if`/`elif`/`else` chain counted as one:
+    what to insert after so that the new statement runs after every branch of the chain."""
+    parents = parent_map(root)
+    cur: cst.CSTNode = node
+    while cur in parents:
+        parent = parents[cur]
+        if isinstance(parent, cst.IndentedBlock) and not isinstance(parents.get(parent), (cst.If, cst.Else)) \
+                and isinstance(cur, cst.BaseStatement):
+            return cur
+        if isinstance(parent, cst.IndentedBlock) and isinstance(cur, cst.BaseStatement):
+            # inside a branch: the chain is the If that owns this branch, climbed to its first `if`
+            owner = parents[parent]
+            while owner in parents and isinstance(parents[owner], (cst.If, cst.Else)) and \
+                    getattr(parents[owner], "orelse", None) is owner:
+                owner = parents[owner]
+            if isinstance(owner, cst.Else):
+                owner = parents[owner]
+            return _outermost_if(parents, owner)
+        cur = parent
+    raise ValueError("node is not inside a statement block")
+
+
+def _outermost_if(parents: dict, node: cst.CSTNode) -> cst.BaseStatement:
+    """`elif` branches are Ifs nested in `orelse`: climb to the chain's first `if`."""
+    while isinstance(parents.get(node), cst.If) and parents[node].orelse is node:
+        node = parents[node]
+    assert isinstance(node, cst.BaseStatement)
+    return node
