@@ -233,9 +233,13 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
         except (OSError, AttributeError):  # no loadable libcuda.so.1 here: the bindings' own handle
             return launcher(kernel, launch, backend="bindings", name=name)
 
+        # the pack inlined (one Python call less per launch): config fields, then the struct's
+        pack_into, buf, (_, _, block, _, _, shared), (attrs_at, num_attrs) = (
+            launch._pack, launch.buffer, launch._static, launch._attrs)
+
         def run(grid: int, stream: int, *values) -> None:
             with lock:
-                pack(grid, stream, *values)
+                pack_into(buf, 0, grid, 1, 1, block, 1, 1, shared, stream, attrs_at, num_attrs, *values)
                 err = call(cfg, fn, params, None)
             if err:
                 if err == CUDA_ERROR_INVALID_CONTEXT:  # no current context on this thread: set it, once

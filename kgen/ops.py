@@ -184,6 +184,20 @@ _current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", _no_cu
 _bump_version = torch.autograd.graph.increment_version
 
 
+def _pdl(spec: Spec, arch: str) -> bool:
+    """Whether the launch sets programmatic stream serialization: exactly when the kernel waits for
+    its predecessor in-kernel, which the compiled target's arch decides (kgen.layout.uses_pdl; a
+    launch with the attribute of a kernel that does not wait would race with the kernel before it)."""
+    from . import layout
+    from .arch import parse
+
+    uses_pdl = getattr(layout, "uses_pdl", None)  # absent: no kernel of this kgen waits
+    target = parse(arch)
+    if uses_pdl is None or target is None:
+        return False
+    return bool(uses_pdl(spec, (target[0], target[1])))
+
+
 class _ParamInfo:
     """What `KernelAbi.check_loaded` reads of a loaded kernel: its parameters' (offset, size)."""
 
@@ -256,7 +270,7 @@ class Variant:
             if kernel.param_sizes is not None:  # None: the driver cannot say (older than 12.4)
                 self.abi.check_loaded(_ParamInfo(kernel.param_sizes), uri)
             _, threads = args.grid()
-            pdl = bool(getattr(self.spec.launch, "pdl", False))
+            pdl = _pdl(self.spec, arch)
             prepared = launcher.PreparedLaunch(self.abi.struct_format, threads, pdl=pdl)
             run = launcher.launcher(kernel, prepared, name=uri)
             self.kernels[dev] = {"arch": arch, "uri": uri, "block": threads, "pdl": pdl, "kernel": kernel,
