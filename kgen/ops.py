@@ -29,8 +29,8 @@ Schemas (docs/ops.md):
 
 Registration is plain `torch.library` (define + impl + register_fake), not `torch.library.custom_op`:
 custom_op wraps every call in Python autograd, ADInplaceOrView and alias-check layers that cost
-~25 us of host time per call (measured: bench/results, docs/ops.md), more than the kernel. The op
-has no autograd formula (it writes uint8 bytes) and bumps the cache's version counter itself.
+~25 us of host time per call (docs/ops.md; `kgen bench` records both floors), more than the kernel.
+The op has no autograd formula (it writes uint8 bytes) and bumps the cache's version counter itself.
 Another op is added with `define_op` (schema, fake, CPU impl) and `implement(name, "cuda", fn)`.
 """
 
