@@ -4,22 +4,28 @@ Measured in one process, written to one JSON file (atomically):
   * the practical bandwidth limit: a 1 GiB device-to-device copy (bytes read + written);
   * per variant and token count: the kgen kernel, the Torch reference eager, and torch.compile of
     the reference (an error string if torch.compile fails; a skip once its time budget is spent);
-  * two timings, as SGLang's figures were taken:
-      cold - a 256 MiB memset flushes L2 before each call; CUDA events around the call only;
-      warm - back to back: 20 launches captured in a CUDA graph, replayed, divided by 20 (eager and
-             compiled torch, which sync on the host, are timed as a loop of 20 calls instead);
+  * two timings, as the peer's figures were taken (docs/bench.md):
+      cold  - a 256 MiB memset flushes L2 before each call; CUDA events around the call only; the
+              median of >= 20 calls;
+      graph - many calls back to back captured in one CUDA graph; per-call time = replay / calls,
+              the median of the replays (eager and compiled torch, which sync on the host, are timed
+              as a loop of calls instead);
   * peak extra device memory around one call (torch.cuda.max_memory_allocated delta): ~0 for kgen;
-  * at small N, the launch-bound floor: an empty kernel with the same grid, and a device copy of the
-    same number of bytes, timed the same two ways.
+  * per N, a device copy of the same number of bytes timed the same two ways, and at small N the
+    launch-bound floor: an empty kernel with the same grid.
 
 Byte model (BYTE_MODEL), per token: the input row (head_dim x input bytes), the freqs row
 (rope_dim x 4 B) and the position (8 B) when there is RoPE, the out_loc entry (8 B) are read; the
-row and the scales (row_bytes + blocks x scale_unit: what the kernel stores, slot/page padding
-excluded) are written. The norm weight/bias (read once per block, L2-resident) are not counted.
+row and the scales (kgen.layout's written_bytes_per_token: slot/page padding excluded) are written.
+The norm weight/bias (read once per block, L2-resident) are not counted.
 
-Inputs: `reference.make_inputs` values (outlier channels), random positions, out_loc a shuffled
-permutation of the cache's slots (no skipped slots), a cache of exactly ceil(N / page_size) pages.
-Medians of many runs after warm-up.
+Inputs (INPUTS, recorded at the top of the JSON): as an engine's, so that every counted byte comes
+from DRAM: a freqs table of 2^20 rows (256 MiB at rope_dim 64, far larger than L2); positions random
+in [0, 2^20) (decode: every token another sequence, each freqs row a DRAM read) or, with
+`positions="consecutive"`, a run start, start+1, ... (prefill of a long sequence); x = 3 * randn in the
+input dtype, weight = 1 + 0.1 * randn, bias = 0.1 * randn; out_loc a shuffled permutation of all slots
+of ceil(N / page_size) pages (every token written). A freqs table of 4096 rows (what kgen bench used
+before 2026-11-30) stays in L2 and flatters every figure that counts a freqs row per token.
 """
 
 from __future__ import annotations
@@ -41,15 +47,31 @@ from .spec import Spec
 DEFAULT_TOKENS = (1, 64, 4096, 65536, 1048576)
 FLUSH_BYTES = 256 << 20
 COPY_BYTES = 1 << 30
-GRAPH_LAUNCHES = 20
-FLOOR_MAX_TOKENS = 4096  # the launch-bound floor is measured up to this N
+FREQS_ROWS = 1 << 20  # a long-context model's RoPE table: each random position a DRAM row
+POSITIONS = ("random", "consecutive")
+COLD_MIN_REPS = 20
+GRAPH_BYTES_PER_REPLAY = 256 << 20  # calls per graph: about this many modelled bytes, 20..200 calls
+GRAPH_MIN_CALLS, GRAPH_MAX_CALLS = 20, 200
+FLOOR_MAX_TOKENS = 4096  # the empty-kernel launch floor is measured up to this N
 TARGET_SECONDS = 0.25  # time spent per measurement (sets the repetition count)
 DEFAULT_COMPILE_BUDGET_S = 300.0
 
 BYTE_MODEL = ("per token: read head_dim*input_bytes (x row) + rope_dim*4 (freqs row, if RoPE) + 8 (position, "
-              "if RoPE) + 8 (out_loc); written row_bytes + blocks*scale_unit (row and scales as stored; scale-slot "
-              "and page padding excluded); norm weight/bias not counted; the freqs row is counted for every token "
-              "although repeated positions hit L2. GB/s = bytes / time / 1e9")
+              "if RoPE) + 8 (out_loc); written layout.written_bytes_per_token (row and scales as stored; "
+              "scale-slot and page padding excluded); norm weight/bias not counted. With random positions in a "
+              "2^20-row table every counted freqs row is a DRAM read. GB/s = bytes / time / 1e9")
+
+
+def inputs_record(positions: str) -> dict:
+    """What the JSON's top-level `inputs` says (contract): how positions and the table were drawn."""
+    return {"positions": positions, "max_pos": FREQS_ROWS, "freqs_rows": FREQS_ROWS,
+            "x": "3 * randn (input dtype)", "weight": "1 + 0.1 * randn", "bias": "0.1 * randn",
+            "out_loc": "a shuffled permutation of all slots of ceil(N / page_size) pages (all written)"}
+
+
+def graph_calls(nbytes: int) -> int:
+    """Calls captured per graph: enough that a replay is long next to its launch, bounded."""
+    return int(max(GRAPH_MIN_CALLS, min(GRAPH_MAX_CALLS, GRAPH_BYTES_PER_REPLAY // max(nbytes, 1))))
 
 
 
@@ -91,7 +113,7 @@ class Timer:
         e1.synchronize()
         return e0.elapsed_time(e1)
 
-    def cold(self, fn, *, warmup: int = 3, lo: int = 5, hi: int = 100) -> dict:
+    def cold(self, fn, *, warmup: int = 3, lo: int = COLD_MIN_REPS, hi: int = 100) -> dict:
         """L2 flushed by a 256 MiB memset before each call; events around the call only."""
         t = self.torch
         for _ in range(warmup):
@@ -109,7 +131,7 @@ class Timer:
         ms = [a.elapsed_time(b) for a, b in pairs]
         return {"ms": statistics.median(ms), "min_ms": min(ms), "reps": reps}
 
-    def loop(self, fn, *, launches: int = GRAPH_LAUNCHES, warmup: int = 2, lo: int = 3, hi: int = 30) -> dict:
+    def loop(self, fn, *, launches: int = GRAPH_MIN_CALLS, warmup: int = 2, lo: int = 3, hi: int = 30) -> dict:
         """Back to back: events around `launches` calls, divided."""
         t = self.torch
         for _ in range(warmup):
@@ -127,7 +149,7 @@ class Timer:
             ms.append(e0.elapsed_time(e1) / launches)
         return {"ms": statistics.median(ms), "min_ms": min(ms), "reps": reps, "launches": launches, "how": "loop"}
 
-    def graph(self, fn, *, launches: int = GRAPH_LAUNCHES, lo: int = 5, hi: int = 50) -> dict:
+    def graph(self, fn, *, launches: int = GRAPH_MIN_CALLS, lo: int = 20, hi: int = 50) -> dict:
         """Back to back: `launches` calls captured in a CUDA graph, replayed, divided."""
         t = self.torch
         side = t.cuda.Stream()
@@ -214,12 +236,17 @@ def empty_kernel(arch: str):
 
 
 def floor_runs(torch, timer: Timer, spec: Spec, n: int, nbytes: int, arch: str) -> dict:
+    """A device copy of the same modelled bytes (every N) and, at small N, an empty kernel with the
+    kernel's grid: the floors the kernel is compared with, timed the same two ways."""
     out: dict = {}
     half = max(1, nbytes // 2)
     src = torch.empty(half, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
     fn = lambda: dst.copy_(src)  # noqa: E731
-    out["copy_same_bytes"] = {"bytes": 2 * half, "cold": timer.cold(fn), "warm": timer.warm(fn)}
+    out["copy_same_bytes"] = {"bytes": 2 * half, "cold": timer.cold(fn),
+                              "graph": timer.warm(fn, launches=graph_calls(nbytes))}
+    if n > FLOOR_MAX_TOKENS:
+        return out
     try:
         from cuda.core import LaunchConfig, launch
 
@@ -230,21 +257,57 @@ def floor_runs(torch, timer: Timer, spec: Spec, n: int, nbytes: int, arch: str) 
         grid, block = launch_shape(spec, n)
         cfg = LaunchConfig(grid=grid, block=block)
         efn = lambda: launch(torch_stream(), cfg, k)  # noqa: E731
-        out["empty_kernel"] = {"grid": grid, "block": block, "cold": timer.cold(efn), "warm": timer.warm(efn)}
+        out["empty_kernel"] = {"grid": grid, "block": block, "cold": timer.cold(efn),
+                               "graph": timer.warm(efn, launches=GRAPH_MAX_CALLS)}
     except Exception as e:  # noqa: BLE001
         out["empty_kernel"] = {"error": f"{type(e).__name__}: {e}"[:500]}
     return out
 
 
-def bench_inputs(spec: Spec, n: int, seed: int):
-    from . import reference
-    from .gpurun import kernel_args
+_freqs_tables: dict[tuple[int, str], object] = {}
 
+
+def freqs_table(torch, rope_dim: int, device="cuda"):
+    """fp32 [FREQS_ROWS, rope_dim], the reference's theta-10000 table, built on the device once per
+    rope_dim (256 MiB at rope_dim 64)."""
+    from . import reference
+
+    key = (rope_dim, str(device))
+    t = _freqs_tables.get(key)
+    if t is None:
+        t = _freqs_tables[key] = reference.rope_freqs(FREQS_ROWS, rope_dim, device=device)
+    return t
+
+
+def bench_inputs(spec: Spec, n: int, seed: int, positions: str = "random", device="cuda"):
+    """(x, weight, bias, freqs, positions, out_loc, cache) as the op takes them (None where the spec
+    has none), drawn as INPUTS says: what an engine's kernel sees."""
+    import torch
+
+    from .reference import INPUT_DTYPE
+
+    if positions not in POSITIONS:
+        raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
     lay = compute(spec)
+    g = torch.Generator(device=device).manual_seed(seed)
+    dt = INPUT_DTYPE[spec.input_dtype]
+    h = spec.head_dim
+    x = (3.0 * torch.randn(n, h, generator=g, device=device)).to(dt)
+    weight = (1.0 + 0.1 * torch.randn(h, generator=g, device=device)).to(dt)
+    bias = (0.1 * torch.randn(h, generator=g, device=device)).to(dt)
+    freqs = pos = None
+    if spec.rope.dim:
+        freqs = freqs_table(torch, spec.rope.dim, device)
+        if positions == "random":
+            pos = torch.randint(0, FREQS_ROWS, (n,), generator=g, device=device, dtype=torch.int64)
+        else:
+            start = int(torch.randint(0, max(1, FREQS_ROWS - n), (1,), generator=g, device=device))
+            pos = torch.arange(start, start + n, device=device, dtype=torch.int64)
     pages = max(1, -(-n // lay.page_size))
-    inp = reference.make_inputs(spec, n, seed=seed, device="cuda", num_pages=pages, skip_fraction=0.0,
-                                overflow_locs=False)
-    return kernel_args(spec, inp)
+    out_loc = torch.randperm(lay.slots(pages), generator=g, device=device)[:n].to(torch.int64)
+    cache = torch.zeros(pages, lay.page_bytes, dtype=torch.uint8, device=device)
+    return (x, weight if spec.norm.kind != "none" else None, bias if spec.norm.kind == "layernorm" else None,
+            freqs, pos, out_loc, cache)
 
 
 class CompileState:
@@ -255,27 +318,27 @@ class CompileState:
 
 
 def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate: CompileState,
-               seed: int) -> dict:
+               seed: int, positions: str = "random") -> dict:
     from . import ops, reference
+    from .layout import launch_shape
     from .runtime import load
 
     lay = compute(spec)
     bm = byte_model(spec, n, lay)
-    args = bench_inputs(spec, n, seed)
+    args = bench_inputs(spec, n, seed, positions)
     loaded = load(spec)
+    grid, block = launch_shape(spec, n)
     entry: dict = {"variant": spec.name, "tokens": n, "bytes": bm,
-                   "launch": {"grid": None, "block": None, "arch": loaded.arch,
-                              "registers": loaded.registers(), "spill_bytes": getattr(loaded.compiled, "spill_bytes", None)}}
-    from .layout import launch_shape
-
-    entry["launch"]["grid"], entry["launch"]["block"] = launch_shape(spec, n)
+                   "launch": {"grid": grid, "block": block, "arch": loaded.arch, "registers": loaded.registers(),
+                              "spill_bytes": getattr(loaded.compiled, "spill_bytes", None),
+                              "spec": spec.launch.model_dump()}}
 
     # kgen
     run = ops.prepare(spec, *args)
     k: dict = {}
     k["peak_extra_bytes"] = timer.peak_extra(lambda: ops.norm_rope_store(spec, *args))
     k["cold"] = _with_bw(timer.cold(run), bm["total"], copy_gbps)
-    k["warm"] = _with_bw(timer.warm(run), bm["total"], copy_gbps)
+    k["graph"] = _with_bw(timer.warm(run, launches=graph_calls(bm["total"])), bm["total"], copy_gbps)
     if n <= 65536:
         k["host_us_per_call"] = host_cost(torch, spec, args)
     if n <= FLOOR_MAX_TOKENS:  # a single call through the registered op, as an engine makes it
@@ -295,14 +358,13 @@ def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate
     try:
         e["peak_extra_bytes"] = timer.peak_extra(eager)
         e["cold"] = _with_bw(timer.cold(eager, warmup=1, lo=3, hi=30), bm["total"], copy_gbps)
-        e["warm"] = _with_bw(timer.loop(eager, launches=5, warmup=1, lo=2, hi=10), bm["total"], copy_gbps)
+        e["graph"] = _with_bw(timer.loop(eager, launches=5, warmup=1, lo=2, hi=10), bm["total"], copy_gbps)
     except Exception as ex:  # noqa: BLE001
         e["error"] = f"{type(ex).__name__}: {ex}"[:500]
     entry["eager"] = e
 
-    # floors
-    if n <= FLOOR_MAX_TOKENS:
-        entry["floor"] = floor_runs(torch, timer, spec, n, bm["total"], loaded.arch)
+    # floors: a copy of the same bytes (every N), the empty kernel (small N)
+    entry["floor"] = floor_runs(torch, timer, spec, n, bm["total"], loaded.arch)
 
     # torch.compile of the reference (last: its first call compiles, which can take long)
     entry["compile"] = compile_case(torch, timer, spec, bm, copy_gbps, cstate, (x, w, b, f, p, loc, ref_cache))
@@ -425,7 +487,7 @@ def compile_case(torch, timer: Timer, spec: Spec, bm: dict, copy_gbps: float, cs
         call = lambda: fn(*args)  # noqa: E731
         out["peak_extra_bytes"] = timer.peak_extra(call)
         out["cold"] = _with_bw(timer.cold(call, warmup=1, lo=3, hi=30), bm["total"], copy_gbps)
-        out["warm"] = _with_bw(timer.loop(call, launches=5, warmup=1, lo=2, hi=10), bm["total"], copy_gbps)
+        out["graph"] = _with_bw(timer.loop(call, launches=5, warmup=1, lo=2, hi=10), bm["total"], copy_gbps)
     except Exception as ex:  # noqa: BLE001 - recorded, never fatal
         cstate.spent += time.perf_counter() - t0
         msg = f"{type(ex).__name__}: {ex}"
@@ -441,7 +503,7 @@ def compile_case(torch, timer: Timer, spec: Spec, bm: dict, copy_gbps: float, cs
 def ratios(entry: dict) -> dict:
     r: dict = {}
     k = entry.get("kgen", {})
-    for mode in ("cold", "warm"):
+    for mode in ("cold", "graph"):
         kt = k.get(mode, {}).get("ms")
         if not kt:
             continue
@@ -495,7 +557,8 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 
 def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path | None, *,
-                  use_compile: bool | None = None, compile_budget_s: float | None = None) -> int:
+                  use_compile: bool | None = None, compile_budget_s: float | None = None,
+                  positions: str = "random") -> int:
     """Exit 0 ok, 1 a variant failed to run, 2 no GPU / usage.
 
     torch.compile: on unless KGEN_BENCH_COMPILE=0 (or use_compile=False); its compile time is capped by
@@ -509,6 +572,9 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
         return 2
     if tokens is not None and any(t <= 0 for t in tokens):
         _say("kgen bench: --tokens must be > 0")
+        return 2
+    if positions not in POSITIONS:
+        _say(f"kgen bench: --positions must be one of {', '.join(POSITIONS)} (got {positions!r})")
         return 2
     specs = expand(paths)
     reason = gpu_problem()
@@ -531,10 +597,14 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     from .gpurun import precompile
 
     errors = precompile(specs)
-    data: dict = {**environment(torch), "byte_model": BYTE_MODEL, "timing": {
-        "cold": f"L2 flushed by a {FLUSH_BYTES >> 20} MiB memset before each call, CUDA events around the call only, median",
-        "warm": f"{GRAPH_LAUNCHES} launches captured in a CUDA graph, replayed, divided (torch eager/compile: a loop "
-                "of calls, since they sync on the host), median"},
+    data: dict = {**environment(torch), "inputs": inputs_record(positions), "byte_model": BYTE_MODEL, "timing": {
+        "cold": f"L2 flushed by a {FLUSH_BYTES >> 20} MiB memset before each call, CUDA events around the call only, "
+                f"median of >= {COLD_MIN_REPS}",
+        "graph": f"{GRAPH_MIN_CALLS}-{GRAPH_MAX_CALLS} calls (about {GRAPH_BYTES_PER_REPLAY >> 20} MiB of modelled "
+                 "bytes) captured in one CUDA graph, per call = replay / calls, median of >= 20 replays (torch "
+                 "eager/compile: a loop of calls, since they sync on the host)",
+        "copy": "a 1 GiB device-to-device copy in the same process (bytes read + written), and per N a copy of the "
+                "same modelled bytes (floor.copy_same_bytes)"},
         "tokens": list(tokens or DEFAULT_TOKENS), "compile_errors": errors, "results": []}
     timer = Timer(torch)
     _say("kgen bench: device copy ...")
@@ -547,7 +617,7 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     failed = bool(errors)
     try:
         failed = _bench_all(torch, timer, specs, tokens, errors, copy_gbps, cstate, budget, started, data,
-                            json_file) or failed
+                            json_file, positions) or failed
     except KeyboardInterrupt:  # timeout -s INT: keep what was measured
         data["interrupted"] = True
         failed = True
@@ -559,7 +629,8 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     return 1 if failed else 0
 
 
-def _bench_all(torch, timer, specs, tokens, errors, copy_gbps, cstate, budget, started, data, json_file) -> bool:
+def _bench_all(torch, timer, specs, tokens, errors, copy_gbps, cstate, budget, started, data, json_file,
+               positions: str = "random") -> bool:
     failed = False
     for spec in specs:
         if spec.name in errors:
@@ -572,7 +643,7 @@ def _bench_all(torch, timer, specs, tokens, errors, copy_gbps, cstate, budget, s
                                         "skipped": f"KGEN_BENCH_BUDGET_S={budget:g} s spent"})
                 continue
             try:
-                entry = bench_case(torch, timer, spec, n, copy_gbps, cstate, seed=i)
+                entry = bench_case(torch, timer, spec, n, copy_gbps, cstate, seed=i, positions=positions)
             except KgenError as e:
                 failed = True
                 entry = {"variant": spec.name, "tokens": n, "error": "; ".join(p.format() for p in e.problems)}
@@ -605,15 +676,17 @@ def _line(e: dict) -> str:
         return f"  FAIL {e['variant']} N={e.get('tokens')}: {e['error'].splitlines()[0]}"
     k = e["kgen"]
     return (f"  {e['variant']:<28} N={e['tokens']:<8} cold {_fmt(k['cold']['us'])} us "
-            f"({_fmt(k['cold']['gbps'], '.0f')} GB/s)  warm {_fmt(k['warm']['us'])} us "
-            f"({_fmt(k['warm']['gbps'], '.0f')} GB/s)  [{e['seconds']} s]")
+            f"({_fmt(k['cold']['gbps'], '.0f')} GB/s)  graph {_fmt(k['graph']['us'])} us "
+            f"({_fmt(k['graph']['gbps'], '.0f')} GB/s)  [{e['seconds']} s]")
 
 
 def summary_table(data: dict) -> str:
     copy = data.get("copy", {}).get("gbps")
-    head = (f"device: {data['device']['name']}  copy: {_fmt(copy, '.0f')} GB/s  torch {data['torch']}\n"
-            f"{'variant':<28} {'N':>8} {'cold us':>9} {'warm us':>9} {'warm GB/s':>9} {'%copy':>6} "
-            f"{'x eager':>8} {'x compile':>9} {'x floor':>8} {'extra B':>8}")
+    inp = data.get("inputs", {})
+    head = (f"device: {data['device']['name']}  copy: {_fmt(copy, '.0f')} GB/s  torch {data['torch']}  positions: "
+            f"{inp.get('positions')} in [0, {inp.get('max_pos')})\n"
+            f"{'variant':<28} {'N':>8} {'cold us':>9} {'graph us':>9} {'cold %cp':>8} {'graph %cp':>9} "
+            f"{'x copyN':>8} {'x eager':>8} {'x compile':>9} {'extra B':>8}")
     rows = [head]
     for e in data["results"]:
         if "skipped" in e:
@@ -623,9 +696,9 @@ def summary_table(data: dict) -> str:
             rows.append(f"{e['variant']:<28} {str(e.get('tokens', '')):>8} ERROR {e.get('error', '')[:60]}")
             continue
         k, r = e["kgen"], e.get("ratios", {})
-        frac = r.get("warm_fraction_of_copy")
-        rows.append(f"{e['variant']:<28} {e['tokens']:>8} {_fmt(k['cold']['us']):>9} {_fmt(k['warm']['us']):>9} "
-                    f"{_fmt(k['warm']['gbps'], '.0f'):>9} {_fmt(frac * 100 if frac else None, '.0f'):>6} "
-                    f"{_fmt(r.get('warm_speedup_vs_eager')):>8} {_fmt(r.get('warm_speedup_vs_compile')):>9} "
-                    f"{_fmt(r.get('warm_over_empty_kernel'), '.2f'):>8} {k.get('peak_extra_bytes', '-'):>8}")
+        pc = lambda v: _fmt(v * 100 if v else None, ".0f")  # noqa: E731
+        rows.append(f"{e['variant']:<28} {e['tokens']:>8} {_fmt(k['cold']['us']):>9} {_fmt(k['graph']['us']):>9} "
+                    f"{pc(r.get('cold_fraction_of_copy')):>8} {pc(r.get('graph_fraction_of_copy')):>9} "
+                    f"{_fmt(r.get('cold_over_copy_same_bytes'), '.2f'):>8} {_fmt(r.get('graph_speedup_vs_eager')):>8} "
+                    f"{_fmt(r.get('graph_speedup_vs_compile')):>9} {k.get('peak_extra_bytes', '-'):>8}")
     return "\n".join(rows)

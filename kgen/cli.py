@@ -92,12 +92,15 @@ def bench(paths: Paths,
           use_compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="also time torch.compile "
                                                               "of the reference (default: on unless KGEN_BENCH_COMPILE=0)")] = None,
           compile_budget: Annotated[Optional[float], typer.Option("--compile-budget", help="seconds torch.compile may "
-                                                                  "spend compiling")] = None) -> None:
+                                                                  "spend compiling")] = None,
+          positions: Annotated[str, typer.Option("--positions", help="random (decode: a DRAM freqs row per token) "
+                                                 "or consecutive (prefill of a long sequence), in a 2^20-row "
+                                                 "table")] = "random") -> None:
     """Kernel bandwidth vs device copy vs torch eager/compile, in one run."""
     from .bench import bench_command
 
     raise typer.Exit(_run(lambda: bench_command(paths, tokens or None, json_file, use_compile=use_compile,
-                                                compile_budget_s=compile_budget)))
+                                                compile_budget_s=compile_budget, positions=positions)))
 
 
 EngineName = Annotated[str, typer.Option("--engine", help="sglang or vllm", show_default=False)]

@@ -60,7 +60,8 @@ QMAX = L.QUANT_MAX
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 E2M1_THRESHOLDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 _HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
-_INPUT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+INPUT_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_INPUT = INPUT_DTYPE
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -522,12 +523,12 @@ def poison_pattern(num_pages: int, page_bytes: int, *, device="cpu", invert: boo
 
 def rope_freqs(max_pos: int, rope_dim: int, theta: float = 10000.0, device="cpu") -> torch.Tensor:
     """fp32 [max_pos, rope_dim]: (cos, sin) of pair i at [2i, 2i+1], angle pos * theta^(-2i/dim)
-    (computed in float64, rounded once)."""
+    (computed in float64 on `device`, rounded once: a 2^20-row bench table is built where it is used)."""
     half = rope_dim // 2
-    inv = theta ** (-torch.arange(half, dtype=torch.float64) * 2.0 / max(rope_dim, 1))
-    ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None, :]
+    inv = theta ** (-torch.arange(half, dtype=torch.float64, device=device) * 2.0 / max(rope_dim, 1))
+    ang = torch.arange(max_pos, dtype=torch.float64, device=device)[:, None] * inv[None, :]
     f = torch.stack((torch.cos(ang), torch.sin(ang)), dim=-1).reshape(max_pos, 2 * half)
-    return f.to(torch.float32).to(device)
+    return f.to(torch.float32)
 
 
 def sample_rows(n_tokens: int, n: int, g: torch.Generator, *, outliers: bool = True) -> torch.Tensor:

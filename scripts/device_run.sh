@@ -246,16 +246,16 @@ b = out / "bench.json"
 if b.exists():
     try:
         d = json.loads(b.read_text())
-        print(f"kgen bench: copy {d['copy']['gbps']:.0f} GB/s; us per call warm (cold), % of copy bw, x eager, x compile")
+        print(f"kgen bench: copy {d['copy']['gbps']:.0f} GB/s, inputs {d.get('inputs')}; us per call graph (cold), % of copy (cold), x eager")
         for e in d["results"]:
             if "kgen" not in e:
                 print(f"  {e['variant']:<28} {e.get('tokens', '')!s:>8} {e.get('error', e.get('skipped', ''))[:70]}")
                 continue
             k, r = e["kgen"], e.get("ratios", {})
             f = lambda x, s=".1f": "-" if x is None else format(x, s)
-            print(f"  {e['variant']:<28} {e['tokens']:>8} {f(k['warm']['us']):>8} ({f(k['cold']['us'])}) "
-                  f"{f((r.get('warm_fraction_of_copy') or 0) * 100, '.0f'):>4}% "
-                  f"x{f(r.get('warm_speedup_vs_eager'))} x{f(r.get('warm_speedup_vs_compile'))}")
+            print(f"  {e['variant']:<28} {e['tokens']:>8} {f(k['graph']['us']):>8} ({f(k['cold']['us'])}) "
+                  f"{f((r.get('graph_fraction_of_copy') or 0) * 100, '.0f'):>4}% "
+                  f"({f((r.get('cold_fraction_of_copy') or 0) * 100, '.0f')}%) x{f(r.get('graph_speedup_vs_eager'))}")
     except Exception as e:
         print("bench.json unreadable:", e)
 PYEOF

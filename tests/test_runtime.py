@@ -290,13 +290,13 @@ def test_byte_model_arithmetic():
 
 def test_bench_ratios_and_table(tmp_path):
     k = {"cold": {"ms": 0.02, "us": 20.0, "gbps": 100.0, "fraction_of_copy": 0.5},
-         "warm": {"ms": 0.01, "us": 10.0, "gbps": 200.0, "fraction_of_copy": 0.05}, "peak_extra_bytes": 0}
-    e = {"variant": "v", "tokens": 64, "kgen": k, "eager": {"cold": {"ms": 0.2}, "warm": {"ms": 0.1}},
-         "compile": {"error": "boom"}, "floor": {"empty_kernel": {"cold": {"ms": 0.01}, "warm": {"ms": 0.005}},
-                                                  "copy_same_bytes": {"cold": {"ms": 0.01}, "warm": {"ms": 0.004}}}}
+         "graph": {"ms": 0.01, "us": 10.0, "gbps": 200.0, "fraction_of_copy": 0.05}, "peak_extra_bytes": 0}
+    e = {"variant": "v", "tokens": 64, "kgen": k, "eager": {"cold": {"ms": 0.2}, "graph": {"ms": 0.1}},
+         "compile": {"error": "boom"}, "floor": {"empty_kernel": {"cold": {"ms": 0.01}, "graph": {"ms": 0.005}},
+                                                  "copy_same_bytes": {"cold": {"ms": 0.01}, "graph": {"ms": 0.004}}}}
     r = bench.ratios(e)
-    assert r["warm_speedup_vs_eager"] == pytest.approx(10.0) and "warm_speedup_vs_compile" not in r
-    assert r["warm_over_empty_kernel"] == pytest.approx(2.0) and r["cold_over_copy_same_bytes"] == pytest.approx(2.0)
+    assert r["graph_speedup_vs_eager"] == pytest.approx(10.0) and "graph_speedup_vs_compile" not in r
+    assert r["graph_over_empty_kernel"] == pytest.approx(2.0) and r["cold_over_copy_same_bytes"] == pytest.approx(2.0)
     e["ratios"] = r
     data = {"device": {"name": "Fake"}, "torch": "x", "copy": {"gbps": 4000.0},
             "results": [e, {"variant": "w", "tokens": 1, "error": "bad"},
@@ -674,3 +674,37 @@ def test_resolve_spec_sees_a_change_in_an_included_file(tmp_path):
     (tmp_path / "v.yaml").write_text(text.replace("page_size: 64", "page_size: 32")
                                      .replace("page_bytes: 16384", "page_bytes: 8192"))
     assert ops.resolve_spec(ref).layout.page_size == 32
+
+
+def test_bench_inputs_are_production_like():
+    """bench inputs as docs/bench.md asks: random positions over the whole 2^20-row table (or one
+    consecutive run), every slot of ceil(N / P) pages written once, x = 3 * randn."""
+    torch = pytest.importorskip("torch")
+    fp8 = ops.resolve_spec(f"{FAMILY}::dsv4_indexer_fp8")
+    old = bench.FREQS_ROWS
+    try:
+        bench.FREQS_ROWS = 1 << 12  # a CPU-sized table; the logic is the same
+        bench._freqs_tables.clear()
+        x, w, b, f, pos, loc, cache = bench.bench_inputs(fp8, 200, seed=3, device="cpu")
+        assert f.shape == (1 << 12, 64) and f.dtype == torch.float32
+        assert pos.min() >= 0 and pos.max() < (1 << 12) and pos.unique().numel() > 150  # spread over the table
+        assert b is None and w.shape == (128,) and x.shape == (200, 128)
+        assert 2.5 < float(x.std()) < 3.5
+        P = 64
+        assert cache.shape[0] == -(-200 // P)
+        assert loc.unique().numel() == 200 and loc.min() >= 0 and loc.max() < cache.shape[0] * P
+        _, _, _, _, cpos, _, _ = bench.bench_inputs(fp8, 200, seed=3, positions="consecutive", device="cpu")
+        assert torch.equal(cpos - cpos[0], torch.arange(200)) and cpos[-1] < (1 << 12)
+        with pytest.raises(ValueError, match="positions"):
+            bench.bench_inputs(fp8, 2, seed=0, positions="sorted", device="cpu")
+    finally:
+        bench.FREQS_ROWS = old
+        bench._freqs_tables.clear()
+    rec = bench.inputs_record("random")
+    assert (rec["positions"], rec["max_pos"], rec["freqs_rows"]) == ("random", 1 << 20, 1 << 20)
+    assert bench.graph_calls(1) == bench.GRAPH_MAX_CALLS and bench.graph_calls(1 << 40) == bench.GRAPH_MIN_CALLS
+
+
+def test_bench_refuses_unknown_positions_mode(capsys):
+    assert bench.bench_command([Path("specs/indexer_bf16.yaml")], [1], None, positions="sorted") == 2
+    assert "--positions" in capsys.readouterr().err
