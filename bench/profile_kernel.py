@@ -2,8 +2,9 @@
 
     python3 bench/profile_kernel.py specs/dsv4/indexer_fp8.yaml --tokens 1048576
 
-Not a benchmark (kgen bench is): it only gives the profiler real inputs (make_inputs: random
-values, random positions, shuffled out_loc) and launches the kernel `--launches` times.
+Not a benchmark (kgen bench is): it only gives the profiler kgen bench's production-like inputs
+(kgen.bench.bench_inputs: a 2^20-row freqs table, random positions, every slot of ceil(N / P) pages
+written) and launches the kernel `--launches` times.
 """
 
 from __future__ import annotations
@@ -21,14 +22,11 @@ def main() -> None:
 
     import torch
 
-    from kgen import ops, reference
-    from kgen.gputest import kernel_args
+    from kgen import bench, ops
     from kgen.validate import validate_or_raise
 
     spec = validate_or_raise(args.spec).variants[0].spec
-    inputs = reference.make_inputs(spec, args.tokens, seed=1, device="cuda", skip_fraction=0.0,
-                                   overflow_locs=False)
-    launch = ops.prepare(spec, *kernel_args(spec, inputs), inputs["cache"])
+    launch = ops.prepare(spec, *bench.bench_inputs(spec, args.tokens, seed=1))
     for _ in range(args.launches):
         launch()
     torch.cuda.synchronize()

@@ -332,6 +332,20 @@ def launch_shape(spec: Spec, num_tokens: int) -> tuple[int, int]:
     return max(1, -(-num_tokens // tokens_per_block(spec))), threads_per_block(spec)
 
 
+DECODE_PLAN_BYTES = 16  # SGLang's DecodePlan: uint32 seq_len, int32 write_loc, read_page_0, read_page_1
+DECODE_PLAN_FIELDS = ("seq_len", "write_loc", "read_page_0", "read_page_1")
+
+PDL_MIN_SM = 90  # griddepcontrol (programmatic dependent launch) exists from sm_90 on
+
+
+def uses_pdl(spec: Spec, capability: tuple[int, int]) -> bool:
+    """Whether a launch of `spec` on a device of `capability` sets the programmatic stream
+    serialization attribute: exactly when the kernel waits for its predecessor (kPdl and sm_90+;
+    the kernel's griddepcontrol is compiled for __CUDA_ARCH__ >= 900 only). A launch with the
+    attribute of a kernel that does not wait would race with the kernel before it."""
+    return spec.launch.pdl and capability[0] * 10 + capability[1] >= PDL_MIN_SM
+
+
 def null_layout(spec: Spec) -> Layout:
     """A layout of zeros, for rendering a spec whose byte math cannot be computed (`--no-validate`):
     the kernel's static_asserts then say which rule it breaks."""
@@ -410,6 +424,9 @@ def constants(lay: Layout) -> list[Constant]:
         ("INV_QUANT_MAX", float_hex(1.0 / QUANT_MAX.get(s.dtype, 1.0))),
         ("HADAMARD_SCALE", float_hex(had_scale)),
         ("MIN_BLOCKS_PER_SM", spec.launch.min_blocks_per_sm),
+        ("PDL", int(spec.launch.pdl)),  # griddepcontrol in the kernel (sm_90+); the launch: uses_pdl
+        ("DECODE_PLAN", int(spec.positions.source == "decode_plan")),  # positions holds DecodePlan rows
+        ("COMPRESS_RATIO", spec.positions.compress_ratio),
         # the lane mapping of the spans (lane l owns values [l*V, (l+1)*V))
         ("ROPE_LANE0", _q(lay.rope_span.start, Vi)), ("ROPE_LANES", _q(lay.rope_span.size, Vi)),
         ("ROPE_HALF_LANES", _q(r // 2, Vi) if r > 0 else 0),  # lanes between NeoX partners

@@ -30,7 +30,7 @@ from typing import Any
 from . import arch as A
 from .abi import NORM_ROPE_STORE, Args, KernelAbi, ParamBuffer
 from .diagnostics import KgenError, Problem
-from .layout import Layout, compute
+from .layout import Layout, compute, uses_pdl
 from .spec import Spec
 
 # ---------------------------------------------------------------------------------------------
@@ -227,9 +227,21 @@ class LoadedKernel:
         handle = getattr(self.kernel, "handle", None)  # cuda-core >= 0.3; older ones: _handle
         return _driver().CUfunction(int(handle if handle is not None else self.kernel._handle))
 
-    def prepare(self, args: Args, *, programmatic_stream_serialization: bool = False) -> PreparedLaunch:
-        """A launch of `args` (checked by `self.abi`) to call later, any number of times."""
-        return PreparedLaunch(self, args, programmatic_stream_serialization=programmatic_stream_serialization)
+    @property
+    def pdl(self) -> bool:
+        """The launch lets the kernel start before its predecessor ends (it waits in-kernel): the
+        compiled target's arch decides, as it decided the kernel's griddepcontrol."""
+        major, minor, _ = parse_target(self.arch) or (0, 0, "")
+        return uses_pdl(self.spec, (major, minor))
+
+    def prepare(self, args: Args, *, programmatic_stream_serialization: bool | None = None) -> PreparedLaunch:
+        """A launch of `args` (checked by `self.abi`) to call later, any number of times. PDL by default
+        exactly when the kernel waits for its predecessor (`pdl`); False forces a plain launch."""
+        pss = self.pdl if programmatic_stream_serialization is None else programmatic_stream_serialization
+        if pss and not self.pdl:
+            raise ValueError(f"{self.uri}: a PDL launch of a kernel that does not wait for its predecessor "
+                             "(launch.pdl off or an arch before sm_90) would race with it")
+        return PreparedLaunch(self, args, programmatic_stream_serialization=pss)
 
     def launch(self, args: Args, stream: int | None = None) -> None:
         """Launch on `stream` (a CUstream value; default: torch's current stream). N == 0: nothing."""

@@ -78,6 +78,9 @@ class Launch(_Model):
                                  "parallelism); the grid shrinks accordingly")
     min_blocks_per_sm: int = Field(0, description="__launch_bounds__ minimum resident blocks per SM; "
                                    "caps registers at 65536 / (threads x this) for occupancy (0: no hint)")
+    pdl: bool = Field(True, description="programmatic dependent launch on sm_90+: the kernel waits for the "
+                      "previous kernel in the stream (griddepcontrol.wait) only after its prologue, and the "
+                      "launch lets it start early; no effect on older GPUs or on the bytes")
 
 
 class Spec(_Model):

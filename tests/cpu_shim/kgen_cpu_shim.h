@@ -72,6 +72,7 @@ inline unsigned __reduce_max_sync(unsigned, unsigned v) {
 inline float __shfl_sync(unsigned, float v, int src) {
   return __uint_as_float(kgen_cpu::exchange(__float_as_uint(v), src));
 }
+inline unsigned __shfl_sync(unsigned, unsigned v, int src) { return kgen_cpu::exchange(v, src); }
 
 // 16-bit types
 struct __nv_bfloat16 { unsigned short bits; };

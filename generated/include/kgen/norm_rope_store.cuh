@@ -200,10 +200,9 @@ struct NormRopeStore {
   __device__ static __forceinline__ float norm_r(float op) { return num::rcp(num::sqrt(op)); }
 
   // ---- one token (warp-uniform: every lane runs it, so the shuffles are full-warp) -----------
-  // v: the widened x (after norm_operand), r: its 1 / sqrt(mean + eps)
-  __device__ static __forceinline__ void token(float (&v)[V], float r, const FWords& fr, const float (&w)[V],
-                                               const float (&b)[V], long long loc, bool keep, int lane,
-                                               const Dst& dst) {
+  // §2 (second half) to §5: v is the widened x after norm_operand, r its 1 / sqrt(mean + eps)
+  __device__ static __forceinline__ void transform(float (&v)[V], float r, const FWords& fr, const float (&w)[V],
+                                                   const float (&b)[V], int lane) {
     // §2 norm, second half
     if constexpr (Cfg::kNormKind == NormKind::rmsnorm) {
 #pragma unroll
@@ -276,15 +275,54 @@ struct NormRopeStore {
 #pragma unroll
       for (int k = 0; k < V; ++k) v[k] = num::bf16_round(v[k]);
     }
+  }
 
-    // §7 where the token goes: a 64-bit page address, then 32-bit offsets inside the page (a page
-    // is < 2^31 bytes, rule page-bytes-limit). Only used when `keep` (0 <= loc < num_slots).
-    const unsigned long long uloc = static_cast<unsigned long long>(loc);
-    const unsigned long long page_off = (uloc >> Cfg::kPageShift) * static_cast<unsigned long long>(Cfg::kPageBytes);
-    const uint32_t t = static_cast<uint32_t>(uloc) & static_cast<uint32_t>(Cfg::kPageSize - 1);
-    const uint32_t row = t * static_cast<uint32_t>(Cfg::kRowBytes);  // row offset in the page
+  // §6 first half: t = max(amax, floor) / QMAX of this lane's scale block (uniform over the block)
+  __device__ static __forceinline__ float scale_operand(const float (&v)[V]) {
+    const float a = fmaxf(block_amax(v), Cfg::kAmaxFloor);
+    if constexpr (Cfg::kScaleMath != ScaleMath::divide) {
+      return num::mul(a, Cfg::kInvQuantMax);
+    } else if constexpr (kDivViaDouble) {
+      return num::div_via_double(a, kInvQuantMaxD);
+    } else {
+      return num::div(a, Cfg::kQuantMax);
+    }
+  }
 
-    // §6 quantize and store the quantized span
+  // What a token's block is stored with: `mult` multiplies the values before they are encoded,
+  // `scale_f` / `scale_byte` are the stored scale.
+  struct Scale {
+    float mult = 1.0f;
+    float scale_f = 1.0f;
+    uint32_t scale_byte = 0u;
+  };
+  // ts -> Scale, except the fp32 kind's 1 / ts (`mult`), which the caller computes (shared, see run)
+  __device__ static __forceinline__ Scale scale_of(float ts) {
+    Scale sc;
+    if constexpr (kFp32Scale) {
+      sc.scale_f = ts;
+    } else if constexpr (kScaleNormal) {
+      // ts normal (or +inf): sb = bits of 2^e, e = ceil_log2(ts) in [-126, 128], e + 127 = sb >> 23:
+      // exactly exp2i(e), exp2i(-e) and e + 127 of the general path below (tests/exact/pow2.cc
+      // checks every such ts)
+      const uint32_t sb = num::pow2_ceil_bits(ts);
+      sc.scale_f = __uint_as_float(sb);
+      sc.mult = __uint_as_float(num::pow2_inv_bits(sb));
+      sc.scale_byte = sb >> 23;
+    } else {
+      const int e = num::ceil_log2(ts);
+      sc.scale_f = num::exp2i(e);
+      sc.mult = num::exp2i(-e);
+      sc.scale_byte = static_cast<uint32_t>(e + 127);
+    }
+    return sc;
+  }
+
+  // §6 second half and §7: encode and store. `page_off` is the token's page address (64-bit), `t` its
+  // slot in the page; only used when `keep` (0 <= out_loc < num_slots).
+  __device__ static __forceinline__ void store(const float (&v)[V], const Scale& sc, unsigned long long page_off,
+                                               uint32_t t, bool keep, int lane, const Dst& dst) {
+    const uint32_t row = t * static_cast<uint32_t>(Cfg::kRowBytes);  // row offset in the page (< 2^31)
     const int ql = lane - kQuantLane0;
     const bool in_quant = static_cast<unsigned>(ql) < static_cast<unsigned>(kQuantLanes);
     if constexpr (kHalfStore) {
@@ -292,37 +330,7 @@ struct NormRopeStore {
       pack_halves<kStore>(v, o);
       if (keep && in_quant) mem::store_cs(dst.q + page_off + row, o);
     } else {
-      float mult = 1.0f;  // values are multiplied by this before they are encoded
-      float scale_f = 1.0f;
-      uint32_t scale_byte = 0u;
-      if constexpr (kScaled) {
-        const float a = fmaxf(block_amax(v), Cfg::kAmaxFloor);
-        float ts;
-        if constexpr (Cfg::kScaleMath != ScaleMath::divide) {
-          ts = num::mul(a, Cfg::kInvQuantMax);
-        } else if constexpr (kDivViaDouble) {
-          ts = num::div_via_double(a, kInvQuantMaxD);
-        } else {
-          ts = num::div(a, Cfg::kQuantMax);
-        }
-        if constexpr (kFp32Scale) {
-          scale_f = ts;
-          mult = num::rcp(ts);
-        } else if constexpr (kScaleNormal) {
-          // ts normal (or +inf): sb = bits of 2^e, e = ceil_log2(ts) in [-126, 128], e + 127 = sb >> 23:
-          // exactly exp2i(e), exp2i(-e) and e + 127 of the general path below (tests/exact/pow2.cc
-          // checks every such ts)
-          const uint32_t sb = num::pow2_ceil_bits(ts);
-          scale_f = __uint_as_float(sb);
-          mult = __uint_as_float(num::pow2_inv_bits(sb));
-          scale_byte = sb >> 23;
-        } else {
-          const int e = num::ceil_log2(ts);
-          scale_f = num::exp2i(e);
-          mult = num::exp2i(-e);
-          scale_byte = static_cast<uint32_t>(e + 127);
-        }
-      }
+      const float mult = sc.mult;
       mem::Words<kQuantBytes> o;
       mem::zero(o);
       if constexpr (kFp8) {
@@ -355,9 +363,9 @@ struct NormRopeStore {
         if (keep && in_quant && ql % kBlockLanes == 0) {
           uint8_t* const sp = dst.s + page_off + t * static_cast<uint32_t>(Cfg::kScaleStride);
           if constexpr (kFloatScaleBytes) {
-            mem::store_cs_f32(sp, scale_f);
+            mem::store_cs_f32(sp, sc.scale_f);
           } else {
-            mem::store_cs_u8(sp, scale_byte);
+            mem::store_cs_u8(sp, sc.scale_byte);
           }
         }
       }
@@ -388,10 +396,11 @@ struct NormRopeStore {
   static constexpr int kAvail = kRegs - 40;  // addresses, indices, loop state, scale math
   static constexpr int kWeightRegs = (kNorm ? V : 0) + (kLayerNorm ? V : 0);
   static constexpr int kWorkRegs = V + 8;
-  static constexpr int kTokenRegs = XWords::kCount + (kRope ? FWords::kCount : 0) + 4;
+  static constexpr int kTokenRegs = XWords::kCount + (kRope ? FWords::kCount : 0) + 2;
   static constexpr bool kHoldWeights = kWeightRegs + kWorkRegs + kTokenRegs <= kAvail;
   static constexpr int kFit = (kAvail - kWorkRegs - (kHoldWeights ? kWeightRegs : 0)) / kTokenRegs;
   static constexpr int kGroup = kFit < 1 ? 1 : (kFit > T ? T : kFit);
+  static_assert(T <= 32, "a warp's tokens are handed out one per lane");
 
   __device__ static __forceinline__ void load_weights(const In* __restrict__ weight, const In* __restrict__ bias,
                                                       int lane, float (&w)[V], float (&b)[V]) {
@@ -401,58 +410,97 @@ struct NormRopeStore {
     if constexpr (kLayerNorm) load_lane_floats(bias, lane, b);
   }
 
+  // A warp-uniform value of token j of a group, computed once in lane j (the same operations on the
+  // same operand as in every lane, so the same bits) and handed back by a shuffle.
+  template <int G, class F>
+  __device__ static __forceinline__ void per_token_in_lanes(const float (&in)[G], float (&out)[G], int lane, F f) {
+    float sel = in[0];
+#pragma unroll
+    for (int j = 1; j < G; ++j) sel = lane == j ? in[j] : sel;
+    const float mine = f(sel);
+#pragma unroll
+    for (int j = 0; j < G; ++j) out[j] = __shfl_sync(num::kFullMask, mine, j);
+  }
+  __device__ static __forceinline__ unsigned long long shfl_u64(unsigned long long x, int src) {
+    const uint32_t lo = __shfl_sync(num::kFullMask, static_cast<uint32_t>(x), src);
+    const uint32_t hi = __shfl_sync(num::kFullMask, static_cast<uint32_t>(x >> 32), src);
+    return (static_cast<unsigned long long>(hi) << 32) | lo;
+  }
+
   // p: the kernel's one parameter (the config's Params, laid out by kgen/abi.py)
   __device__ static __forceinline__ void run(const typename Cfg::Params& p) {
+    const In* __restrict__ const x = p.x;
+    const In* __restrict__ const weight = p.weight;
+    const In* __restrict__ const bias = p.bias;
+    const float* __restrict__ const freqs = p.freqs;
+    const int64_t* __restrict__ const positions = p.positions;
+    const int64_t* __restrict__ const out_loc = p.out_loc;
+    uint8_t* __restrict__ const cache = p.cache;
+    const int32_t num_tokens = p.num_tokens;
+    const int64_t num_slots = p.num_slots;
     const int lane = static_cast<int>(threadIdx.x) & 31;
     const int warp = static_cast<int>(threadIdx.x) >> 5;
     // token indices in 32 bits: a warp that owns no token leaves (whole warp: uniform), so from
     // here on first < num_tokens < 2^31 and first + j < 2^31 + T
-    if (p.num_tokens <= 0 || blockIdx.x > 0x7fffffffu / static_cast<uint32_t>(W * T)) return;
+    if (num_tokens <= 0 || blockIdx.x > 0x7fffffffu / static_cast<uint32_t>(W * T)) return;
     const uint32_t first = (blockIdx.x * static_cast<uint32_t>(W) + static_cast<uint32_t>(warp)) *
                            static_cast<uint32_t>(T);
-    const uint32_t ntok = static_cast<uint32_t>(p.num_tokens);
+    const uint32_t ntok = static_cast<uint32_t>(num_tokens);
     if (first >= ntok) return;
-    const int64_t* const loc_p = p.out_loc + first;
-    const int64_t* const pos_p = kRope ? p.positions + first : nullptr;  // positions is nullptr without rope
-    const In* const x_p = p.x + static_cast<unsigned long long>(first) * H + lane * V;
+    const In* const x_p = x + static_cast<unsigned long long>(first) * H + lane * V;
     const int rl = lane - kRopeLane0;
     const bool in_rope = kRope && static_cast<unsigned>(rl) < static_cast<unsigned>(kRopeLanes);
     const int fidx = kNeox ? (rl < kRopeHalf ? rl : rl - kRopeHalf) : rl;
     // this lane's floats of a freqs row (lanes outside the rope span never load)
-    const float* const f_p = in_rope ? p.freqs + fidx * kFreqFloats : p.freqs;
-    const Dst dst = lane_dst(p.cache, lane);
+    const float* const f_p = in_rope ? freqs + fidx * kFreqFloats : freqs;
+    const Dst dst = lane_dst(cache, lane);
+
+    // Everything above is the prologue a dependent launch may overlap with the previous kernel;
+    // every read of an input comes after this (docs/numerics.md says nothing about it: PDL does
+    // not change a byte).
+    if constexpr (Cfg::kPdl != 0) mem::pdl_wait();
+
+    // The warp's per-token scalars, one token per lane (lane j: token first + j), in one coalesced
+    // load each: the slot, kept or not, its page address and row, and the position. Each token's
+    // values come back by a shuffle where they are used, so no lane holds T copies.
+    const uint32_t my_tok = first + static_cast<uint32_t>(lane);
+    long long my_loc = -1, my_pos = 0;
+    if (lane < T && my_tok < ntok) {
+      my_loc = __ldg(out_loc + my_tok);
+      if constexpr (kRope) my_pos = __ldg(positions + my_tok);  // positions is nullptr without rope
+    }
+    const bool my_keep = my_loc >= 0 && my_loc < num_slots;
+    const unsigned long long my_uloc = static_cast<unsigned long long>(my_loc);
+    const unsigned long long my_page = (my_uloc >> Cfg::kPageShift) * static_cast<unsigned long long>(Cfg::kPageBytes);
+    // slot in its page, or ~0u for a skipped token (the shuffle carries "kept" for free)
+    const uint32_t my_t = my_keep ? static_cast<uint32_t>(my_uloc) & static_cast<uint32_t>(Cfg::kPageSize - 1) : ~0u;
+    // freqs row offset in floats; skipped tokens load nothing
+    const unsigned long long my_frow = my_keep ? static_cast<unsigned long long>(my_pos) * kRopeDim : ~0ull;
 
     float w[V], b[V];  // norm weight and bias: once per warp when they fit (kHoldWeights)
-    if constexpr (kHoldWeights) load_weights(p.weight, p.bias, lane, w, b);
+    if constexpr (kHoldWeights) load_weights(weight, bias, lane, w, b);
 
 #pragma unroll
     for (int g0 = 0; g0 < T; g0 += kGroup) {
-      // phase 1: slots, positions and x rows of the group's tokens
-      long long loc[kGroup];
-      long long pos[kGroup];
+      // phase 1: the x rows of the group's tokens (no dependency: issued first)
       XWords xr[kGroup];
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) {
-        loc[j] = -1;
-        pos[j] = 0;
         mem::zero(xr[j]);
-        if (g0 + j < T && first + (g0 + j) < ntok) {
-          loc[j] = __ldg(loc_p + (g0 + j));
-          if constexpr (kRope) pos[j] = __ldg(pos_p + (g0 + j));
-          mem::load_nc<kInBytes>(x_p + (g0 + j) * H, xr[j]);
-        }
+        if (g0 + j < T && first + (g0 + j) < ntok) mem::load_nc<kInBytes>(x_p + (g0 + j) * H, xr[j]);
       }
-
       // phase 2: freqs rows (they wait for the positions); only for tokens that are stored
       FWords fr[kGroup];
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) {
         mem::zero(fr[j]);
         if constexpr (kRope) {
-          if (in_rope && loc[j] >= 0 && loc[j] < p.num_slots) {
-            mem::load_nc<kFreqBytes>(f_p + pos[j] * kRopeDim, fr[j]);
-          }
+          const unsigned long long frow = g0 + j < T ? shfl_u64(my_frow, g0 + j) : ~0ull;
+          if (in_rope && frow != ~0ull) mem::load_nc<kFreqBytes>(f_p + frow, fr[j]);
         }
+      }
+      if constexpr (Cfg::kPdl != 0) {
+        if (g0 + kGroup >= T) mem::pdl_launch_dependents();  // every load of this warp is issued
       }
 
       // phase 3: compute every token, store the kept ones. The math runs unconditionally so that
@@ -465,25 +513,46 @@ struct NormRopeStore {
         widen(xr[j], v[j]);
         op[j] = norm_operand(v[j]);
       }
-      // r = 1 / sqrt(op) is warp-uniform per token: the group's tokens share one IEEE sqrt + rcp
-      // chain (lane j computes token j's; the same operations on the same operand, so the same
-      // bits), then each token's r comes back by a shuffle from its lane
+      // r = 1 / sqrt(op) is warp-uniform per token: one IEEE sqrt + rcp chain for the group
       float r[kGroup];
       if constexpr (kNorm && kGroup > 1) {
-        float sel = op[0];
-#pragma unroll
-        for (int j = 1; j < kGroup; ++j) sel = lane == j ? op[j] : sel;
-        const float rr = norm_r(sel);
-#pragma unroll
-        for (int j = 0; j < kGroup; ++j) r[j] = __shfl_sync(num::kFullMask, rr, j);
+        per_token_in_lanes<kGroup>(op, r, lane, [](float o) { return norm_r(o); });
       } else {
 #pragma unroll
         for (int j = 0; j < kGroup; ++j) r[j] = kNorm ? norm_r(op[j]) : 1.0f;
       }
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) {
-        if constexpr (!kHoldWeights) load_weights(p.weight, p.bias, lane, w, b);
-        token(v[j], r[j], fr[j], w, b, loc[j], loc[j] >= 0 && loc[j] < p.num_slots, lane, dst);
+        if constexpr (!kHoldWeights) load_weights(weight, bias, lane, w, b);
+        transform(v[j], r[j], fr[j], w, b, lane);
+      }
+      Scale sc[kGroup];
+      if constexpr (kScaled) {
+        float ts[kGroup];
+#pragma unroll
+        for (int j = 0; j < kGroup; ++j) {
+          ts[j] = scale_operand(v[j]);
+          sc[j] = scale_of(ts[j]);
+        }
+        if constexpr (kFp32Scale) {
+          // 1 / ts: warp-uniform when one block spans the warp, so computed once per group as r is
+          float inv[kGroup];
+          if constexpr (kGroup > 1 && kBlockLanes == 32) {
+            per_token_in_lanes<kGroup>(ts, inv, lane, [](float t) { return num::rcp(t); });
+          } else {
+#pragma unroll
+            for (int j = 0; j < kGroup; ++j) inv[j] = num::rcp(ts[j]);
+          }
+#pragma unroll
+          for (int j = 0; j < kGroup; ++j) sc[j].mult = inv[j];
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        const int src = g0 + j < T ? g0 + j : 0;
+        const uint32_t t = g0 + j < T ? __shfl_sync(num::kFullMask, my_t, src) : ~0u;
+        const unsigned long long page_off = shfl_u64(my_page, src);
+        store(v[j], sc[j], page_off, t, t != ~0u, lane, dst);
       }
     }
   }

@@ -68,6 +68,23 @@ __device__ __forceinline__ void store_cs(uint8_t* p, const Words<Bytes>& in) {
   }
 }
 
+// Programmatic dependent launch (sm_90+; no-ops elsewhere, and on the CPU shim). `pdl_wait` blocks until
+// the grids this one depends on have completed and their memory is visible: nothing this kernel reads
+// may be touched before it. `pdl_launch_dependents` lets the next grid in the stream start its own
+// prologue early (it still waits for this grid's completion in its own `pdl_wait`), so it is safe
+// anywhere; kgen calls it once the loads are issued. The launch must set the programmatic stream
+// serialization attribute exactly when the kernel was built with kPdl (kgen.layout.uses_pdl).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void store_cs_f32(uint8_t* p, float v) {
   __stcs(reinterpret_cast<float*>(p), v);
 }

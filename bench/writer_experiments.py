@@ -1,0 +1,163 @@
+"""Side-by-side writer-kernel experiments in ONE process (the device tool's 600 s), on kgen bench's
+production-like inputs (kgen.bench.bench_inputs: 2^20-row freqs table, random positions, all slots of
+ceil(N / P) pages written):
+
+    python3 bench/writer_experiments.py --old-include DIR --json out.json [--quick]
+
+For each experiment (a shipped spec, a launch-shape override, and which kernel headers: `new` = this
+tree's templates/include, `old` = DIR, e.g. the previous commit's headers), it compiles the variant
+(NVRTC, kgen's cache), launches it on identical inputs, and times it as kgen bench does: cold (256 MiB
+memset before each call, CUDA events, median of >= 20) and graph (many calls in one CUDA graph,
+per call = replay / calls, median). Every experiment's cache bytes are compared with the Torch
+reference at the smallest N and with the first experiment of the same spec at every N (the kernel
+mapping and the launch shape must not change a byte). Prints one table; writes everything to --json.
+Not a product command: `kgen bench` is. This is the lab bench behind bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--old-include", type=Path, default=None)
+    ap.add_argument("--json", type=Path, required=True)
+    ap.add_argument("--plan", default="full")
+    args = ap.parse_args()
+
+    import torch
+
+    from kgen import bench, reference
+    from kgen.compile import compile_rendered
+    from kgen.gputest import expand
+    from kgen.layout import compute
+    from kgen.render import include_dirs, render_variant
+    from kgen.runtime import LoadedKernel, _load_kernel, check_arch, set_current_device
+
+    specs = {s.name: s for s in expand([ROOT / "specs" / "dsv4.yaml", ROOT / "specs" / "dsv32_indexer.yaml"])}
+    dev = torch.cuda.current_device()
+    cap = tuple(torch.cuda.get_device_capability(dev))
+    name = torch.cuda.get_device_name(dev)
+    timer = bench.Timer(torch)
+    out: dict = {"device": name, "capability": cap, "inputs": bench.inputs_record("random"),
+                 "byte_model": bench.BYTE_MODEL, "copy": bench.copy_bandwidth(torch, timer), "runs": []}
+    copy_gbps = out["copy"]["gbps"]
+    print(f"copy {copy_gbps:.0f} GB/s", flush=True)
+
+    # (spec, launch override, headers, token counts)
+    ALL = (1, 64, 4096, 65536, 1048576)
+    BIG = (65536, 1048576)
+    plan: list[tuple[str, dict, str, tuple]] = []
+    base = [("dsv4_indexer_fp8", ALL), ("dsv4_indexer_fp4", ALL), ("dsv4_indexer_bf16", ALL),
+            ("dsv4_latent_fp8_p64", BIG), ("dsv4_latent_bf16", BIG), ("dsv32_indexer_fp8", BIG)]
+    if args.old_include is not None:
+        for s, ns in base:
+            plan.append((s, {"pdl": False}, "old", ns))
+    for s, ns in base:
+        plan.append((s, {}, "new", ns))
+    if args.plan == "full":
+        plan.append(("dsv4_indexer_fp8", {"pdl": False}, "new", (1, 64, 4096)))
+        for w, t, mb in ((8, 1, 0), (8, 4, 0), (8, 8, 0), (4, 2, 0), (4, 4, 0), (16, 2, 0), (8, 1, 8), (4, 1, 16),
+                         (8, 2, 6), (4, 8, 0)):
+            plan.append(("dsv4_indexer_fp8", {"warps_per_block": w, "tokens_per_warp": t, "min_blocks_per_sm": mb},
+                         "new", BIG))
+        for w, t, mb in ((8, 1, 0), (4, 1, 0), (8, 1, 4), (4, 2, 0), (4, 1, 8)):
+            plan.append(("dsv4_latent_fp8_p64", {"warps_per_block": w, "tokens_per_warp": t, "min_blocks_per_sm": mb},
+                         "new", BIG))
+        for s in ("dsv32_indexer_fp8", "dsv4_indexer_fp4", "dsv4_indexer_bf16"):
+            for w, t in ((8, 1), (8, 4)):
+                plan.append((s, {"warps_per_block": w, "tokens_per_warp": t}, "new", BIG))
+
+    # compile everything first (parallel NVRTC), then load
+    from concurrent.futures import ThreadPoolExecutor
+
+    def variant(sname: str, launch: dict):
+        sp = specs[sname]
+        if not launch:
+            return sp
+        suffix = "_".join(f"{k[0]}{int(v)}" for k, v in sorted(launch.items()))
+        return sp.model_copy(update={"name": f"{sname}_{suffix}", "launch": sp.launch.model_copy(update=launch)})
+
+    arch = check_arch(cap, list(next(iter(specs.values())).targets))
+    jobs = []
+    for sname, launch, hdr, ns in plan:
+        sp = variant(sname, launch)
+        inc = include_dirs() if hdr == "new" else [args.old_include]
+        jobs.append((sname, launch, hdr, ns, sp, inc))
+    t0 = time.perf_counter()
+
+    def build(job):
+        sp, inc = job[4], job[5]
+        return compile_rendered(render_variant(sp), arch, include_dirs=inc, progress=None)
+
+    with ThreadPoolExecutor(max_workers=16) as ex:
+        compiled = list(ex.map(build, jobs))
+    print(f"compiled {len(jobs)} variants in {time.perf_counter() - t0:.1f} s", flush=True)
+    set_current_device(dev)
+
+    inputs_cache: dict = {}
+    first_bytes: dict = {}
+    rows = []
+    for (sname, launch, hdr, ns, sp, _inc), ck in zip(jobs, compiled):
+        kernel, oc = _load_kernel(ck)
+        lk = LoadedKernel(spec=sp, layout=compute(sp), arch=arch, device_index=dev, device_name=name,
+                          compiled=ck, kernel=kernel, object_code=oc)
+        for n in ns:
+            key = (sname, n)
+            if key not in inputs_cache:
+                inputs_cache.clear()  # one spec's inputs at a time (1M tokens: ~1 GB)
+                torch.cuda.empty_cache()
+                inputs_cache[key] = bench.bench_inputs(specs[sname], n, seed=n)
+            x, w, b, f, p, loc, cache = inputs_cache[key]
+            ptrs = [0 if t is None else int(t.data_ptr()) for t in (x, w, b, f, p, loc, cache)]
+            slots = compute(sp).slots(cache.shape[0])
+
+            def run():
+                lk.launch(*ptrs, n, slots)
+
+            cache.fill_(0x5A)
+            run()
+            torch.cuda.synchronize()
+            got = cache.clone()
+            ref_ok = None
+            if n <= 4096:
+                want = torch.full_like(cache, 0x5A)
+                reference.norm_rope_store(specs[sname], x, w, b, f, p, loc, want)
+                ref_ok = float((got == want).float().mean())
+            prev = first_bytes.get(key)
+            same = None
+            if prev is None:
+                first_bytes[key] = got.cpu() if n >= 65536 else got
+            else:
+                same = bool(torch.equal(prev.to(got.device), got))
+            bm = bench.byte_model(specs[sname], n)
+            cold = timer.cold(run)
+            graph = timer.warm(run, launches=bench.graph_calls(bm["total"]))
+            r = {"spec": sname, "launch": launch, "headers": hdr, "tokens": n, "registers": ck.registers,
+                 "pdl": lk.pdl, "cold_us": cold["ms"] * 1e3, "graph_us": graph["ms"] * 1e3,
+                 "cold_fraction": bench.gbps(bm["total"], cold["ms"]) / copy_gbps,
+                 "graph_fraction": bench.gbps(bm["total"], graph["ms"]) / copy_gbps,
+                 "equal_to_reference": ref_ok, "same_bytes_as_first": same, "graph_calls": graph.get("launches"),
+                 "cold_reps": cold["reps"], "graph_reps": graph["reps"]}
+            rows.append(r)
+            print(f"{sname:<22} {hdr:<3} {json.dumps(launch):<62} N={n:<8} regs {ck.registers:<3} "
+                  f"cold {r['cold_us']:8.2f} us ({r['cold_fraction']:.3f})  graph {r['graph_us']:8.2f} us "
+                  f"({r['graph_fraction']:.3f})  ref {ref_ok}  same {same}", flush=True)
+            out["runs"] = rows
+            args.json.write_text(json.dumps(out, indent=1))
+    bad = [r for r in rows if r["equal_to_reference"] not in (None, 1.0) or r["same_bytes_as_first"] is False]
+    print(f"{len(rows)} rows, {len(bad)} with differing bytes", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
