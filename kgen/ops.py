@@ -122,6 +122,10 @@ def _check_bounds(c: Args) -> None:
     freqs, positions = c.tensors["freqs"], c.tensors["positions"]
     if positions is None or c.num_tokens == 0:
         return
+    if c.spec.positions.source == "decode_plan":  # the positions the plan gives (reference.plan_positions)
+        from .reference import plan_positions
+
+        positions = plan_positions(c.spec, positions)[0]
     lo, hi = int(positions.min()), int(positions.max())
     if lo < 0 or hi >= freqs.shape[0]:
         raise ArgumentError(f"positions: values in [{lo}, {hi}] but freqs has {freqs.shape[0]} rows "

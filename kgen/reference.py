@@ -432,11 +432,39 @@ def encode(spec: Spec, x, weight, bias, freqs, positions) -> tuple[torch.Tensor,
     return pack_row(spec, qz), qz
 
 
+def plan_positions(spec: Spec, plan: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions int64 [N], emit bool [N]) of SGLang's DecodePlan rows (uint8 [N, 16], little-endian
+    {uint32 seq_len, int32 write_loc, int32 read_page_0, int32 read_page_1}, kgen.layout's
+    DECODE_PLAN_FIELDS): position = seq_len - R; a token is written only where seq_len % R == 0,
+    seq_len >= R, write_loc >= 0 and read_page_0 >= 0 (R = positions.compress_ratio). Positions of
+    tokens that are not written are clamped to 0 (their freqs row is never used)."""
+    if plan.dtype != torch.uint8 or plan.dim() != 2 or plan.shape[1] != L.DECODE_PLAN_BYTES:
+        raise ValueError(f"a decode plan is uint8 [N, {L.DECODE_PLAN_BYTES}], got {plan.dtype} {tuple(plan.shape)}")
+    words = plan.contiguous().view(torch.int32).to(torch.int64)  # [N, 4], little-endian int32
+    seq_len = words[:, 0] & 0xFFFFFFFF  # uint32
+    ratio = spec.positions.compress_ratio
+    emit = (words[:, 1] >= 0) & (words[:, 2] >= 0) & (seq_len >= ratio) & (seq_len % ratio == 0)
+    return torch.where(emit, seq_len - ratio, torch.zeros_like(seq_len)), emit
+
+
+def make_decode_plan(seq_len: torch.Tensor, write_loc: torch.Tensor, read_page_0: torch.Tensor,
+                     read_page_1: torch.Tensor) -> torch.Tensor:
+    """uint8 [N, 16] DecodePlan rows from the four fields (tests and benchmarks; SGLang's planner
+    writes these in an engine)."""
+    f = torch.stack([t.to(torch.int64) for t in (seq_len, write_loc, read_page_0, read_page_1)], dim=1)
+    f = torch.where(f >= 2**31, f - 2**32, f).to(torch.int32)  # seq_len is a uint32: same bits
+    return f.contiguous().view(torch.uint8).reshape(-1, L.DECODE_PLAN_BYTES)
+
+
 def norm_rope_store(spec: Spec, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                     freqs: torch.Tensor, positions: torch.Tensor, out_loc: torch.Tensor,
                     cache: torch.Tensor) -> None:
     """The whole kernel: writes into `cache` (uint8 [num_pages, page_bytes]) in place the bytes
-    the CUDA kernel writes for these inputs."""
+    the CUDA kernel writes for these inputs. With positions.source decode_plan, `positions` is the
+    plan (`plan_positions`)."""
+    if spec.positions.source == "decode_plan":
+        positions, emit = plan_positions(spec, positions)
+        out_loc = torch.where(emit.to(out_loc.device), out_loc, torch.full_like(out_loc, -1))
     row, qz = encode(spec, x, weight, bias, freqs, positions)
     store(spec, cache, out_loc, row, qz.scale_bytes)
 
@@ -544,13 +572,33 @@ def sample_rows(n_tokens: int, n: int, g: torch.Generator, *, outliers: bool = T
     return x
 
 
+def decode_plan_for(spec: Spec, positions: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """A DecodePlan per token whose emitted tokens sit at `positions` rounded down to a multiple of R
+    (seq_len = position + R), with
+    about a third of the tokens not emitting in each of SGLang's ways: seq_len not a multiple of R,
+    seq_len < R, write_loc = -1, read_page_0 = -1 (padded entries)."""
+    n, R = positions.shape[0], spec.positions.compress_ratio
+    seq = torch.div(positions, R, rounding_mode="floor") * R + R  # a key's position is a multiple of R
+    write_loc = torch.randint(0, 1 << 20, (n,), generator=g)
+    page0 = torch.randint(0, 1 << 16, (n,), generator=g)
+    page1 = torch.randint(0, 1 << 16, (n,), generator=g)
+    kind = torch.randint(0, 12, (n,), generator=g)
+    if R > 1:
+        seq = torch.where(kind == 0, seq + torch.randint(1, R, (n,), generator=g), seq)  # mid-group token
+        seq = torch.where(kind == 1, torch.randint(0, R, (n,), generator=g), seq)  # before the first key
+    write_loc = torch.where(kind == 2, torch.full_like(write_loc, -1), write_loc)
+    page0 = torch.where(kind == 3, torch.full_like(page0, -1), page0)
+    return make_decode_plan(seq, write_loc, page0, page1)
+
+
 def make_inputs(spec: Spec, n_tokens: int, *, seed: int = 0, device="cpu", max_pos: int = 4096,
                 num_pages: int | None = None, outliers: bool = True, skip_fraction: float = 0.1,
                 overflow_locs: bool = True) -> dict[str, torch.Tensor]:
     """Inputs as the GPU test uses them, keyed like `norm_rope_store`'s parameters:
     x [N, n] (input_dtype; per-token magnitudes spread over ~2 decades, a few outlier channels x
     10..60 when `outliers`), weight ~ 1 +- 0.1 and bias ~ 0 +- 0.1 (input_dtype), freqs (a real
-    theta-10000 table), positions in [0, max_pos), out_loc (a shuffled subset of the cache's
+    theta-10000 table), positions in [0, max_pos) (with positions.source decode_plan: the plan rows,
+    `decode_plan_for`), out_loc (a shuffled subset of the cache's
     slots, which outnumber the tokens; `skip_fraction` of the tokens get a skipped loc: negative,
     and, with `overflow_locs`, some >= num_slots), cache (poisoned, see `poison_pattern`)."""
     lay = _layout(spec)
@@ -577,6 +625,8 @@ def make_inputs(spec: Spec, n_tokens: int, *, seed: int = 0, device="cpu", max_p
             hi = num_slots + torch.randint(0, 4 * num_slots, (n_skip,), generator=g)
             bad = torch.where(torch.arange(n_skip) % 2 == 1, hi, bad)
         out_loc[who] = bad
+    if spec.positions.source == "decode_plan":
+        positions = decode_plan_for(spec, positions, g)
 
     return {
         "x": x.to(dt).to(device),

@@ -21,6 +21,7 @@ StoreDtype = Literal["bf16", "fp16", "fp8_e4m3", "fp4_e2m1"]
 ScaleKind = Literal["none", "fp32", "fp32_pow2", "ue8m0"]
 HalfDtype = Literal["bf16", "fp16"]
 ScaleMath = Literal["divide", "reciprocal"]
+PositionSource = Literal["array", "decode_plan"]
 
 
 class _Model(BaseModel):
@@ -39,6 +40,20 @@ class Rope(_Model):
     style: RopeStyle = Field("interleaved", description="interleaved: pairs (2i, 2i+1) (GPT-J); "
                              "neox: pairs (i, i + dim/2)")
     placement: RopePlacement = Field("last", description="rotate the first or the last `dim` dims")
+
+
+class Positions(_Model):
+    """Where a token's RoPE position comes from (kgen extension for engine plans)."""
+
+    source: PositionSource = Field("array", description="array: `positions` int64 [N]; decode_plan: "
+                                   "`positions` is SGLang's per-token 16-byte DecodePlan, uint8 [N, 16] = "
+                                   "{uint32 seq_len, int32 write_loc, int32 read_page_0, int32 read_page_1}: "
+                                   "position = seq_len - compress_ratio, and the token is written only where "
+                                   "seq_len % compress_ratio == 0, seq_len >= compress_ratio, write_loc >= 0 "
+                                   "and read_page_0 >= 0 (the compressor emits one key per compress_ratio "
+                                   "tokens; -1 marks a padded entry)")
+    compress_ratio: int = Field(4, description="tokens per compressed key (DeepSeek-V4's C4 indexer: 4); "
+                                "only with source decode_plan")
 
 
 class Store(_Model):
@@ -71,11 +86,14 @@ class Host(_Model):
 
 
 class Launch(_Model):
-    """Kernel launch shape (kgen extension; the defaults are what the benchmark chose)."""
+    """Kernel launch shape (kgen extension; the defaults are what the H200 benchmark chose on production-like
+    inputs, bench/results/h200-2026-11-30: 4-warp blocks beat 8 and 16 at every head_dim and token count
+    measured)."""
 
-    warps_per_block: int = Field(8, description="warps per thread block (one token per warp at a time)")
+    warps_per_block: int = Field(4, description="warps per thread block (one token per warp at a time)")
     tokens_per_warp: int = Field(2, description="tokens a warp loads before it computes (memory "
-                                 "parallelism); the grid shrinks accordingly")
+                                 "parallelism); the grid shrinks accordingly. 4 pays for head_dim 128 "
+                                 "(the shipped indexer specs), 2 for 512")
     min_blocks_per_sm: int = Field(0, description="__launch_bounds__ minimum resident blocks per SM; "
                                    "caps registers at 65536 / (threads x this) for occupancy (0: no hint)")
     pdl: bool = Field(True, description="programmatic dependent launch on sm_90+: the kernel waits for the "
@@ -93,6 +111,7 @@ class Spec(_Model):
     rope: Rope = Field(default_factory=Rope)
     hadamard: bool = Field(False, description="Walsh-Hadamard over head_dim, scaled 1/sqrt(head_dim), "
                            "after RoPE")
+    positions: Positions = Field(default_factory=Positions)
     store: Store
     layout: PageLayout
     host: Host | None = Field(None, description="what the engine allocates; checked against kgen's math")

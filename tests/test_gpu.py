@@ -255,3 +255,68 @@ def test_bench_smoke(tmp_path):
     assert e["kgen"]["peak_extra_bytes"] == 0
     assert e["kgen"]["graph"]["ms"] > 0 and e["kgen"]["cold"]["ms"] > 0
     assert "floor" in e and data["byte_model"] and data["command"]
+
+
+def _plan_spec(ratio=4):
+    base = _spec()
+    return base.model_copy(update={"name": f"gpu_plan_r{ratio}",
+                                   "positions": base.positions.model_copy(update={"source": "decode_plan",
+                                                                                  "compress_ratio": ratio})})
+
+
+@pytest.mark.parametrize("ratio", [4, 128])
+def test_decode_plan_input_byte_exact(ratio):
+    """SGLang's DecodePlan in place of positions: only the emitting tokens are written, at
+    position seq_len - ratio, every cache byte equal to the reference's (reference.plan_positions)."""
+    from kgen.gputest import run_case
+
+    for n in (1, 7, 4097, 65536):
+        _assert_ok(run_case(_plan_spec(ratio), n, seed=n))
+
+
+def test_pdl_waits_for_the_previous_kernel_in_a_graph():
+    """With PDL the kernel may start before the kernel before it ends; its griddepcontrol.wait must
+    still see that kernel's writes. Each step a torch copy writes x, then kgen reads it: captured
+    back to back in one CUDA graph (and run eagerly), every cache equals the reference of its own x."""
+    import torch
+
+    from kgen import ops, reference
+    from kgen.runtime import load
+
+    spec = _spec()
+    cap = torch.cuda.get_device_capability()
+    assert load(spec).pdl == (cap[0] >= 9)  # on by default where the arch has it
+    n, steps = 4097, 6
+    (x, w, b, f, p, loc), cache = _inputs(spec, n, seed=5)
+    xs = [torch.randn_like(x) * (1 + i) for i in range(steps)]
+    caches = [cache.clone() for _ in range(steps)]
+    refs = []
+    for i in range(steps):
+        r = cache.clone()
+        reference.norm_rope_store(spec, xs[i], w, b, f, p, loc, r)
+        refs.append(r)
+    runs = [ops.prepare(spec, x, w, b, f, p, loc, c) for c in caches]
+
+    def body():
+        for i in range(steps):
+            x.copy_(xs[i])  # the producer kernel right before kgen's launch
+            runs[i]()
+
+    body()  # eager, on the current stream
+    torch.cuda.synchronize()
+    assert all(torch.equal(c, r) for c, r in zip(caches, refs))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    for c in caches:
+        c.copy_(cache)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        body()
+    for c in caches:
+        c.copy_(cache)
+    torch.cuda.synchronize()
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(c, r) for c, r in zip(caches, refs))

@@ -76,13 +76,27 @@ EXPLICIT = {
                             "store": {"dtype": "fp8_e4m3", "scale": "fp32", "block": 64, "rope_dtype": "bf16"},
                             "layout": {"page_size": 2, "scale_stride": 64, "page_align": 16},
                             "launch": {"warps_per_block": 3, "tokens_per_warp": 5}, "targets": ["sm_90a"]},
+    # SGLang's DecodePlan in place of positions (C4: ratio 4; and a C128-style ratio), each plan a
+    # 16-B vector load; a third of the tokens do not emit (mid-group, before the first key, padded)
+    "plan_indexer_fp8": {"kgen": 1, "name": "plan", "input_dtype": "fp32", "head_dim": 128,
+                         "rope": {"dim": 64, "style": "interleaved", "placement": "last"}, "hadamard": True,
+                         "positions": {"source": "decode_plan", "compress_ratio": 4},
+                         "store": {"dtype": "fp8_e4m3", "scale": "fp32", "block": 128}, "layout": {"page_size": 64},
+                         "launch": {"warps_per_block": 4, "tokens_per_warp": 4}, "targets": ["sm_90a"]},
+    "plan_latent_r128": {"kgen": 1, "name": "plan2", "input_dtype": "bf16", "head_dim": 512,
+                         "rope": {"dim": 64, "style": "neox", "placement": "last"},
+                         "positions": {"source": "decode_plan", "compress_ratio": 128},
+                         "store": {"dtype": "fp8_e4m3", "scale": "ue8m0", "block": 64, "rope_dtype": "bf16"},
+                         "layout": {"page_size": 2, "page_align": 576},
+                         "launch": {"warps_per_block": 2, "tokens_per_warp": 3}, "targets": ["sm_90a"]},
 }
 
 
 @needs_asan
 @pytest.mark.parametrize("name", sorted(EXPLICIT))
 def test_explicit_specs_under_asan(name, tmp_path):
-    check(Spec.model_validate(EXPLICIT[name]), tmp_path, tokens=TOKENS if name.startswith("gpu_") else (1, 37))
+    check(Spec.model_validate(EXPLICIT[name]), tmp_path,
+          tokens=TOKENS if name.startswith(("gpu_", "plan_")) else (1, 37))
 
 
 @needs_asan

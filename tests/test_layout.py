@@ -315,3 +315,15 @@ def test_valid_specs_cover_every_store_kind():
     assert {("bf16", "none", False), ("fp16", "none", False), ("fp8_e4m3", "fp32", False),
             ("fp8_e4m3", "fp32_pow2", False), ("fp8_e4m3", "ue8m0", False), ("fp8_e4m3", "none", False),
             ("fp4_e2m1", "ue8m0", False), ("fp8_e4m3", "ue8m0", True)} <= seen, seen
+
+
+def test_pdl_only_where_the_kernel_waits():
+    """The launch attribute and the kernel's griddepcontrol.wait (kPdl, compiled for sm_90+) agree."""
+    from kgen.layout import compute, kernel_constants, uses_pdl
+
+    s = Spec.model_validate({"kgen": 1, "name": "p", "input_dtype": "fp32", "head_dim": 128,
+                             "store": {"dtype": "bf16"}, "layout": {"page_size": 64}, "targets": ["sm_90a"]})
+    assert uses_pdl(s, (9, 0)) and uses_pdl(s, (12, 0)) and not uses_pdl(s, (8, 9))
+    off = s.model_copy(update={"launch": s.launch.model_copy(update={"pdl": False})})
+    assert not uses_pdl(off, (9, 0))
+    assert kernel_constants(compute(s))["kPdl"] == 1 and kernel_constants(compute(off))["kPdl"] == 0

@@ -411,7 +411,9 @@ TWIN_CASES = {
                           {"page-bytes-limit"})],
     "launch": [(_case(base_spec(), launch__warps_per_block=0), {"launch"}),
                (_case(base_spec(), launch__tokens_per_warp=9), {"launch"}),
-               (_case(base_spec(), launch__min_blocks_per_sm=9), {"launch"})],
+               (_case(base_spec(), launch__warps_per_block=8, launch__min_blocks_per_sm=9), {"launch"})],
+    "positions": [(_case(base_spec(), positions__source="decode_plan", positions__compress_ratio=0), {"positions"}),
+                  (_case(base_spec(), rope__dim=0, hadamard=False, positions__source="decode_plan"), {"positions"})],
 }
 
 

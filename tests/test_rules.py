@@ -148,6 +148,12 @@ CASES = [
      ["tokens_per_warp 9", "[1, 8]"]),
     ("launch-min-blocks", base_spec, _set("launch", {"warps_per_block": 8, "min_blocks_per_sm": 9}), "launch",
      "launch.min_blocks_per_sm", None, ["9 x 8 warps = 72 resident warps", "at most 64"]),
+    # -- positions (SGLang's DecodePlan in place of the positions array)
+    ("positions-plan-no-rope", base_spec,
+     lambda d: (_set("positions", {"source": "decode_plan"})(d), _set("rope.dim", 0)(d)),
+     "positions", "positions.source", None, ["rope.dim is 0"]),
+    ("positions-ratio", base_spec, _set("positions", {"source": "decode_plan", "compress_ratio": 0}), "positions",
+     "positions.compress_ratio", None, ["compress_ratio 0", "[1, 65536]"]),
     # -- schema
     ("schema-unknown-top", base_spec, _set("colour", "blue"), "schema-unknown-key", "colour", None, ["'colour'"]),
     ("schema-unknown-nested", base_spec, _set("store.scael", "none"), "schema-unknown-key", "store.scael", None,
@@ -316,7 +322,7 @@ def test_rule_ids_are_stable():
     assert set(RULES) == {
         "name", "targets", "head-dim", "rope-dim", "rope-lanes", "hadamard", "norm-eps", "store-scale",
         "store-block", "store-rope-dtype", "store-amax-floor", "page-size", "page-align", "scale-stride",
-        "layout-align", "page-bytes-limit", "host", "launch"}
+        "layout-align", "page-bytes-limit", "host", "launch", "positions"}
     twins = {r.id for r in RULES.values() if r.twin}
     assert "host" not in twins and "name" not in twins and "head-dim" in twins
 

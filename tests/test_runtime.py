@@ -470,8 +470,8 @@ class _FakeCC:
                 return ("STREAM", h)
 
         class LaunchConfig:
-            def __init__(self, grid, block):
-                self.grid, self.block = grid, block
+            def __init__(self, grid, block, programmatic_stream_serialization=False):
+                self.grid, self.block, self.pdl = grid, block, programmatic_stream_serialization
 
         def launch(stream, cfg, kernel, *args):
             cc.calls.append(("launch", stream, cfg.grid, cfg.block, kernel, args))
@@ -599,7 +599,8 @@ def test_load_checks_arch_compiles_loads_and_caches(fake_gpu):
     kind, stream, grid, block, f, packed, attrs, extra = cc.calls[-1]
     assert kind == "cuLaunchKernelEx" and stream == ("CUstream", 0xABC) and f == ("CUfunction", 0xBEEF)
     assert (grid[0], block[0]) == launch_shape(spec, 1000) and grid[1:] == block[1:] == (1, 1)
-    assert attrs == [] and extra == 0
+    # sm_90a with launch.pdl (the default): the PDL attribute, as the kernel's griddepcontrol expects
+    assert loaded.pdl and len(attrs) == 1 and attrs[0][1] == 1 and extra == 0
     # the struct the kernel reads: every data pointer, then N (int32) and num_slots (int64), as the
     # C struct lays them out (4 bytes of padding after num_tokens)
     t = args.tensors
@@ -617,6 +618,12 @@ def test_load_checks_arch_compiles_loads_and_caches(fake_gpu):
     empty = ops.check_arguments(spec, **good_args(spec, n=0, pages=3), require_cuda=False)
     loaded.launch(empty)  # N == 0: nothing launched
     assert len(cc.calls) == n
+    off = spec.model_copy(update={"name": "no_pdl", "launch": spec.launch.model_copy(update={"pdl": False})})
+    n = len(cc.calls)
+    runtime.load(off).launch(args)  # launch.pdl off: a plain launch (the kernel does not wait)
+    assert not runtime.load(off).pdl and cc.calls[-1][6] == []
+    with pytest.raises(ValueError, match="would race"):
+        runtime.load(off).prepare(args, programmatic_stream_serialization=True)
     cc.driver.fail = True
     with pytest.raises(runtime.LaunchError, match="cuLaunchKernelEx failed.*invalid argument"):
         loaded.launch(args)

@@ -70,7 +70,8 @@ def test_defaults_live_in_the_model():
     assert (s.norm.kind, s.norm.eps, s.rope.dim, s.hadamard) == ("rmsnorm", 1e-6, 0, False)
     assert (s.store.scale, s.store.block, s.store.amax_floor, s.store.rope_dtype) == ("none", None, 1e-4, None)
     assert (s.layout.scale_stride, s.layout.page_align, s.host) == (None, 1, None)
-    assert (s.launch.warps_per_block, s.launch.tokens_per_warp) == (8, 2)
+    assert (s.launch.warps_per_block, s.launch.tokens_per_warp, s.launch.pdl) == (4, 2, True)
+    assert (s.positions.source, s.positions.compress_ratio) == ("array", 4)
 
 
 def test_single_spec_document(tmp_path):

@@ -72,7 +72,7 @@ __device__ __forceinline__ void store_cs(uint8_t* p, const Words<Bytes>& in) {
 // the grids this one depends on have completed and their memory is visible: nothing this kernel reads
 // may be touched before it. `pdl_launch_dependents` lets the next grid in the stream start its own
 // prologue early (it still waits for this grid's completion in its own `pdl_wait`), so it is safe
-// anywhere; kgen calls it once the loads are issued. The launch must set the programmatic stream
+// anywhere; kgen calls it right after its own wait. The launch must set the programmatic stream
 // serialization attribute exactly when the kernel was built with kPdl (kgen.layout.uses_pdl).
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -9,7 +9,8 @@
 //
 // ABI: one parameter, the config's `Params` struct (kgen/abi.py's NORM_ROPE_STORE table: the
 // fields, their shapes, the launch shape); every pointer 16-B aligned, no dynamic shared memory.
-// A token whose out_loc is < 0 or >= num_slots is skipped.
+// A token whose out_loc is < 0 or >= num_slots is skipped. With positions.source decode_plan the
+// `positions` field points at SGLang's 16-B DecodePlan rows instead (docs/numerics.md §0).
 #pragma once
 
 #include "checks.cuh"
@@ -37,6 +38,8 @@ struct NormRopeStore {
   static constexpr bool kLayerNorm = Cfg::kNormKind == NormKind::layernorm;
 
   static constexpr bool kRope = Cfg::kRopeDim > 0;
+  static constexpr bool kDecodePlan = Cfg::kDecodePlan != 0;
+  static constexpr uint32_t kRatio = static_cast<uint32_t>(Cfg::kCompressRatio);
   static constexpr bool kNeox = Cfg::kRopeStyle == RopeStyle::neox;
   static constexpr int kRopeDim = static_cast<int>(Cfg::kRopeDim);
   static constexpr int kRopeLane0 = static_cast<int>(Cfg::kRopeLane0);
@@ -458,7 +461,13 @@ struct NormRopeStore {
     // Everything above is the prologue a dependent launch may overlap with the previous kernel;
     // every read of an input comes after this (docs/numerics.md says nothing about it: PDL does
     // not change a byte).
-    if constexpr (Cfg::kPdl != 0) mem::pdl_wait();
+    if constexpr (Cfg::kPdl != 0) {
+      mem::pdl_wait();
+      // the next kernel may start its prologue now: it waits for this grid's completion in its own
+      // pdl_wait, so nothing it reads can race with these stores; started early, its launch
+      // latency hides behind this kernel (a graph of back-to-back calls gains the most)
+      mem::pdl_launch_dependents();
+    }
 
     // The warp's per-token scalars, one token per lane (lane j: token first + j), in one coalesced
     // load each: the slot, kept or not, its page address and row, and the position. Each token's
@@ -467,7 +476,18 @@ struct NormRopeStore {
     long long my_loc = -1, my_pos = 0;
     if (lane < T && my_tok < ntok) {
       my_loc = __ldg(out_loc + my_tok);
-      if constexpr (kRope) my_pos = __ldg(positions + my_tok);  // positions is nullptr without rope
+      if constexpr (kRope && kDecodePlan) {
+        // SGLang's DecodePlan {uint32 seq_len, int32 write_loc, int32 read_page_0, int32 read_page_1}
+        // (16 B, 16-B aligned) in place of the position: position = seq_len - R, and only the tokens
+        // where the compressor emits a key are written (docs/numerics.md §0)
+        const uint4 plan = __ldg(reinterpret_cast<const uint4*>(positions) + my_tok);
+        const bool emit = static_cast<int>(plan.y) >= 0 && static_cast<int>(plan.z) >= 0 && plan.x >= kRatio &&
+                          plan.x % kRatio == 0u;
+        my_pos = static_cast<long long>(plan.x) - static_cast<long long>(kRatio);
+        if (!emit) my_loc = -1;
+      } else if constexpr (kRope) {
+        my_pos = __ldg(positions + my_tok);  // positions is nullptr without rope
+      }
     }
     const bool my_keep = my_loc >= 0 && my_loc < num_slots;
     const unsigned long long my_uloc = static_cast<unsigned long long>(my_loc);
@@ -498,9 +518,6 @@ struct NormRopeStore {
           const unsigned long long frow = g0 + j < T ? shfl_u64(my_frow, g0 + j) : ~0ull;
           if (in_rope && frow != ~0ull) mem::load_nc<kFreqBytes>(f_p + frow, fr[j]);
         }
-      }
-      if constexpr (Cfg::kPdl != 0) {
-        if (g0 + kGroup >= T) mem::pdl_launch_dependents();  // every load of this warp is issued
       }
 
       // phase 3: compute every token, store the kept ones. The math runs unconditionally so that

@@ -131,11 +131,17 @@ template <class C> KGEN_HD constexpr bool launch() {
          C::kMinBlocksPerSm * C::kWarpsPerBlock <= kMaxWarpsPerSm;
 }
 
+constexpr long long kCompressRatioMax = 1 << 16;
+
+template <class C> KGEN_HD constexpr bool positions() {
+  return !C::kDecodePlan || (C::kRopeDim > 0 && 1 <= C::kCompressRatio && C::kCompressRatio <= kCompressRatioMax);
+}
+
 template <class C> KGEN_HD constexpr bool all_rules() {
   return head_dim<C>() && rope_dim<C>() && rope_lanes<C>() && hadamard<C>() && norm_eps<C>() &&
          store_scale_kind<C>() && store_scale_fp4_block<C>() && store_block<C>() && store_rope_dtype<C>() &&
          store_amax_floor<C>() && page_size<C>() && page_align<C>() && scale_stride<C>() &&
-         layout_align<C>() && page_bytes_limit<C>() && launch<C>();
+         layout_align<C>() && page_bytes_limit<C>() && launch<C>() && positions<C>();
 }
 
 // The kernel's own reading of the spec: the spans it assumes (docs/numerics.md, layout.spans), which
@@ -186,6 +192,7 @@ struct Twins {
   static_assert(page_bytes_limit<C>(), "[page-bytes-limit] a page must be smaller than 2^31 bytes");
   static_assert(launch<C>(), "[launch] warps_per_block must be in [1, 32], tokens_per_warp in [1, 8] and "
                              "min_blocks_per_sm x warps_per_block at most 64 resident warps");
+  static_assert(positions<C>(), "[positions] a decode plan needs rope.dim > 0 and compress_ratio in [1, 65536]");
   static constexpr bool ok = all_rules<C>();
   static_assert(!ok || layout_agrees<C>(), "[layout] the rendered byte math disagrees with the kernel's "
                                            "reading of the spec (re-render with this kgen)");
