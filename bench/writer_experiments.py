@@ -5,7 +5,9 @@ ceil(N / P) pages written):
     python3 bench/writer_experiments.py --old-include DIR --json out.json [--quick]
 
 For each experiment (a shipped spec, a launch-shape override, and which kernel headers: `new` = this
-tree's templates/include, `old` = DIR, e.g. the previous commit's headers), it compiles the variant
+tree's templates/include, `old` = DIR, another version of the headers with the same kernel ABI
+(kgen/abi.py; lab run 1 compared the headers before and after the per-lane token scalars, when the
+kernel still took 9 parameters)), it compiles the variant
 (NVRTC, kgen's cache), launches it on identical inputs, and times it as kgen bench does: cold (256 MiB
 memset before each call, CUDA events, median of >= 20) and graph (many calls in one CUDA graph,
 per call = replay / calls, median). Every experiment's cache bytes are compared with the Torch
@@ -36,7 +38,7 @@ def main() -> int:
 
     import torch
 
-    from kgen import bench, reference
+    from kgen import bench, ops, reference
     from kgen.compile import compile_rendered
     from kgen.gputest import expand
     from kgen.layout import compute
@@ -118,11 +120,7 @@ def main() -> int:
                 torch.cuda.empty_cache()
                 inputs_cache[key] = bench.bench_inputs(specs[sname], n, seed=n)
             x, w, b, f, p, loc, cache = inputs_cache[key]
-            ptrs = [0 if t is None else int(t.data_ptr()) for t in (x, w, b, f, p, loc, cache)]
-            slots = compute(sp).slots(cache.shape[0])
-
-            def run():
-                lk.launch(*ptrs, n, slots)
+            run = lk.prepare(ops.check_arguments(sp, x, w, b, f, p, loc, cache))
 
             cache.fill_(0x5A)
             run()

@@ -122,7 +122,7 @@ def test_misaligned_tensor_is_named():
     args["cache"] = args["cache"].clone()
     c = check_arguments(spec, **args, require_cuda=False)
     assert (c.num_tokens, c.num_pages, c.num_slots) == (n, 2, 2 * 64)
-    assert c.values()[-2:] == (n, 128) and c.grid() == (1, 256)
+    assert c.values()[-2:] == (n, 128) and c.grid() == (1, 128)  # one block of 4 warps (launch defaults)
 
 
 def test_scalar_out_of_range_is_named():

@@ -84,5 +84,5 @@ def test_op_takes_the_plan_in_place_of_positions():
     with pytest.raises(ops.ArgumentError, match=r"^positions: expected uint8 \[N, 16\]"):
         ops.check_arguments(s, *args[:4], torch.zeros(5, dtype=torch.int64), *args[5:], require_cuda=False)
     raw = torch.zeros(5 * 16 + 8, dtype=torch.uint8)
-    with pytest.raises(ops.ArgumentError, match="16-B aligned"):
+    with pytest.raises(ops.ArgumentError, match="16-byte aligned"):
         ops.check_arguments(s, *args[:4], raw[8:].view(5, 16), *args[5:], require_cuda=False)
