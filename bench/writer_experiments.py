@@ -66,6 +66,19 @@ def main() -> int:
             plan.append((s, {"pdl": False}, "old", ns))
     for s, ns in base:
         plan.append((s, {}, "new", ns))
+    if args.plan == "run2":  # after the defaults moved to 4 warps (and 4 tokens per warp at head 128)
+        plan = [(s, {}, "new", ns) for s, ns in base]
+        plan.append(("dsv4_indexer_fp8", {"pdl": False}, "new", (1, 64, 4096)))
+        for w, t in ((4, 1), (8, 1), (4, 2)):  # small N: latency, not bandwidth
+            plan.append(("dsv4_indexer_fp8", {"warps_per_block": w, "tokens_per_warp": t}, "new", (1, 64, 4096)))
+        for w, t, mb in ((4, 1, 0), (4, 2, 0), (4, 4, 0), (2, 2, 0), (8, 2, 0), (4, 2, 12)):
+            plan.append(("dsv32_indexer_fp8", {"warps_per_block": w, "tokens_per_warp": t, "min_blocks_per_sm": mb},
+                         "new", BIG))
+        for s, shapes in (("dsv4_indexer_fp4", ((4, 2), (4, 8), (8, 4))), ("dsv4_indexer_bf16", ((4, 2), (4, 8))),
+                          ("dsv4_latent_fp8_p64", ((2, 2), (4, 1), (2, 1))), ("dsv4_latent_bf16", ((2, 2), (4, 1))),
+                          ("dsv4_latent_fp8_p2", ((4, 2),))):
+            for w, t in shapes:
+                plan.append((s, {"warps_per_block": w, "tokens_per_warp": t}, "new", BIG))
     if args.plan == "full":
         plan.append(("dsv4_indexer_fp8", {"pdl": False}, "new", (1, 64, 4096)))
         for w, t, mb in ((8, 1, 0), (8, 4, 0), (8, 8, 0), (4, 2, 0), (4, 4, 0), (16, 2, 0), (8, 1, 8), (4, 1, 16),

@@ -4,7 +4,7 @@ Measured in one process, written to one JSON file (atomically):
   * the practical bandwidth limit: a 1 GiB device-to-device copy (bytes read + written);
   * per variant and token count: the kgen kernel, the Torch reference eager, and torch.compile of
     the reference (an error string if torch.compile fails; a skip once its time budget is spent);
-  * two timings, as the peer's figures were taken (docs/bench.md):
+  * two timings, as the peer kernel's figures were taken (bench/results/h200-2026-11-30/README.md):
       cold  - a 256 MiB memset flushes L2 before each call; CUDA events around the call only; the
               median of >= 20 calls;
       graph - many calls back to back captured in one CUDA graph; per-call time = replay / calls,

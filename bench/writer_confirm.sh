@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The writer-speed confirmation run on the GPU machine (bench/results/h200-2026-11-30/README.md), steps
+# in order of importance, each under its own time limit:
+#   1. kgen test of every shipped variant (byte-exact against the reference, N = 1 ... 1M)
+#   2. kgen test --sample 50 (random accepted specs)
+#   3. kgen bench (production-like inputs, random positions) -> bench.json; consecutive positions for
+#      the fp8 indexer -> bench_consecutive.json
+#   4. pytest -m gpu (PDL under graph capture, decode plans, shipped + random specs)
+#   5. bench/writer_experiments.py --plan run2 (launch shapes side by side) -> lab.json
+#   6. ncu of PROFILE_SPECS at 1M tokens -> ncu.txt
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+PY=${KGEN_PY:-python3}
+export KGEN_CACHE_DIR=${KGEN_CACHE_DIR:-/tmp/kgen-cache} PYTHONUNBUFFERED=1 KGEN_BENCH_COMPILE=0
+"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "FATAL: wheels"; exit 3; }
+export PYTHONPATH=/tmp/site:$PWD
+T0=$(date +%s)
+step() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+SPECS="specs/dsv4.yaml specs/dsv32_indexer.yaml"
+step "kgen test $SPECS"
+timeout -s INT -k 10 "${T_TEST:-100}" "$PY" -m kgen.cli test $SPECS --json > "$OUT/test.json"; echo "test rc $?"
+step "kgen test --sample 50 --seed 30"
+timeout -s INT -k 10 "${T_SAMPLE:-80}" "$PY" -m kgen.cli test --sample 50 --seed 30 --json > "$OUT/sample.json"; echo "sample rc $?"
+step "kgen bench $SPECS"
+KGEN_BENCH_BUDGET_S=$(( ${T_BENCH:-150} - 15 )) timeout -s INT -k 10 "${T_BENCH:-150}" "$PY" -m kgen.cli bench $SPECS \
+  --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1; echo "bench rc $?"; tail -45 "$OUT/bench.txt"
+step "kgen bench --positions consecutive (fp8 indexer)"
+timeout -s INT -k 10 40 "$PY" -m kgen.cli bench specs/dsv4/indexer_fp8.yaml --positions consecutive --tokens 65536 \
+  --tokens 1048576 --json "$OUT/bench_consecutive.json" > "$OUT/bench_consecutive.txt" 2>&1; echo "consecutive rc $?"
+step "pytest -m gpu"
+KGEN_GPU_SAMPLES=${KGEN_GPU_SAMPLES:-4} timeout -s INT -k 10 "${T_PYTEST:-120}" "$PY" -m pytest -m gpu -q -p no:cacheprovider \
+  --junitxml="$OUT/junit.xml" tests/ > "$OUT/pytest.txt" 2>&1; echo "pytest rc $?"; tail -5 "$OUT/pytest.txt"
+step "lab run2"
+timeout -s INT -k 10 "${T_LAB:-90}" "$PY" bench/writer_experiments.py --plan run2 --json "$OUT/lab.json" > "$OUT/lab.txt" 2>&1
+echo "lab rc $?"; cut -c1-30,95-230 "$OUT/lab.txt" | tail -60
+if [ -n "${PROFILE_SPECS:-}" ]; then
+  step "profile $PROFILE_SPECS"
+  OUT=$OUT KGEN_SKIP_WHEELS=1 timeout -k 10 "${T_PROFILE:-80}" bash scripts/device_run.sh profile > "$OUT/profile.log" 2>&1
+  echo "profile rc $?"
+  grep -E "^---|Registers Per|Achieved Occupancy|DRAM Throughput|Compute \(SM\) Thr|Executed Instructions  |Duration" "$OUT/ncu.txt" | head -30
+fi
+step "summary"
+"$PY" - "$OUT" <<'PYEOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+for name in ("test.json", "sample.json"):
+    p = out / name
+    try:
+        d = json.loads(p.read_text())
+        bad = [e for e in d["results"] if not e.get("ok")]
+        print(f"{name}: ok={d['ok']} cases={len(d['results'])} failing={len(bad)} min fraction="
+              f"{min(e.get('fraction', 0) for e in d['results']):.6f}")
+    except Exception as e:
+        print(name, "unreadable:", e)
+PYEOF
