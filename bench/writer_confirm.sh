@@ -29,11 +29,11 @@ step "kgen bench $SPECS"
 KGEN_BENCH_BUDGET_S=$(( ${T_BENCH:-150} - 15 )) timeout -s INT -k 10 "${T_BENCH:-150}" "$PY" -m kgen.cli bench $SPECS \
   --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1; echo "bench rc $?"; tail -45 "$OUT/bench.txt"
 step "kgen bench --positions consecutive (fp8 indexer)"
-timeout -s INT -k 10 40 "$PY" -m kgen.cli bench specs/dsv4/indexer_fp8.yaml --positions consecutive --tokens 65536 \
+timeout -s INT -k 10 "${T_CONSEC:-40}" "$PY" -m kgen.cli bench specs/dsv4/indexer_fp8.yaml --positions consecutive --tokens 65536 \
   --tokens 1048576 --json "$OUT/bench_consecutive.json" > "$OUT/bench_consecutive.txt" 2>&1; echo "consecutive rc $?"
 step "pytest -m gpu"
 KGEN_GPU_SAMPLES=${KGEN_GPU_SAMPLES:-4} timeout -s INT -k 10 "${T_PYTEST:-120}" "$PY" -m pytest -m gpu -q -p no:cacheprovider \
-  --junitxml="$OUT/junit.xml" tests/ > "$OUT/pytest.txt" 2>&1; echo "pytest rc $?"; tail -5 "$OUT/pytest.txt"
+  ${PYTEST_K:+-k "$PYTEST_K"} --junitxml="$OUT/junit.xml" tests/ > "$OUT/pytest.txt" 2>&1; echo "pytest rc $?"; tail -5 "$OUT/pytest.txt"
 step "lab run2"
 timeout -s INT -k 10 "${T_LAB:-90}" "$PY" bench/writer_experiments.py --plan run2 --json "$OUT/lab.json" > "$OUT/lab.txt" 2>&1
 echo "lab rc $?"; cut -c1-30,95-230 "$OUT/lab.txt" | tail -60

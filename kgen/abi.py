@@ -230,7 +230,7 @@ class KernelAbi:
                 cxx = f"{'' if f.written else 'const '}{element_cxx(f.element)}*"
             else:
                 cxx = SCALARS[f.type][0]
-            rows.append({"type": cxx, "name": f.name, "offset": s.offset, "doc": f.doc})
+            rows.append({"type": cxx, "name": f.name, "offset": s.offset, "size": s.size, "doc": f.doc})
         return rows
 
     def cxx_parameter(self, config: str) -> str:
