@@ -31,9 +31,9 @@ inline constexpr long long kPaddingBytes = 0;
 inline constexpr long long kHeadDim = 128;
 inline constexpr long long kRopeDim = 64;
 inline constexpr long long kWarpsPerBlock = 4;
-inline constexpr long long kTokensPerWarp = 4;
+inline constexpr long long kTokensPerWarp = 2;
 inline constexpr long long kThreadsPerBlock = 128;
-inline constexpr long long kTokensPerBlock = 16;
+inline constexpr long long kTokensPerBlock = 8;
 
 }  // namespace dsv4_indexer_fp8
 }  // namespace kgen_host
