@@ -319,11 +319,14 @@ def test_valid_specs_cover_every_store_kind():
 
 def test_pdl_only_where_the_kernel_waits():
     """The launch attribute and the kernel's griddepcontrol.wait (kPdl, compiled for sm_90+) agree."""
-    from kgen.layout import compute, kernel_constants, uses_pdl
+    from kgen.layout import compute, constants, uses_pdl
+
+    def kpdl(spec):
+        return {c.cxx: c.value for c in constants(compute(spec)) if c.kernel}["kPdl"]
 
     s = Spec.model_validate({"kgen": 1, "name": "p", "input_dtype": "fp32", "head_dim": 128,
                              "store": {"dtype": "bf16"}, "layout": {"page_size": 64}, "targets": ["sm_90a"]})
     assert uses_pdl(s, (9, 0)) and uses_pdl(s, (12, 0)) and not uses_pdl(s, (8, 9))
     off = s.model_copy(update={"launch": s.launch.model_copy(update={"pdl": False})})
     assert not uses_pdl(off, (9, 0))
-    assert kernel_constants(compute(s))["kPdl"] == 1 and kernel_constants(compute(off))["kPdl"] == 0
+    assert kpdl(s) == 1 and kpdl(off) == 0
