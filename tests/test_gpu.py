@@ -268,7 +268,7 @@ def _plan_spec(ratio=4):
 def test_decode_plan_input_byte_exact(ratio):
     """SGLang's DecodePlan in place of positions: only the emitting tokens are written, at
     position seq_len - ratio, every cache byte equal to the reference's (reference.plan_positions)."""
-    from kgen.gputest import run_case
+    from kgen.gpurun import run_case
 
     for n in (1, 7, 4097, 65536):
         _assert_ok(run_case(_plan_spec(ratio), n, seed=n))

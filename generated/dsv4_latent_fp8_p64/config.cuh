@@ -39,7 +39,7 @@ struct dsv4_latent_fp8_p64 {
   static constexpr long long kBlock = 64;
   static constexpr long long kHeadDim = 512;
   static constexpr long long kRopeDim = 64;
-  static constexpr long long kWarpsPerBlock = 8;
+  static constexpr long long kWarpsPerBlock = 4;
   static constexpr long long kTokensPerWarp = 2;
   static constexpr long long kValuesPerLane = 16;
   static constexpr long long kRopeStart = 448;
@@ -55,6 +55,9 @@ struct dsv4_latent_fp8_p64 {
   static constexpr float kInvQuantMax = 0x1.24924a0000000p-9f;
   static constexpr float kHadamardScale = 0x1.6a09e60000000p-5f;
   static constexpr long long kMinBlocksPerSm = 0;
+  static constexpr long long kPdl = 1;
+  static constexpr long long kDecodePlan = 0;
+  static constexpr long long kCompressRatio = 4;
   static constexpr long long kRopeLane0 = 28;
   static constexpr long long kRopeLanes = 4;
   static constexpr long long kRopeHalfLanes = 2;
@@ -77,24 +80,25 @@ struct dsv4_latent_fp8_p64 {
     const In* weight;                // [head_dim]; nullptr without norm
     const In* bias;                  // [head_dim]; layernorm only
     const float* freqs;              // [max_pos, rope_dim] (cos, sin) pairs; nullptr without RoPE
-    const kgen::int64_t* positions;  // [N]; nullptr without RoPE
+    const kgen::int64_t* positions;  // [N]; nullptr without RoPE; positions.source decode_plan: uint8 [N, 16] DecodePlan rows
     const kgen::int64_t* out_loc;    // [N] slots; < 0 or >= num_slots: skipped
     kgen::uint8_t* cache;            // [num_pages, page_bytes]
     kgen::int32_t num_tokens;        // N
     kgen::int64_t num_slots;         // num_pages * page_size
   };
   static constexpr int kAbiVersion = 1;
-  // the struct kgen/abi.py packs, checked at compile time
+  // the struct kgen/abi.py packs, checked at compile time: member sizes in the table's order, with natural
+  // alignment, fix every offset (NVRTC 13.0, the H200 image's, has no __builtin_offsetof)
   static_assert(sizeof(Params) == 72, "kgen ABI v1: sizeof(Params)");
-  static_assert(__builtin_offsetof(Params, x) == 0, "kgen ABI v1: offset of x");
-  static_assert(__builtin_offsetof(Params, weight) == 8, "kgen ABI v1: offset of weight");
-  static_assert(__builtin_offsetof(Params, bias) == 16, "kgen ABI v1: offset of bias");
-  static_assert(__builtin_offsetof(Params, freqs) == 24, "kgen ABI v1: offset of freqs");
-  static_assert(__builtin_offsetof(Params, positions) == 32, "kgen ABI v1: offset of positions");
-  static_assert(__builtin_offsetof(Params, out_loc) == 40, "kgen ABI v1: offset of out_loc");
-  static_assert(__builtin_offsetof(Params, cache) == 48, "kgen ABI v1: offset of cache");
-  static_assert(__builtin_offsetof(Params, num_tokens) == 56, "kgen ABI v1: offset of num_tokens");
-  static_assert(__builtin_offsetof(Params, num_slots) == 64, "kgen ABI v1: offset of num_slots");
+  static_assert(sizeof(Params::x) == 8, "kgen ABI v1: size of x (at offset 0)");
+  static_assert(sizeof(Params::weight) == 8, "kgen ABI v1: size of weight (at offset 8)");
+  static_assert(sizeof(Params::bias) == 8, "kgen ABI v1: size of bias (at offset 16)");
+  static_assert(sizeof(Params::freqs) == 8, "kgen ABI v1: size of freqs (at offset 24)");
+  static_assert(sizeof(Params::positions) == 8, "kgen ABI v1: size of positions (at offset 32)");
+  static_assert(sizeof(Params::out_loc) == 8, "kgen ABI v1: size of out_loc (at offset 40)");
+  static_assert(sizeof(Params::cache) == 8, "kgen ABI v1: size of cache (at offset 48)");
+  static_assert(sizeof(Params::num_tokens) == 4, "kgen ABI v1: size of num_tokens (at offset 56)");
+  static_assert(sizeof(Params::num_slots) == 8, "kgen ABI v1: size of num_slots (at offset 64)");
 };
 
 }  // namespace kgen_cfg
