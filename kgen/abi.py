@@ -465,7 +465,7 @@ NORM_ROPE_STORE = KernelAbi(
         # vectors through the same pointer; docs/numerics.md §0)
         Tensor("positions", "int64_t", lambda s: "uint8" if _plan(s) else "int64",
                lambda s, lay: ("N", DECODE_PLAN_BYTES) if _plan(s) else ("N",),
-               "[N]; nullptr without RoPE; positions.source decode_plan: uint8 [N, 16] DecodePlan rows",
+               "[N] (decode_plan: [N, 16] plan rows); nullptr without RoPE",
                lambda s, lay, d: (f"[N, {DECODE_PLAN_BYTES}] (a DecodePlan per token) with N = {d.get('N')}"
                                   if _plan(s) else f"[N] with N = {d.get('N')}"),
                present=_rope, absent_why=lambda s: "rope.dim is 0"),

@@ -80,7 +80,7 @@ struct dsv4_indexer_fp8 {
     const In* weight;                // [head_dim]; nullptr without norm
     const In* bias;                  // [head_dim]; layernorm only
     const float* freqs;              // [max_pos, rope_dim] (cos, sin) pairs; nullptr without RoPE
-    const kgen::int64_t* positions;  // [N]; nullptr without RoPE; positions.source decode_plan: uint8 [N, 16] DecodePlan rows
+    const kgen::int64_t* positions;  // [N] (decode_plan: [N, 16] plan rows); nullptr without RoPE
     const kgen::int64_t* out_loc;    // [N] slots; < 0 or >= num_slots: skipped
     kgen::uint8_t* cache;            // [num_pages, page_bytes]
     kgen::int32_t num_tokens;        // N
