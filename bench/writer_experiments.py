@@ -42,7 +42,8 @@ def main() -> int:
     from kgen.gputest import expand
     from kgen.layout import compute
     from kgen.render import include_dirs, render_variant
-    from kgen.runtime import LoadedKernel, _load_kernel, check_arch, set_current_device
+    from kgen import arch as A
+    from kgen.runtime import LoadedKernel, _load_kernel, set_current_device
 
     specs = {s.name: s for s in expand([ROOT / "specs" / "dsv4.yaml", ROOT / "specs" / "dsv32_indexer.yaml"])}
     dev = torch.cuda.current_device()
@@ -101,7 +102,7 @@ def main() -> int:
         suffix = "_".join(f"{k[0]}{int(v)}" for k, v in sorted(launch.items()))
         return sp.model_copy(update={"name": f"{sname}_{suffix}", "launch": sp.launch.model_copy(update=launch)})
 
-    arch = check_arch(cap, list(next(iter(specs.values())).targets))
+    arch = A.check(cap, list(next(iter(specs.values())).targets))
     jobs = []
     for sname, launch, hdr, ns in plan:
         sp = variant(sname, launch)

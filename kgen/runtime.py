@@ -231,7 +231,7 @@ class LoadedKernel:
     def pdl(self) -> bool:
         """The launch lets the kernel start before its predecessor ends (it waits in-kernel): the
         compiled target's arch decides, as it decided the kernel's griddepcontrol."""
-        major, minor, _ = parse_target(self.arch) or (0, 0, "")
+        major, minor, _ = A.parse(self.arch) or (0, 0, "")
         return uses_pdl(self.spec, (major, minor))
 
     def prepare(self, args: Args, *, programmatic_stream_serialization: bool | None = None) -> PreparedLaunch:
