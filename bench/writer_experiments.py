@@ -37,12 +37,12 @@ def main() -> int:
 
     import torch
 
+    from kgen import arch as A
     from kgen import bench, ops, reference
     from kgen.compile import compile_rendered
     from kgen.gputest import expand
     from kgen.layout import compute
     from kgen.render import include_dirs, render_variant
-    from kgen import arch as A
     from kgen.runtime import LoadedKernel, _load_kernel, set_current_device
 
     specs = {s.name: s for s in expand([ROOT / "specs" / "dsv4.yaml", ROOT / "specs" / "dsv32_indexer.yaml"])}
