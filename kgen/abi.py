@@ -34,7 +34,7 @@ from functools import cached_property
 from typing import Any
 
 from .diagnostics import KgenError, Problem
-from .layout import DECODE_PLAN_BYTES, Layout, compute, launch_shape
+from .layout import DECODE_PLAN_BYTES, READER_HEADS, Layout, compute, launch_shape
 from .spec import Spec
 
 ALIGNMENT = 16  # every tensor's data pointer: the kernel's widest vector load/store
@@ -157,6 +157,8 @@ class KernelAbi:
     fields: tuple[Field, ...]
     grid: Callable[[Args], tuple[int, int]]  # (blocks, threads per block) of a launch
     doc: str = ""
+    # blocks may also be a (x, y, z) tuple; dynamic shared memory of a launch (bytes)
+    shared_bytes: Callable[[Args], int] = lambda a: 0
 
     # ---- layout of the struct (the C rules: natural alignment, padded to the largest) ----------
 
@@ -481,4 +483,49 @@ NORM_ROPE_STORE = KernelAbi(
     grid=lambda a: launch_shape(a.spec, int(a.scalars["num_tokens"])),
 )
 
-KERNELS: dict[str, KernelAbi] = {a.kernel: a for a in (NORM_ROPE_STORE,)}
+
+
+def _reader_q_dtype(spec: Spec) -> str:
+    from .layout import reader_q_dtype
+
+    return {"bf16": "bfloat16", "fp16": "float16", "fp8_e4m3": "float8_e4m3fn"}[reader_q_dtype(spec)]
+
+
+def _reader_launch(a: Args):
+    from .indexer import launch_of
+
+    return launch_of(a)
+
+
+INDEXER_LOGITS = KernelAbi(
+    kernel="indexer_logits",
+    version=1,
+    doc="sum_h w * relu(q_h . key) over a paged key cache read in place (the read side)",
+    fields=(
+        Tensor("q", "uint8_t", _reader_q_dtype, lambda s, lay: ("B", "next_n", READER_HEADS, s.head_dim),
+               "[B, next_n, heads, head_dim] (bf16 keys: bf16; fp8 keys: fp8 e4m3; fp4 keys: bf16)",
+               lambda s, lay, d: f"[B, next_n, {READER_HEADS}, {s.head_dim}]"),
+        Tensor("weights", "float", lambda s: "float32", lambda s, lay: ("rows", READER_HEADS),
+               "[B * next_n, heads]", lambda s, lay, d: f"[B * next_n, {READER_HEADS}]"),
+        Tensor("cache", "uint8_t", lambda s: "uint8", lambda s, lay: ("num_pages", lay.page_bytes),
+               "[num_pages, page_bytes]", lambda s, lay, d: f"[num_pages, {lay.page_bytes}]",
+               detail=lambda s, lay: f"({lay.page_bytes_formula()})"),
+        Tensor("block_table", "int32_t", lambda s: "int32", lambda s, lay: ("B", "max_pages"),
+               "[B, max_pages] page of key s: block_table[b, s / page_size]",
+               lambda s, lay, d: f"[B, max_pages] with B = {d.get('B')}"),
+        Tensor("seq_lens", "int32_t", lambda s: "int32", lambda s, lay: ("B",), "[B]",
+               lambda s, lay, d: f"[B] with B = {d.get('B')}"),
+        Tensor("logits", "float", lambda s: "float32", lambda s, lay: ("rows", "max_seq_len"),
+               "[B * next_n, max_seq_len] fp32 out", lambda s, lay, d: f"[{d.get('rows')}, max_seq_len]",
+               written=True),
+        Scalar("num_pages", "int64", lambda d, lay: d["num_pages"], "pages of the cache", source="cache"),
+        Scalar("batch", "int32", lambda d, lay: d["B"], "B", source="q"),
+        Scalar("next_n", "int32", lambda d, lay: d["next_n"], "query tokens per sequence", source="q"),
+        Scalar("max_pages", "int32", lambda d, lay: d["max_pages"], "block_table columns", source="block_table"),
+        Scalar("max_seq_len", "int32", lambda d, lay: d["max_seq_len"], "logits columns", source="logits"),
+    ),
+    grid=lambda a: _reader_launch(a)[:2],
+    shared_bytes=lambda a: _reader_launch(a)[2],
+)
+
+KERNELS: dict[str, KernelAbi] = {a.kernel: a for a in (NORM_ROPE_STORE, INDEXER_LOGITS)}

@@ -447,3 +447,102 @@ def constants(lay: Layout) -> list[Constant]:
 def host_constants(lay: Layout) -> dict[str, int | str]:
     """The byte math an engine's allocator needs, by name (rendered as C++ and Python constants)."""
     return {c.name: c.value for c in constants(lay) if c.host}
+
+
+# ---------------------------------------------------------------------------------------------
+# The read side: kgen::indexer_logits (templates/include/kgen/indexer_logits.cuh) scores q against
+# the keys of a page in place. Its config is the writer's config struct (the same byte constants)
+# plus these; the header re-derives each of them from the raw spec values in a static_assert.
+#
+# Fragment mapping: a key row's quantized bytes are read as 16-B chunks in groups of 4 (64 B); the 4
+# lanes of an mma quad (tig = lane % 4) own chunk tig of every group. One mma k-step consumes 8 bytes
+# of q per lane (4 bf16/fp16 or 8 fp8 values) and the matching key values of the lane's chunk, so a
+# chunk feeds `reader_steps_per_chunk` steps. The dot product does not care which k a value sits at,
+# only that q and key agree: q is staged in shared memory under the same mapping.
+
+READER_HEADS = 64  # q heads (DeepSeek's indexer); the kernel keeps 64 x head_dim of q per token in smem
+READER_WARPS = 4  # warps per CTA
+READER_WARP_KEYS = 32  # keys a warp scores per tile (two m16 tiles)
+READER_CHUNK_BYTES = 16  # one lane's key load per group
+READER_GROUP_BYTES = 4 * READER_CHUNK_BYTES  # the 4 lanes of a quad
+READER_STEP_Q_BYTES = 8  # q bytes per lane per mma k-step
+READER_SMEM_BYTES = 48 * 1024  # static + dynamic shared memory without an opt-in
+READER_MAX_GROUPS_IN_FLIGHT = 4  # 16 registers per group and lane; more would spill
+READER_Q_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8_e4m3": "fp8_e4m3", "fp4_e2m1": "bf16"}
+READER_MMA_K = {"bf16": 16, "fp16": 16, "fp8_e4m3": 32}  # k of mma.sync m16n8k* by q dtype
+Q_BYTES = {"bf16": 2, "fp16": 2, "fp8_e4m3": 1}
+
+
+def reader_q_dtype(spec: Spec) -> str:
+    """dtype of q the reader multiplies the keys with (fp4 keys are widened to bf16 in registers)."""
+    return READER_Q_DTYPE[spec.store.dtype]
+
+
+def reader_key_vector_bytes(lay: Layout) -> int:
+    """Widest load (16, 8, 4 B) every key chunk and scale of every page is aligned to (0: none)."""
+    for v in (16, 8, 4):
+        if lay.page_bytes % v == 0 and lay.row_bytes % v == 0 and lay.quant_row_offset % v == 0:
+            return v
+    return 0
+
+
+def reader_q_token_bytes(spec: Spec) -> int:
+    """Shared memory for one query token: its q (READER_HEADS x head_dim) and its fp32 weights."""
+    return READER_HEADS * spec.head_dim * Q_BYTES[reader_q_dtype(spec)] + 4 * READER_HEADS
+
+
+def reader_tokens_per_cta(spec: Spec) -> int:
+    """Query tokens (next_n) one CTA scores together: as many as fit the shared memory, at most 8."""
+    return max(0, min(8, READER_SMEM_BYTES // reader_q_token_bytes(spec)))
+
+
+def reader_constants(lay: Layout) -> dict[str, object]:
+    """What the reader's config adds to the writer's constants (kgen.render substitutes them)."""
+    spec = lay.spec
+    qd = reader_q_dtype(spec)
+    key_bits = VALUE_BITS[spec.store.dtype]
+    chunk_elems = READER_CHUNK_BYTES * 8 // key_bits
+    step_elems = READER_STEP_Q_BYTES // Q_BYTES[qd]
+    groups = lay.quant_bytes // READER_GROUP_BYTES
+    return {
+        "kReaderHeads": READER_HEADS,
+        "kReaderWarps": READER_WARPS,
+        "kReaderWarpKeys": READER_WARP_KEYS,
+        "kReaderMmaK": READER_MMA_K[qd],
+        "kReaderChunkElems": chunk_elems,
+        "kReaderStepElems": step_elems,
+        "kReaderStepsPerChunk": chunk_elems // step_elems,
+        "kReaderGroups": groups,
+        "kReaderSteps": groups * (chunk_elems // step_elems),
+        "kReaderGroupsInFlight": min(groups, READER_MAX_GROUPS_IN_FLIGHT),
+        "kReaderKeyVectorBytes": reader_key_vector_bytes(lay),
+        "kReaderQTokenBytes": reader_q_token_bytes(spec),
+        "kReaderTokensPerCta": reader_tokens_per_cta(spec),
+    }
+
+
+def reader_threads() -> int:
+    return READER_WARPS * WARP
+
+
+def reader_keys_per_cta(batch: int, token_groups: int, max_seq_len: int, sm_count: int) -> int:
+    """Keys one CTA scores: about 8 CTAs per SM over the whole problem (so B = 1 short contexts still
+    fill the GPU), a multiple of the keys a CTA scores per iteration, at most 8192."""
+    step = READER_WARPS * READER_WARP_KEYS
+    work = max(1, batch * token_groups) * max(1, max_seq_len)
+    want = -(-work // max(1, 8 * sm_count))
+    per = step
+    while per < want and per < 8192:
+        per *= 2
+    return per
+
+
+def reader_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_count: int
+                  ) -> tuple[tuple[int, int, int], int, int, int]:
+    """((grid x, y, z), threads, dynamic shared bytes, keys per CTA) of an indexer_logits launch:
+    x splits the context, y is the sequence, z the groups of query tokens."""
+    tpc = reader_tokens_per_cta(spec)
+    groups = -(-next_n // tpc)
+    per = reader_keys_per_cta(batch, groups, max_seq_len, sm_count)
+    grid = (max(1, -(-max_seq_len // per)), batch, groups)
+    return grid, reader_threads(), min(tpc, next_n) * reader_q_token_bytes(spec), per

@@ -170,9 +170,10 @@ class PreparedLaunch:
         self.grid, self.block = args.grid()
         self.params = ParamBuffer(args.abi, args.values())
         cfg = drv.CUlaunchConfig()
-        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid, 1, 1
+        grid = self.grid if isinstance(self.grid, tuple) else (self.grid, 1, 1)
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block, 1, 1
-        cfg.sharedMemBytes = 0
+        cfg.sharedMemBytes = args.abi.shared_bytes(args)
         attrs = []
         if programmatic_stream_serialization:
             a = drv.CUlaunchAttribute()
@@ -276,7 +277,8 @@ def device_info(index: int | None = None) -> dict:
             "l2_bytes": getattr(props, "L2_cache_size", None)}
 
 
-def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False) -> LoadedKernel:
+def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False,
+         kernel: str = NORM_ROPE_STORE.kernel) -> LoadedKernel:
     """The kernel of `spec` loaded on a torch device (default: the current one).
 
     Order: GPU present -> arch check against spec.targets -> compile_variant (cache hit: no NVRTC)
@@ -285,7 +287,7 @@ def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False) 
     """
     torch = require_gpu()
     idx = torch.cuda.current_device() if device_index is None else device_index
-    skey = (spec_key(spec), idx)
+    skey = (spec_key(spec), idx, kernel)
     hit = _by_spec.get(skey)
     if hit is not None:
         return hit
@@ -296,9 +298,16 @@ def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False) 
         cap = tuple(torch.cuda.get_device_capability(idx))
         name = torch.cuda.get_device_name(idx)
         arch = A.check(cap, list(spec.targets), device_name=f"GPU {idx} ({name})", variant=spec.name)
-        from .compile import compile_variant
+        from .abi import KERNELS
+        from .compile import compile_rendered, compile_variant
 
-        ck = compile_variant(spec, arch)
+        kabi = KERNELS[kernel]
+        if kabi is NORM_ROPE_STORE:
+            ck = compile_variant(spec, arch)
+        else:  # the read side (kgen.indexer): its own rendered instantiation
+            from .render import render_reader
+
+            ck = compile_rendered(render_reader(spec), arch)
         if verbose or not getattr(ck, "cached", True):
             sys.stderr.write(f"kgen: {spec.name} for {arch}: "
                              f"{'cache hit' if getattr(ck, 'cached', False) else 'compiled'}"
@@ -310,11 +319,11 @@ def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False) 
         loaded = _by_uri.get(ukey)
         if loaded is None:
             set_current_device(idx)
-            kernel, oc = _load_kernel(ck)
-            NORM_ROPE_STORE.check_manifest(getattr(ck, "abi", None), ck.uri)
-            NORM_ROPE_STORE.check_loaded(kernel, ck.uri)
+            function, oc = _load_kernel(ck)
+            kabi.check_manifest(getattr(ck, "abi", None), ck.uri)
+            kabi.check_loaded(function, ck.uri)
             loaded = LoadedKernel(spec=spec, layout=compute(spec), arch=arch, device_index=idx,
-                                  device_name=name, compiled=ck, kernel=kernel, object_code=oc)
+                                  device_name=name, compiled=ck, kernel=function, object_code=oc, abi=kabi)
             _by_uri[ukey] = loaded
         _by_spec[skey] = loaded
         return loaded

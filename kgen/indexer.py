@@ -1,0 +1,120 @@
+"""The read side's host half: which specs `kgen::indexer_logits` can read, and the checked launch.
+
+`reader_problems(spec)` says why the kernel cannot read a spec's cache (empty: it can); the kernel's
+`[reader-support]` static_assert is its twin. The byte math (constants, launch split) is kgen.layout's
+`reader_*` functions; the Torch path (the reference) is kgen.score.
+"""
+
+from __future__ import annotations
+
+from . import layout as L
+from .spec import Spec
+
+READER_DTYPES = ("bf16", "fp8_e4m3", "fp4_e2m1")  # q: bf16, fp8 e4m3, bf16 (kgen.score takes these)
+
+
+def reader_problems(spec: Spec) -> list[str]:
+    """Why indexer_logits cannot read this spec's pages (one line each); [] if it can."""
+    try:
+        lay = L.compute(spec)
+    except (ValueError, ZeroDivisionError, OverflowError) as e:
+        return [f"kgen cannot compute its byte layout ({e})"]
+    s = spec.store
+    out = []
+    if s.dtype not in READER_DTYPES:
+        out.append(f"store.dtype {s.dtype} is not a key dtype the reader multiplies")
+    if lay.kept_span.size:
+        out.append("keys with a kept RoPE span (store.rope_dtype) are not read: the reader multiplies one "
+                   "dtype per row")
+    if s.dtype == "fp8_e4m3" and lay.blocks_per_token > 1:
+        out.append(f"fp8 keys need one scale per token (block = head_dim), got {lay.blocks_per_token} blocks")
+    if s.dtype == "fp4_e2m1" and lay.block != 32:
+        out.append(f"fp4 keys need a ue8m0 scale per 32 values, got block {lay.block}")
+    if lay.row_bytes % L.READER_GROUP_BYTES:
+        out.append(f"a key row of {lay.row_bytes} B is not a multiple of {L.READER_GROUP_BYTES} B "
+                   "(4 lanes x 16-B chunks)")
+    if not L.reader_key_vector_bytes(lay):
+        out.append(f"pages of {lay.page_bytes} B are not 4-B aligned (page_align)")
+    if L.reader_tokens_per_cta(spec) < 1:
+        out.append(f"q of one token ({L.READER_HEADS} heads x {spec.head_dim}) does not fit "
+                   f"{L.READER_SMEM_BYTES // 1024} KB of shared memory")
+    return out
+
+
+def readable(spec: Spec) -> bool:
+    return not reader_problems(spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# the launch (kgen.abi.INDEXER_LOGITS describes the parameters; these are its shape)
+
+_sm_counts: dict[int, int] = {}
+
+
+def sm_count(device) -> int:
+    """Multiprocessors of a torch CUDA device (cached)."""
+    idx = device.index if device.index is not None else 0
+    n = _sm_counts.get(idx)
+    if n is None:
+        import torch
+
+        n = _sm_counts[idx] = int(torch.cuda.get_device_properties(idx).multi_processor_count)
+    return n
+
+
+def launch_of(args) -> tuple:
+    """(grid (x, y, z), threads, dynamic shared bytes) of the checked arguments `args` (kgen.abi.Args)."""
+    grid, threads, smem, _ = L.reader_launch(args.spec, int(args.dims["B"]), int(args.dims["next_n"]),
+                                             int(args.dims["max_seq_len"]), sm_count(args.tensors["q"].device))
+    return grid, threads, smem
+
+
+def check(spec: Spec, q, weights, cache, block_table, seq_lens, max_seq_len, logits=None, *,
+          check_bounds: bool = False, require_cuda: bool = True):
+    """Every check of a kernel call, each failure an ArgumentError naming the argument, before any
+    launch: the reader's arguments (kgen.score: shapes, dtypes, and with `check_bounds` the values:
+    seq_lens within the table and max_seq_len, table entries inside the cache; one host sync), then
+    what the kernel needs beyond them (kgen.abi.INDEXER_LOGITS: q's dtype for this layout, 64 heads,
+    16-B aligned contiguous tensors, one CUDA device). Returns kgen.abi.Args (logits allocated
+    when None)."""
+    from .abi import INDEXER_LOGITS, ArgumentError
+    from .score import check_logits_arguments
+
+    problems = reader_problems(spec)
+    if problems:
+        raise ArgumentError(f"variant: indexer_logits cannot read {spec.name}'s cache: {'; '.join(problems)}",
+                            fix="score it with kgen.score.indexer_logits_torch")
+    c = check_logits_arguments(spec, q, weights, cache, block_table, seq_lens, max_seq_len,
+                               require_cuda=require_cuda, check_values=check_bounds)
+    if logits is None:
+        import torch
+
+        logits = torch.empty((c.batch * c.next_n, max_seq_len), dtype=torch.float32, device=q.device)
+    tensors = {"q": q, "weights": weights, "cache": cache, "block_table": block_table, "seq_lens": seq_lens,
+               "logits": logits}
+    return INDEXER_LOGITS.check(spec, tensors, require_cuda=require_cuda)
+
+
+def prepare(variant, q, weights, cache, block_table, seq_lens, max_seq_len: int, *, logits=None,
+            check_bounds: bool = False):
+    """Check once, load the kernel, pack its parameters: returns (launch, logits), where launch() runs
+    the kernel on torch's current stream writing `logits` (for benchmarks and CUDA graphs)."""
+    from .ops import resolve_spec
+    from .runtime import load
+
+    spec = resolve_spec(variant)
+    args = check(spec, q, weights, cache, block_table, seq_lens, max_seq_len, logits, check_bounds=check_bounds)
+    out = args.tensors["logits"]
+    if out.numel() == 0:
+        return (lambda stream=None: None), out
+    loaded = load(spec, q.device.index, kernel="indexer_logits")
+    return loaded.prepare(args), out
+
+
+def indexer_logits(variant, q, weights, cache, block_table, seq_lens, max_seq_len: int, *,
+                   check_bounds: bool = False):
+    """fp32 [B * next_n, max_seq_len] logits of the kernel (kgen.score documents the arithmetic and the
+    visibility rule). Asynchronous on torch's current stream."""
+    launch, out = prepare(variant, q, weights, cache, block_table, seq_lens, max_seq_len, check_bounds=check_bounds)
+    launch()
+    return out

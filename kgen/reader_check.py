@@ -1,0 +1,355 @@
+"""GPU correctness and speed of the read side (`kgen::indexer_logits`), for `kgen test` / `kgen bench`.
+
+Correctness (`run_case`): a cache written by the reference writer (kgen.reference: the kernel's
+bytes) through a random block table, ragged seq_lens (1, page - 1, page, page + 1, long), random q
+and weights; the kernel's logits against kgen.score's Torch path evaluated in float64:
+  * -inf exactly where the Torch path has -inf (invisible keys), no NaN anywhere;
+  * max |kernel - torch| <= 1e-3 x max |torch| over the visible keys (fp32 accumulation);
+  * per query row, the top-512 key sets equal except near-ties: a key in one set and not the other
+    whose Torch logit lies within 2 x the row's max error of the 512th value (counted, listed).
+
+Speed (`bench_case`): B sequences of `keys` keys each (next_n = 1), random block tables over a
+cache of exactly the pages needed (filled by repeating reference-written pages), cold (256 MiB
+memset before each call) and graph (20 launches in a CUDA graph), as bench-method.md measures
+DeepGEMM's fp8_paged_mqa_logits. Byte model: per key, the key's bytes (row + scales as stored,
+layout.bytes_per_token) read and 4 B of logit written.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, field
+
+from . import layout as L
+from .spec import Spec
+
+TOPK = 512
+ERROR_BOUND = 1e-3  # of max |logit|
+HEADS = L.READER_HEADS
+BENCH_SHAPES = ((1, 4096), (1, 65536), (32, 4096), (32, 65536), (128, 65536))
+BYTE_MODEL = ("per key: layout.bytes_per_token read (its row and scales as stored) + 4 B of fp32 logit written; "
+              "q, weights and the block table not counted. GB/s = bytes / time / 1e9")
+# DeepGEMM fp8_paged_mqa_logits on the H200 (bench-method.md: same inputs shape, same method)
+PEER_US = {(1, 4096): (6.8, 3.4), (1, 65536): (9.6, 4.5), (32, 4096): (12.6, 5.7), (32, 65536): (81.3, 73.1),
+           (128, 65536): (283.2, 274.5)}
+
+
+@dataclass
+class LogitsResult:
+    variant: str
+    case: str
+    ok: bool
+    max_error: float = math.nan
+    max_abs: float = math.nan
+    relative_error: float = math.nan
+    inf_mismatches: int = 0
+    nan_count: int = 0
+    rows_compared: int = 0
+    topk_mismatches: int = 0  # keys in one top-512 set and not the other
+    near_ties: int = 0  # of those, within 2 x max error of the row's 512th value
+    examples: list = field(default_factory=list)
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def q_dtype(spec: Spec):
+    torch = _torch()
+    return {"bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}[L.reader_q_dtype(spec)]
+
+
+def write_pages(spec: Spec, num_pages: int, *, seed: int, device: str = "cuda", max_written: int = 1 << 16):
+    """uint8 [num_pages, page_bytes]: every slot written by the reference writer (random rows with the
+    writer's norm/RoPE/Hadamard/quantization). Beyond `max_written` tokens, whole written pages repeat."""
+    torch = _torch()
+    from . import reference as R
+
+    lay = L.compute(spec)
+    P = lay.page_size
+    base_pages = max(1, min(num_pages, max_written // P))
+    n = base_pages * P
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.input_dtype]
+    D = spec.head_dim
+    x = (3 * torch.randn(n, D, generator=g)).to(device=device, dtype=dt)
+    weight = bias = freqs = positions = None
+    if spec.norm.kind != "none":
+        weight = (1 + 0.1 * torch.randn(D, generator=g)).to(device=device, dtype=dt)
+    if spec.norm.kind == "layernorm":
+        bias = (0.1 * torch.randn(D, generator=g)).to(device=device, dtype=dt)
+    if spec.rope.dim:
+        freqs = R.rope_freqs(4096, spec.rope.dim, device=device)
+        positions = torch.randint(0, 4096, (n,), generator=g).to(device)
+    base = torch.zeros((base_pages, lay.page_bytes), dtype=torch.uint8, device=device)
+    R.norm_rope_store(spec, x, weight, bias, freqs, positions, torch.arange(n, device=device), base)
+    if base_pages == num_pages:
+        return base
+    reps = -(-num_pages // base_pages)
+    return base.repeat(reps, 1)[:num_pages].contiguous()
+
+
+def make_case(spec: Spec, seq_lens: list[int], *, next_n: int = 1, seed: int = 0, device: str = "cuda",
+              extra_pages: int = 3, max_written: int = 1 << 16, max_seq_len: int | None = None):
+    """Inputs of one call: q, weights, cache, block_table (disjoint random pages per sequence,
+    garbage past each sequence's last page), seq_lens, max_seq_len."""
+    torch = _torch()
+    lay = L.compute(spec)
+    P = lay.page_size
+    B = len(seq_lens)
+    need = [-(-n // P) for n in seq_lens]
+    max_pages = max(1, max(need))
+    num_pages = sum(need) + extra_pages
+    g = torch.Generator(device="cpu").manual_seed(seed + 1)
+    cache = write_pages(spec, num_pages, seed=seed, device=device, max_written=max_written)
+    perm = torch.randperm(num_pages, generator=g)
+    table = torch.randint(-3, 4 * num_pages, (B, max_pages), generator=g)
+    at = 0
+    for b, k in enumerate(need):
+        table[b, :k] = perm[at:at + k]
+        at += k
+    q = (torch.randn(B, next_n, HEADS, spec.head_dim, generator=g)).to(device=device).to(q_dtype(spec))
+    weights = (torch.randn(B * next_n, HEADS, generator=g) / HEADS).to(device)
+    msl = max_seq_len if max_seq_len is not None else max(seq_lens) + 5
+    return (q, weights, cache, table.to(device=device, dtype=torch.int32),
+            torch.tensor(seq_lens, dtype=torch.int32, device=device), msl)
+
+
+def compare(variant: str, case: str, got, want, *, topk: int = TOPK) -> LogitsResult:
+    """The kernel's logits `got` against the Torch path's `want` (both [rows, max_seq_len])."""
+    torch = _torch()
+    r = LogitsResult(variant, case, ok=False)
+    got, want = got.double().cpu(), want.double().cpu()
+    ninf_w, ninf_g = torch.isneginf(want), torch.isneginf(got)
+    r.inf_mismatches = int((ninf_w != ninf_g).sum())
+    r.nan_count = int(torch.isnan(got).sum())
+    fin = ~ninf_w & torch.isfinite(got)
+    if bool(fin.any()):
+        err = (got - want).abs()[fin]
+        r.max_error = float(err.max())
+        r.max_abs = float(want[fin].abs().max())
+        r.relative_error = r.max_error / max(r.max_abs, 1e-30)
+    else:
+        r.max_error = r.max_abs = r.relative_error = 0.0
+    # top-k sets per row (rows with at least one visible key)
+    tol = 2 * r.max_error
+    for row in range(want.shape[0]):
+        vis = int((~ninf_w[row]).sum())
+        if vis == 0:
+            continue
+        k = min(topk, vis)
+        r.rows_compared += 1
+        tw = set(torch.topk(want[row], k).indices.tolist())
+        tg = set(torch.topk(torch.nan_to_num(got[row], nan=-math.inf), k).indices.tolist())
+        diff = tw ^ tg
+        if not diff:
+            continue
+        kth = float(torch.topk(want[row], k).values[-1])
+        r.topk_mismatches += len(diff)
+        for key in diff:
+            near = abs(float(want[row, key]) - kth) <= tol
+            r.near_ties += int(near)
+            if not near and len(r.examples) < 8:
+                r.examples.append({"row": row, "key": key, "torch": float(want[row, key]), "kth": kth,
+                                   "kernel": float(got[row, key])})
+    problems = []
+    if r.inf_mismatches:
+        problems.append(f"{r.inf_mismatches} logits are -inf in one and not the other")
+    if r.nan_count:
+        problems.append(f"{r.nan_count} NaN logits")
+    if not r.relative_error <= ERROR_BOUND:
+        problems.append(f"max error {r.max_error:.3g} = {r.relative_error:.2e} of max |logit| > {ERROR_BOUND}")
+    if r.topk_mismatches > r.near_ties:
+        problems.append(f"{r.topk_mismatches - r.near_ties} top-{topk} differences are not near-ties")
+    r.ok = not problems
+    r.reason = "; ".join(problems)
+    return r
+
+
+def run_case(spec: Spec, seq_lens: list[int], *, next_n: int = 1, seed: int = 0, name: str = "") -> LogitsResult:
+    """The kernel and the Torch path (float64) on one case."""
+    torch = _torch()
+    from .indexer import indexer_logits
+    from .score import indexer_logits_torch
+
+    args = make_case(spec, seq_lens, next_n=next_n, seed=seed)
+    got = indexer_logits(spec, *args, check_bounds=True)
+    torch.cuda.synchronize()
+    want = indexer_logits_torch(spec, *args, accum=torch.float64)
+    return compare(spec.name, name or f"B={len(seq_lens)} next_n={next_n} lens={_lens_text(seq_lens)}", got, want)
+
+
+def _lens_text(lens: list[int]) -> str:
+    return ",".join(map(str, lens[:6])) + (",..." if len(lens) > 6 else "")
+
+
+def correctness_cases(spec: Spec, seed: int = 0) -> list[tuple[list[int], int]]:
+    """(seq_lens, next_n) per case: ragged lengths around the page size, long ones, MTP."""
+    P = spec.layout.page_size
+    rng = random.Random(seed)
+    ragged = [1, max(1, P - 1), P, P + 1, 3 * P + 7, 5000]
+    return [
+        (ragged, 1),
+        ([rng.randint(1, 20000) for _ in range(4)], 1),
+        ([70000], 1),
+        (ragged, 2),
+        ([1, 2, P + 3, 1000], 4),
+        ([rng.randint(1, 3000) for _ in range(9)], 3),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# speed
+
+
+def byte_model(spec: Spec, batch: int, keys: int) -> int:
+    lay = L.compute(spec)
+    return batch * keys * (lay.bytes_per_token + 4)
+
+
+def bench_case(torch, timer, spec: Spec, batch: int, keys: int, copy_gbps: float | None, *, seed: int = 0,
+               torch_path: bool = False) -> dict:
+    from .bench import _with_bw
+    from .indexer import prepare
+
+    args = make_case(spec, [keys] * batch, seed=seed, extra_pages=0, max_seq_len=keys)
+    launch, out = prepare(spec, *args)
+    nbytes = byte_model(spec, batch, keys)
+    entry = {"variant": spec.name, "batch": batch, "keys": keys, "bytes": nbytes,
+             "cold": _with_bw(timer.cold(launch, lo=20), nbytes, copy_gbps),
+             "graph": _with_bw(timer.warm(launch), nbytes, copy_gbps)}
+    peer = PEER_US.get((batch, keys))
+    if peer:
+        entry["deepgemm_fp8_us"] = {"cold": peer[0], "graph": peer[1]}
+    if torch_path:
+        from .score import indexer_logits_torch
+
+        entry["torch_path"] = _with_bw(timer.cold(lambda: indexer_logits_torch(spec, *args), warmup=1, lo=3, hi=3),
+                                       nbytes, copy_gbps)
+    del args, out, launch
+    return entry
+
+
+# ---------------------------------------------------------------------------------------------
+# whole runs (kgen test / kgen bench call these for the readable variants)
+
+
+def sample_readable(k: int, seed: int = 0) -> list[Spec]:
+    """K random specs the validator accepts and the reader can read (kgen.gputest's sampler)."""
+    from .gputest import sample_specs
+    from .indexer import readable
+
+    out: list[Spec] = []
+    n = 4 * k
+    while len(out) < k and n <= 64 * k:
+        out = [s for s in sample_specs(n, seed) if readable(s)][:k]
+        n *= 2
+    return out
+
+
+def test_specs(specs: list[Spec], *, seed: int = 0, quick: bool = False, say=print) -> list[LogitsResult]:
+    """Every correctness case of every spec (quick: two cases each). A kernel fault stops the run
+    (the CUDA context is lost) and is reported as the failing case."""
+    results = []
+    for spec in specs:
+        cases = correctness_cases(spec, seed)
+        cases = [cases[0], cases[3]] if quick else cases
+        for lens, next_n in cases:
+            name = f"B={len(lens)} next_n={next_n} lens={_lens_text(lens)}"
+            try:
+                r = run_case(spec, lens, next_n=next_n, seed=seed, name=name)
+            except Exception as e:  # noqa: BLE001 - reported per case
+                r = LogitsResult(spec.name, name, ok=False, reason=f"{type(e).__name__}: {e}"[:2000])
+                results.append(r)
+                say(_line(r))
+                if "CUDA" in r.reason or "cuda" in r.reason:
+                    return results
+                continue
+            results.append(r)
+            say(_line(r))
+    return results
+
+
+def _line(r: LogitsResult) -> str:
+    status = "ok  " if r.ok else "FAIL"
+    return (f"{status} {r.variant:28s} {r.case:44s} err {r.relative_error:.2e} top-{TOPK} diff {r.topk_mismatches}"
+            f" (near-ties {r.near_ties}) rows {r.rows_compared}" + (f"  {r.reason}" if r.reason else ""))
+
+
+def bench_specs(specs: list[Spec], shapes=BENCH_SHAPES, *, torch_path_shapes=((1, 65536), (32, 65536)),
+                say=print) -> dict:
+    torch = _torch()
+    from .bench import Timer, copy_bandwidth
+
+    timer = Timer(torch)
+    copy = copy_bandwidth(torch, timer)
+    say(f"copy {copy['gbps']:.0f} GB/s")
+    data = {"copy": copy, "byte_model": BYTE_MODEL, "results": []}
+    for spec in specs:
+        for b, k in shapes:
+            try:
+                e = bench_case(torch, timer, spec, b, k, copy["gbps"],
+                               torch_path=(b, k) in torch_path_shapes and spec.store.dtype == "fp8_e4m3")
+            except Exception as ex:  # noqa: BLE001
+                e = {"variant": spec.name, "batch": b, "keys": k, "error": f"{type(ex).__name__}: {ex}"[:1000]}
+            data["results"].append(e)
+            say(bench_line(e))
+            torch.cuda.empty_cache()
+    return data
+
+
+def bench_line(e: dict) -> str:
+    if "error" in e:
+        return f"{e['variant']:22s} {e['batch']:4d} x {e['keys']:6d}  ERROR {e['error']}"
+    c, g = e["cold"], e["graph"]
+    text = (f"{e['variant']:22s} {e['batch']:4d} x {e['keys']:6d}  cold {c['us']:8.1f} us {c.get('fraction_of_copy', 0):5.3f}"
+            f"  graph {g['us']:8.1f} us {g.get('fraction_of_copy', 0):5.3f}")
+    if "deepgemm_fp8_us" in e:
+        p = e["deepgemm_fp8_us"]
+        text += f"  | DeepGEMM fp8 {p['cold']:.1f} / {p['graph']:.1f} us: x{p['cold'] / c['us']:.2f} / x{p['graph'] / g['us']:.2f}"
+    if "torch_path" in e:
+        text += f"  | torch path {e['torch_path']['us']:.0f} us"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+    import sys
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(prog="python -m kgen.reader_check")
+    ap.add_argument("mode", choices=["test", "bench"])
+    ap.add_argument("paths", nargs="*", type=Path)
+    ap.add_argument("--sample", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+    from .gputest import expand
+    from .indexer import readable
+
+    specs = [s for s in expand(a.paths) if readable(s)]
+    if a.mode == "test":
+        res = test_specs(specs, seed=a.seed)
+        res += test_specs(sample_readable(a.sample, a.seed), seed=a.seed, quick=True) if a.sample else []
+        out = {"results": [r.to_json() for r in res]}
+        ok = all(r.ok for r in res)
+        print(f"{sum(r.ok for r in res)} passed, {sum(not r.ok for r in res)} failed")
+    else:
+        out = bench_specs(specs)
+        ok = all("error" not in e for e in out["results"])
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=1, default=str))
+    sys.stdout.flush()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

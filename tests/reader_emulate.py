@@ -1,0 +1,68 @@
+"""Run the real indexer_logits source on the CPU (tests/reader_shim): render a readable variant, build
+the launch emulator around it, launch it through the kernel ABI (kgen.abi: the packed Params and the
+pointer map a GPU launch hands the driver) and return the logits it wrote."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from kgen.render import include_dirs, render_reader
+from kgen.spec import Spec
+from strategies import ROOT
+
+SHIM = ROOT / "tests" / "reader_shim"
+WRITER_SHIM = ROOT / "tests" / "cpu_shim"
+
+
+def build(spec: Spec, work: Path, *, sanitize: bool = False) -> Path:
+    work.mkdir(parents=True, exist_ok=True)
+    rv = render_reader(spec)
+    for rel, text in rv.files.items():
+        (work / Path(rel).name).write_text(text)
+    exe = work / "run_reader"
+    flags = ["-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"] if sanitize else []
+    r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-w", *flags,
+                        "-include", str(SHIM / "reader_shim.h"), "-I", str(SHIM), "-I", str(WRITER_SHIM),
+                        "-I", str(include_dirs()[0]), f'-DKGEN_KERNEL_CU="{work / "indexer_logits.cu"}"',
+                        f"-DKGEN_KERNEL={rv.name_expression}", str(SHIM / "run_reader.cc"), "-o", str(exe)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return exe
+
+
+def launch(spec: Spec, exe: Path, work: Path, args: tuple, *, sm_count: int = 4):
+    """The kernel's logits for `args` (kgen.reader_check.make_case's tuple, CPU tensors)."""
+    import torch
+
+    from kgen import indexer
+    from kgen import layout as L
+    from kgen.abi import cpu_launch_files
+
+    a = indexer.check(spec, *args, require_cuda=False, check_bounds=True)
+    grid, threads, smem, _ = L.reader_launch(spec, a.dims["B"], a.dims["next_n"], a.dims["max_seq_len"], sm_count)
+    data = {k: t.contiguous().view(torch.uint8).numpy().tobytes() for k, t in a.tensors.items() if t is not None}
+    d = work / "launch"
+    _files(a, d, data)
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1")
+    r = subprocess.run([str(exe), str(d), *map(str, grid), str(threads), str(smem)], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 0, f"{spec.name}: exit {r.returncode}\n{r.stderr[-6000:]}"
+    out = torch.frombuffer(bytearray((d / "logits.out").read_bytes()), dtype=torch.float32)
+    return out.reshape(a.tensors["logits"].shape), grid
+
+
+def _files(args, d: Path, buffers) -> None:
+    """params.bin (null pointers) + one file per tensor + pointers.txt, as kgen.abi.cpu_launch_files."""
+    from kgen.abi import Tensor
+
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "params.bin").write_bytes(args.abi.pack(args.values(lambda _n, _t: 0)))
+    lines = []
+    for s in args.abi.slots:
+        if isinstance(s.field, Tensor):
+            name = s.field.name
+            (d / name).write_bytes(buffers.get(name, b""))
+            lines.append(f"{s.offset} {name} {int(s.field.written)}")
+    (d / "pointers.txt").write_text("\n".join(lines) + "\n")

@@ -1,0 +1,100 @@
+// CPU emulation of kgen::indexer_logits (force-included before the kernel source): what the writer's
+// shim (tests/cpu_shim) lacks for the reader. A CTA is its threads, all running at once: a warp is 32
+// std::threads (shuffles through the writer shim's warp exchange), __syncthreads a barrier of the
+// CTA, dynamic shared memory one buffer per CTA. mma.sync is emulated from the PTX ISA's fragment
+// layouts (m16n8k16 bf16, m16n8k32 e4m3; row.col, fp32 accumulate): every lane publishes its A and
+// B registers, each lane then computes its own four D elements.
+#pragma once
+#define KGEN_CPU_SHIM 1
+#include "kgen_cpu_shim.h"
+
+#include <algorithm>
+#include <barrier>
+#include <cstdlib>
+
+#define __align__(n) alignas(n)
+#define KGEN_DYNAMIC_SMEM(name) unsigned char* name = kgen_cpu::tl_cta->smem
+
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+[[noreturn]] inline void __trap() { std::abort(); }
+
+namespace kgen_cpu {
+struct Cta {
+  std::barrier<> bar;
+  unsigned char* smem;
+  explicit Cta(int threads) : bar(threads), smem(nullptr) {}
+};
+struct MmaTable {
+  std::barrier<> bar{32};
+  uint32_t regs[32][6];
+};
+inline thread_local Cta* tl_cta = nullptr;
+inline thread_local MmaTable* tl_mma = nullptr;
+inline thread_local dim3_ tl_grid, tl_block_dim;
+
+inline float bf16_value(uint32_t bits16) { return __uint_as_float((bits16 & 0xffffu) << 16); }
+inline float e4m3_value(uint32_t code) {
+  code &= 0xffu;
+  const float mag = static_cast<float>(kgen_e4m3_value(code & 0x7fu));  // 0x7f (NaN) never written
+  return code & 0x80u ? -mag : mag;
+}
+
+// publish this lane's A (4 regs) and B (2 regs); afterwards tbl->regs[l] holds lane l's
+inline MmaTable* publish(const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const int lane = static_cast<int>(tl_thread.x & 31u);
+  MmaTable* t = tl_mma;
+  for (int i = 0; i < 4; ++i) t->regs[lane][i] = a[i];
+  t->regs[lane][4] = b0;
+  t->regs[lane][5] = b1;
+  t->bar.arrive_and_wait();
+  return t;
+}
+
+// PTX m16n8k16 .bf16: A row r, col k: lane 4*(r%8) + (k%8)/2, reg (k/8)*2 + r/8, half k%2.
+// B row k, col n: lane 4*n + (k%8)/2, reg k/8, half k%2. D row r, col n: lane 4*(r%8) + n/2,
+// element (r/8)*2 + n%2.
+inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  MmaTable* t = publish(a, b0, b1);
+  const int lane = static_cast<int>(tl_thread.x & 31u);
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    const int r = (lane / 4) + 8 * (e / 2), n = 2 * (lane % 4) + e % 2;
+    float acc = d[e];
+    for (int k = 0; k < 16; ++k) {
+      const uint32_t aw = t->regs[4 * (r % 8) + (k % 8) / 2][(k / 8) * 2 + r / 8];
+      const uint32_t bw = t->regs[4 * n + (k % 8) / 2][4 + k / 8];
+      acc += bf16_value(aw >> (16 * (k % 2))) * bf16_value(bw >> (16 * (k % 2)));
+    }
+    out[e] = acc;
+  }
+  t->bar.arrive_and_wait();  // every lane has read the table before it is written again
+  for (int e = 0; e < 4; ++e) d[e] = out[e];
+}
+
+// PTX m16n8k32 .e4m3: A row r, col k: lane 4*(r%8) + (k%16)/4, reg (k/16)*2 + r/8, byte k%4.
+// B row k, col n: lane 4*n + (k%16)/4, reg k/16, byte k%4. D as above.
+inline void mma_m16n8k32_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  MmaTable* t = publish(a, b0, b1);
+  const int lane = static_cast<int>(tl_thread.x & 31u);
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    const int r = (lane / 4) + 8 * (e / 2), n = 2 * (lane % 4) + e % 2;
+    float acc = d[e];
+    for (int k = 0; k < 32; ++k) {
+      const uint32_t aw = t->regs[4 * (r % 8) + (k % 16) / 4][(k / 16) * 2 + r / 8];
+      const uint32_t bw = t->regs[4 * n + (k % 16) / 4][4 + k / 16];
+      acc += e4m3_value(aw >> (8 * (k % 4))) * e4m3_value(bw >> (8 * (k % 4)));
+    }
+    out[e] = acc;
+  }
+  t->bar.arrive_and_wait();
+  for (int e = 0; e < 4; ++e) d[e] = out[e];
+}
+}  // namespace kgen_cpu
+
+#define gridDim (kgen_cpu::tl_grid)
+#define blockDim (kgen_cpu::tl_block_dim)
+inline void __syncthreads() { kgen_cpu::tl_cta->bar.arrive_and_wait(); }
+inline float2 operator*(float2 a, float b) { return {a.x * b, a.y * b}; }
