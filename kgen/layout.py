@@ -455,9 +455,9 @@ def host_constants(lay: Layout) -> dict[str, int | str]:
 # plus these; the header re-derives each of them from the raw spec values in a static_assert.
 #
 # Fragment mapping: a key row's quantized bytes are read as 16-B chunks in groups of 4 (64 B); the 4
-# lanes of an mma quad (tig = lane % 4) own chunk tig of every group. One mma k-step consumes 8 bytes
-# of q per lane (4 bf16/fp16 or 8 fp8 values) and the matching key values of the lane's chunk, so a
-# chunk feeds `reader_steps_per_chunk` steps. The dot product does not care which k a value sits at,
+# lanes of an mma quad (tig = lane % 4) own chunk tig of every group. One mma m16n8k16 k-step consumes
+# 4 values of q per lane and the matching 4 key values of the lane's chunk (both widened to the 16-bit
+# operand), so a chunk feeds kReaderStepsPerChunk steps. The dot product does not care which k a value sits at,
 # only that q and key agree: q is staged in shared memory under the same mapping.
 
 READER_HEADS = 64  # q heads (DeepSeek's indexer); the kernel keeps 64 x head_dim of q per token in smem
@@ -465,12 +465,17 @@ READER_WARPS = 4  # warps per CTA
 READER_WARP_KEYS = 32  # keys a warp scores per tile (two m16 tiles)
 READER_CHUNK_BYTES = 16  # one lane's key load per group
 READER_GROUP_BYTES = 4 * READER_CHUNK_BYTES  # the 4 lanes of a quad
-READER_STEP_Q_BYTES = 8  # q bytes per lane per mma k-step
 READER_SMEM_BYTES = 48 * 1024  # static + dynamic shared memory without an opt-in
 READER_MAX_GROUPS_IN_FLIGHT = 4  # 16 registers per group and lane; more would spill
-READER_Q_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8_e4m3": "fp8_e4m3", "fp4_e2m1": "bf16"}
-READER_MMA_K = {"bf16": 16, "fp16": 16, "fp8_e4m3": 32}  # k of mma.sync m16n8k* by q dtype
-Q_BYTES = {"bf16": 2, "fp16": 2, "fp8_e4m3": 1}
+READER_STEP_ELEMS = 4  # values per lane and row of one mma m16n8k16 step (8 B of a 16-bit operand)
+READER_MMA_K = 16  # every key dtype is multiplied as a 16-bit operand: mma.sync m16n8k16, fp32 accumulate
+READER_OPERAND_BYTES = 2
+# dtype of q the caller passes, by key dtype
+READER_Q_DTYPE = {"bf16": "bf16", "fp8_e4m3": "fp8_e4m3", "fp4_e2m1": "bf16"}
+# the tensor-core operand type keys and q are widened to (exactly: every e4m3 value is an fp16, every
+# e2m1 x ue8m0 value a bf16). fp8 runs as f16: sm_90 has no native mma.sync e4m3 (its compiler
+# widens every fragment per instruction); here each key fragment is widened once and used for all heads.
+READER_OPERAND = {"bf16": "bf16", "fp8_e4m3": "fp16", "fp4_e2m1": "bf16"}
 
 
 def reader_q_dtype(spec: Spec) -> str:
@@ -487,8 +492,9 @@ def reader_key_vector_bytes(lay: Layout) -> int:
 
 
 def reader_q_token_bytes(spec: Spec) -> int:
-    """Shared memory for one query token: its q (READER_HEADS x head_dim) and its fp32 weights."""
-    return READER_HEADS * spec.head_dim * Q_BYTES[reader_q_dtype(spec)] + 4 * READER_HEADS
+    """Shared memory for one query token: its q (READER_HEADS x head_dim, as the 16-bit operand) and its
+    fp32 weights."""
+    return READER_HEADS * spec.head_dim * READER_OPERAND_BYTES + 4 * READER_HEADS
 
 
 def reader_tokens_per_cta(spec: Spec) -> int:
@@ -496,28 +502,41 @@ def reader_tokens_per_cta(spec: Spec) -> int:
     return max(0, min(8, READER_SMEM_BYTES // reader_q_token_bytes(spec)))
 
 
-def reader_constants(lay: Layout) -> dict[str, object]:
-    """What the reader's config adds to the writer's constants (kgen.render substitutes them)."""
+# Free choices of the reader (no byte depends on them; the bench compares them): prefetch the next
+# tile's rows while this one computes; __launch_bounds__ minimum CTAs per SM (0: none); the heads in
+# kReaderHeadPasses passes (fewer accumulator registers; the rows stay in registers).
+# By key dtype; chosen on the H200 (bench/results/h200-2026-11-30/reader/run2-f16-widened: no prefetch
+# was fastest or within noise at every (B, keys) for fp8 and bf16; a prefetched tile costs registers).
+READER_TUNING_DEFAULTS = {
+    "bf16": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2},
+    "fp8_e4m3": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2},
+    "fp4_e2m1": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2},
+}
+
+
+def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[str, object]:
+    """What the reader's config adds to the writer's constants (kgen.render substitutes them);
+    `tune` overrides READER_TUNING_DEFAULTS[store dtype]."""
     spec = lay.spec
-    qd = reader_q_dtype(spec)
     key_bits = VALUE_BITS[spec.store.dtype]
     chunk_elems = READER_CHUNK_BYTES * 8 // key_bits
-    step_elems = READER_STEP_Q_BYTES // Q_BYTES[qd]
     groups = lay.quant_bytes // READER_GROUP_BYTES
     return {
         "kReaderHeads": READER_HEADS,
         "kReaderWarps": READER_WARPS,
         "kReaderWarpKeys": READER_WARP_KEYS,
-        "kReaderMmaK": READER_MMA_K[qd],
+        "kReaderMmaK": READER_MMA_K,
         "kReaderChunkElems": chunk_elems,
-        "kReaderStepElems": step_elems,
-        "kReaderStepsPerChunk": chunk_elems // step_elems,
+        "kReaderStepElems": READER_STEP_ELEMS,
+        "kReaderStepsPerChunk": chunk_elems // READER_STEP_ELEMS,
         "kReaderGroups": groups,
-        "kReaderSteps": groups * (chunk_elems // step_elems),
+        "kReaderSteps": groups * (chunk_elems // READER_STEP_ELEMS),
         "kReaderGroupsInFlight": min(groups, READER_MAX_GROUPS_IN_FLIGHT),
         "kReaderKeyVectorBytes": reader_key_vector_bytes(lay),
         "kReaderQTokenBytes": reader_q_token_bytes(spec),
         "kReaderTokensPerCta": reader_tokens_per_cta(spec),
+        **READER_TUNING_DEFAULTS.get(spec.store.dtype, READER_TUNING_DEFAULTS["bf16"]),
+        **(tune or {}),
     }
 
 
@@ -526,11 +545,12 @@ def reader_threads() -> int:
 
 
 def reader_keys_per_cta(batch: int, token_groups: int, max_seq_len: int, sm_count: int) -> int:
-    """Keys one CTA scores: about 8 CTAs per SM over the whole problem (so B = 1 short contexts still
-    fill the GPU), a multiple of the keys a CTA scores per iteration, at most 8192."""
+    """Keys one CTA scores: the whole problem in about 16 CTAs per SM (several waves of 2-4 resident
+    CTAs: a short tail; B = 1 short contexts still spread over the GPU), a power-of-two multiple of
+    the keys a CTA scores per iteration, at most 8192."""
     step = READER_WARPS * READER_WARP_KEYS
     work = max(1, batch * token_groups) * max(1, max_seq_len)
-    want = -(-work // max(1, 8 * sm_count))
+    want = -(-work // max(1, 16 * sm_count))
     per = step
     while per < want and per < 8192:
         per *= 2

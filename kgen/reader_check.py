@@ -173,14 +173,53 @@ def compare(variant: str, case: str, got, want, *, topk: int = TOPK) -> LogitsRe
     return r
 
 
-def run_case(spec: Spec, seq_lens: list[int], *, next_n: int = 1, seed: int = 0, name: str = "") -> LogitsResult:
+_tuned: dict = {}
+
+
+def tuned_kernel(spec: Spec, tune: dict | None):
+    """The reader of `spec` with layout.READER_TUNING_DEFAULTS overridden by `tune`, loaded on the
+    current GPU (None: the shipped default, through kgen.runtime.load)."""
+    from .runtime import load
+
+    if not tune:
+        return None
+    key = (spec.model_dump_json(), tuple(sorted(tune.items())))
+    if key not in _tuned:
+        from . import runtime as RT
+        from .abi import INDEXER_LOGITS
+        from .compile import compile_rendered
+        from .render import render_reader
+
+        base = load(spec, kernel="indexer_logits")  # arch check, device
+        ck = compile_rendered(render_reader(spec, tune=tune), base.arch, progress=None)
+        function, oc = RT._load_kernel(ck)
+        _tuned[key] = RT.LoadedKernel(spec=spec, layout=base.layout, arch=base.arch, device_index=base.device_index,
+                                      device_name=base.device_name, compiled=ck, kernel=function, object_code=oc,
+                                      abi=INDEXER_LOGITS)
+    return _tuned[key]
+
+
+def launcher(spec: Spec, args: tuple, tune: dict | None = None, *, check_bounds: bool = False):
+    """(launch, logits) of the (tuned) reader on `args`."""
+    from .indexer import check, prepare
+
+    loaded = tuned_kernel(spec, tune)
+    if loaded is None:
+        return prepare(spec, *args, check_bounds=check_bounds)
+    a = check(spec, *args, check_bounds=check_bounds)
+    return loaded.prepare(a), a.tensors["logits"]
+
+
+def run_case(spec: Spec, seq_lens: list[int], *, next_n: int = 1, seed: int = 0, name: str = "",
+             tune: dict | None = None) -> LogitsResult:
     """The kernel and the Torch path (float64) on one case."""
     torch = _torch()
-    from .indexer import indexer_logits
     from .score import indexer_logits_torch
 
     args = make_case(spec, seq_lens, next_n=next_n, seed=seed)
-    got = indexer_logits(spec, *args, check_bounds=True)
+    launch, got = launcher(spec, args, tune, check_bounds=True)
+    got.fill_(float("nan"))  # poisoned: every logit must be written
+    launch()
     torch.cuda.synchronize()
     want = indexer_logits_torch(spec, *args, accum=torch.float64)
     return compare(spec.name, name or f"B={len(seq_lens)} next_n={next_n} lens={_lens_text(seq_lens)}", got, want)
@@ -215,26 +254,30 @@ def byte_model(spec: Spec, batch: int, keys: int) -> int:
 
 
 def bench_case(torch, timer, spec: Spec, batch: int, keys: int, copy_gbps: float | None, *, seed: int = 0,
-               torch_path: bool = False) -> dict:
+               torch_path: bool = False, tunes: tuple = (None,)) -> list[dict]:
+    """One entry per tuning (None: the shipped default) on the same inputs."""
     from .bench import _with_bw
-    from .indexer import prepare
 
     args = make_case(spec, [keys] * batch, seed=seed, extra_pages=0, max_seq_len=keys)
-    launch, out = prepare(spec, *args)
     nbytes = byte_model(spec, batch, keys)
-    entry = {"variant": spec.name, "batch": batch, "keys": keys, "bytes": nbytes,
-             "cold": _with_bw(timer.cold(launch, lo=20), nbytes, copy_gbps),
-             "graph": _with_bw(timer.warm(launch), nbytes, copy_gbps)}
-    peer = PEER_US.get((batch, keys))
-    if peer:
-        entry["deepgemm_fp8_us"] = {"cold": peer[0], "graph": peer[1]}
+    out = []
+    for tune in tunes:
+        launch, logits = launcher(spec, args, tune)
+        entry = {"variant": spec.name, "tune": tune or "default", "batch": batch, "keys": keys, "bytes": nbytes,
+                 "cold": _with_bw(timer.cold(launch, lo=20), nbytes, copy_gbps),
+                 "graph": _with_bw(timer.warm(launch), nbytes, copy_gbps)}
+        peer = PEER_US.get((batch, keys))
+        if peer:
+            entry["deepgemm_fp8_us"] = {"cold": peer[0], "graph": peer[1]}
+        out.append(entry)
+        del launch, logits
     if torch_path:
         from .score import indexer_logits_torch
 
-        entry["torch_path"] = _with_bw(timer.cold(lambda: indexer_logits_torch(spec, *args), warmup=1, lo=3, hi=3),
-                                       nbytes, copy_gbps)
-    del args, out, launch
-    return entry
+        out[0]["torch_path"] = _with_bw(timer.cold(lambda: indexer_logits_torch(spec, *args), warmup=1, lo=3, hi=3),
+                                        nbytes, copy_gbps)
+    del args
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,17 +297,18 @@ def sample_readable(k: int, seed: int = 0) -> list[Spec]:
     return out
 
 
-def test_specs(specs: list[Spec], *, seed: int = 0, quick: bool = False, say=print) -> list[LogitsResult]:
-    """Every correctness case of every spec (quick: two cases each). A kernel fault stops the run
-    (the CUDA context is lost) and is reported as the failing case."""
+def test_specs(specs: list[Spec], *, seed: int = 0, quick: bool = False, say=print, tune: dict | None = None,
+               cases: tuple | None = None) -> list[LogitsResult]:
+    """Every correctness case of every spec (quick: two cases each; `cases`: those indices). A kernel
+    fault stops the run (the CUDA context is lost) and is reported as the failing case."""
     results = []
     for spec in specs:
-        cases = correctness_cases(spec, seed)
-        cases = [cases[0], cases[3]] if quick else cases
-        for lens, next_n in cases:
-            name = f"B={len(lens)} next_n={next_n} lens={_lens_text(lens)}"
+        all_cases = correctness_cases(spec, seed)
+        picked = [all_cases[i] for i in (cases if cases is not None else (0, 3) if quick else range(len(all_cases)))]
+        for lens, next_n in picked:
+            name = f"B={len(lens)} next_n={next_n} lens={_lens_text(lens)}" + (f" tune={tune}" if tune else "")
             try:
-                r = run_case(spec, lens, next_n=next_n, seed=seed, name=name)
+                r = run_case(spec, lens, next_n=next_n, seed=seed, name=name, tune=tune)
             except Exception as e:  # noqa: BLE001 - reported per case
                 r = LogitsResult(spec.name, name, ok=False, reason=f"{type(e).__name__}: {e}"[:2000])
                 results.append(r)
@@ -284,7 +328,7 @@ def _line(r: LogitsResult) -> str:
 
 
 def bench_specs(specs: list[Spec], shapes=BENCH_SHAPES, *, torch_path_shapes=((1, 65536), (32, 65536)),
-                say=print) -> dict:
+                say=print, tunes: tuple = (None,)) -> dict:
     torch = _torch()
     from .bench import Timer, copy_bandwidth
 
@@ -295,12 +339,13 @@ def bench_specs(specs: list[Spec], shapes=BENCH_SHAPES, *, torch_path_shapes=((1
     for spec in specs:
         for b, k in shapes:
             try:
-                e = bench_case(torch, timer, spec, b, k, copy["gbps"],
-                               torch_path=(b, k) in torch_path_shapes and spec.store.dtype == "fp8_e4m3")
+                es = bench_case(torch, timer, spec, b, k, copy["gbps"], tunes=tunes,
+                                torch_path=(b, k) in torch_path_shapes and spec.store.dtype == "fp8_e4m3")
             except Exception as ex:  # noqa: BLE001
-                e = {"variant": spec.name, "batch": b, "keys": k, "error": f"{type(ex).__name__}: {ex}"[:1000]}
-            data["results"].append(e)
-            say(bench_line(e))
+                es = [{"variant": spec.name, "batch": b, "keys": k, "error": f"{type(ex).__name__}: {ex}"[:1000]}]
+            for e in es:
+                data["results"].append(e)
+                say(bench_line(e))
             torch.cuda.empty_cache()
     return data
 
@@ -309,7 +354,9 @@ def bench_line(e: dict) -> str:
     if "error" in e:
         return f"{e['variant']:22s} {e['batch']:4d} x {e['keys']:6d}  ERROR {e['error']}"
     c, g = e["cold"], e["graph"]
-    text = (f"{e['variant']:22s} {e['batch']:4d} x {e['keys']:6d}  cold {c['us']:8.1f} us {c.get('fraction_of_copy', 0):5.3f}"
+    tune = e.get("tune", "default")
+    tune = tune if isinstance(tune, str) else ",".join(f"{k.removeprefix('kReader')}={v}" for k, v in tune.items())
+    text = (f"{e['variant']:18s} {tune:30s} {e['batch']:4d} x {e['keys']:6d}  cold {c['us']:8.1f} us {c.get('fraction_of_copy', 0):5.3f}"
             f"  graph {g['us']:8.1f} us {g.get('fraction_of_copy', 0):5.3f}")
     if "deepgemm_fp8_us" in e:
         p = e["deepgemm_fp8_us"]
@@ -317,6 +364,34 @@ def bench_line(e: dict) -> str:
     if "torch_path" in e:
         text += f"  | torch path {e['torch_path']['us']:.0f} us"
     return text
+
+
+def precompile(jobs: list[tuple[Spec, dict | None]], say=print) -> None:
+    """Render every (spec, tuning) serially, then NVRTC-compile the cache misses in threads."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .compile import compile_rendered
+    from .render import render_reader
+    from .runtime import check_arch, device_info
+
+    t0 = time.perf_counter()
+    info = device_info()
+    cap = tuple(int(x) for x in info["capability"].split("."))
+    rendered = [(render_reader(s, tune=t), check_arch(cap, list(s.targets), variant=s.name)) for s, t in jobs]
+
+    def one(job):
+        try:
+            compile_rendered(job[0], job[1], progress=None)
+            return None
+        except Exception as e:  # noqa: BLE001 - reported again by the case that needs it
+            return f"{job[0].uri}: {e}"[:300]
+
+    with ThreadPoolExecutor(max_workers=16) as ex:
+        errors = [e for e in ex.map(one, rendered) if e]
+    say(f"precompiled {len(rendered)} readers in {time.perf_counter() - t0:.1f} s ({len(errors)} failed)")
+    for e in errors[:5]:
+        say(f"  {e}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -331,19 +406,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--tunes", default="[null]", help="JSON list of tunings (null: the default) to compare")
     a = ap.parse_args(argv)
     from .gputest import expand
     from .indexer import readable
 
     specs = [s for s in expand(a.paths) if readable(s)]
+    tunes = tuple(json.loads(a.tunes))
+    samples = sample_readable(a.sample, a.seed) if a.mode == "test" and a.sample else []
+    precompile([(s, t) for s in specs for t in tunes] + [(s, None) for s in samples])
     if a.mode == "test":
         res = test_specs(specs, seed=a.seed)
-        res += test_specs(sample_readable(a.sample, a.seed), seed=a.seed, quick=True) if a.sample else []
+        res += test_specs(samples, seed=a.seed, quick=True)
+        for tune in (t for t in tunes if t):  # each alternative on one ragged MTP case per variant
+            res += test_specs(specs, seed=a.seed, tune=tune, cases=(3,))
         out = {"results": [r.to_json() for r in res]}
         ok = all(r.ok for r in res)
         print(f"{sum(r.ok for r in res)} passed, {sum(not r.ok for r in res)} failed")
     else:
-        out = bench_specs(specs)
+        out = bench_specs(specs, tunes=tunes)
         ok = all("error" not in e for e in out["results"])
     if a.json:
         a.json.write_text(json.dumps(out, indent=1, default=str))

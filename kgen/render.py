@@ -253,20 +253,21 @@ def render_variant(spec: Spec) -> RenderedVariant:
                            name_expression=name_expression(uri))
 
 
-def _reader_files(spec: Spec, lay: L.Layout, values: dict) -> dict[str, str]:
+def _reader_files(spec: Spec, lay: L.Layout, values: dict, tune: dict | None = None) -> dict[str, str]:
     uri = spec.name
     kabi = A.KERNELS[READER]
     rv = dict(values, name_expression=reader_name_expression(uri), abi=abi_values(kabi),
               kernel_parameter=kabi.cxx_parameter(f"kgen_reader::{uri}"),
-              constants=[{"name": k, "value": v} for k, v in L.reader_constants(lay).items()])
+              constants=[{"name": k, "value": v} for k, v in L.reader_constants(lay, tune).items()])
     return {f"{uri}/logits_config.cuh": _render("variant/logits_config.cuh.j2", **rv),
             f"{uri}/{READER}.cu": _render("variant/indexer_logits.cu.j2", **rv)}
 
 
-def render_reader(spec: Spec, *, force: bool = False) -> RenderedVariant:
+def render_reader(spec: Spec, *, force: bool = False, tune: dict | None = None) -> RenderedVariant:
     """The files NVRTC compiles for the reader of `spec` (the writer's config + the reader's config +
     its instantiation). Raises KgenError when the reader cannot read the spec, unless `force`
-    (tests: the kernel's [reader-*] twins must then reject it)."""
+    (tests: the kernel's [reader-*] twins must then reject it). `tune`: layout.READER_TUNING_DEFAULTS
+    overrides (the bench's comparisons)."""
     from .indexer import reader_problems
 
     problems = reader_problems(spec)
@@ -280,7 +281,8 @@ def render_reader(spec: Spec, *, force: bool = False) -> RenderedVariant:
     values = dict(uri=uri, description=_one_line(spec.description), input_dtype=spec.input_dtype,
                   constants=constants, name_expression=name_expression(uri), kernel=KERNEL,
                   abi=abi_values(kabi), kernel_parameter=kabi.cxx_parameter(f"kgen_cfg::{uri}"))
-    files = {f"{uri}/config.cuh": _render("variant/config.cuh.j2", **values), **_reader_files(spec, lay, values)}
+    files = {f"{uri}/config.cuh": _render("variant/config.cuh.j2", **values),
+             **_reader_files(spec, lay, values, tune)}
     return RenderedVariant(uri=reader_uri(uri), files=files, kernel_file=f"{uri}/{READER}.cu",
                            name_expression=reader_name_expression(uri), kernel=READER)
 

@@ -16,9 +16,9 @@ SHIM = ROOT / "tests" / "reader_shim"
 WRITER_SHIM = ROOT / "tests" / "cpu_shim"
 
 
-def build(spec: Spec, work: Path, *, sanitize: bool = False) -> Path:
+def build(spec: Spec, work: Path, *, sanitize: bool = False, tune: dict | None = None) -> Path:
     work.mkdir(parents=True, exist_ok=True)
-    rv = render_reader(spec)
+    rv = render_reader(spec, tune=tune)
     for rel, text in rv.files.items():
         (work / Path(rel).name).write_text(text)
     exe = work / "run_reader"
@@ -32,15 +32,14 @@ def build(spec: Spec, work: Path, *, sanitize: bool = False) -> Path:
     return exe
 
 
-def launch(spec: Spec, exe: Path, work: Path, args: tuple, *, sm_count: int = 4):
+def launch(spec: Spec, exe: Path, work: Path, args: tuple, *, sm_count: int = 4, check_bounds: bool = True):
     """The kernel's logits for `args` (kgen.reader_check.make_case's tuple, CPU tensors)."""
     import torch
 
     from kgen import indexer
     from kgen import layout as L
-    from kgen.abi import cpu_launch_files
 
-    a = indexer.check(spec, *args, require_cuda=False, check_bounds=True)
+    a = indexer.check(spec, *args, require_cuda=False, check_bounds=check_bounds)
     grid, threads, smem, _ = L.reader_launch(spec, a.dims["B"], a.dims["next_n"], a.dims["max_seq_len"], sm_count)
     data = {k: t.contiguous().view(torch.uint8).numpy().tobytes() for k, t in a.tensors.items() if t is not None}
     d = work / "launch"

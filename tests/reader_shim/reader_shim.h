@@ -73,6 +73,32 @@ inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0
   for (int e = 0; e < 4; ++e) d[e] = out[e];
 }
 
+inline float f16_value(uint32_t bits16) {
+  _Float16 h;
+  const unsigned short b = static_cast<unsigned short>(bits16 & 0xffffu);
+  std::memcpy(&h, &b, 2);
+  return static_cast<float>(h);
+}
+
+// PTX m16n8k16 .f16: the .bf16 layouts
+inline void mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  MmaTable* t = publish(a, b0, b1);
+  const int lane = static_cast<int>(tl_thread.x & 31u);
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    const int r = (lane / 4) + 8 * (e / 2), n = 2 * (lane % 4) + e % 2;
+    float acc = d[e];
+    for (int k = 0; k < 16; ++k) {
+      const uint32_t aw = t->regs[4 * (r % 8) + (k % 8) / 2][(k / 8) * 2 + r / 8];
+      const uint32_t bw = t->regs[4 * n + (k % 8) / 2][4 + k / 8];
+      acc += f16_value(aw >> (16 * (k % 2))) * f16_value(bw >> (16 * (k % 2)));
+    }
+    out[e] = acc;
+  }
+  t->bar.arrive_and_wait();
+  for (int e = 0; e < 4; ++e) d[e] = out[e];
+}
+
 // PTX m16n8k32 .e4m3: A row r, col k: lane 4*(r%8) + (k%16)/4, reg (k/16)*2 + r/8, byte k%4.
 // B row k, col n: lane 4*n + (k%16)/4, reg k/16, byte k%4. D as above.
 inline void mma_m16n8k32_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -93,6 +119,20 @@ inline void mma_m16n8k32_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0
   for (int e = 0; e < 4; ++e) d[e] = out[e];
 }
 }  // namespace kgen_cpu
+
+// cuda_fp8.h: two e4m3 (the low byte first) to two fp16, exactly
+typedef unsigned short __nv_fp8x2_storage_t;
+struct __half2_raw { unsigned short x, y; };
+inline unsigned short kgen_e4m3_to_f16_bits(unsigned code) {
+  const float v = kgen_cpu::e4m3_value(code);
+  const _Float16 h = static_cast<_Float16>(v);  // exact: every e4m3 value is an fp16
+  unsigned short b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+inline __half2_raw __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t x, __nv_fp8_interpretation_t) {
+  return {kgen_e4m3_to_f16_bits(x & 0xffu), kgen_e4m3_to_f16_bits((x >> 8) & 0xffu)};
+}
 
 #define gridDim (kgen_cpu::tl_grid)
 #define blockDim (kgen_cpu::tl_block_dim)

@@ -5,8 +5,9 @@
 //                               = -inf                                                         (otherwise)
 //
 // key(b, s) is token s % page_size of page block_table[b, s / page_size], dequantized: bf16 as
-// stored; fp8 e4m3 codes times the token's scale (scale > 0, so it is applied after the relu, once per
-// key); fp4 e2m1 codes times their ue8m0 block scale, widened to bf16 in registers (exact).
+// stored; fp8 e4m3 codes (widened to f16 in registers, exactly, as is an fp8 q) times the token's scale
+// (scale > 0, so it is applied after the relu, once per key); fp4 e2m1 codes times their ue8m0 block
+// scale, widened to bf16 in registers (exact). Products are exact, sums fp32 (mma.sync m16n8k16).
 // Visibility (MTP, next_n query tokens per sequence, the engines' rule): key s is visible to token t
 // iff s < seq_lens[b] - next_n + 1 + t. A visible key whose page index lies outside [0, num_pages)
 // or whose table column lies outside [0, max_pages) is not read: its logit is NaN (the op's
@@ -26,9 +27,8 @@
 //
 // Fragment mapping (layout.py's comment): lane (gid = lane / 4, tig = lane % 4) owns chunk tig of
 // every 64-B group of a row; mma k-step j of group g takes the lane's values [j * E, (j + 1) * E)
-// of that chunk (E = 4 bf16, 8 fp8) as k = {2tig, 2tig+1, 2tig+8, 2tig+9} (k16) or
-// {4tig..4tig+3, 4tig+16..4tig+19} (k32) -- for A and B alike, so every product pairs the same
-// dimension of q and key.
+// of that chunk (E = 4 values, widened to the 16-bit operand) as k = {2tig, 2tig+1, 2tig+8, 2tig+9}
+// of mma m16n8k16 -- for A and B alike, so every product pairs the same dimension of q and key.
 #pragma once
 
 #include "checks.cuh"
@@ -42,14 +42,17 @@ namespace kgen {
 
 namespace reader {
 
-constexpr long long kChunkBytes = 16, kGroupBytes = 64, kStepQBytes = 8, kSmemBytes = 48 * 1024;
+constexpr long long kChunkBytes = 16, kGroupBytes = 64, kSmemBytes = 48 * 1024;
 constexpr long long kMaxGroupsInFlight = 4;
 
 KGEN_HD constexpr long long bits_of(Dtype d) {
   return d == Dtype::bf16 || d == Dtype::fp16 ? 16 : d == Dtype::fp8_e4m3 ? 8 : d == Dtype::fp4_e2m1 ? 4 : 0;
 }
+// the q the caller passes (fp4 keys: bf16), and the 16-bit tensor-core operand both are widened to
 KGEN_HD constexpr Dtype q_dtype(Dtype key) { return key == Dtype::fp4_e2m1 ? Dtype::bf16 : key; }
 KGEN_HD constexpr long long q_bytes(Dtype key) { return bits_of(q_dtype(key)) / 8; }
+KGEN_HD constexpr Dtype operand(Dtype key) { return key == Dtype::fp8_e4m3 ? Dtype::fp16 : Dtype::bf16; }
+constexpr long long kStepElems = 4, kOperandBytes = 2;
 KGEN_HD constexpr long long min2(long long a, long long b) { return a < b ? a : b; }
 
 // What the reader can score (kgen/indexer.py's support check, twinned).
@@ -78,22 +81,24 @@ template <class C> KGEN_HD constexpr bool layout_agrees() {
 
 // The reader's own constants, re-derived.
 template <class C> KGEN_HD constexpr bool constants_agree() {
-  const long long qb = q_bytes(C::kStoreDtype);
   const long long chunk_elems = kChunkBytes * 8 / bits_of(C::kStoreDtype);
-  const long long step_elems = kStepQBytes / qb;
+  const long long step_elems = kStepElems;
   const long long groups = C::kRowBytes / kGroupBytes;
-  const long long token_bytes = C::kReaderHeads * C::kHeadDim * qb + 4 * C::kReaderHeads;
+  const long long token_bytes = C::kReaderHeads * C::kHeadDim * kOperandBytes + 4 * C::kReaderHeads;
   long long vec = 0;
   for (long long v = 4; v <= 16; v *= 2) {
     if (C::kPageBytes % v == 0 && C::kRowBytes % v == 0) vec = v;
   }
-  return C::kReaderHeads == 64 && C::kReaderMmaK == (qb == 1 ? 32 : 16) && C::kReaderChunkElems == chunk_elems &&
+  return C::kReaderHeads == 64 && C::kReaderMmaK == 16 && C::kReaderChunkElems == chunk_elems &&
          C::kReaderStepElems == step_elems && C::kReaderStepsPerChunk == chunk_elems / step_elems &&
          C::kReaderGroups == groups && C::kReaderSteps * C::kReaderMmaK == C::kHeadDim &&
          C::kReaderSteps == groups * (chunk_elems / step_elems) &&
          C::kReaderGroupsInFlight == min2(groups, kMaxGroupsInFlight) && C::kReaderKeyVectorBytes == vec &&
          C::kReaderQTokenBytes == token_bytes && C::kReaderTokensPerCta == min2(8, kSmemBytes / token_bytes) &&
          C::kReaderWarps >= 1 && C::kReaderWarps <= 32 && C::kReaderWarpKeys == 32 &&
+         (C::kReaderPrefetch == 0 || C::kReaderPrefetch == 1) && C::kReaderMinBlocks >= 0 &&
+         C::kReaderHeadPasses >= 1 && (C::kReaderHeads / 8) % C::kReaderHeadPasses == 0 &&
+         C::kReaderMinBlocks * C::kReaderWarps <= 64 &&
          (C::kScaleKind == ScaleKind::none || C::kScaleRegionOffset % C::kScaleUnit == 0);
 }
 
@@ -118,7 +123,7 @@ template <class C> struct TwinsIf<false, C> { using type = NoTwins; };
 
 namespace detail {
 
-// D += A * B on the tensor cores (fragment layouts of PTX mma.m16n8k16 / m16n8k32). Under the CPU
+// D += A * B on the tensor cores (fragment layouts of PTX mma.m16n8k16). Under the CPU
 // emulation of the kernel (tests/reader_shim, KGEN_CPU_SHIM) a software mma with the same layouts.
 __device__ __forceinline__ void mma_k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 #if defined(KGEN_CPU_SHIM)
@@ -132,29 +137,35 @@ __device__ __forceinline__ void mma_k16_bf16(float (&d)[4], const uint32_t (&a)[
 #endif
 }
 
-__device__ __forceinline__ void mma_k32_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_k16_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 #if defined(KGEN_CPU_SHIM)
-  kgen_cpu::mma_m16n8k32_e4m3(d, a, b0, b1);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  kgen_cpu::mma_m16n8k16_f16(d, a, b0, b1);
+#else
   asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  __trap();  // fp8 mma needs sm_89+ (the arch check refuses older GPUs before any launch)
 #endif
 }
 
-// Two e2m1 codes (the low nibble is the even element) times 2^(e - 127), as a bf16x2 word: the
+// Two e4m3 codes (the low byte is the first) as an f16x2 word, exactly (cvt.rn.f16x2.e4m3x2).
+__device__ __forceinline__ uint32_t e4m3x2_f16(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+// Two e2m1 codes (the low nibble is the even element) times 2^(e - 127) (`scale`), as a bf16x2 word: the
 // product of a code value (at most 3 significant bits) and a power of two is exact in bf16 (ue8m0 and
-// bf16 share fp32's exponent range; the scale 2^128 of byte 255 is not a number: inf/NaN as fp32).
+// bf16 share fp32's exponent range; byte 255, not a number, gives NaN). Twice the code magnitudes
+// {0, 1, 2, 3, 4, 6, 8, 12} are the nibbles of 0xC8643210: no table in memory.
+__device__ __forceinline__ float e2m1_value(uint32_t code, float half_scale) {
+  const float twice = static_cast<float>((0xC8643210u >> ((code & 7u) * 4u)) & 15u);
+  return (code & 8u ? -twice : twice) * half_scale;
+}
 __device__ __forceinline__ uint32_t e2m1x2_bf16(uint32_t byte, float scale) {
-  constexpr float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const uint32_t lo = byte & 0xfu, hi = (byte >> 4) & 0xfu;
-  const float vlo = (lo & 8u ? -kValues[lo & 7u] : kValues[lo & 7u]) * scale;
-  const float vhi = (hi & 8u ? -kValues[hi & 7u] : kValues[hi & 7u]) * scale;
-  return num::bf16_bits(vlo) | (num::bf16_bits(vhi) << 16);
+  const float half_scale = scale * 0.5f;
+  return num::bf16_bits(e2m1_value(byte, half_scale)) | (num::bf16_bits(e2m1_value(byte >> 4, half_scale)) << 16);
 }
 
 template <int Bytes>
@@ -197,10 +208,14 @@ struct IndexerLogits {
   static constexpr long long kRowBytes = C::kRowBytes;
   static constexpr long long kPageBytes = C::kPageBytes;
   static constexpr int kPageShift = static_cast<int>(C::kPageShift);
+  static constexpr bool kPrefetch = C::kReaderPrefetch != 0;  // the next tile's rows during this one's mma
+  // the heads in passes of kNTP n8 tiles: fewer accumulator registers, the key rows reused
+  static constexpr int kNTP = kNT / static_cast<int>(C::kReaderHeadPasses);
 
   static_assert(H % 8 == 0 && kMT >= 1 && kWarpKeys % 16 == 0, "tile shape");
   static_assert(kStepsPerChunk * kStepElems == kChunkElems, "a chunk feeds whole steps");
-  static_assert(kQSlots * 8 == H * C::kHeadDim * kQBytes, "q fragment slots cover q exactly");
+  static_assert(kQSlots * 8 == H * C::kHeadDim * reader::kOperandBytes, "q fragment slots cover q exactly");
+  static_assert(kQSlots % (kWarps * 32) == 0, "q staging: whole rounds of the CTA's threads");
 
   // Element (of q's head_dim) that lane tig's 8-B step piece starts at, for k-step s.
   __device__ static __forceinline__ int q_element(int s, int tig) {
@@ -212,7 +227,14 @@ struct IndexerLogits {
   __device__ static __forceinline__ void a_regs(const uint4 (&ch)[kRows], int mt, int j, const float (&fp4s)[kRows],
                                                 uint32_t (&a)[4]) {
     const uint4 lo = ch[2 * mt], hi = ch[2 * mt + 1];
-    if constexpr (kFp4) {
+    if constexpr (kFp8) {
+      // step j takes elements [4j, 4j + 4) of the chunk: word j, widened to two f16x2 words
+      const uint32_t wlo = (&lo.x)[j], whi = (&hi.x)[j];
+      a[0] = e4m3x2_f16(wlo);
+      a[2] = e4m3x2_f16(wlo >> 16);
+      a[1] = e4m3x2_f16(whi);
+      a[3] = e4m3x2_f16(whi >> 16);
+    } else if constexpr (kFp4) {
       // step j takes elements [4j, 4j + 4) of the chunk: bytes 2j and 2j + 1
       const uint32_t wlo = (&lo.x)[j / 2] >> (16 * (j % 2)), whi = (&hi.x)[j / 2] >> (16 * (j % 2));
       a[0] = e2m1x2_bf16(wlo & 0xffu, fp4s[2 * mt]);
@@ -230,7 +252,7 @@ struct IndexerLogits {
 
   __device__ static __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint2 b) {
     if constexpr (kFp8) {
-      mma_k32_e4m3(d, a, b.x, b.y);
+      mma_k16_f16(d, a, b.x, b.y);
     } else {
       mma_k16_bf16(d, a, b.x, b.y);
     }
@@ -247,6 +269,64 @@ struct IndexerLogits {
   __device__ static __forceinline__ float exp2_biased(uint32_t e) {
     if (e == 255u) return __uint_as_float(0x7fc00000u);
     return e == 0u ? __uint_as_float(0x00400000u) : __uint_as_float(e << 23);
+  }
+
+  // Where the rows of one warp tile live: per loaded row r (key k0 + 8r + gid) its page (null: not
+  // read) and slot, whether its page is outside the table/cache, and the lane's own key (row tig).
+  struct Tile {
+    const uint8_t* pagep[kRows];
+    int slot[kRows];
+    bool bad[kRows];
+    int my_key;
+  };
+  // What a tile's rows hold: the lane's chunks, fp4 block scales, and its own key's scale.
+  struct Rows {
+    uint4 ch[kInFlight][kRows];
+    float fp4s[kInFlight][kRows];
+    float my_scale;
+  };
+
+  __device__ static __forceinline__ Tile locate(const typename C::Params& p, const int* table, int k0,
+                                                int visible_end, int key_end, int gid, int tig) {
+    Tile t;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int key = k0 + 8 * r + gid;
+      t.pagep[r] = nullptr;
+      t.slot[r] = key & static_cast<int>(C::kPageSize - 1);
+      t.bad[r] = false;
+      if (key < visible_end && key < key_end) {
+        const int col = key >> kPageShift;
+        const int page = col < p.max_pages ? __ldg(table + col) : -1;
+        if (page >= 0 && page < p.num_pages) {
+          t.pagep[r] = p.cache + static_cast<long long>(page) * kPageBytes;
+        } else {
+          t.bad[r] = true;
+        }
+      }
+    }
+    t.my_key = k0 + 8 * tig + gid;
+    return t;
+  }
+
+  __device__ static __forceinline__ void fetch(const Tile& t, int g0, int tig, Rows& rows) {
+    load_groups(t.pagep, t.slot, g0, tig, rows.ch, rows.fp4s);
+    rows.my_scale = 1.0f;
+    if constexpr (kScaled && !kFp4) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (r == tig && t.pagep[r] != nullptr) {
+          rows.my_scale = dequant_scale(t.pagep[r] + C::kScaleRegionOffset + t.slot[r] * C::kScaleStride);
+        }
+      }
+    }
+  }
+
+  __device__ static __forceinline__ bool my_bad(const Tile& t, int tig) {
+    bool bad = false;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) bad = r == tig ? t.bad[r] : bad;
+    return bad;
   }
 
   __device__ static void run(const typename C::Params& p) {
@@ -266,90 +346,106 @@ struct IndexerLogits {
     uint2* qs = reinterpret_cast<uint2*>(smem);
     float* ws = reinterpret_cast<float*>(smem + static_cast<size_t>(ntok) * kQSlots * 8);
 
-    // stage q (fragment order) and weights of this CTA's tokens
-    const long long q_token0 = static_cast<long long>(b) * p.next_n + t0;
-    for (int i = threadIdx.x; i < ntok * kQSlots; i += blockDim.x) {
-      const int t = i / kQSlots, r = i % kQSlots;
-      const int l = r % 32, n = (r / 32) % kNT, s = r / (32 * kNT);
-      const int head = 8 * n + l / 4;
-      const long long off = ((q_token0 + t) * H + head) * C::kHeadDim + q_element(s, l % 4);
-      qs[i] = __ldg(reinterpret_cast<const uint2*>(p.q + off * kQBytes));
-    }
-    for (int i = threadIdx.x; i < ntok * H; i += blockDim.x) ws[i] = __ldg(p.weights + q_token0 * H + i);
-    __syncthreads();
-
     const int seq_len = __ldg(p.seq_lens + b);
     const int* table = p.block_table + static_cast<long long>(b) * p.max_pages;
     // the last key any of this CTA's tokens can see
     const int visible_end = seq_len - p.next_n + t0 + ntok;
+    int k0 = static_cast<int>(key0) + warp * kWarpKeys;
 
-    for (int k0 = static_cast<int>(key0) + warp * kWarpKeys; k0 < key_end; k0 += kWarps * kWarpKeys) {
-      // per loaded row r (key k0 + 8r + gid): its page (null: not read) and slot
-      const uint8_t* pagep[kRows];
-      int slot[kRows];
-      bool bad[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int key = k0 + 8 * r + gid;
-        pagep[r] = nullptr;
-        slot[r] = key & static_cast<int>(C::kPageSize - 1);
-        bad[r] = false;
-        if (key < visible_end && key < key_end) {
-          const int col = key >> kPageShift;
-          const int page = col < p.max_pages ? __ldg(table + col) : -1;
-          if (page >= 0 && page < p.num_pages) {
-            pagep[r] = p.cache + static_cast<long long>(page) * kPageBytes;
-          } else {
-            bad[r] = true;
-          }
-        }
-      }
-      // the key this lane writes: row tig (key k0 + 8 tig + gid), and its scale
-      const int my_key = k0 + 8 * tig + gid;
-      float my_scale = 1.0f;
-      bool my_bad = false;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if (r == tig) {
-          my_bad = bad[r];
-          if constexpr (kScaled && !kFp4) {
-            if (pagep[r] != nullptr) my_scale = dequant_scale(pagep[r] + C::kScaleRegionOffset + slot[r] * C::kScaleStride);
-          }
-        }
-      }
+    // the first tile's rows are requested before q is staged: the two latencies overlap
+    Tile tile = locate(p, table, k0, visible_end, key_end, gid, tig);
+    Rows rows;
+    if constexpr (kBatches == 1) fetch(tile, 0, tig, rows);
 
-      if constexpr (kBatches == 1) {
-        uint4 ch[kInFlight][kRows];
-        float fp4s[kInFlight][kRows];
-        load_groups(pagep, slot, 0, tig, ch, fp4s);
-        for (int t = 0; t < ntok; ++t) {
-          float acc[kMT][kNT][4];
-          zero(acc);
-          compute_groups(ch, fp4s, 0, qs + t * kQSlots, lane, acc);
-          epilogue(p, acc, ws + t * H, b, t0 + t, seq_len, my_key, my_scale, my_bad, key_end, tig);
-        }
-      } else {
-        for (int t = 0; t < ntok; ++t) {
-          float acc[kMT][kNT][4];
-          zero(acc);
+    // stage q (fragment order, as the 16-bit operand) and weights of this CTA's tokens: each thread
+    // issues a round of loads before it stores any (one latency per round, not per load)
+    const long long q_token0 = static_cast<long long>(b) * p.next_n + t0;
+    constexpr int kThreads = kWarps * 32, kPer = kQSlots / kThreads, kRound = kPer < 8 ? kPer : 8;
 #pragma unroll 1
-          for (int gb = 0; gb < kBatches; ++gb) {
-            uint4 ch[kInFlight][kRows];
-            float fp4s[kInFlight][kRows];
-            load_groups(pagep, slot, gb * kInFlight, tig, ch, fp4s);
-            compute_groups(ch, fp4s, gb * kInFlight, qs + t * kQSlots, lane, acc);
+    for (int t = 0; t < ntok; ++t) {
+#pragma unroll 1
+      for (int i0 = 0; i0 < kPer; i0 += kRound) {
+        uint2 piece[kRound];
+#pragma unroll
+        for (int u = 0; u < kRound; ++u) {
+          const int r = (i0 + u) * kThreads + static_cast<int>(threadIdx.x);
+          const int l = r % 32, n = (r / 32) % kNT, s = r / (32 * kNT);
+          const long long off = ((q_token0 + t) * H + 8 * n + l / 4) * C::kHeadDim + q_element(s, l % 4);
+          if constexpr (kFp8) {  // 4 e4m3 of q -> 4 f16
+            piece[u].x = __ldg(reinterpret_cast<const unsigned int*>(p.q + off));
+          } else {
+            piece[u] = __ldg(reinterpret_cast<const uint2*>(p.q + off * kQBytes));
           }
-          epilogue(p, acc, ws + t * H, b, t0 + t, seq_len, my_key, my_scale, my_bad, key_end, tig);
+        }
+#pragma unroll
+        for (int u = 0; u < kRound; ++u) {
+          const int r = (i0 + u) * kThreads + static_cast<int>(threadIdx.x);
+          if constexpr (kFp8) piece[u] = make_uint2(e4m3x2_f16(piece[u].x), e4m3x2_f16(piece[u].x >> 16));
+          qs[t * kQSlots + r] = piece[u];
         }
       }
     }
+    for (int i = threadIdx.x; i < ntok * H; i += blockDim.x) ws[i] = __ldg(p.weights + q_token0 * H + i);
+    __syncthreads();
+
+#pragma unroll 1
+    for (; k0 < key_end; k0 += kStep) {
+      // the next tile's pages now (and with kPrefetch its rows): in flight while this one computes
+      const Tile next = locate(p, table, k0 + kStep, visible_end, key_end, gid, tig);
+      const bool bad = my_bad(tile, tig);
+      if constexpr (kBatches == 1) {
+        Rows ahead;
+        if constexpr (kPrefetch) fetch(next, 0, tig, ahead);
+#pragma unroll 1
+        for (int t = 0; t < ntok; ++t) {
+          float v[kRows] = {};
+          // a tile none of whose keys token t sees costs no mma (its logits are -inf)
+          const int passes = k0 < seq_len - p.next_n + 1 + t0 + t ? kNT : 0;
+#pragma unroll 1
+          for (int n0 = 0; n0 < passes; n0 += kNTP) {
+            float acc[kMT][kNTP][4];
+            zero(acc);
+            compute_groups(rows.ch, rows.fp4s, 0, qs + t * kQSlots, n0, lane, acc);
+            accumulate(acc, ws + t * H, n0, tig, v);
+          }
+          finish(p, v, b, t0 + t, seq_len, tile.my_key, rows.my_scale, bad, key_end, tig);
+        }
+        if constexpr (kPrefetch) {
+          rows = ahead;
+        } else {
+          fetch(next, 0, tig, rows);
+        }
+      } else {
+#pragma unroll 1
+        for (int t = 0; t < ntok; ++t) {
+          float v[kRows] = {};
+          float my_scale = 1.0f;
+          const int passes = k0 < seq_len - p.next_n + 1 + t0 + t ? kNT : 0;
+#pragma unroll 1
+          for (int n0 = 0; n0 < passes; n0 += kNTP) {
+            float acc[kMT][kNTP][4];
+            zero(acc);
+#pragma unroll 1
+            for (int gb = 0; gb < kBatches; ++gb) {
+              Rows part;
+              fetch(tile, gb * kInFlight, tig, part);
+              compute_groups(part.ch, part.fp4s, gb * kInFlight, qs + t * kQSlots, n0, lane, acc);
+              my_scale = part.my_scale;
+            }
+            accumulate(acc, ws + t * H, n0, tig, v);
+          }
+          finish(p, v, b, t0 + t, seq_len, tile.my_key, my_scale, bad, key_end, tig);
+        }
+      }
+      tile = next;
+    }
   }
 
-  __device__ static __forceinline__ void zero(float (&acc)[kMT][kNT][4]) {
+  __device__ static __forceinline__ void zero(float (&acc)[kMT][kNTP][4]) {
 #pragma unroll
     for (int m = 0; m < kMT; ++m)
 #pragma unroll
-      for (int n = 0; n < kNT; ++n)
+      for (int n = 0; n < kNTP; ++n)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
   }
@@ -380,7 +476,8 @@ struct IndexerLogits {
 
   __device__ static __forceinline__ void compute_groups(const uint4 (&ch)[kInFlight][kRows],
                                                         const float (&fp4s)[kInFlight][kRows], int g0,
-                                                        const uint2* qt, int lane, float (&acc)[kMT][kNT][4]) {
+                                                        const uint2* qt, int n0, int lane,
+                                                        float (&acc)[kMT][kNTP][4]) {
 #pragma unroll
     for (int gg = 0; gg < kInFlight; ++gg) {
       if (g0 + gg >= kGroups) break;
@@ -391,8 +488,8 @@ struct IndexerLogits {
 #pragma unroll
         for (int m = 0; m < kMT; ++m) a_regs(ch[gg], m, j, fp4s[gg], a[m]);
 #pragma unroll
-        for (int n = 0; n < kNT; ++n) {
-          const uint2 bq = qt[(s * kNT + n) * 32 + lane];
+        for (int n = 0; n < kNTP; ++n) {
+          const uint2 bq = qt[(s * kNT + n0 + n) * 32 + lane];
 #pragma unroll
           for (int m = 0; m < kMT; ++m) mma(acc[m][n], a[m], bq);
         }
@@ -400,16 +497,12 @@ struct IndexerLogits {
     }
   }
 
-  __device__ static __forceinline__ void epilogue(const typename C::Params& p, const float (&acc)[kMT][kNT][4],
-                                                  const float* wt, int b, int t, int seq_len, int my_key,
-                                                  float my_scale, bool my_bad, int key_end, int tig) {
-    // per lane: rows (m, half) -> sum over its heads 8n + 2tig + {0, 1} of w * relu(dot)
-    float v[kRows];
+  // v[r] += sum over the lane's heads 8n + 2tig + {0, 1} (n in this pass) of w * relu(dot), row r
+  __device__ static __forceinline__ void accumulate(const float (&acc)[kMT][kNTP][4], const float* wt, int n0,
+                                                    int tig, float (&v)[kRows]) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) v[r] = 0.0f;
-#pragma unroll
-    for (int n = 0; n < kNT; ++n) {
-      const float2 w = *reinterpret_cast<const float2*>(wt + 8 * n + 2 * tig);
+    for (int n = 0; n < kNTP; ++n) {
+      const float2 w = *reinterpret_cast<const float2*>(wt + 8 * (n0 + n) + 2 * tig);
 #pragma unroll
       for (int m = 0; m < kMT; ++m) {
         v[2 * m] = fmaf(w.x, fmaxf(acc[m][n][0], 0.0f), v[2 * m]);
@@ -418,7 +511,13 @@ struct IndexerLogits {
         v[2 * m + 1] = fmaf(w.y, fmaxf(acc[m][n][3], 0.0f), v[2 * m + 1]);
       }
     }
-    // sum over the quad's lanes; lane tig keeps row tig (key 8 tig + gid)
+  }
+
+  // the quad's lanes sum their heads; lane tig stores row tig (key 8 tig + gid): a warp's 32 stores
+  // are the tile's 32 consecutive logits
+  __device__ static __forceinline__ void finish(const typename C::Params& p, const float (&v)[kRows], int b, int t,
+                                                int seq_len, int my_key, float my_scale, bool my_bad, int key_end,
+                                                int tig) {
     float mine = 0.0f;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -427,7 +526,7 @@ struct IndexerLogits {
       x += __shfl_xor_sync(num::kFullMask, x, 2);
       if (r == tig) mine = x;
     }
-    if (tig < kRows && my_key < key_end) {
+    if (my_key < key_end) {
       const bool visible = my_key < seq_len - p.next_n + 1 + t;
       const float out = !visible ? -__int_as_float(0x7f800000) : my_bad ? __int_as_float(0x7fc00000) : mine * my_scale;
       p.logits[(static_cast<long long>(b) * p.next_n + t) * p.max_seq_len + my_key] = out;
@@ -438,7 +537,7 @@ struct IndexerLogits {
 }  // namespace detail
 
 template <class C>
-__global__ void __launch_bounds__(C::kReaderWarps * 32) indexer_logits(const __grid_constant__ typename C::Params p) {
+__global__ void __launch_bounds__(C::kReaderWarps * 32, C::kReaderMinBlocks) indexer_logits(const __grid_constant__ typename C::Params p) {
   // the writer's rule twins first (a spec no rule accepts has no layout to read), then the reader's
   static_assert(sizeof(rules::Twins<C>) > 0, "instantiates the rule twins");
   static_assert(sizeof(typename reader::TwinsIf<rules::Twins<C>::run, C>::type) > 0, "the reader's twins");

@@ -1,0 +1,287 @@
+"""The read side on the CPU: kgen::indexer_logits renders and NVRTC-compiles for sm_90a, its
+static_assert twins fire (unreadable spec, tampered byte constants, writer rules first), the ABI table
+and the launch split, the argument checks (each names its argument, before any launch), and the real
+kernel source run by the CPU emulation (tests/reader_shim) against kgen.score's Torch path."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kgen import indexer  # noqa: E402
+from kgen import layout as L  # noqa: E402
+from kgen import reader_check as rc  # noqa: E402
+from kgen.abi import INDEXER_LOGITS, ArgumentError  # noqa: E402
+from kgen.diagnostics import KgenError  # noqa: E402
+from kgen.reference import load_spec  # noqa: E402
+from kgen.render import render_reader, render_variant  # noqa: E402
+from kgen.score import indexer_logits_torch  # noqa: E402
+from kgen.spec import Spec  # noqa: E402
+from strategies import ROOT  # noqa: E402
+
+SPECS = ROOT / "specs"
+INDEXER = {"fp8": "dsv4/indexer_fp8.yaml", "fp4": "dsv4/indexer_fp4.yaml", "bf16": "indexer_bf16.yaml",
+           "dsv32": "dsv32_indexer.yaml"}
+ASSERT_RE = re.compile(r'static assertion failed with "\[([a-z0-9-]+)\]')
+
+
+def spec_of(key: str) -> Spec:
+    return load_spec(SPECS / INDEXER[key])
+
+
+def with_(spec: Spec, **fields) -> Spec:
+    """spec with nested fields replaced, e.g. with_(s, store={"rope_dtype": "bf16"})."""
+    data = spec.model_dump()
+    for k, v in fields.items():
+        data[k] = {**data[k], **v} if isinstance(v, dict) else v
+    return Spec.model_validate(data)
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory):
+    from kgen.cache import Cache
+
+    return Cache(tmp_path_factory.mktemp("reader-cache"))
+
+
+def compile_log(rv, cache) -> tuple[object, str]:
+    from kgen.compile import CompileError, compile_rendered
+
+    try:
+        k = compile_rendered(rv, "sm_90a", cache=cache, progress=None)
+        return k, k.log
+    except CompileError as e:
+        return None, e.log
+
+
+# ---------------------------------------------------------------------------------------------
+# support, render, compile
+
+
+def test_shipped_indexer_variants_are_readable_and_latent_packed_is_not():
+    for key in INDEXER:
+        assert indexer.reader_problems(spec_of(key)) == [], key
+    packed = load_spec(SPECS / "dsv4/latent_fp8_p64.yaml")
+    problems = indexer.reader_problems(packed)
+    assert any("kept RoPE span" in p for p in problems)
+    assert not indexer.readable(with_(spec_of("fp8"), store={"block": 32}))  # 4 fp8 scales per key
+    assert not indexer.readable(with_(spec_of("bf16"), store={"dtype": "fp16"}))
+
+
+def test_render_variant_adds_the_reader_files_only_for_readable_specs():
+    files = render_variant(spec_of("fp8")).files
+    assert {"dsv4_indexer_fp8/logits_config.cuh", "dsv4_indexer_fp8/indexer_logits.cu"} <= set(files)
+    packed = render_variant(load_spec(SPECS / "dsv4/latent_fp8_p64.yaml")).files
+    assert not any("logits" in k for k in packed)
+    with pytest.raises(KgenError, match="indexer_logits cannot read"):
+        render_reader(load_spec(SPECS / "dsv4/latent_fp8_p64.yaml"))
+
+
+def test_reader_config_is_the_writers_config_plus_reader_constants():
+    spec = spec_of("fp8")
+    rv = render_reader(spec)
+    cfg = rv.files["dsv4_indexer_fp8/logits_config.cuh"]
+    assert '#include "config.cuh"' in cfg and "struct dsv4_indexer_fp8 : kgen_cfg::dsv4_indexer_fp8" in cfg
+    for name, value in L.reader_constants(L.compute(spec)).items():
+        assert f"static constexpr long long {name} = {value};" in cfg
+    assert f"sizeof(dsv4_indexer_fp8::Params) == {INDEXER_LOGITS.size}" in cfg
+    # the byte constants come from the writer's config, rendered once
+    assert rv.files["dsv4_indexer_fp8/config.cuh"] == render_variant(spec).files["dsv4_indexer_fp8/config.cuh"]
+    assert rv.kernel == "indexer_logits" and rv.name_expression == "kgen::indexer_logits<kgen_reader::dsv4_indexer_fp8>"
+
+
+@pytest.mark.parametrize("key", sorted(INDEXER))
+def test_shipped_reader_compiles_for_sm90a_without_spills(key, cache):
+    k, log = compile_log(render_reader(spec_of(key)), cache)
+    assert k is not None, log[-3000:]
+    assert k.spill_bytes == 0 and 0 < k.registers <= 255, log
+
+
+def test_reader_support_twin_fires_for_an_unreadable_spec(cache):
+    k, log = compile_log(render_reader(load_spec(SPECS / "dsv4/latent_fp8_p64.yaml"), force=True), cache)
+    assert k is None
+    assert ASSERT_RE.findall(log) == ["reader-support"], log[-2000:]
+
+
+@pytest.mark.parametrize("file,old,new,rule", [
+    ("config.cuh", "kPageBytes = 8448;", "kPageBytes = 8464;", "reader-layout"),  # the writer's constant
+    ("config.cuh", "kScaleStride = 4;", "kScaleStride = 8;", "reader-layout"),
+    ("logits_config.cuh", "kReaderGroups = 2;", "kReaderGroups = 3;", "reader-constants"),
+    ("logits_config.cuh", "kReaderKeyVectorBytes = 16;", "kReaderKeyVectorBytes = 8;", "reader-constants"),
+])
+def test_reader_twins_fire_for_a_tampered_byte_constant(file, old, new, rule, cache):
+    rv = render_reader(spec_of("fp8"))
+    key = f"dsv4_indexer_fp8/{file}"
+    assert old in rv.files[key]
+    files = {**rv.files, key: rv.files[key].replace(old, new)}
+    k, log = compile_log(replace(rv, files=files), cache)
+    assert k is None
+    assert rule in ASSERT_RE.findall(log), log[-2000:]
+
+
+def test_writer_rule_twins_fire_first_under_no_validate(cache):
+    # scale_stride 2 breaks rule scale-stride (not a multiple of the 4-B scale); rendered without validation
+    bad = with_(spec_of("fp8"), layout={"scale_stride": 2})
+    k, log = compile_log(render_reader(bad, force=True), cache)
+    assert k is None
+    ids = set(ASSERT_RE.findall(log))
+    assert "scale-stride" in ids and not any(i.startswith("reader-") for i in ids), ids
+
+
+# ---------------------------------------------------------------------------------------------
+# ABI table and launch split
+
+
+def test_abi_table_packs_the_struct_the_config_asserts():
+    names = [f.name for f in INDEXER_LOGITS.fields]
+    assert names == ["q", "weights", "cache", "block_table", "seq_lens", "logits", "num_pages", "batch",
+                     "next_n", "max_pages", "max_seq_len"]
+    assert INDEXER_LOGITS.size == 6 * 8 + 8 + 4 * 4
+    values = tuple(range(1, 12))
+    assert INDEXER_LOGITS.unpack(INDEXER_LOGITS.pack(values)) == dict(zip(names, values))
+    from kgen.abi import KERNELS
+
+    assert KERNELS["indexer_logits"] is INDEXER_LOGITS
+
+
+@pytest.mark.parametrize("B,next_n,keys", [(1, 1, 4096), (1, 1, 65536), (32, 1, 4096), (128, 1, 65536),
+                                           (3, 7, 1000), (2, 2, 1), (1, 1, 0)])
+def test_reader_launch_covers_every_logit(B, next_n, keys):
+    spec = spec_of("bf16")
+    (gx, gy, gz), threads, smem, per = L.reader_launch(spec, B, next_n, keys, 132)
+    step = L.READER_WARPS * L.READER_WARP_KEYS
+    assert threads == L.reader_threads() and per % step == 0
+    # the kernel derives its slice as ceil(keys / gx) rounded up to whole iterations: it must cover
+    kernel_per = -(-(-(-keys // gx)) // step) * step
+    assert gx * kernel_per >= keys and kernel_per <= per
+    tpc = L.reader_tokens_per_cta(spec)
+    assert gy == B and gz == -(-next_n // tpc) and smem == min(tpc, next_n) * L.reader_q_token_bytes(spec)
+    assert smem <= L.READER_SMEM_BYTES
+    if (B, keys) == (1, 4096):
+        assert gx >= 32  # a short context is split over many SMs
+
+
+# ---------------------------------------------------------------------------------------------
+# argument checks: metadata only, before any launch, each naming its argument
+
+
+def _case(key="fp8", lens=(5, 70), next_n=1):
+    spec = spec_of(key)
+    return spec, list(rc.make_case(spec, list(lens), next_n=next_n, device="cpu", seed=1))
+
+
+@pytest.mark.parametrize("arg,bad,message", [
+    ("q", lambda a: a[0].to(torch.bfloat16), r"^q: expected float8_e4m3fn \[B, next_n, 64, 128\], got bfloat16"),
+    ("weights", lambda a: a[1][:1], r"^weights: expected float32 \[B \* next_n, H\]"),
+    ("cache", lambda a: torch.zeros(4, 8192, dtype=torch.uint8), r"^cache: expected uint8 \[num_pages, 8448\]"),
+    ("block_table", lambda a: a[3].long(), r"^block_table: expected int32"),
+    ("seq_lens", lambda a: a[4][:1], r"^seq_lens: expected int32 \[B\]"),
+])
+def test_bad_arguments_are_named(arg, bad, message):
+    spec, args = _case()
+    i = ["q", "weights", "cache", "block_table", "seq_lens"].index(arg)
+    args[i] = bad(args)
+    with pytest.raises(ArgumentError, match=message):
+        indexer.check(spec, *args, require_cuda=False)
+
+
+def test_values_are_checked_with_check_bounds():
+    spec, args = _case()
+    args[4] = torch.tensor([5, 10_000], dtype=torch.int32)
+    with pytest.raises(ArgumentError, match=r"^seq_lens: seq_lens\[1\] = 10000 is outside"):
+        indexer.check(spec, *args, require_cuda=False, check_bounds=True)
+    spec, args = _case()
+    args[3][1, 0] = 10_000
+    with pytest.raises(ArgumentError, match=r"^block_table: block_table\[1, 0\] = 10000 is outside"):
+        indexer.check(spec, *args, require_cuda=False, check_bounds=True)
+    indexer.check(spec, *args, require_cuda=False)  # values are not read without check_bounds
+
+
+def test_cpu_tensors_and_unreadable_variants_are_refused_before_any_launch():
+    spec, args = _case()
+    with pytest.raises(ArgumentError, match=r"^q: expected a CUDA tensor"):
+        indexer.check(spec, *args)
+    packed = load_spec(SPECS / "dsv4/latent_fp8_p64.yaml")
+    with pytest.raises(ArgumentError, match=r"^variant: indexer_logits cannot read dsv4_latent_fp8_p64"):
+        indexer.check(packed, *args, require_cuda=False)
+
+
+def test_abi_check_wants_64_heads_and_the_layouts_q_dtype():
+    spec, args = _case()
+    args[0], args[1] = args[0][:, :, :32].contiguous(), args[1][:, :32].contiguous()  # 32 heads: the Torch path takes it
+    with pytest.raises(ArgumentError, match=r"^q: expected float8_e4m3fn \[B, next_n, 64, 128\], got float8_e4m3fn \[2, 1, 32, 128\]"):
+        indexer.check(spec, *args, require_cuda=False)
+    spec, args = _case("bf16")
+    a = indexer.check(spec, *args, require_cuda=False)
+    assert a.scalars == {"num_pages": args[2].shape[0], "batch": 2, "next_n": 1, "max_pages": args[3].shape[1],
+                         "max_seq_len": args[5]}
+    # fp4 keys are multiplied with a bf16 q
+    spec4, args4 = _case("fp4")
+    assert args4[0].dtype == torch.bfloat16
+    indexer.check(spec4, *args4, require_cuda=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# the real kernel source on the CPU (tests/reader_shim) against the Torch path
+
+
+def emulate(spec: Spec, lens: list[int], next_n: int, tmp: Path, *, tune=None, sanitize=False, table_fix=None):
+    import reader_emulate as E
+
+    args = list(rc.make_case(spec, lens, next_n=next_n, device="cpu", seed=7))
+    if table_fix:
+        table_fix(args)
+    exe = E.build(spec, tmp, tune=tune, sanitize=sanitize)
+    got, _ = E.launch(spec, exe, tmp, tuple(args), check_bounds=table_fix is None)
+    return got, args
+
+
+@pytest.mark.parametrize("key,lens,next_n,tune", [
+    ("fp8", [1, 63, 64, 65, 300], 1, None),
+    ("fp8", [2, 130, 700], 2, {"kReaderPrefetch": 0, "kReaderHeadPasses": 1}),
+    ("bf16", [1, 64, 257], 3, None),
+    ("fp4", [1, 65, 400], 1, None),
+    ("dsv32", [5, 129], 2, {"kReaderHeadPasses": 4, "kReaderMinBlocks": 3}),
+])
+def test_kernel_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, tmp_path):
+    spec = spec_of(key)
+    got, args = emulate(spec, lens, next_n, tmp_path, tune=tune)
+    want = indexer_logits_torch(spec, *args, accum=torch.float64)
+    r = rc.compare(spec.name, "emulated", got, want)
+    assert r.ok, r
+    assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
+
+
+def test_kernel_source_on_cpu_for_random_readable_specs(tmp_path):
+    specs = rc.sample_readable(3, seed=5)
+    assert len(specs) == 3
+    for i, spec in enumerate(specs):
+        got, args = emulate(spec, [3, spec.layout.page_size + 1, 200], 2, tmp_path / str(i))
+        want = indexer_logits_torch(spec, *args, accum=torch.float64)
+        r = rc.compare(spec.name, "emulated", got, want)
+        assert r.ok, (spec.model_dump(), r)
+
+
+def test_kernel_reads_nothing_outside_the_cache_under_asan(tmp_path):
+    """A visible key whose table entry lies outside the cache is not read: its logit is NaN (ASan
+    would report a read outside the buffers), every other logit as the Torch path."""
+    spec = spec_of("fp8")
+
+    def corrupt(args):
+        args[3][1, 1] = 10 ** 6  # page 1 of sequence 1 (keys 64..127)
+
+    got, args = emulate(spec, [70, 150], 1, tmp_path, sanitize=True, table_fix=corrupt)
+    assert torch.isnan(got[1, 64:128]).all() and not torch.isnan(got[1, :64]).any()
+    fixed = [a.clone() if hasattr(a, "clone") else a for a in args]
+    fixed[3][1, 1] = fixed[3][0, 0]  # any valid page: only the NaN columns differ
+    want = indexer_logits_torch(spec, *fixed, accum=torch.float64)
+    keep = torch.ones_like(got, dtype=torch.bool)
+    keep[1, 64:128] = False
+    assert torch.isneginf(got[~torch.isfinite(want) & keep]).all()
+    assert torch.allclose(got[keep & torch.isfinite(want)], want[keep & torch.isfinite(want)].float(), rtol=1e-5,
+                          atol=1e-5)
