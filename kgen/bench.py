@@ -623,6 +623,11 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
         failed = True
         _say("kgen bench: interrupted")
     data["compile_seconds_spent"] = round(cstate.spent, 1)
+    if not data.get("interrupted"):  # the read side: indexer_logits on every variant it reads
+        from .reader_check import bench_readers
+
+        data["reader"] = bench_readers(specs, timer, data["copy"], say=_say)
+        failed = failed or any("error" in e for e in data["reader"]["results"])
     if json_file is not None:
         write_json_atomic(json_file, data)
     print(summary_table(data))

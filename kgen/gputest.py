@@ -88,10 +88,14 @@ def test_command(paths: list[Path], tokens: list[int] | None, as_json: bool = Fa
     except KeyboardInterrupt:  # timeout -s INT: report what ran
         interrupted = True
         _say(f"kgen test: interrupted after {len(results)}/{len(cases)} case(s)")
-    ok = all(c.ok for c in results) and len(results) == len(cases)
+    # the read side: indexer_logits on every variant it reads (kgen.reader_check)
+    from .reader_check import test_readers
+
+    reader = [] if interrupted else test_readers(specs, sampled, seed=seed, say=_say)
+    ok = all(c.ok for c in results) and len(results) == len(cases) and all(r.ok for r in reader)
     if as_json:
         out = {"device": dev, "ok": ok, "interrupted": interrupted, "cases": len(cases),
-               "results": [c.to_json() for c in results],
+               "results": [c.to_json() for c in results], "reader": [r.to_json() for r in reader],
                "samples": [s.model_dump(mode="json") for s in sampled]}
         print(json.dumps(out, indent=2))
     else:

@@ -327,13 +327,40 @@ def _line(r: LogitsResult) -> str:
             f" (near-ties {r.near_ties}) rows {r.rows_compared}" + (f"  {r.reason}" if r.reason else ""))
 
 
+def test_readers(specs: list[Spec], sampled: list[Spec], *, seed: int = 0, say=print) -> list[LogitsResult]:
+    """`kgen test`'s read side: every correctness case of each readable variant given, two cases of each
+    readable sampled spec."""
+    from .indexer import readable
+
+    mine = [s for s in specs if readable(s)]
+    samples = [s for s in sampled if readable(s)]
+    if not mine and not samples:
+        return []
+    say(f"kgen test: indexer_logits on {len(mine)} variant(s) and {len(samples)} sampled spec(s)")
+    precompile([(s, None) for s in mine + samples], say=say)
+    res = test_specs(mine, seed=seed, say=say) + test_specs(samples, seed=seed, quick=True, say=say)
+    say(f"kgen test: indexer_logits {sum(r.ok for r in res)}/{len(res)} case(s) ok")
+    return res
+
+
+def bench_readers(specs: list[Spec], timer, copy: dict, *, say=print) -> dict:
+    """`kgen bench`'s read side: BENCH_SHAPES for each readable variant given (the Torch path beside fp8)."""
+    from .indexer import readable
+
+    mine = [s for s in specs if readable(s)]
+    if not mine:
+        return {"results": []}
+    precompile([(s, None) for s in mine], say=say)
+    return bench_specs(mine, timer=timer, copy=copy, say=say)
+
+
 def bench_specs(specs: list[Spec], shapes=BENCH_SHAPES, *, torch_path_shapes=((1, 65536), (32, 65536)),
-                say=print, tunes: tuple = (None,)) -> dict:
+                say=print, tunes: tuple = (None,), timer=None, copy: dict | None = None) -> dict:
     torch = _torch()
     from .bench import Timer, copy_bandwidth
 
-    timer = Timer(torch)
-    copy = copy_bandwidth(torch, timer)
+    timer = timer or Timer(torch)
+    copy = copy or copy_bandwidth(torch, timer)
     say(f"copy {copy['gbps']:.0f} GB/s")
     data = {"copy": copy, "byte_model": BYTE_MODEL, "results": []}
     for spec in specs:
