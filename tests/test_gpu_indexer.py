@@ -1,0 +1,70 @@
+"""The read side on a GPU (skipped without one): kgen::indexer_logits against kgen.score's Torch path
+for the shipped indexer variants (kgen.reader_check's comparison: error <= 1e-3 of max |logit|, -inf
+exactly where the Torch path has it, top-512 sets equal but for near-ties), under CUDA-graph capture,
+and through torch.ops.kgen.indexer_logits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kgen import reader_check as rc  # noqa: E402
+from kgen.reference import load_spec  # noqa: E402
+from strategies import ROOT  # noqa: E402
+
+from kgen.runtime import gpu_problem  # noqa: E402
+
+REASON = gpu_problem()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"needs a CUDA GPU: {REASON}")]
+SPECS = ROOT / "specs"
+INDEXER = ["dsv4/indexer_fp8.yaml", "dsv4/indexer_fp4.yaml", "indexer_bf16.yaml", "dsv32_indexer.yaml"]
+
+
+@pytest.mark.parametrize("path", INDEXER)
+@pytest.mark.parametrize("case", [0, 3])
+def test_kernel_matches_the_torch_path(path, case):
+    spec = load_spec(SPECS / path)
+    lens, next_n = rc.correctness_cases(spec)[case]
+    r = rc.run_case(spec, lens, next_n=next_n)
+    assert r.ok, r
+
+
+def test_prepared_launch_replays_in_a_cuda_graph():
+    from kgen.indexer import prepare
+    from kgen.score import indexer_logits_torch
+
+    spec = load_spec(SPECS / "dsv4/indexer_fp8.yaml")
+    args = rc.make_case(spec, [100, 5000, 64], next_n=2, seed=3)
+    launch, out = prepare(spec, *args)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        launch()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=side):
+        launch()
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    r = rc.compare(spec.name, "graph", out, indexer_logits_torch(spec, *args, accum=torch.float64))
+    assert r.ok, r
+
+
+def test_torch_op_runs_the_kernel_on_cuda_tensors():
+    import kgen.indexer as I
+    import kgen.ops  # noqa: F401 - registers the ops
+
+    if not hasattr(torch.ops.kgen, "indexer_logits") or not I.register_cuda_impl():
+        pytest.skip("torch.ops.kgen.indexer_logits is not defined by kgen.ops yet")
+    spec_path = str(SPECS / "indexer_bf16.yaml")
+    spec = load_spec(spec_path)
+    args = rc.make_case(spec, [1, 65, 3000], seed=4)
+    got = torch.ops.kgen.indexer_logits(spec_path, *args)
+    from kgen.score import indexer_logits_torch
+
+    r = rc.compare(spec.name, "op", got, indexer_logits_torch(spec, *args, accum=torch.float64))
+    assert r.ok, r
