@@ -276,7 +276,6 @@ def bench_case(torch, timer, spec: Spec, batch: int, keys: int, copy_gbps: float
 
         out[0]["torch_path"] = _with_bw(timer.cold(lambda: indexer_logits_torch(spec, *args), warmup=1, lo=3, hi=3),
                                         nbytes, copy_gbps)
-    del args
     return out
 
 
@@ -383,11 +382,13 @@ def bench_line(e: dict) -> str:
     c, g = e["cold"], e["graph"]
     tune = e.get("tune", "default")
     tune = tune if isinstance(tune, str) else ",".join(f"{k.removeprefix('kReader')}={v}" for k, v in tune.items())
-    text = (f"{e['variant']:18s} {tune:30s} {e['batch']:4d} x {e['keys']:6d}  cold {c['us']:8.1f} us {c.get('fraction_of_copy', 0):5.3f}"
+    text = (f"{e['variant']:18s} {tune:30s} {e['batch']:4d} x {e['keys']:6d}"
+            f"  cold {c['us']:8.1f} us {c.get('fraction_of_copy', 0):5.3f}"
             f"  graph {g['us']:8.1f} us {g.get('fraction_of_copy', 0):5.3f}")
     if "deepgemm_fp8_us" in e:
         p = e["deepgemm_fp8_us"]
-        text += f"  | DeepGEMM fp8 {p['cold']:.1f} / {p['graph']:.1f} us: x{p['cold'] / c['us']:.2f} / x{p['graph'] / g['us']:.2f}"
+        text += (f"  | DeepGEMM fp8 {p['cold']:.1f} / {p['graph']:.1f} us:"
+                 f" x{p['cold'] / c['us']:.2f} / x{p['graph'] / g['us']:.2f}")
     if "torch_path" in e:
         text += f"  | torch path {e['torch_path']['us']:.0f} us"
     return text
@@ -428,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
     ap = argparse.ArgumentParser(prog="python -m kgen.reader_check")
-    ap.add_argument("mode", choices=["test", "bench"])
+    ap.add_argument("mode", choices=["test", "bench", "profile"])
+    ap.add_argument("--shapes", default="1x4096,32x65536", help="profile: B x keys, one launch each (for ncu)")
     ap.add_argument("paths", nargs="*", type=Path)
     ap.add_argument("--sample", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
@@ -450,6 +452,19 @@ def main(argv: list[str] | None = None) -> int:
         out = {"results": [r.to_json() for r in res]}
         ok = all(r.ok for r in res)
         print(f"{sum(r.ok for r in res)} passed, {sum(not r.ok for r in res)} failed")
+    elif a.mode == "profile":  # one launch per (variant, shape), after a warm-up launch, for ncu -c
+        torch = _torch()
+        out, ok = {"profiled": []}, True
+        for spec in specs:
+            for shape in a.shapes.split(","):
+                b, k = (int(x) for x in shape.split("x"))
+                args = make_case(spec, [k] * b, extra_pages=0, max_seq_len=k)
+                launch, _ = launcher(spec, args)
+                torch.cuda.synchronize()
+                launch()
+                torch.cuda.synchronize()
+                out["profiled"].append(f"{spec.name} {b}x{k}")
+                print(f"profiled {spec.name} {b} x {k}")
     else:
         out = bench_specs(specs, tunes=tunes)
         ok = all("error" not in e for e in out["results"])

@@ -5,8 +5,6 @@ and through torch.ops.kgen.indexer_logits."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")

@@ -143,7 +143,7 @@ def test_abi_table_packs_the_struct_the_config_asserts():
                      "next_n", "max_pages", "max_seq_len"]
     assert INDEXER_LOGITS.size == 6 * 8 + 8 + 4 * 4
     values = tuple(range(1, 12))
-    assert INDEXER_LOGITS.unpack(INDEXER_LOGITS.pack(values)) == dict(zip(names, values))
+    assert INDEXER_LOGITS.unpack(INDEXER_LOGITS.pack(values)) == dict(zip(names, values, strict=True))
     from kgen.abi import KERNELS
 
     assert KERNELS["indexer_logits"] is INDEXER_LOGITS
@@ -157,7 +157,8 @@ def test_reader_launch_covers_every_logit(B, next_n, keys):
     step = L.READER_WARPS * L.READER_WARP_KEYS
     assert threads == L.reader_threads() and per % step == 0
     # the kernel derives its slice as ceil(keys / gx) rounded up to whole iterations: it must cover
-    kernel_per = -(-(-(-keys // gx)) // step) * step
+    per_cta = -(-keys // gx)
+    kernel_per = -(-per_cta // step) * step
     assert gx * kernel_per >= keys and kernel_per <= per
     tpc = L.reader_tokens_per_cta(spec)
     assert gy == B and gz == -(-next_n // tpc) and smem == min(tpc, next_n) * L.reader_q_token_bytes(spec)
@@ -213,8 +214,10 @@ def test_cpu_tensors_and_unreadable_variants_are_refused_before_any_launch():
 
 def test_abi_check_wants_64_heads_and_the_layouts_q_dtype():
     spec, args = _case()
-    args[0], args[1] = args[0][:, :, :32].contiguous(), args[1][:, :32].contiguous()  # 32 heads: the Torch path takes it
-    with pytest.raises(ArgumentError, match=r"^q: expected float8_e4m3fn \[B, next_n, 64, 128\], got float8_e4m3fn \[2, 1, 32, 128\]"):
+    # 32 heads: the Torch path takes them, the kernel does not
+    args[0], args[1] = args[0][:, :, :32].contiguous(), args[1][:, :32].contiguous()
+    want = r"^q: expected float8_e4m3fn \[B, next_n, 64, 128\], got float8_e4m3fn \[2, 1, 32, 128\]"
+    with pytest.raises(ArgumentError, match=want):
         indexer.check(spec, *args, require_cuda=False)
     spec, args = _case("bf16")
     a = indexer.check(spec, *args, require_cuda=False)
