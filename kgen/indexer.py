@@ -133,9 +133,10 @@ def cuda_impl(variant: str, q, weights, cache, block_table, seq_lens, max_seq_le
 
 def register_cuda_impl() -> bool:
     """Register `cuda_impl` for torch.ops.kgen.indexer_logits once kgen.ops defines the op (True if done)."""
-    try:
-        from .ops import implement
-    except ImportError:
+    from . import ops
+
+    implement = getattr(ops, "implement", None)
+    if implement is None:
         return False
     implement("indexer_logits", "cuda", cuda_impl)
     return True

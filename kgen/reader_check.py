@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from . import layout as L
 from .spec import Spec
@@ -80,7 +81,10 @@ def write_pages(spec: Spec, num_pages: int, *, seed: int, device: str = "cuda", 
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.input_dtype]
     D = spec.head_dim
     x = (3 * torch.randn(n, D, generator=g)).to(device=device, dtype=dt)
-    weight = bias = freqs = positions = None
+    weight: Any = None
+    bias: Any = None
+    freqs: Any = None
+    positions: Any = None
     if spec.norm.kind != "none":
         weight = (1 + 0.1 * torch.randn(D, generator=g)).to(device=device, dtype=dt)
     if spec.norm.kind == "layernorm":
@@ -361,7 +365,7 @@ def bench_specs(specs: list[Spec], shapes=BENCH_SHAPES, *, torch_path_shapes=((1
     timer = timer or Timer(torch)
     copy = copy or copy_bandwidth(torch, timer)
     say(f"copy {copy['gbps']:.0f} GB/s")
-    data = {"copy": copy, "byte_model": BYTE_MODEL, "results": []}
+    data: dict[str, Any] = {"copy": copy, "byte_model": BYTE_MODEL, "results": []}
     for spec in specs:
         for b, k in shapes:
             try:
@@ -405,7 +409,8 @@ def precompile(jobs: list[tuple[Spec, dict | None]], say=print) -> None:
 
     t0 = time.perf_counter()
     info = device_info()
-    cap = tuple(int(x) for x in info["capability"].split("."))
+    major, minor = (int(x) for x in info["capability"].split("."))
+    cap = (major, minor)
     rendered = [(render_reader(s, tune=t), check_arch(cap, list(s.targets), variant=s.name)) for s, t in jobs]
 
     def one(job):
@@ -449,12 +454,13 @@ def main(argv: list[str] | None = None) -> int:
         res += test_specs(samples, seed=a.seed, quick=True)
         for tune in (t for t in tunes if t):  # each alternative on one ragged MTP case per variant
             res += test_specs(specs, seed=a.seed, tune=tune, cases=(3,))
-        out = {"results": [r.to_json() for r in res]}
+        out: dict[str, Any] = {"results": [r.to_json() for r in res]}
         ok = all(r.ok for r in res)
         print(f"{sum(r.ok for r in res)} passed, {sum(not r.ok for r in res)} failed")
     elif a.mode == "profile":  # one launch per (variant, shape), after a warm-up launch, for ncu -c
         torch = _torch()
-        out, ok = {"profiled": []}, True
+        profiled: list[str] = []
+        out, ok = {"profiled": profiled}, True
         for spec in specs:
             for shape in a.shapes.split(","):
                 b, k = (int(x) for x in shape.split("x"))
@@ -463,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.synchronize()
                 launch()
                 torch.cuda.synchronize()
-                out["profiled"].append(f"{spec.name} {b}x{k}")
+                profiled.append(f"{spec.name} {b}x{k}")
                 print(f"profiled {spec.name} {b} x {k}")
     else:
         out = bench_specs(specs, tunes=tunes)

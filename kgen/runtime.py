@@ -258,7 +258,7 @@ class LoadedKernel:
             return getattr(self.compiled, "registers", None)
 
 
-_by_spec: dict[tuple[str, int], LoadedKernel] = {}
+_by_spec: dict[tuple[str, int, str], LoadedKernel] = {}  # (spec, device, kernel)
 _by_uri: dict[tuple[str, str, int, str], LoadedKernel] = {}  # (uri, arch, device, sha256 of the cubin)
 _lock = threading.Lock()
 

@@ -11,9 +11,8 @@ torch = pytest.importorskip("torch")
 
 from kgen import reader_check as rc  # noqa: E402
 from kgen.reference import load_spec  # noqa: E402
-from strategies import ROOT  # noqa: E402
-
 from kgen.runtime import gpu_problem  # noqa: E402
+from strategies import ROOT  # noqa: E402
 
 REASON = gpu_problem()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"needs a CUDA GPU: {REASON}")]
