@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kgen.diagnostics import KgenError
+from kgen.indexer import readable
 from kgen.load import load_document
 from kgen.render import (
     RenderedVariant,
@@ -179,7 +180,8 @@ def test_render_variant_api():
         assert rv.uri == spec.name
         assert rv.kernel_file == f"{spec.name}/kernel.cu" and rv.kernel_file in rv.files
         assert rv.name_expression == f"kgen::norm_rope_store<kgen_cfg::{spec.name}>"
-        assert set(rv.files) == {f"{spec.name}/{f}" for f in ("config.cuh", "kernel.cu", "host.h", "host.py")}
+        reader = ("logits_config.cuh", "indexer_logits.cu") if readable(spec) else ()  # the read side (docs/ops.md)
+        assert set(rv.files) == {f"{spec.name}/{f}" for f in ("config.cuh", "kernel.cu", "host.h", "host.py", *reader)}
         cu, cfg = rv.files[rv.kernel_file], rv.files[f"{spec.name}/config.cuh"]
         # FlashInfer's split: the config header holds the struct, the .cu only includes it and
         # instantiates the kernel once
