@@ -503,7 +503,7 @@ INDEXER_LOGITS = KernelAbi(
     doc="sum_h w * relu(q_h . key) over a paged key cache read in place (the read side)",
     fields=(
         Tensor("q", "uint8_t", _reader_q_dtype, lambda s, lay: ("B", "next_n", READER_HEADS, s.head_dim),
-               "[B, next_n, heads, head_dim] (bf16 keys: bf16; fp8 keys: fp8 e4m3; fp4 keys: bf16)",
+               "[B, next_n, heads, head_dim]: fp8 e4m3 for fp8 keys, else bf16",
                lambda s, lay, d: f"[B, next_n, {READER_HEADS}, {s.head_dim}]"),
         Tensor("weights", "float", lambda s: "float32", lambda s, lay: ("rows", READER_HEADS),
                "[B * next_n, heads]", lambda s, lay, d: f"[B * next_n, {READER_HEADS}]"),

@@ -472,10 +472,10 @@ READER_MMA_K = 16  # every key dtype is multiplied as a 16-bit operand: mma.sync
 READER_OPERAND_BYTES = 2
 # dtype of q the caller passes, by key dtype
 READER_Q_DTYPE = {"bf16": "bf16", "fp8_e4m3": "fp8_e4m3", "fp4_e2m1": "bf16"}
-# the tensor-core operand type keys and q are widened to (exactly: every e4m3 value is an fp16, every
-# e2m1 x ue8m0 value a bf16). fp8 runs as f16: sm_90 has no native mma.sync e4m3 (its compiler
-# widens every fragment per instruction); here each key fragment is widened once and used for all heads.
-READER_OPERAND = {"bf16": "bf16", "fp8_e4m3": "fp16", "fp4_e2m1": "bf16"}
+# Keys and q are widened to a 16-bit tensor-core operand, exactly: fp8 to f16 (every e4m3 value is an
+# fp16), fp4 to bf16 (every e2m1 x ue8m0 value is a bf16). fp8 does not use mma.sync e4m3: sm_90 has no
+# native one (its compiler widens every fragment per instruction); here each key fragment is widened
+# once and used for all heads.
 
 
 def reader_q_dtype(spec: Spec) -> str:

@@ -288,9 +288,9 @@ def bench_case(torch, timer, spec: Spec, batch: int, keys: int, copy_gbps: float
 
 
 def sample_readable(k: int, seed: int = 0) -> list[Spec]:
-    """K random specs the validator accepts and the reader can read (kgen.gputest's sampler)."""
-    from .gputest import sample_specs
+    """K random specs the validator accepts and the reader can read (kgen.sample's sampler)."""
     from .indexer import readable
+    from .sample import sample_specs
 
     out: list[Spec] = []
     n = 4 * k
@@ -403,9 +403,10 @@ def precompile(jobs: list[tuple[Spec, dict | None]], say=print) -> None:
     import time
     from concurrent.futures import ThreadPoolExecutor
 
+    from .arch import check as check_arch
     from .compile import compile_rendered
     from .render import render_reader
-    from .runtime import check_arch, device_info
+    from .runtime import device_info
 
     t0 = time.perf_counter()
     info = device_info()

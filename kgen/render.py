@@ -248,16 +248,17 @@ def render_variant(spec: Spec) -> RenderedVariant:
     from .indexer import readable
 
     if computed and readable(spec):
-        files.update(_reader_files(spec, lay, values))
+        files.update(_reader_files(spec, lay))
     return RenderedVariant(uri=uri, files=files, kernel_file=f"{uri}/kernel.cu",
                            name_expression=name_expression(uri))
 
 
-def _reader_files(spec: Spec, lay: L.Layout, values: dict, tune: dict | None = None) -> dict[str, str]:
+def _reader_files(spec: Spec, lay: L.Layout, tune: dict | None = None) -> dict[str, str]:
+    """The reader's config header and instantiation (beside the writer's config.cuh they include)."""
     uri = spec.name
     kabi = A.KERNELS[READER]
-    rv = dict(values, name_expression=reader_name_expression(uri), abi=abi_values(kabi),
-              kernel_parameter=kabi.cxx_parameter(f"kgen_reader::{uri}"),
+    rv = dict(uri=uri, description=_one_line(spec.description), name_expression=reader_name_expression(uri),
+              abi=abi_values(kabi), kernel=READER, kernel_parameter=kabi.cxx_parameter("KgenConfig"),
               constants=[{"name": k, "value": v} for k, v in L.reader_constants(lay, tune).items()])
     return {f"{uri}/logits_config.cuh": _render("variant/logits_config.cuh.j2", **rv),
             f"{uri}/{READER}.cu": _render("variant/indexer_logits.cu.j2", **rv)}
@@ -275,14 +276,12 @@ def render_reader(spec: Spec, *, force: bool = False, tune: dict | None = None) 
         raise KgenError([Problem("reader-support", f"indexer_logits cannot read {spec.name}: {p}",
                                  loc=("store",)) for p in problems])
     uri = spec.name
-    _check_identifier(uri, ("name",), "name")
-    constants, lay, computed = _constants(spec)
-    kabi = A.KERNELS[KERNEL]
-    values = dict(uri=uri, description=_one_line(spec.description), input_dtype=spec.input_dtype,
-                  constants=constants, name_expression=name_expression(uri), kernel=KERNEL,
-                  abi=abi_values(kabi), kernel_parameter=kabi.cxx_parameter(f"kgen_cfg::{uri}"))
-    files = {f"{uri}/config.cuh": _render("variant/config.cuh.j2", **values),
-             **_reader_files(spec, lay, values, tune)}
+    writer = render_variant(spec)  # the same config.cuh the writer compiles
+    try:
+        lay = L.compute(spec)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        lay = L.null_layout(spec)
+    files = {f"{uri}/config.cuh": writer.files[f"{uri}/config.cuh"], **_reader_files(spec, lay, tune)}
     return RenderedVariant(uri=reader_uri(uri), files=files, kernel_file=f"{uri}/{READER}.cu",
                            name_expression=reader_name_expression(uri), kernel=READER)
 

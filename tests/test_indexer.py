@@ -89,7 +89,7 @@ def test_reader_config_is_the_writers_config_plus_reader_constants():
     assert '#include "config.cuh"' in cfg and "struct dsv4_indexer_fp8 : kgen_cfg::dsv4_indexer_fp8" in cfg
     for name, value in L.reader_constants(L.compute(spec)).items():
         assert f"static constexpr long long {name} = {value};" in cfg
-    assert f"sizeof(dsv4_indexer_fp8::Params) == {INDEXER_LOGITS.size}" in cfg
+    assert f"static_assert(sizeof(Params) == {INDEXER_LOGITS.size}" in cfg
     # the byte constants come from the writer's config, rendered once
     assert rv.files["dsv4_indexer_fp8/config.cuh"] == render_variant(spec).files["dsv4_indexer_fp8/config.cuh"]
     assert rv.kernel == "indexer_logits" and rv.name_expression == "kgen::indexer_logits<kgen_reader::dsv4_indexer_fp8>"

@@ -3,4 +3,5 @@
 // Symbol: kgen::indexer_logits<kgen_reader::dsv4_indexer_fp8>
 #include "logits_config.cuh"
 
-template __global__ void kgen::indexer_logits<kgen_reader::dsv4_indexer_fp8>(const __grid_constant__ kgen_reader::dsv4_indexer_fp8::Params);
+using KgenConfig = kgen_reader::dsv4_indexer_fp8;
+template __global__ void kgen::indexer_logits<KgenConfig>(const __grid_constant__ KgenConfig::Params);

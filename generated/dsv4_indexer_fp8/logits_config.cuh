@@ -29,7 +29,7 @@ struct dsv4_indexer_fp8 : kgen_cfg::dsv4_indexer_fp8 {
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
   // describes it (ABI version 1) and packs the same bytes for every launch.
   struct Params {
-    const kgen::uint8_t* q;            // [B, next_n, heads, head_dim] (bf16 keys: bf16; fp8 keys: fp8 e4m3; fp4 keys: bf16)
+    const kgen::uint8_t* q;            // [B, next_n, heads, head_dim]: fp8 e4m3 for fp8 keys, else bf16
     const float* weights;              // [B * next_n, heads]
     const kgen::uint8_t* cache;        // [num_pages, page_bytes]
     const kgen::int32_t* block_table;  // [B, max_pages] page of key s: block_table[b, s / page_size]
@@ -42,20 +42,19 @@ struct dsv4_indexer_fp8 : kgen_cfg::dsv4_indexer_fp8 {
     kgen::int32_t max_seq_len;         // logits columns
   };
   static constexpr int kAbiVersion = 1;
+  // the struct kgen/abi.py packs, checked at compile time
+  static_assert(sizeof(Params) == 72, "kgen ABI v1: sizeof(Params)");
+  static_assert(__builtin_offsetof(Params, q) == 0, "kgen ABI v1: offset of q");
+  static_assert(__builtin_offsetof(Params, weights) == 8, "kgen ABI v1: offset of weights");
+  static_assert(__builtin_offsetof(Params, cache) == 16, "kgen ABI v1: offset of cache");
+  static_assert(__builtin_offsetof(Params, block_table) == 24, "kgen ABI v1: offset of block_table");
+  static_assert(__builtin_offsetof(Params, seq_lens) == 32, "kgen ABI v1: offset of seq_lens");
+  static_assert(__builtin_offsetof(Params, logits) == 40, "kgen ABI v1: offset of logits");
+  static_assert(__builtin_offsetof(Params, num_pages) == 48, "kgen ABI v1: offset of num_pages");
+  static_assert(__builtin_offsetof(Params, batch) == 56, "kgen ABI v1: offset of batch");
+  static_assert(__builtin_offsetof(Params, next_n) == 60, "kgen ABI v1: offset of next_n");
+  static_assert(__builtin_offsetof(Params, max_pages) == 64, "kgen ABI v1: offset of max_pages");
+  static_assert(__builtin_offsetof(Params, max_seq_len) == 68, "kgen ABI v1: offset of max_seq_len");
 };
-
-// the struct kgen/abi.py packs: checked here, at compile time
-static_assert(sizeof(dsv4_indexer_fp8::Params) == 72, "kgen ABI v1: sizeof(Params)");
-static_assert(__builtin_offsetof(dsv4_indexer_fp8::Params, q) == 0, "kgen ABI v1: offset of q");
-static_assert(__builtin_offsetof(dsv4_indexer_fp8::Params, weights) == 8, "kgen ABI v1: offset of weights");
-static_assert(__builtin_offsetof(dsv4_indexer_fp8::Params, cache) == 16, "kgen ABI v1: offset of cache");
-static_assert(__builtin_offsetof(dsv4_indexer_fp8::Params, block_table) == 24, "kgen ABI v1: offset of block_table");
-static_assert(__builtin_offsetof(dsv4_indexer_fp8::Params, seq_lens) == 32, "kgen ABI v1: offset of seq_lens");
-static_assert(__builtin_offsetof(dsv4_indexer_fp8::Params, logits) == 40, "kgen ABI v1: offset of logits");
-static_assert(__builtin_offsetof(dsv4_indexer_fp8::Params, num_pages) == 48, "kgen ABI v1: offset of num_pages");
-static_assert(__builtin_offsetof(dsv4_indexer_fp8::Params, batch) == 56, "kgen ABI v1: offset of batch");
-static_assert(__builtin_offsetof(dsv4_indexer_fp8::Params, next_n) == 60, "kgen ABI v1: offset of next_n");
-static_assert(__builtin_offsetof(dsv4_indexer_fp8::Params, max_pages) == 64, "kgen ABI v1: offset of max_pages");
-static_assert(__builtin_offsetof(dsv4_indexer_fp8::Params, max_seq_len) == 68, "kgen ABI v1: offset of max_seq_len");
 
 }  // namespace kgen_reader

@@ -48,10 +48,10 @@ constexpr long long kMaxGroupsInFlight = 4;
 KGEN_HD constexpr long long bits_of(Dtype d) {
   return d == Dtype::bf16 || d == Dtype::fp16 ? 16 : d == Dtype::fp8_e4m3 ? 8 : d == Dtype::fp4_e2m1 ? 4 : 0;
 }
-// the q the caller passes (fp4 keys: bf16), and the 16-bit tensor-core operand both are widened to
+// the q the caller passes (fp4 keys: bf16); q and keys are widened to a 16-bit tensor-core operand
+// (fp8: f16, else bf16)
 KGEN_HD constexpr Dtype q_dtype(Dtype key) { return key == Dtype::fp4_e2m1 ? Dtype::bf16 : key; }
 KGEN_HD constexpr long long q_bytes(Dtype key) { return bits_of(q_dtype(key)) / 8; }
-KGEN_HD constexpr Dtype operand(Dtype key) { return key == Dtype::fp8_e4m3 ? Dtype::fp16 : Dtype::bf16; }
 constexpr long long kStepElems = 4, kOperandBytes = 2;
 KGEN_HD constexpr long long min2(long long a, long long b) { return a < b ? a : b; }
 
