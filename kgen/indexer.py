@@ -121,22 +121,11 @@ def indexer_logits(variant, q, weights, cache, block_table, seq_lens, max_seq_le
 
 
 def cuda_impl(variant: str, q, weights, cache, block_table, seq_lens, max_seq_len: int):
-    """The CUDA implementation of `torch.ops.kgen.indexer_logits` (kgen.ops registers the op; the CPU
+    """The CUDA implementation of `torch.ops.kgen.indexer_logits` (kgen.ops registers it; the CPU
     implementation is kgen.score's Torch path): checks (metadata only: no sync, so CUDA graphs capture
     it), then the kernel on torch's current stream."""
-    from .ops import resolve_spec
+    from .ops import resolve
 
-    launch, out = prepare(resolve_spec(variant), q, weights, cache, block_table, seq_lens, max_seq_len)
+    launch, out = prepare(resolve(variant).spec, q, weights, cache, block_table, seq_lens, max_seq_len)
     launch()
     return out
-
-
-def register_cuda_impl() -> bool:
-    """Register `cuda_impl` for torch.ops.kgen.indexer_logits once kgen.ops defines the op (True if done)."""
-    from . import ops
-
-    implement = getattr(ops, "implement", None)
-    if implement is None:
-        return False
-    implement("indexer_logits", "cuda", cuda_impl)
-    return True

@@ -421,13 +421,19 @@ norm_rope_store_op = define_op("norm_rope_store", NORM_ROPE_STORE_SCHEMA, fake=_
                                cpu=_norm_rope_store_cpu, cuda=_norm_rope_store_cuda)
 
 
-# ---- indexer_logits: the read side (CPU = kgen.score's Torch path; the CUDA impl is the reader's) ----
+# ---- indexer_logits: the read side (CPU = kgen.score's Torch path; CUDA = kgen.indexer's kernel) ----
 
 
 def _indexer_logits_cpu(variant, q, weights, cache, block_table, seq_lens, max_seq_len):
     from .score import indexer_logits_torch
 
     return indexer_logits_torch(resolve(variant).spec, q, weights, cache, block_table, seq_lens, max_seq_len)
+
+
+def _indexer_logits_cuda(variant, q, weights, cache, block_table, seq_lens, max_seq_len):
+    from .indexer import cuda_impl  # the read side's kernel (kgen.indexer, docs/ops.md)
+
+    return cuda_impl(variant, q, weights, cache, block_table, seq_lens, max_seq_len)
 
 
 def _indexer_logits_fake(variant, q, weights, cache, block_table, seq_lens, max_seq_len):
@@ -440,7 +446,7 @@ def _indexer_logits_fake(variant, q, weights, cache, block_table, seq_lens, max_
 INDEXER_LOGITS_SCHEMA = ("(str variant, Tensor q, Tensor weights, Tensor cache, Tensor block_table, "
                          "Tensor seq_lens, int max_seq_len) -> Tensor")
 indexer_logits_op = define_op("indexer_logits", INDEXER_LOGITS_SCHEMA, fake=_indexer_logits_fake,
-                              cpu=_indexer_logits_cpu)
+                              cpu=_indexer_logits_cpu, cuda=_indexer_logits_cuda)
 
 
 # ---------------------------------------------------------------------------------------------
