@@ -42,19 +42,20 @@ struct dsv32_indexer_fp8 : kgen_cfg::dsv32_indexer_fp8 {
     kgen::int32_t max_seq_len;         // logits columns
   };
   static constexpr int kAbiVersion = 1;
-  // the struct kgen/abi.py packs, checked at compile time
+  // the struct kgen/abi.py packs, checked at compile time: member sizes in the table's order, with natural
+  // alignment, fix every offset (NVRTC 13.0, the H200 image's, has no __builtin_offsetof)
   static_assert(sizeof(Params) == 72, "kgen ABI v1: sizeof(Params)");
-  static_assert(__builtin_offsetof(Params, q) == 0, "kgen ABI v1: offset of q");
-  static_assert(__builtin_offsetof(Params, weights) == 8, "kgen ABI v1: offset of weights");
-  static_assert(__builtin_offsetof(Params, cache) == 16, "kgen ABI v1: offset of cache");
-  static_assert(__builtin_offsetof(Params, block_table) == 24, "kgen ABI v1: offset of block_table");
-  static_assert(__builtin_offsetof(Params, seq_lens) == 32, "kgen ABI v1: offset of seq_lens");
-  static_assert(__builtin_offsetof(Params, logits) == 40, "kgen ABI v1: offset of logits");
-  static_assert(__builtin_offsetof(Params, num_pages) == 48, "kgen ABI v1: offset of num_pages");
-  static_assert(__builtin_offsetof(Params, batch) == 56, "kgen ABI v1: offset of batch");
-  static_assert(__builtin_offsetof(Params, next_n) == 60, "kgen ABI v1: offset of next_n");
-  static_assert(__builtin_offsetof(Params, max_pages) == 64, "kgen ABI v1: offset of max_pages");
-  static_assert(__builtin_offsetof(Params, max_seq_len) == 68, "kgen ABI v1: offset of max_seq_len");
+  static_assert(sizeof(Params::q) == 8, "kgen ABI v1: size of q (at offset 0)");
+  static_assert(sizeof(Params::weights) == 8, "kgen ABI v1: size of weights (at offset 8)");
+  static_assert(sizeof(Params::cache) == 8, "kgen ABI v1: size of cache (at offset 16)");
+  static_assert(sizeof(Params::block_table) == 8, "kgen ABI v1: size of block_table (at offset 24)");
+  static_assert(sizeof(Params::seq_lens) == 8, "kgen ABI v1: size of seq_lens (at offset 32)");
+  static_assert(sizeof(Params::logits) == 8, "kgen ABI v1: size of logits (at offset 40)");
+  static_assert(sizeof(Params::num_pages) == 8, "kgen ABI v1: size of num_pages (at offset 48)");
+  static_assert(sizeof(Params::batch) == 4, "kgen ABI v1: size of batch (at offset 56)");
+  static_assert(sizeof(Params::next_n) == 4, "kgen ABI v1: size of next_n (at offset 60)");
+  static_assert(sizeof(Params::max_pages) == 4, "kgen ABI v1: size of max_pages (at offset 64)");
+  static_assert(sizeof(Params::max_seq_len) == 4, "kgen ABI v1: size of max_seq_len (at offset 68)");
 };
 
 }  // namespace kgen_reader
