@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .commands import err as _say
+from .diagnostics import err as _say
 from .diagnostics import KgenError
 from .layout import Layout, compute
 from .spec import Spec

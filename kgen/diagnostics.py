@@ -3,11 +3,16 @@
 Every stage (YAML loading, schema, rules) reports a `Problem`: which rule, where (a `loc` path into
 the spec plus the file/line/col it resolves to), what is wrong with the numbers that show it, and
 how to fix it. Nothing raises on the first problem: callers collect them all.
+
+The printing helpers live here too (one line per problem on stderr; JSON documents for `--json`), so
+library modules (gputest, bench) report without importing the CLI.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import json
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -25,6 +30,7 @@ class Problem:
     file: Path | None = None
     line: int | None = None  # 1-based
     col: int | None = None  # 1-based
+    notes: tuple[str, ...] = ()  # lines printed after it as they are (a compiler's own located errors)
 
     @property
     def loc_str(self) -> str:
@@ -35,13 +41,13 @@ class Problem:
 
     def format(self) -> str:
         """Compiler-style line, so editors can jump to it."""
-        where = str(self.file) if self.file else "<spec>"
+        where = str(self.file) if self.file else "kgen"
         if self.line is not None:
             where += f":{self.line}:{self.col or 1}"
         text = f"{where}: {self.severity}[{self.rule}]: {self.message}"
         if self.fix:
             text += f" (fix: {self.fix})"
-        return text
+        return one_line(text)
 
     def to_json(self) -> dict:
         return {
@@ -53,36 +59,18 @@ class Problem:
             "col": self.col,
             "message": self.message,
             "fix": self.fix,
+            **({"notes": list(self.notes)} if self.notes else {}),
         }
 
 
-@dataclass
-class Problems:
-    """An ordered, de-duplicated collection of problems."""
-
-    items: list[Problem] = field(default_factory=list)
-
-    def add(self, problem: Problem) -> None:
-        if problem not in self.items:
-            self.items.append(problem)
-
-    def extend(self, problems) -> None:
-        for p in problems:
-            self.add(p)
-
-    @property
-    def errors(self) -> list[Problem]:
-        return [p for p in self.items if p.severity == "error"]
-
-    @property
-    def warnings(self) -> list[Problem]:
-        return [p for p in self.items if p.severity == "warning"]
-
-    def __iter__(self):
-        return iter(self.items)
-
-    def __len__(self) -> int:
-        return len(self.items)
+def one_line(text: str) -> str:
+    """`text` as one printable line: newlines become spaces, other control characters (ESC...) their
+    escapes, so no diagnostic spans lines or drives the terminal."""
+    if text.isprintable():
+        return text
+    text = " ".join(part.strip() for part in text.splitlines() if part.strip())
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for c in text)
 
 
 class KgenError(Exception):
@@ -92,3 +80,27 @@ class KgenError(Exception):
         self.problems = problems
         self.exit_code = exit_code
         super().__init__("\n".join(p.format() for p in problems))
+
+
+def err(text: str) -> None:
+    """One line to stderr, flushed (progress lines must show while a long run goes on)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def print_problems(problems: list[Problem]) -> None:
+    for p in problems:
+        err(p.format())
+        for note in p.notes:
+            err(note)
+
+
+def print_json(doc: dict) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def failure_json(problems: list[Problem], **empty) -> dict:
+    """The `--json` document of a command that failed before producing results: the command's own
+    keys, empty (`results=[]`, `layouts=[]`), plus every problem."""
+    return {**empty, "errors": [p.to_json() for p in problems]}

@@ -17,8 +17,8 @@ import json
 import time
 from pathlib import Path
 
-from .commands import err as _say
 from .compare import Comparison
+from .diagnostics import err as _say
 from .diagnostics import KgenError
 from .gpurun import precompile, run_case, sticky
 from .sample import sample_specs

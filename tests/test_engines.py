@@ -38,7 +38,7 @@ FIVE = {  # the five places that restate the indexer's bytes per token, and wher
 
 def kgen(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "KGEN_CACHE_DIR": "/tmp/kgen-cache-test-engines"}
-    return subprocess.run([PY, "-m", "kgen.main", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False,
+    return subprocess.run([PY, "-m", "kgen", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False,
                           timeout=120)
 
 

@@ -27,7 +27,7 @@ def kgen_indexer(tmp_path_factory):
     """`sglang.kgen_indexer` as `kgen patch --apply` writes it into a copy of the fixture tree."""
     root = tmp_path_factory.mktemp("engine") / "sglang"
     shutil.copytree(FIXTURE, root)
-    r = subprocess.run([sys.executable, "-m", "kgen.main", "patch", "--engine", "sglang", "--root", str(root),
+    r = subprocess.run([sys.executable, "-m", "kgen", "patch", "--engine", "sglang", "--root", str(root),
                         str(BF16), "--apply"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=120)
     assert r.returncode == 0, r.stderr
     sys.path.insert(0, str(root / "python"))
