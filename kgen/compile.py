@@ -36,12 +36,12 @@ from pathlib import Path
 
 from .cache import FORMAT as CACHE_FORMAT
 from .cache import Cache, Entry, compute_key, cudart_include_dir, toolchain_fingerprint
-from .diagnostics import KgenError, Problem
+from .diagnostics import KgenError, Problem, failure_json, print_json, print_problems
+from .source import MAX_FILE_BYTES, read_regular
 
 STD = "c++17"
+MAX_RECORD_BYTES = 1 << 20  # a run record lists a few dozen files and entries
 MAX_ERROR_LINES = 5
-
-ARCH_RE = re.compile(r"sm_(\d+)([af]?)")  # as kgen.rules (not imported: it pulls in pydantic)
 
 _print_lock = threading.Lock()
 
@@ -238,7 +238,7 @@ def _nvrtc(rendered, arch: str, inc: list[Path], cache: Cache, key: str, spec_pa
             include_path.append(str(cudart))
         cubin, symbol, log, failure = _run_nvrtc(rendered, arch, include_path)
     if failure is not None:
-        raise _failure(rendered, arch, cache, key, spec_path, log, failure)
+        raise _failure(rendered, arch, cache, key, spec_path, log, failure, tmp)
     return cubin, symbol, log
 
 
@@ -280,25 +280,27 @@ def _run_nvrtc(rendered, arch: str, include_path: list[str]):
     return cubin, symbol, _clean(buf.getvalue()), failure
 
 
-def _failure(rendered, arch, cache: Cache, key: str, spec_path, log: str, error: str) -> CompileError:
+def _failure(rendered, arch, cache: Cache, key: str, spec_path, log: str, error: str, tmp: str) -> CompileError:
     text = error.replace("\x00", "")
     if "compilation log:" in text:  # "6: NVRTC_ERROR_COMPILATION, compilation log:\n\n<log>"
         text = text.split("compilation log:", 1)[1].strip("\n") + "\n"
     full = log + ("\n" if log else "") + text if text not in log else log
     d = cache.write_failed(rendered.uri, arch, key, rendered.files, full)
     src = d / rendered.kernel_file
-    # NVRTC names the program <uri>.cu; point the lines at the file the user can open
+    # NVRTC names the program <uri>.cu and the rendered headers by the temp dir they were compiled in,
+    # which is gone: point every line at the copies kept in the failed dir, which the user can open
     prog_name = f"{rendered.uri}.cu"
+    full = full.replace(tmp.rstrip("/") + "/", f"{d}/")
     errs = [ln.replace(prog_name + "(", f"{src}(") if ln.startswith(prog_name) else ln for ln in first_errors(full)]
     rid = _twin_rule(errs)
-    lines = [f"NVRTC cannot compile {rendered.uri} for {arch}:", *errs,
-             f"rendered source: {src}", f"full log: {d / 'nvrtc.log'}"]
-    if spec_path is not None:
-        lines.append(f"spec: {spec_path}")
-    fix = (f"the kernel's static_assert twin of rule '{rid}' fired: `kgen validate` explains it"
-           if rid else "")
-    return CompileError([Problem(rid or "compile", "\n  ".join(lines), fix=fix,
-                                 file=spec_path if spec_path else src)],
+    first = errs[0].strip() if errs else "no error line in the log"
+    # one line: the first error (itself located in a file that exists); the next ones follow as notes
+    message = f"NVRTC cannot compile {rendered.uri} for {arch}: {first}"
+    notes = (*errs[1:], f"rendered source: {src}", f"full log: {d / 'nvrtc.log'}")
+    fix = (f"the kernel's static_assert twin of rule '{rid}' fired: `kgen validate` explains it" if rid
+           else "see the full log")
+    return CompileError([Problem(rid or "compile", message, fix=fix, file=spec_path if spec_path else src,
+                                 notes=notes)],
                         uri=rendered.uri, arch=arch, log=full, source_path=src, rule=rid)
 
 
@@ -319,19 +321,16 @@ class _Job:
 
 
 def check_archs(archs: list[str] | None) -> list[str] | None:
+    """--arch values, de-duplicated; any the targets rule would refuse is a usage error (exit 2)."""
     if not archs:
         return None
-    from .toolchain import supported_archs
+    from .rules import arch_problem
 
-    known, source = supported_archs()
     bad = []
     for a in archs:
-        m = ARCH_RE.fullmatch(a)
-        if not m:
-            bad.append(Problem("arch", f"--arch {a}: not an architecture name like sm_90a", fix="write e.g. --arch sm_90a"))
-        elif int(m.group(1)) not in known:
-            bad.append(Problem("arch", f"--arch {a}: {source} cannot target it (it supports "
-                               f"{', '.join(map(str, sorted(known)))})", fix="pick one of those"))
+        problem = arch_problem(a)
+        if problem is not None:
+            bad.append(Problem("arch", f"--arch: {problem[0]}", fix=problem[1]))
     if bad:
         raise KgenError(bad, exit_code=2)
     return list(dict.fromkeys(archs))
@@ -382,18 +381,15 @@ def compile_command(paths: list[Path], archs: list[str] | None, validate: bool =
     if rows is None:
         archs = check_archs(archs)
         found, problems, read = _load(paths, validate)
-        if problems:
-            if as_json:
-                print(json.dumps({"results": [], "errors": [p.to_json() for p in problems]}, indent=2))
-            for p in problems:
-                _stderr(p.format())
-            return 1
         try:
+            if problems:
+                raise KgenError(problems)
             rows = _build(found, archs, cache)
         except KgenError as e:
-            for p in e.problems:
-                _stderr(p.format())
-            return 1
+            if as_json:
+                print_json(failure_json(e.problems, results=[]))
+            print_problems(e.problems)
+            return e.exit_code
         if all(r.result is not None and not r.result.spill_bytes for r in rows):
             memo.store(read, rows)
 
@@ -403,8 +399,7 @@ def compile_command(paths: list[Path], archs: list[str] | None, validate: bool =
         _table(rows)
     failed = [r for r in rows if r.result is None]
     for r in failed:
-        for p in r.error.problems:
-            _stderr(_locate_failure(r.job, r.error, p).format())
+        print_problems([_locate_failure(r.job, r.error, p) for p in r.error.problems])
     for r in rows:
         if r.result is not None and r.result.spill_bytes:
             _stderr(r.job.variant.locate(Problem(
@@ -420,8 +415,13 @@ def _build(found: list[tuple], archs: list[str] | None, cache: Cache) -> list[_R
     inc = kgen_include_dirs()
     jobs: list[_Job] = []
     seen: set = set()
+    refused: list[Problem] = []
     for variant, spec, path in found:
-        rendered = render_variant(spec)
+        try:  # the rules' guards: what no C++ source or cache path may hold, also under --no-validate
+            rendered = render_variant(spec)
+        except KgenError as e:
+            refused += [p if p.file is not None else variant.locate(p) for p in e.problems]
+            continue
         for arch in archs or spec.targets:
             ident = (rendered.uri, arch, tuple(sorted(rendered.files.items())))
             if ident in seen:  # the same variant reached through several paths
@@ -431,6 +431,8 @@ def _build(found: list[tuple], archs: list[str] | None, cache: Cache) -> list[_R
             job.key = variant_key(rendered, arch, inc)
             job.result = lookup(rendered, arch, include_dirs=inc, cache=cache, key=job.key)
             jobs.append(job)
+    if refused:
+        raise KgenError(refused)
     misses = [j for j in jobs if j.result is None]
     if misses:
         _compile_all(misses, inc, cache)
@@ -460,8 +462,8 @@ class RunMemo:
                                      "cwd": os.getcwd(), "paths": [str(p) for p in self.paths],
                                      "toolchain": toolchain_fingerprint(), "kgen": _kgen_digest()},
                                     sort_keys=True).encode())
-                for p in self.paths:
-                    h.update(hashlib.sha256(p.read_bytes()).digest())
+                for p in self.paths:  # regular files only: a FIFO or device is refused by the full path
+                    h.update(hashlib.sha256(read_regular(p, MAX_FILE_BYTES)).digest())
                 self._key = h.hexdigest()
             except OSError:
                 return None
@@ -479,11 +481,11 @@ class RunMemo:
         if f is None:
             return None
         try:
-            rec = json.loads(f.read_text())
+            rec = json.loads(read_regular(f, MAX_RECORD_BYTES))  # a FIFO planted here is never read
             if rec.get("key") != self.key():
                 return None
             for name, digest in rec["inputs"].items():
-                if hashlib.sha256(Path(name).read_bytes()).hexdigest() != digest:
+                if hashlib.sha256(read_regular(name, MAX_FILE_BYTES)).hexdigest() != digest:
                     return None
             rows = []
             for r in rec["results"]:
@@ -504,7 +506,7 @@ class RunMemo:
         if f is None:
             return
         try:
-            inputs = {str(Path(p).resolve()): hashlib.sha256(Path(p).read_bytes()).hexdigest()
+            inputs = {str(Path(p).resolve()): hashlib.sha256(read_regular(p, MAX_FILE_BYTES)).hexdigest()
                       for p in dict.fromkeys(read)}
             rec = {"key": self.key(), "inputs": inputs,
                    "results": [{"uri": r.uri, "arch": r.arch, "key": r.key} for r in rows]}
@@ -585,7 +587,7 @@ def _locate_failure(job: _Job | None, error: KgenError, p: Problem) -> Problem:
         if hits:
             loc = hits[0].loc
     try:
-        located = job.variant.locate(Problem(p.rule, p.message, loc=loc, fix=p.fix))
+        located = job.variant.locate(Problem(p.rule, p.message, loc=loc, fix=p.fix, notes=p.notes))
     except Exception:  # noqa: BLE001 - a location is a nicety
         return p
     return located if located.file is not None else p

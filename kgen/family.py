@@ -53,24 +53,52 @@ def format_key(key: list[str], values: tuple) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in zip(key, values)) + "}"
 
 
-def check_family(family: Family, variants: list[Variant]) -> Iterator[Problem]:
-    """Family rules. Problems about the family file carry its locs; about a variant, its own."""
+def _shown(text: str) -> str:
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
+def check_family_guards(family: Family) -> Iterator[Problem]:
+    """What render refuses in a family even under --no-validate: its name and its key fields become
+    C++ identifiers and string literals of select_kernel.h."""
     yield from check_name(family.family, ("family",), "family")
-    key = family.dispatch.key
-    bad_fields = False
-    for i, f in enumerate(key):
+    for i, f in enumerate(family.dispatch.key):
         if not key_field_ok(f):
-            bad_fields = True
-            yield Problem("dispatch-key", f"dispatch key field '{f}' is not a scalar spec field",
+            yield Problem("dispatch-key", f"dispatch key field '{_shown(f)[:80]}' is not a scalar spec field",
                           loc=("dispatch", "key", i), fix="use dotted names such as input_dtype, head_dim, "
                           "store.dtype, store.scale, layout.page_size")
+
+
+# the types a `require` entry can hold (kgen.spec.DispatchValue): a key field of any other type (a
+# float, or an optional field left unset) could never be required
+_REQUIRABLE = (str, int, bool)
+
+
+def check_family(family: Family, variants: list[Variant]) -> Iterator[Problem]:
+    """Family rules. Problems about the family file carry its locs; about a variant, its own."""
+    guards = list(check_family_guards(family))
+    yield from guards
+    key = family.dispatch.key
+    bad_fields = any(p.rule == "dispatch-key" for p in guards)
     if len(set(key)) != len(key):
         bad_fields = True
         yield Problem("dispatch-key", "a dispatch key field is listed twice", loc=("dispatch", "key"),
                       fix="list each field once")
     if not key:
         yield Problem("dispatch-key", "the dispatch key is empty", loc=("dispatch", "key"), fix="name the fields that select a variant")
+    if not family.variants:
+        yield Problem("family-variants", "the family lists no variants: select_kernel would serve nothing",
+                      loc=("variants",), fix="list spec files (relative to this file) or inline specs")
     loaded = [v for v in variants if v.spec is not None]
+    if not bad_fields:
+        for i, f in enumerate(key):
+            odd = [(v, field_value(v.spec, f)) for v in loaded
+                   if not isinstance(field_value(v.spec, f), _REQUIRABLE)]
+            if odd:
+                bad_fields = True
+                v, value = odd[0]
+                yield Problem("dispatch-key", f"key field '{f}' is {value!r} in variant '{v.spec.name}': a require "
+                              "entry holds only strings, integers and booleans, so no entry could ask for it",
+                              loc=("dispatch", "key", i), fix=f"drop '{f}' from the key, or set it in every variant")
     by_name: dict[str, Variant] = {}
     for v in loaded:
         if v.spec.name in by_name:

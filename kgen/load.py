@@ -8,6 +8,7 @@ include that closes it. Every problem found here is already located (file:line:c
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -95,17 +96,29 @@ def _load_family(doc: Document, source: SourceFile, stack: tuple[Path, ...]) -> 
 
 
 def _check_include(entry: str, here: Path, loc) -> Problem | None:
+    """Where an include may point: a path inside the family's directory that exists. What the file
+    is (a regular file, not a FIFO or device) is checked when it is read (`source.read_spec_file`)."""
     p = Path(entry)
     if p.is_absolute():
         return Problem("family-include", f"include '{entry}' is an absolute path", loc=loc,
                        fix="write it relative to the family file")
-    target = (here / p).resolve()
-    if not target.is_relative_to(here.resolve()):
+    try:
+        target = (here / p).resolve()
+        inside = target.is_relative_to(here.resolve())
+    except (OSError, RuntimeError) as e:  # a symlink loop, a directory we may not search
+        return Problem("family-include", f"include '{entry}' cannot be resolved: {getattr(e, 'strerror', None) or e}",
+                       loc=loc, fix="fix the path and its permissions")
+    if not inside:
         return Problem("family-include", f"include '{entry}' leaves the family's directory {here}", loc=loc,
                        fix="keep included specs in the family's directory or below it")
-    if not target.exists():
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
         return Problem("family-include", f"include '{entry}' does not exist (looked for {target})", loc=loc,
                        fix="fix the path; it is relative to the family file")
-    if target.is_dir():
+    except OSError as e:
+        return Problem("family-include", f"include '{entry}' cannot be read: {e.strerror or e}", loc=loc,
+                       fix="fix the path and its permissions")
+    if stat.S_ISDIR(mode):
         return Problem("family-include", f"include '{entry}' is a directory", loc=loc, fix="name a .yaml file")
     return None

@@ -6,12 +6,19 @@ computed; rules that need it then stay silent (another rule says why).
 
 Rules marked `twin=True` protect the kernel: the rendered source carries a `static_assert` whose
 message starts with `[rule-id]`, so `--no-validate` still fails at compile time, with the same id.
+
+Guards (`check_guards`) are the parts of rules that `render` and `compile` apply even under
+`--no-validate`: values no C++ literal, identifier or path can hold (a name that is a C++ keyword, an
+integer beyond 64 bits, an eps that overflows fp32, a target that is not an architecture name). Each
+guard belongs to a rule and reports under its id; the rule runs it too, so `kgen validate` refuses
+everything render and compile refuse.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -28,7 +35,23 @@ PAGE_BYTES_LIMIT = 1 << 31
 HEAD_DIM_RANGE = (32, 1024)
 MAX_THREADS_PER_BLOCK = 1024
 MAX_TOKENS_PER_WARP = 8
-MAX_WARPS_PER_SM = 64
+MAX_WARPS_PER_SM = 64  # the most of any supported SM (sm_80/90/100); the kernel's twin checks this
+# (resident warps, resident blocks) of one SM per compute capability (CUDA programming guide,
+# "technical specifications per compute capability"): `__launch_bounds__`' minimum blocks per SM is
+# ignored by ptxas beyond them. Capabilities missing here are not checked.
+SM_LIMITS = {75: (32, 16), 80: (64, 32), 86: (48, 16), 87: (48, 16), 89: (48, 24), 90: (64, 32),
+             100: (64, 32), 103: (64, 32), 120: (48, 32), 121: (48, 32)}
+INT64_RANGE = (-(1 << 63), (1 << 63) - 1)  # the rendered config's `long long` constants
+# C++ keywords and alternative tokens (C++20): a name becomes a struct, namespace and directory name
+CXX_KEYWORDS = frozenset("""
+    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t
+    class compl concept const consteval constexpr constinit const_cast continue co_await co_return
+    co_yield decltype default delete do double dynamic_cast else enum explicit export extern false float
+    for friend goto if inline int long mutable namespace new noexcept not not_eq nullptr operator or
+    or_eq private protected public register reinterpret_cast requires return short signed sizeof static
+    static_assert static_cast struct switch template this thread_local throw true try typedef typeid
+    typename union unsigned using virtual void volatile wchar_t while xor xor_eq
+    """.split())
 
 
 @dataclass(frozen=True)
@@ -40,6 +63,18 @@ class Rule:
 
 
 RULES: dict[str, Rule] = {}
+GUARDS: dict[str, Check] = {}  # rule id -> the part of that rule render/compile apply under --no-validate
+
+
+def guard(rule_id: str):
+    """Register the guard of rule `rule_id` (the rule itself must yield from it too)."""
+
+    def register(fn: Check) -> Check:
+        assert rule_id not in GUARDS, rule_id
+        GUARDS[rule_id] = fn
+        return fn
+
+    return register
 
 
 def rule(rule_id: str, summary: str, *, twin: bool = False):
@@ -51,16 +86,30 @@ def rule(rule_id: str, summary: str, *, twin: bool = False):
     return register
 
 
+def layout_or_none(spec: Spec) -> "L.Layout | None":
+    """The byte layout, or None where the numbers cannot describe bytes (a rule says which)."""
+    try:
+        return L.compute(spec)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+
+
 def check_variant(spec: Spec) -> tuple["L.Layout | None", list[Problem]]:
     """Run every variant rule; return the layout (if computable) and all problems found."""
-    try:
-        lay = L.compute(spec)
-    except (ValueError, ZeroDivisionError, OverflowError):
-        lay = None
+    lay = layout_or_none(spec)
     problems: list[Problem] = []
     for r in RULES.values():
         problems.extend(r.check(spec, lay))
-    return lay, problems
+    # a number beyond 64 bits nearly always breaks its own field's rule too: one problem per key
+    taken = {p.loc for p in problems if p.rule != "int-range" and p.severity == "error"}
+    return lay, [p for p in problems if p.rule != "int-range" or p.loc not in taken]
+
+
+def check_guards(spec: Spec) -> list[Problem]:
+    """What render and compile refuse even under --no-validate (each under its rule's id)."""
+    assert set(GUARDS) <= set(RULES), set(GUARDS) - set(RULES)
+    lay = layout_or_none(spec)
+    return [p for g in GUARDS.values() for p in g(spec, lay)]
 
 
 def _p(rule_id: str, loc: tuple, message: str, fix: str, severity="error") -> Problem:
@@ -97,19 +146,43 @@ def rope_dim_ok(spec: Spec) -> bool:
 # names and targets
 
 
+def _shown(value) -> str:
+    """A user's string for a one-line message: repr-escaped where it holds anything odd."""
+    text = str(value)
+    return text if text.isprintable() and "'" not in text else repr(text)[1:-1]
+
+
 def check_name(value, loc: tuple, what: str) -> Iterator[Problem]:
     if not isinstance(value, str) or not NAME_RE.fullmatch(value) or len(value) > NAME_MAX:
-        yield _p("name", loc, f"{what} '{value}' is not an identifier: it must match "
+        shown = _shown(value)
+        yield _p("name", loc, f"{what} '{shown[:NAME_MAX + 16]}' is not an identifier: it must match "
                  f"[a-z][a-z0-9_]* and have at most {NAME_MAX} characters (it names files and symbols)",
                  "use lower-case letters, digits and underscores, starting with a letter")
+    elif value in CXX_KEYWORDS:
+        yield _p("name", loc, f"{what} '{value}' is a C++ keyword: it names a struct and a namespace in the "
+                 "generated C++", f"use another name, e.g. {value}_v")
 
 
-@rule("name", "names are identifiers")
-def rule_name(spec: Spec, lay) -> Iterator[Problem]:
+@guard("name")
+def guard_name(spec: Spec, lay) -> Iterator[Problem]:
     yield from check_name(spec.name, ("name",), "name")
 
 
+@rule("name", "names are identifiers (not C++ keywords)")
+def rule_name(spec: Spec, lay) -> Iterator[Problem]:
+    yield from guard_name(spec, lay)
+
+
 ARCH_RE = re.compile(r"sm_(\d+)([af]?)")
+
+
+@guard("targets")
+def guard_targets(spec: Spec, lay) -> Iterator[Problem]:
+    """A target names a cache directory and an NVRTC option: only sm_<digits>[a|f] ever reaches them."""
+    for i, t in enumerate(spec.targets):
+        if not ARCH_RE.fullmatch(t):
+            yield _p("targets", ("targets", i), f"'{_shown(t)[:40]}' is not an architecture name like sm_90a",
+                     "write sm_<major><minor>[a|f], e.g. sm_90a")
 
 
 @rule("targets", "each target is an architecture NVRTC can compile for")
@@ -118,34 +191,47 @@ def rule_targets(spec: Spec, lay) -> Iterator[Problem]:
 
     if not spec.targets:
         yield _p("targets", ("targets",), "no targets", "list at least one, e.g. [sm_90a]")
-    known, source = supported_archs()
+    yield from guard_targets(spec, lay)
     seen = set()
     for i, t in enumerate(spec.targets):
-        m = ARCH_RE.fullmatch(t)
         if t in seen:
             yield _p("targets", ("targets", i), f"target {t} is listed twice", "remove the duplicate", "warning")
         seen.add(t)
-        if not m:
-            yield _p("targets", ("targets", i), f"'{t}' is not an architecture name like sm_90a",
-                     "write sm_<major><minor>[a|f], e.g. sm_90a")
-            continue
-        cc, suffix = int(m.group(1)), m.group(2)
-        if cc not in known:
-            yield _p("targets", ("targets", i), f"{source} cannot target {t}: it supports compute "
-                     f"capabilities {', '.join(map(str, sorted(known)))}", "pick one of those")
-        elif suffix == "a" and cc < 90 or suffix == "f" and cc < 100:
-            yield _p("targets", ("targets", i), f"{t}: the '{suffix}' suffix needs compute capability "
-                     f"{'9.0' if suffix == 'a' else '10.0'} or newer", f"write sm_{cc}")
-        elif cc < 80:
-            yield _p("targets", ("targets", i), f"{t}: kgen kernels need bf16 arithmetic (sm_80 or newer)",
-                     "target sm_80 or newer")
+        if ARCH_RE.fullmatch(t):
+            bad = arch_problem(t)
+            if bad is not None:
+                yield _p("targets", ("targets", i), *bad)
+
+
+ARCH_FLOOR = 80  # kgen kernels need bf16 arithmetic
+
+
+def arch_problem(arch: str) -> tuple[str, str] | None:
+    """(message, fix) when `arch` is no target kgen can compile for: malformed, below the floor, a
+    suffix its capability lacks, or unknown to this NVRTC. The targets rule and `--arch` share it."""
+    m = ARCH_RE.fullmatch(arch)
+    if not m:
+        return f"'{_shown(arch)[:40]}' is not an architecture name like sm_90a", "write sm_<major><minor>[a|f], e.g. sm_90a"
+    from .toolchain import supported_archs
+
+    known, source = supported_archs()
+    cc, suffix = int(m.group(1)), m.group(2)
+    if cc not in known:
+        return (f"{source} cannot target {arch}: it supports compute capabilities "
+                f"{', '.join(map(str, sorted(known)))}", "pick one of those")
+    if suffix == "a" and cc < 90 or suffix == "f" and cc < 100:
+        return (f"{arch}: the '{suffix}' suffix needs compute capability {'9.0' if suffix == 'a' else '10.0'} "
+                "or newer", f"write sm_{cc}")
+    if cc < ARCH_FLOOR:
+        return f"{arch}: kgen kernels need bf16 arithmetic (sm_{ARCH_FLOOR} or newer)", f"target sm_{ARCH_FLOOR} or newer"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
 # dims and the warp mapping
 
 
-@rule("head-dim", "head_dim is a multiple of 32 in [32, 1024] with a power-of-two count per lane", twin=True)
+@rule("head-dim", "head_dim is 32 lanes x a power-of-two count per lane: 32, 64, 128, 256, 512 or 1024", twin=True)
 def rule_head_dim(spec: Spec, lay) -> Iterator[Problem]:
     h = spec.head_dim
     lo, hi = HEAD_DIM_RANGE
@@ -187,11 +273,42 @@ def rule_hadamard(spec: Spec, lay) -> Iterator[Problem]:
                  "set hadamard: false or use a power-of-two head_dim")
 
 
-@rule("norm-eps", "norm.eps is finite and > 0", twin=True)
+def fp32(x: float) -> float | None:
+    """`x` rounded to the nearest fp32, as the kernel holds it (None: a finite x that overflows to inf)."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+    except OverflowError:
+        return None
+
+
+def _fp32_guard(rule_id: str, loc: tuple, value: float) -> Iterator[Problem]:
+    """A finite value beyond fp32: the config header cannot spell it as an fp32 literal."""
+    if math.isfinite(value) and fp32(value) is None:
+        yield _p(rule_id, loc, f"{loc[-1]} {value} is not a finite fp32 (it overflows to inf; the largest "
+                 "fp32 is about 3.4e38): the kernel, which computes in fp32, cannot express it",
+                 "use a value below 3.4e38")
+
+
+def _positive_fp32(rule_id: str, loc: tuple, value: float, what: str, fix: str) -> Iterator[Problem]:
+    """finite and > 0 as the fp32 the kernel computes with (the overflow case is the guard's)."""
+    if not math.isfinite(value) or value <= 0:
+        yield _p(rule_id, loc, f"{what} must be finite and > 0 (got {value})", fix)
+    elif fp32(value) == 0.0:
+        yield _p(rule_id, loc, f"{what} {value} rounds to 0 as fp32, which the kernel computes in",
+                 "use a value of at least 1.0e-45 (1.0e-38 avoids subnormals)")
+
+
+@guard("norm-eps")
+def guard_norm_eps(spec: Spec, lay) -> Iterator[Problem]:
+    yield from _fp32_guard("norm-eps", ("norm", "eps"), spec.norm.eps)
+
+
+@rule("norm-eps", "norm.eps is finite and > 0 as an fp32", twin=True)
 def rule_norm_eps(spec: Spec, lay) -> Iterator[Problem]:
-    eps = spec.norm.eps
-    if spec.norm.kind != "none" and not (math.isfinite(eps) and eps > 0):
-        yield _p("norm-eps", ("norm", "eps"), f"norm.eps must be finite and > 0 (got {eps})", "use e.g. 1.0e-6")
+    problems = list(guard_norm_eps(spec, lay))
+    yield from problems
+    if spec.norm.kind != "none" and not problems:
+        yield from _positive_fp32("norm-eps", ("norm", "eps"), spec.norm.eps, "norm.eps", "use e.g. 1.0e-6")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,6 +341,10 @@ def rule_store_scale(spec: Spec, lay) -> Iterator[Problem]:
 @rule("store-block", "the scale block divides the quantized span and is one aligned warp reduction", twin=True)
 def rule_store_block(spec: Spec, lay) -> Iterator[Problem]:
     s = spec.store
+    if s.block is not None and s.block <= 0:  # with or without a scale: no byte math has such a block
+        yield _p("store-block", ("store", "block"), f"block must be positive (got {s.block})",
+                 "remove store.block (default: the whole quantized span) or give a positive count")
+        return
     if lay is None or s.scale == "none":
         return
     b, n = lay.block, lay.quant_span.size
@@ -263,12 +384,19 @@ def rule_store_rope_dtype(spec: Spec, lay) -> Iterator[Problem]:
                  f"head_dim leaves nothing to quantize", "store bf16 instead")
 
 
-@rule("store-amax-floor", "amax_floor is finite and > 0 for scaled stores", twin=True)
+@guard("store-amax-floor")
+def guard_store_amax_floor(spec: Spec, lay) -> Iterator[Problem]:
+    yield from _fp32_guard("store-amax-floor", ("store", "amax_floor"), spec.store.amax_floor)
+
+
+@rule("store-amax-floor", "amax_floor is finite and > 0 as an fp32 for scaled stores", twin=True)
 def rule_store_amax_floor(spec: Spec, lay) -> Iterator[Problem]:
     s = spec.store
-    if s.scale != "none" and not (math.isfinite(s.amax_floor) and s.amax_floor > 0):
-        yield _p("store-amax-floor", ("store", "amax_floor"), f"amax_floor must be finite and > 0 (got "
-                 f"{s.amax_floor}); a zero amax would give a zero scale", "use e.g. 1.0e-4")
+    problems = list(guard_store_amax_floor(spec, lay))
+    yield from problems
+    if s.scale != "none" and not problems:
+        yield from _positive_fp32("store-amax-floor", ("store", "amax_floor"), s.amax_floor, "amax_floor",
+                                  "use e.g. 1.0e-4 (a zero amax would give a zero scale)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,10 +481,20 @@ def rule_layout_align(spec: Spec, lay) -> Iterator[Problem]:
                  "change page_size or head_dim")
 
 
+@guard("page-bytes-limit")
+def guard_page_bytes(spec: Spec, lay) -> Iterator[Problem]:
+    """Every offset the config header spells is at most the page's bytes: those must fit `long long`."""
+    if lay is not None and lay.page_bytes > INT64_RANGE[1]:
+        yield _p("page-bytes-limit", ("layout", "page_size"), f"a page of {lay.page_bytes} B "
+                 f"({lay.page_bytes_formula()}) does not fit a 64-bit integer", "use a smaller page_size")
+
+
 @rule("page-bytes-limit", "a page is smaller than 2^31 bytes (32-bit offsets)", twin=True)
 def rule_page_bytes_limit(spec: Spec, lay) -> Iterator[Problem]:
+    problems = list(guard_page_bytes(spec, lay))
+    yield from problems
     # a page_align out of range is the page-align rule's problem (it alone rounds the page past 2^31)
-    if lay is not None and lay.page_bytes >= PAGE_BYTES_LIMIT and page_align_ok(spec):
+    if not problems and lay is not None and lay.page_bytes >= PAGE_BYTES_LIMIT and page_align_ok(spec):
         yield _p("page-bytes-limit", ("layout", "page_size"), f"a page of {lay.page_bytes} B "
                  f"({lay.page_bytes_formula()}) does not fit 32-bit offsets (< 2^31 = {PAGE_BYTES_LIMIT})",
                  "use a smaller page_size")
@@ -409,3 +547,47 @@ def rule_launch(spec: Spec, lay) -> Iterator[Problem]:
     if m < 0 or (1 <= w and m * w > MAX_WARPS_PER_SM):
         yield _p("launch", ("launch", "min_blocks_per_sm"), f"min_blocks_per_sm {m} x {w} warps = {m * w} "
                  f"resident warps; an SM holds at most {MAX_WARPS_PER_SM}", f"use 0 to {MAX_WARPS_PER_SM // max(w, 1)}")
+
+
+@rule("launch-occupancy", "min_blocks_per_sm is one each target's SM can hold (else ptxas ignores it)")
+def rule_launch_occupancy(spec: Spec, lay) -> Iterator[Problem]:
+    w, m = spec.launch.warps_per_block, spec.launch.min_blocks_per_sm
+    if m <= 0 or not 1 <= w <= MAX_THREADS_PER_BLOCK // L.WARP or m * w > MAX_WARPS_PER_SM:
+        return  # no hint, or already the launch rule's problem
+    for i, t in enumerate(spec.targets):
+        match = ARCH_RE.fullmatch(t)
+        limits = SM_LIMITS.get(int(match.group(1))) if match else None
+        if limits is None:
+            continue
+        warps, blocks = limits
+        if m > blocks or m * w > warps:
+            yield _p("launch-occupancy", ("launch", "min_blocks_per_sm"), f"min_blocks_per_sm {m} x {w} warps: "
+                     f"an SM of {t} holds at most {blocks} blocks and {warps} warps, so the hint cannot be met "
+                     f"(ptxas ignores it)", f"use at most {min(blocks, warps // w)} for {t}")
+            return
+
+
+def _int_fields(model, prefix: tuple = ()) -> Iterator[tuple[tuple, int]]:
+    """(loc, value) of every integer of a spec (bools aside), nested sections included."""
+    from pydantic import BaseModel
+
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            yield from _int_fields(value, (*prefix, name))
+        elif isinstance(value, int) and not isinstance(value, bool):
+            yield (*prefix, name), value
+
+
+@guard("int-range")
+def guard_int_range(spec: Spec, lay) -> Iterator[Problem]:
+    lo, hi = INT64_RANGE
+    for loc, v in _int_fields(spec):
+        if not lo <= v <= hi:
+            yield _p("int-range", loc, f"{'.'.join(loc)} = {v} does not fit a 64-bit integer, which the "
+                     "generated C++ holds it in", "use a realistic value")
+
+
+@rule("int-range", "every integer fits the 64-bit constants of the generated C++")
+def rule_int_range(spec: Spec, lay) -> Iterator[Problem]:
+    yield from guard_int_range(spec, lay)

@@ -4,12 +4,19 @@ ruamel.yaml's round-trip loader records `(line, col)` for each key and sequence 
 loaded tree next to a plain-Python copy (what pydantic validates) and resolve a problem's `loc`
 path back to a position with `SourceFile.position`.
 
-Hostile input is refused here, before any model sees it: files that are too large, not UTF-8, hold
-tabs in indentation, use anchors/aliases (the "billion laughs" bomb), or nest absurdly deep.
+Hostile input is refused here, before any model sees it: anything but a regular file (a FIFO, a
+device such as /dev/zero, stdin: never read, so never a hang), files that are too large, not UTF-8,
+hold tabs in indentation, use anchors/aliases (the "billion laughs" bomb), nest absurdly deep, or
+carry control characters, lone surrogates or bidi overrides in a key or value (they would reach C++
+sources, paths and terminals).
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +69,68 @@ class SourceFile:
         return problem.located(self.path, line, col)
 
 
+class NotRegularFile(OSError):
+    """The path names a FIFO, a device, a socket or a directory: kgen reads only regular files."""
+
+    def __init__(self, path: Path, kind: str):
+        super().__init__(errno.EINVAL, f"is {kind}, not a regular file", str(path))
+        self.kind = kind
+
+
+def file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a regular file" if stat.S_ISREG(mode) else "a special file"
+
+
+def read_regular(path: Path | str, limit: int) -> bytes:
+    """At most `limit` bytes of a regular file (OSError if larger, or NotRegularFile).
+
+    Opened non-blocking, so a FIFO without a writer cannot hang the open, and checked with fstat on
+    the open descriptor, so the file read is the file checked (no stat-then-open race)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(Path(path), file_kind(st.st_mode))
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"{st.st_size} bytes", str(path))
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit:  # grew while we read it
+            raise OSError(errno.EFBIG, f"more than {limit} bytes (it grew while read)", str(path))
+        return data
+    finally:
+        os.close(fd)
+
+
+# characters no spec string may hold: C0/C1 controls (NUL, newline, tab, ESC...), DEL, lone surrogates
+# and the bidi overrides of "trojan source" (they reach C++ sources, paths and terminals)
+_BAD_CHAR_RE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
+_CHAR_NAMES = {"\x00": "NUL", "\n": "a newline", "\r": "a carriage return", "\t": "a tab", "\x1b": "ESC",
+               "\x7f": "DEL"}
+
+
+def bad_char(text: str) -> tuple[int, str] | None:
+    """(index, name) of the first character a spec string must not hold, or None."""
+    m = _BAD_CHAR_RE.search(text)
+    if m is None:
+        return None
+    c = m.group()
+    name = _CHAR_NAMES.get(c) or ("a lone surrogate" if "\ud800" <= c <= "\udfff" else
+                                  "a bidi control" if c >= "\u202a" else "a control character")
+    return m.start(), f"{name} (U+{ord(c):04X})"
+
+
 def _fail(path: Path, rule: str, message: str, fix: str = "", line: int = 1, col: int = 1, exit_code: int = 1):
     raise KgenError([Problem(rule, message, fix=fix, file=path, line=line, col=col)], exit_code)
 
@@ -91,6 +160,7 @@ def _plain(node: Any, path: Path, depth: int = 0, where: tuple[int, int] = (1, 1
             if not isinstance(k, str):
                 shown = type(k).__name__ if isinstance(k, (dict, list, tuple)) else repr(k)
                 _fail(path, "yaml-syntax", f"key {shown} is not a string", "write keys as plain names", *at)
+            _check_text(str(k), "a key", path, at)
             out[str(k)] = _plain(v, path, depth + 1, at)
         return out
     if isinstance(node, list):
@@ -102,12 +172,22 @@ def _plain(node: Any, path: Path, depth: int = 0, where: tuple[int, int] = (1, 1
     if isinstance(node, float):
         return float(node)
     if isinstance(node, str):
+        _check_text(str(node), "a value", path, where)
         return str(node)
     # timestamps, binary, sets, tagged values...: nothing a spec uses
     tag = getattr(getattr(node, "tag", None), "value", None) or getattr(node, "tag", None)
     what = f"tag {tag}" if isinstance(tag, str) and tag else type(node).__name__
     _fail(path, "yaml-type", f"unsupported YAML value ({what}): {_short(repr(node))}",
           "use plain strings (quote dates), numbers, booleans, lists and mappings", *where)
+
+
+def _check_text(text: str, what: str, path: Path, where: tuple[int, int]) -> None:
+    bad = bad_char(text)
+    if bad is not None:
+        i, name = bad
+        shown = _short(text.encode("unicode_escape", "backslashreplace").decode("ascii"), 60)
+        _fail(path, "yaml-text", f"{what} holds {name} at character {i + 1} ('{shown}'); spec strings are one "
+              "line of printable text", "remove the character (quote the value; no escapes such as \\n)", *where)
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -179,6 +259,26 @@ def _number_too_long(value: str) -> bool:
     return _NUMBER_RE.fullmatch(value) is not None
 
 
+def read_spec_file(path: Path) -> bytes:
+    """The bytes of a spec or family file, or KgenError: missing/unreadable is exit 2 (a usage
+    problem), a directory, FIFO, device or oversized file is exit 1."""
+    try:
+        return read_regular(path, MAX_FILE_BYTES)
+    except NotRegularFile as e:
+        hint = "name a .yaml file inside it" if e.kind == "a directory" else "name a regular .yaml file"
+        what = "spec file" if e.kind == "a directory" else "regular file (kgen never reads pipes or devices)"
+        _fail(path, "file-kind", f"is {e.kind}, not a {what}", hint)
+    except OSError as e:
+        if e.errno == errno.EFBIG:
+            _fail(path, "file-size", f"{e.strerror}; a spec or family file is at most {MAX_FILE_BYTES} bytes",
+                  "split the file")
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            _fail(path, "file-missing", "no such file", "check the path", exit_code=2)
+        _fail(path, "file-read", f"cannot read: {e.strerror or e}", "check the path and its permissions",
+              exit_code=2)
+    raise AssertionError("unreachable")
+
+
 def load_yaml(path: Path) -> SourceFile:
     """Load one YAML file or raise `KgenError` with a located problem (exit 2 if it is missing)."""
     from ruamel.yaml import YAML
@@ -187,18 +287,7 @@ def load_yaml(path: Path) -> SourceFile:
     from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
     from ruamel.yaml.reader import ReaderError
 
-    if not path.exists():
-        _fail(path, "file-missing", "no such file", "check the path", exit_code=2)
-    if path.is_dir():
-        _fail(path, "file-kind", "is a directory, not a spec file", "name a .yaml file inside it")
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            _fail(path, "file-size", f"{size} bytes; a spec or family file is at most {MAX_FILE_BYTES} bytes",
-                  "split the file")
-        raw = path.read_bytes()
-    except OSError as e:
-        _fail(path, "file-read", f"cannot read: {e.strerror}", exit_code=2)
+    raw = read_spec_file(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

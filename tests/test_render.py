@@ -397,10 +397,12 @@ TWIN_CASES = {
     "rope-lanes": [(_case(base_spec(), rope__dim=4, rope__style="neox"), {"rope-lanes"})],
     "hadamard": [(_case(base_spec(), head_dim=96, rope__dim=0, hadamard=True), {"head-dim", "hadamard"})],
     "norm-eps": [(_case(base_spec(), norm__eps=0.0), {"norm-eps"}),
-                 (_case(base_spec(), norm__eps=float("nan")), {"norm-eps"})],
+                 (_case(base_spec(), norm__eps=float("nan")), {"norm-eps"}),
+                 (_case(base_spec(), norm__eps=1e-50), {"norm-eps"})],  # 0 as fp32
     "store-scale": [(_case(base_spec(), store__scale="fp32"), {"store-scale"}),
                     (_case(fp4_spec(), store__block=64), {"store-scale"})],
-    "store-block": [(_case(fp8_spec(), store__block=48), {"store-block"})],
+    "store-block": [(_case(fp8_spec(), store__block=48), {"store-block"}),
+                    (_case(base_spec(), store__block=0), {"store-block"})],  # no scale: formerly [layout]
     "store-rope-dtype": [(_case(base_spec(), store__rope_dtype="bf16"), {"store-rope-dtype"})],
     "store-amax-floor": [(_case(fp8_spec(), store__amax_floor=0.0), {"store-amax-floor"})],
     "page-size": [(_case(base_spec(), layout__page_size=48), {"page-size"})],

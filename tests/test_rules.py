@@ -44,6 +44,7 @@ CASES = [
     ("name-case", base_spec, _set("name", "Bad-Name"), "name", "name", None, ["'Bad-Name'", "[a-z][a-z0-9_]*"]),
     ("name-dotdot", base_spec, _set("name", "../escape"), "name", "name", None, ["'../escape'"]),
     ("name-long", base_spec, _set("name", "a" * 65), "name", "name", None, ["at most 64"]),
+    ("name-cxx-keyword", base_spec, _set("name", "class"), "name", "name", None, ["'class'", "C++ keyword"]),
     # -- targets
     ("targets-empty", base_spec, _set("targets", []), "targets", "targets", None, ["no targets"]),
     ("targets-not-arch", base_spec, _set("targets", ["sm_90a", "compute_90"]), "targets", "targets.1", None,
@@ -74,6 +75,12 @@ CASES = [
     ("norm-eps-negative", base_spec, _set("norm.eps", -1e-6), "norm-eps", "norm.eps", None, ["-1e-06"]),
     ("norm-eps-inf", base_spec, _set("norm.eps", float("inf")), "norm-eps", "norm.eps", None, ["inf"]),
     ("norm-eps-nan", base_spec, _set("norm.eps", float("nan")), "norm-eps", "norm.eps", None, ["nan"]),
+    ("norm-eps-fp32-inf", base_spec, _set("norm.eps", 1e300), "norm-eps", "norm.eps", None,
+     ["1e+300", "not a finite fp32"]),
+    ("norm-eps-fp32-inf-unused", base_spec, _set("norm", {"kind": "none", "eps": 1e39}), "norm-eps", "norm.eps",
+     None, ["1e+39", "overflows"]),
+    ("norm-eps-fp32-zero", base_spec, _set("norm.eps", 1e-50), "norm-eps", "norm.eps", None,
+     ["1e-50", "rounds to 0 as fp32"]),
     # -- store
     ("store-scale-bf16", base_spec, _set("store.scale", "fp32"), "store-scale", "store.scale", None,
      ["bf16 takes scale none (got fp32)"]),
@@ -87,6 +94,10 @@ CASES = [
      ["block 48", "128 dims", "128 / 48 = 2.66667"]),
     ("store-block-lanes", fp8_spec, _set("store.block", 2), "store-block", "store.block", None,
      ["block 2 is not whole lanes", "2 dims / 4 per lane = 0.5 lanes"]),
+    ("store-block-zero-unscaled", base_spec, _set("store.block", 0), "store-block", "store.block", None,
+     ["block must be positive (got 0)"]),
+    ("store-block-negative", fp8_spec, _set("store.block", -128), "store-block", "store.block", None,
+     ["got -128"]),
     ("store-block-pow2", packed_latent_spec, _set("store.block", 112), "store-block", "store.block", None,
      ["spans 7 lanes", "112 / 16 per lane"]),
     ("store-rope-dtype-unquantized", base_spec, _set("store.rope_dtype", "bf16"), "store-rope-dtype",
@@ -98,6 +109,10 @@ CASES = [
      "store-rope-dtype", "store.rope_dtype", None, ["rope.dim 128 = head_dim"]),
     ("store-amax-floor-zero", fp8_spec, _set("store.amax_floor", 0.0), "store-amax-floor", "store.amax_floor", None,
      ["got 0.0"]),
+    ("store-amax-floor-fp32-inf", fp8_spec, _set("store.amax_floor", 1e39), "store-amax-floor",
+     "store.amax_floor", None, ["1e+39", "not a finite fp32"]),
+    ("store-amax-floor-fp32-zero", fp8_spec, _set("store.amax_floor", 1e-46), "store-amax-floor",
+     "store.amax_floor", None, ["rounds to 0 as fp32"]),
     ("store-amax-floor-nan", fp8_spec, _set("store.amax_floor", float("nan")), "store-amax-floor",
      "store.amax_floor", None, ["nan"]),
     # -- page layout
@@ -154,6 +169,14 @@ CASES = [
      "positions", "positions.source", None, ["rope.dim is 0"]),
     ("positions-ratio", base_spec, _set("positions", {"source": "decode_plan", "compress_ratio": 0}), "positions",
      "positions.compress_ratio", None, ["compress_ratio 0", "[1, 65536]"]),
+    ("launch-occupancy-blocks", base_spec, _set("launch", {"warps_per_block": 1, "min_blocks_per_sm": 33}),
+     "launch-occupancy", "launch.min_blocks_per_sm", None, ["sm_90a holds at most 32 blocks", "use at most 32"]),
+    ("launch-occupancy-warps", base_spec, _all(_set("launch", {"warps_per_block": 8, "min_blocks_per_sm": 8}),
+                                               _set("targets", ["sm_90a", "sm_120a"])),
+     "launch-occupancy", "launch.min_blocks_per_sm", None, ["sm_120a", "48 warps", "use at most 6"]),
+    # -- integers the generated C++ cannot hold (a block is ignored without a scale, yet rendered)
+    ("int-range-block", base_spec, _set("store.block", 2**64), "int-range", "store.block", None,
+     [f"store.block = {2**64}", "64-bit"]),
     # -- schema
     ("schema-unknown-top", base_spec, _set("colour", "blue"), "schema-unknown-key", "colour", None, ["'colour'"]),
     ("schema-unknown-nested", base_spec, _set("store.scael", "none"), "schema-unknown-key", "store.scael", None,
@@ -322,7 +345,7 @@ def test_rule_ids_are_stable():
     assert set(RULES) == {
         "name", "targets", "head-dim", "rope-dim", "rope-lanes", "hadamard", "norm-eps", "store-scale",
         "store-block", "store-rope-dtype", "store-amax-floor", "page-size", "page-align", "scale-stride",
-        "layout-align", "page-bytes-limit", "host", "launch", "positions"}
+        "layout-align", "page-bytes-limit", "host", "launch", "positions", "launch-occupancy", "int-range"}
     twins = {r.id for r in RULES.values() if r.twin}
     assert "host" not in twins and "name" not in twins and "head-dim" in twins
 

@@ -73,6 +73,7 @@ template <class C> KGEN_HD constexpr bool store_scale_fp4_block() {
 }
 
 template <class C> KGEN_HD constexpr bool store_block() {
+  if (C::kBlockSet && C::kBlockRaw <= 0) return false;  // with or without a scale
   if (!C::kLayoutComputed || C::kScaleKind == ScaleKind::none) return true;
   const long long b = C::kBlock, n = C::kQuantDim, V = lanes_v<C>();
   if (b <= 0 || n % b != 0) return false;

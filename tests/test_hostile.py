@@ -1,0 +1,381 @@
+"""Hostile and careless input, one test per class, through the real `kgen` script where the class is
+about the command line: non-regular files, strings that would reach C++ or paths, values validate
+must refuse because render/compile would, --json on error paths, --arch, one-line diagnostics."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from conftest import KGEN
+from strategies import ROOT, SPECS, base_spec, fp8_spec, spec_dicts, to_yaml
+
+GOOD = to_yaml(base_spec())[0]
+LINE_RE = re.compile(r"^\S.*?:\d+:\d+: (error|warning)\[[a-z0-9-]+\]: .+$")
+
+
+def kgen(*args, cwd=None, timeout=60, env=None, stdin=subprocess.DEVNULL):
+    """The installed script, with a timeout: a hang is a failure, not a stuck suite."""
+    return subprocess.run([str(KGEN), *map(str, args)], cwd=cwd or ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})}, stdin=stdin)
+
+
+def one_line_errors(stderr: str) -> list[str]:
+    """Every line of stderr is a located compiler-style diagnostic (no traceback, no wrapped text)."""
+    lines = stderr.strip().splitlines()
+    assert lines, "no diagnostic"
+    bad = [ln for ln in lines if not LINE_RE.match(ln)]
+    assert not bad, stderr
+    assert "\x1b" not in stderr
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# non-regular files: never read, never a hang
+
+
+@pytest.mark.parametrize("command", ["validate", "layout", "render", "compile"])
+def test_fifo_as_spec_path_is_refused_at_once(tmp_path, command):
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    extra = ["-o", tmp_path / "out"] if command == "render" else []
+    r = kgen(command, fifo, *extra, timeout=30, env={"KGEN_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 1, r.stderr
+    [line] = one_line_errors(r.stderr)
+    assert "error[file-kind]" in line and "FIFO" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_devices_are_refused_not_read(tmp_path):
+    for dev in ("/dev/zero", "/dev/urandom", "/dev/null"):
+        r = kgen("validate", dev, timeout=30)
+        assert r.returncode == 1, (dev, r.stderr)
+        [line] = one_line_errors(r.stderr)
+        assert "error[file-kind]" in line and "character device" in line
+
+
+def test_stdin_as_spec_path_does_not_hang():
+    """/dev/stdin on an open pipe nobody writes to: a FIFO, refused without waiting for EOF."""
+    p = subprocess.Popen([str(KGEN), "validate", "/dev/stdin"], cwd=ROOT, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=30)  # communicate closes stdin only after the process ends...
+    except subprocess.TimeoutExpired:
+        p.kill()
+        pytest.fail("kgen validate /dev/stdin hung on an open pipe")
+    assert p.returncode == 1 and "FIFO" in err and "Traceback" not in err
+
+
+def test_fifo_as_include_is_refused_located(tmp_path):
+    os.mkfifo(tmp_path / "pipe.yaml")
+    (tmp_path / "f.yaml").write_text("kgen: 1\nfamily: f\nvariants:\n  - pipe.yaml\ndispatch:\n  key: [name]\n")
+    r = kgen("validate", tmp_path / "f.yaml", timeout=30)
+    assert r.returncode == 1
+    [line] = one_line_errors(r.stderr)
+    assert "pipe.yaml:1:1: error[file-kind]" in line
+
+
+def test_symlink_to_a_device_is_refused(tmp_path):
+    (tmp_path / "z.yaml").symlink_to("/dev/zero")
+    r = kgen("validate", tmp_path / "z.yaml", timeout=30)
+    assert r.returncode == 1 and "character device" in r.stderr
+
+
+def _run_as_nobody(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """As an unprivileged user (root searches every directory): the real script, real permissions."""
+    if os.geteuid() != 0:
+        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=60)
+
+    def drop():
+        os.setgid(65534)
+        os.setuid(65534)
+
+    env = {**os.environ, "HOME": str(cwd), "KGEN_NO_PROBE_CACHE": "1"}
+    try:
+        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=60, preexec_fn=drop, env=env)
+    except OSError:  # the interpreter itself is out of nobody's reach (e.g. under /root)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+def test_directory_without_search_permission_is_exit_2():
+    base = Path(tempfile.mkdtemp(prefix="kgen-perm-"))
+    try:
+        base.chmod(0o755)
+        locked = base / "locked"
+        locked.mkdir()
+        (locked / "s.yaml").write_text(GOOD)
+        (base / "f.yaml").write_text("kgen: 1\nfamily: f\nvariants:\n  - locked/s.yaml\ndispatch:\n  key: [name]\n")
+        locked.chmod(0o600)  # readable listing, no search: nothing inside can be opened
+        probe = _run_as_nobody([sys.executable, "-c", "import os; os.stat('locked/s.yaml')"], base)
+        if probe.returncode == 0:
+            pytest.skip("cannot drop privileges here")
+        r = _run_as_nobody([str(KGEN), "validate", "locked/s.yaml"], base)
+        assert r.returncode == 2, r.stderr
+        [line] = one_line_errors(r.stderr)
+        assert "locked/s.yaml:1:1: error[file-read]" in line and "ermission denied" in line
+        # as an include: a located problem in the family file, exit 1 (the family itself was read)
+        r = _run_as_nobody([str(KGEN), "validate", "f.yaml"], base)
+        assert r.returncode == 1, r.stderr
+        [line] = one_line_errors(r.stderr)
+        assert "f.yaml:4:5: error[family-include]" in line
+    finally:
+        (base / "locked").chmod(0o700)
+        shutil.rmtree(base)
+
+
+def test_permission_denied_is_exit_2_in_process(tmp_path, monkeypatch):
+    """The same class where privileges cannot be dropped: the open fails with EACCES (as for a file in
+    a directory without search permission); the CLI says so in one line, exit 2, no traceback."""
+    import errno
+
+    from typer.testing import CliRunner
+
+    import kgen.source
+    from kgen.cli import app
+
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "s.yaml").write_text(GOOD)
+    real_open = os.open
+
+    def denied(path, *a, **k):
+        if "locked" in str(path):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(kgen.source.os, "open", denied)
+    for command in ("validate", "layout"):
+        r = CliRunner().invoke(app, [command, str(tmp_path / "locked" / "s.yaml")])
+        assert r.exit_code == 2, r.output
+        assert "error[file-read]: cannot read: Permission denied" in r.output and "Traceback" not in r.output
+
+
+# ---------------------------------------------------------------------------------------------
+# characters that must never reach C++, paths or terminals: refused up front, one line
+
+
+@pytest.mark.parametrize("field, value, what", [
+    ("description", '"a\\x1b[31mred"', "ESC"),
+    ("description", '"nul\\0byte"', "NUL"),
+    ("description", "|\n  two\n  lines", "a newline"),
+    ("description", '"tab\\there"', "a tab"),
+    ("description", '"half \\ud800 pair"', "a lone surrogate"),
+    ("description", '"\\u202eevil"', "a bidi control"),
+    ("name", '"t_spec\\n#include <x>"', "a newline"),
+    ("targets", '["sm_90a\\0"]', "NUL"),
+])
+def test_control_characters_are_refused_up_front(tmp_path, field, value, what):
+    lines = [ln for ln in GOOD.splitlines() if not ln.startswith(f"{field}:")]
+    text = "\n".join(lines) + f"\n{field}: {value}\n"
+    (tmp_path / "s.yaml").write_text(text)
+    for args in (["validate"], ["render", "--no-validate", "-o", tmp_path / "out"],
+                 ["compile", "--no-validate"]):
+        r = kgen(*args, tmp_path / "s.yaml", env={"KGEN_CACHE_DIR": str(tmp_path / "cache")})
+        assert r.returncode == 1, (args, r.stderr)
+        [line] = one_line_errors(r.stderr)
+        assert "error[yaml-text]" in line and what in line, line
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+def test_control_character_in_a_key(tmp_path):
+    (tmp_path / "s.yaml").write_text(GOOD + '"col\\x1bour": 1\n')
+    r = kgen("validate", tmp_path / "s.yaml")
+    assert r.returncode == 1
+    [line] = one_line_errors(r.stderr)
+    assert "a key holds ESC" in line
+
+
+# ---------------------------------------------------------------------------------------------
+# strings that reach C++ or paths are refused also under --no-validate
+
+
+def _spec_file(tmp_path, **changes) -> Path:
+    s = base_spec()
+    s.update(changes)
+    path = tmp_path / "s.yaml"
+    path.write_text(to_yaml(s)[0])
+    return path
+
+
+def test_cxx_keyword_name_is_refused_by_validate_render_and_compile(tmp_path):
+    path = _spec_file(tmp_path, name="namespace")
+    cache = tmp_path / "cache"
+    for args in (["validate"], ["render", "-o", tmp_path / "out"], ["render", "--no-validate", "-o", tmp_path / "out"],
+                 ["compile", "--no-validate", "--arch", "sm_90a"]):
+        r = kgen(*args, path, env={"KGEN_CACHE_DIR": str(cache)})
+        assert r.returncode == 1, (args, r.stderr)
+        [line] = one_line_errors(r.stderr)
+        assert f"{path}:2:1: error[name]" in line and "C++ keyword" in line, line
+    assert not (tmp_path / "out").exists() and not cache.exists()
+
+
+def test_target_with_a_path_is_refused_under_no_validate(tmp_path):
+    path = _spec_file(tmp_path, targets=["../../escape"])
+    cache = tmp_path / "deep" / "cache"
+    r = kgen("compile", "--no-validate", path, env={"KGEN_CACHE_DIR": str(cache)})
+    assert r.returncode == 1, r.stderr
+    [line] = one_line_errors(r.stderr)
+    assert "error[targets]" in line and "not an architecture name" in line
+    assert not cache.exists() and not (tmp_path / "escape").exists() and not (tmp_path / "deep").exists()
+
+
+def test_dispatch_key_strings_never_become_cxx(tmp_path):
+    (tmp_path / "s.yaml").write_text(GOOD)
+    evil = 'name"; }\n#include "/etc/passwd'
+    (tmp_path / "f.yaml").write_text("kgen: 1\nfamily: f\nvariants: [s.yaml]\ndispatch:\n  key: [" +
+                                     json.dumps(evil.replace("\n", " ")) + "]\n")
+    for args in (["validate"], ["render", "--no-validate", "-o", tmp_path / "out"]):
+        r = kgen(*args, tmp_path / "f.yaml")
+        assert r.returncode == 1, (args, r.stderr)
+        assert any("f.yaml:5:9: error[dispatch-key]" in ln for ln in one_line_errors(r.stderr)), r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_quotes_and_comment_markers_in_descriptions_stay_text(tmp_path):
+    """A description is free text: escaped into every generated file, never code."""
+    desc = '*/ """ \\" \' \\\\ #include <x> ${x} {{ x }}'
+    s = base_spec()
+    s["description"] = desc
+    (tmp_path / "s.yaml").write_text(to_yaml(s)[0])
+    fam = tmp_path / "f.yaml"
+    fam.write_text("kgen: 1\nfamily: f\ndescription: " + json.dumps(desc) + "\nvariants: [s.yaml]\n"
+                   "dispatch:\n  key: [name]\n  require: [{name: t_spec}]\n")
+    r = kgen("render", fam, "-o", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    ns: dict = {}
+    exec(compile((tmp_path / "out/t_spec/host.py").read_text(), "host.py", "exec"), ns)
+    assert ns["DESCRIPTION"] == " ".join(desc.replace("\\", "/").split())
+    ns = {}
+    exec(compile((tmp_path / "out/f/select_kernel.py").read_text(), "select_kernel.py", "exec"), ns)
+    for cxx in ("out/t_spec/host.h", "out/t_spec/config.cuh", "out/f/select_kernel.h"):
+        text = (tmp_path / cxx).read_text()
+        assert "#include <x>" not in [ln.strip() for ln in text.splitlines()]
+        assert not any(ln.rstrip().endswith("\\") for ln in text.splitlines())  # no line splice
+
+
+# ---------------------------------------------------------------------------------------------
+# validate refuses what render and compile refuse
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=spec_dicts())
+def test_validate_accepts_only_what_render_accepts(data):
+    """For any spec the schema takes: the guards render applies under --no-validate are problems the
+    validator reports too (same rule, same key); a spec validate accepts renders."""
+    from pydantic import ValidationError
+
+    from kgen.render import render_variant
+    from kgen.rules import check_guards, check_variant
+    from kgen.spec import Spec
+
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError:
+        return
+    _, problems = check_variant(spec)
+    errors = {(p.rule, p.loc) for p in problems if p.severity == "error"}
+    guards = {(p.rule, p.loc) for p in check_guards(spec)}
+    for rule, loc in guards:  # (a value beyond 64 bits is reported once per key, maybe by its own rule)
+        assert (rule, loc) in errors or rule == "int-range" and any(k == loc for _, k in errors), (guards, errors)
+    if not errors:
+        render_variant(spec)
+
+
+@pytest.mark.parametrize("changes, rule, key", [
+    ({"store": {"dtype": "bf16", "scale": "none", "block": 0}}, "store-block", "store.block"),
+    ({"store": {"dtype": "bf16", "scale": "none", "block": -32}}, "store-block", "store.block"),
+    ({"norm": {"kind": "rmsnorm", "eps": 1.0e39}}, "norm-eps", "norm.eps"),
+    ({"norm": {"kind": "rmsnorm", "eps": 1.0e-50}}, "norm-eps", "norm.eps"),
+    ({"store": {"dtype": "fp8_e4m3", "scale": "fp32", "amax_floor": 1.0e39}}, "store-amax-floor", "store.amax_floor"),
+    ({"name": "struct"}, "name", "name"),
+    ({"launch": {"warps_per_block": 2, "min_blocks_per_sm": 32}, "targets": ["sm_120a"]}, "launch-occupancy",
+     "launch.min_blocks_per_sm"),
+    ({"store": {"dtype": "bf16", "scale": "none", "block": 2**70}}, "int-range", "store.block"),
+])
+def test_values_render_would_refuse_are_validation_errors(tmp_path, changes, rule, key):
+    s = base_spec()
+    s.update(changes)
+    (tmp_path / "s.yaml").write_text(to_yaml(s)[0])
+    r = kgen("validate", "--json", tmp_path / "s.yaml")
+    assert r.returncode == 1, r.stdout
+    [res] = json.loads(r.stdout)["results"]
+    assert (rule, key) in {(e["rule"], e["loc"]) for e in res["errors"]}, res["errors"]
+    r = kgen("render", tmp_path / "s.yaml", "-o", tmp_path / "out")
+    assert r.returncode == 1 and f"error[{rule}]" in r.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("family, rule, text", [
+    ("kgen: 1\nfamily: f\nvariants: []\ndispatch:\n  key: [name]\n", "family-variants", "no variants"),
+    ("kgen: 1\nfamily: f\nvariants: [s.yaml]\ndispatch:\n  key: [norm.eps]\n", "dispatch-key", "1e-06"),
+    ("kgen: 1\nfamily: f\nvariants: [s.yaml]\ndispatch:\n  key: [store.block]\n", "dispatch-key", "None"),
+    ("kgen: 1\nfamily: class\nvariants: [s.yaml]\ndispatch:\n  key: [name]\n", "name", "C++ keyword"),
+])
+def test_family_values_no_dispatch_can_serve(tmp_path, family, rule, text):
+    (tmp_path / "s.yaml").write_text(GOOD)
+    (tmp_path / "f.yaml").write_text(family)
+    r = kgen("validate", tmp_path / "f.yaml")
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = [ln for ln in one_line_errors(r.stderr) if "error[" in ln]
+    assert any(f"error[{rule}]" in ln and text in ln for ln in lines), lines
+
+
+# ---------------------------------------------------------------------------------------------
+# --json prints JSON on every error path; --arch; exit codes
+
+
+@pytest.mark.parametrize("args, code, keys", [
+    (["layout", "--json", "missing.yaml"], 2, {"layouts", "errors"}),
+    (["layout", "--json", "bad.yaml"], 1, {"layouts", "errors"}),
+    (["validate", "--json", "missing.yaml"], 2, {"results"}),
+    (["compile", "--json", "--arch", "sm_75", str(SPECS / "indexer_bf16.yaml")], 2, {"results", "errors"}),
+    (["compile", "--json", "--arch", "sm_9z", str(SPECS / "indexer_bf16.yaml")], 2, {"results", "errors"}),
+    (["compile", "--json", "bad.yaml"], 1, {"results", "errors"}),
+    (["compile", "--json", "--no-validate", "keyword.yaml"], 1, {"results", "errors"}),
+    (["compile", "--json"], 2, {"errors"}),
+    (["layout", "--json", "--bogus", "bad.yaml"], 2, {"errors"}),
+])
+def test_json_on_every_error_path(tmp_path, args, code, keys):
+    (tmp_path / "bad.yaml").write_text(GOOD.replace("page_size: 64", "page_size: 48"))
+    (tmp_path / "keyword.yaml").write_text(GOOD.replace('"t_spec"', "do"))
+    r = kgen(*args, cwd=tmp_path, env={"KGEN_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == code, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert set(doc) == keys
+    errors = doc.get("errors") or [e for res in doc.get("results", []) for e in res["errors"]]
+    assert errors and all({"rule", "message", "file", "line", "col"} <= set(e) for e in errors)
+    assert "Traceback" not in r.stderr
+
+
+def test_arch_below_the_floor_or_malformed_is_usage(tmp_path):
+    for arch in ("sm_75", "sm_70", "sm_86a", "sm90", "../sm_90a", "sm_90a;rm"):
+        r = kgen("compile", "--arch", arch, SPECS / "indexer_bf16.yaml", env={"KGEN_CACHE_DIR": str(tmp_path)})
+        assert r.returncode == 2, (arch, r.stderr)
+        assert r.stderr.count("\n") == 1 and "error[arch]" in r.stderr, r.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_compile_no_validate_errors_are_one_located_line(tmp_path):
+    path = _spec_file(tmp_path, head_dim=2**70, hadamard=False)
+    r = kgen("compile", "--no-validate", path, env={"KGEN_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 1
+    lines = one_line_errors(r.stderr)
+    assert all(ln.startswith(f"{path}:") for ln in lines)
+    assert any("error[int-range]" in ln and "head_dim" in ln for ln in lines), lines
+
+
+def test_fp8_spec_still_fine():
+    """The shipped-like fp8 spec still validates (nothing above refuses good input)."""
+    s = fp8_spec()
+    from kgen.rules import check_guards, check_variant
+    from kgen.spec import Spec
+
+    spec = Spec.model_validate(s)
+    assert check_guards(spec) == [] and check_variant(spec)[1] == []
