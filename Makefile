@@ -21,8 +21,21 @@ demo: install
 	$(BIN)/kgen render $(SPECS)
 	$(BIN)/kgen compile $(SPECS)
 
+# The steps of the demo one at a time (each validates first; exit 1 on any problem).
+render: install
+	$(BIN)/kgen render $(SPECS)
+
+compile: install
+	$(BIN)/kgen compile $(SPECS)
+
 test: install
 	$(BIN)/python -m pytest
+
+# On a GPU machine: every shipped variant against the Torch reference, then the GPU tests of the
+# suite. Without a GPU `kgen test` exits 2 with one line saying so (the pytest part would only skip).
+test-gpu: install
+	$(BIN)/kgen test $(SPECS)
+	$(BIN)/python -m pytest -m gpu
 
 # ruff (style, imports, bugbear) and mypy over the package (config: pyproject.toml)
 lint: install

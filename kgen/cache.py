@@ -249,9 +249,6 @@ class Cache:
               and isinstance(meta.get("symbol_mapping"), dict))
         return Entry(d, cubin, meta) if ok else None
 
-    def exists_but_invalid(self, uri: str, arch: str, key: str) -> bool:
-        return self.entry_dir(uri, arch, key).exists() and self.load(uri, arch, key) is None
-
     @contextmanager
     def lock(self, uri: str, arch: str, key: str):
         """Hold the entry's lock; a timeout is a user-facing error that names the lock file."""

@@ -107,7 +107,8 @@ class Spec(_Model):
     name: str = Field(description="[a-z][a-z0-9_]*, at most 64 chars; becomes file and symbol names")
     description: str = Field("", description="free text")
     input_dtype: InputDtype = Field(description="dtype of the input rows and of the norm weight/bias")
-    head_dim: int = Field(description="values per token: a multiple of 32 in [32, 1024]")
+    head_dim: int = Field(description="values per token: 32 lanes x a power of two (32, 64, 128, 256, "
+                          "512 or 1024)")
     norm: Norm = Field(default_factory=Norm)
     rope: Rope = Field(default_factory=Rope)
     hadamard: bool = Field(False, description="Walsh-Hadamard over head_dim, scaled 1/sqrt(head_dim), "

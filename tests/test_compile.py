@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("kgen.render", reason="kgen/render.py has not landed yet")
 
 from kgen.compile import CompiledKernel, compile_command, compile_variant  # noqa: E402
 from kgen.load import load_document  # noqa: E402

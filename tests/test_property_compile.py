@@ -13,7 +13,6 @@ import os
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
-pytest.importorskip("kgen.render", reason="kgen/render.py has not landed yet")
 
 from strategies import valid_specs, write_yaml  # noqa: E402  (tests/strategies.py, on sys.path via conftest)
 

@@ -118,14 +118,17 @@ def test_e4m3_matches_first_principles():
 
 
 def test_e2m1_thresholds_ties_down_and_no_negative_zero():
-    cases = {0.0: 0, 0.25: 0, 0.2500001: 1, 0.5: 1, 0.75: 1, 0.7500001: 2, 1.25: 2, 1.5: 3,
-             1.75: 3, 2.5: 4, 3.0: 5, 3.5: 5, 4.0: 6, 5.0: 6, 5.0001: 7, 6.0: 7, 100.0: 7,
-             -0.75: 8 | 1, -6.0: 8 | 7, -5.0: 8 | 6, -0.1: 0, -0.25: 0, -1e-30: 0, -0.0: 0}
-    got = R.e2m1_codes(t32(list(cases))).tolist()
-    assert got == list(cases.values())
+    # (value, code) pairs, not a dict: -0.0 == 0.0, so a dict would silently keep one of the two
+    cases = [(0.0, 0), (0.25, 0), (0.2500001, 1), (0.5, 1), (0.75, 1), (0.7500001, 2), (1.25, 2), (1.5, 3),
+             (1.75, 3), (2.5, 4), (3.0, 5), (3.5, 5), (4.0, 6), (5.0, 6), (5.0001, 7), (6.0, 7), (100.0, 7),
+             (-0.75, 8 | 1), (-6.0, 8 | 7), (-5.0, 8 | 6), (-0.1, 0), (-0.25, 0), (-1e-30, 0), (-0.0, 0)]
+    values = [v for v, _ in cases]
+    assert len({(v, math.copysign(1.0, v)) for v in values}) == len(values)  # every case distinct
+    got = R.e2m1_codes(t32(values)).tolist()
+    assert got == [code for _, code in cases]
     # ties go down: RNE would send 0.75 to 1.0 (even mantissa) and 5.0 to 6.0 (code 7)
-    assert R.E2M1_VALUES[got[list(cases).index(0.75)]] == 0.5
-    assert R.E2M1_VALUES[got[list(cases).index(5.0)]] == 4.0
+    assert R.E2M1_VALUES[got[values.index(0.75)]] == 0.5
+    assert R.E2M1_VALUES[got[values.index(5.0)]] == 4.0
     rng = np.random.default_rng(1)
     vals = np.concatenate([rng.uniform(-7, 7, 500), np.array(R.E2M1_THRESHOLDS), -np.array(R.E2M1_THRESHOLDS),
                            np.array(R.E2M1_VALUES), -np.array(R.E2M1_VALUES)]).astype(np.float32)

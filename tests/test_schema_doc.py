@@ -42,3 +42,17 @@ def _leaves(model, prefix=""):
 def test_kgen_schema_prints_it():
     r = subprocess.run([sys.executable, "-m", "kgen.cli", "schema"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0 and r.stdout == field_reference()
+
+
+def test_head_dim_doc_lists_exactly_what_the_rule_accepts():
+    """docs/spec.md (from spec.py) and the head-dim rule agree: the doc names every accepted value and
+    no range the rule does not accept (it once said "a multiple of 32", but 96 is refused)."""
+    from types import SimpleNamespace
+
+    from kgen.rules import head_dim_ok
+
+    accepted = [h for h in range(1, 4097) if head_dim_ok(SimpleNamespace(head_dim=h))]
+    row = next(line for line in field_reference().splitlines() if line.startswith("| `head_dim` |"))
+    documented = [int(x) for x in row.replace("(", " ").replace(")", " ").replace(",", " ").split() if x.isdigit()]
+    assert accepted == [32, 64, 128, 256, 512, 1024]
+    assert sorted(set(documented) - {32}) == accepted[1:] and "multiple of 32" not in row

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("kgen.render", reason="kgen/render.py has not landed yet")
 
 from kgen.compile import compile_command  # noqa: E402
 from kgen.rules import RULES  # noqa: E402
