@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .diagnostics import KgenError, Problem
 from .diagnostics import err as _say
-from .diagnostics import KgenError
 from .layout import Layout, compute
 from .spec import Spec
 
@@ -568,19 +568,17 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     from .runtime import gpu_problem
 
     if not paths:
-        _say("kgen bench: give spec/family paths")
-        return 2
+        raise KgenError([Problem("usage", "kgen bench: give spec/family paths")], exit_code=2)
     if tokens is not None and any(t <= 0 for t in tokens):
-        _say("kgen bench: --tokens must be > 0")
-        return 2
+        raise KgenError([Problem("usage", "kgen bench: --tokens must be > 0")], exit_code=2)
     if positions not in POSITIONS:
-        _say(f"kgen bench: --positions must be one of {', '.join(POSITIONS)} (got {positions!r})")
-        return 2
+        raise KgenError([Problem("usage", f"kgen bench: --positions must be one of {', '.join(POSITIONS)} "
+                                 f"(got {positions!r})")], exit_code=2)
     specs = expand(paths)
     reason = gpu_problem()
     if reason is not None:
-        _say(f"kgen bench: no GPU: {reason}. Nothing was measured; run it on a GPU machine (docs/gpu.md).")
-        return 2
+        raise KgenError([Problem("no-gpu", f"kgen bench: no GPU: {reason}. Nothing was measured; run it on a GPU "
+                                 "machine (docs/gpu.md)")], exit_code=2)
     import torch
 
     if use_compile is None:

@@ -27,7 +27,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -35,9 +34,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .cache import FORMAT as CACHE_FORMAT
-from .cache import Cache, Entry, compute_key, cudart_include_dir, toolchain_fingerprint
+from .cache import Cache, Entry, compute_key
 from .diagnostics import KgenError, Problem, failure_json, print_json, print_problems
 from .source import MAX_FILE_BYTES, read_regular
+from .toolchain import cudart_include_dir, toolchain_fingerprint
 
 STD = "c++17"
 MAX_RECORD_BYTES = 1 << 20  # a run record lists a few dozen files and entries
@@ -227,7 +227,7 @@ def _from_entry(e: Entry, uri: str, arch: str, *, cached: bool, seconds: float) 
 
 def _nvrtc(rendered, arch: str, inc: list[Path], cache: Cache, key: str, spec_path: Path | None):
     """(cubin, mangled symbol, log). Raises CompileError with the log's first errors."""
-    with tempfile.TemporaryDirectory(prefix=f"kgen-{rendered.uri}-") as tmp:
+    with cache.workdir(rendered.uri) as tmp:  # in the cache: nothing left in /tmp if the run is killed
         from .cache import write_sources
 
         write_sources(Path(tmp), rendered.files)  # rendered headers resolve from here

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from .compare import Comparison
+from .diagnostics import KgenError, Problem
 from .diagnostics import err as _say
-from .diagnostics import KgenError
 from .gpurun import precompile, run_case, sticky
 from .sample import sample_specs
 from .spec import Spec
@@ -59,16 +59,14 @@ def test_command(paths: list[Path], tokens: list[int] | None, as_json: bool = Fa
     from .runtime import gpu_problem
 
     if not paths and not sample:
-        _say("kgen test: give spec/family paths (or --sample K)")
-        return 2
+        raise KgenError([Problem("usage", "kgen test: give spec/family paths (or --sample K)")], exit_code=2)
     if tokens is not None and any(t < 0 for t in tokens):
-        _say("kgen test: --tokens must be >= 0")
-        return 2
+        raise KgenError([Problem("usage", "kgen test: --tokens must be >= 0")], exit_code=2)
     specs = expand(paths)
     reason = gpu_problem()
     if reason is not None:
-        _say(f"kgen test: no GPU: {reason}. Nothing was tested; run it on a GPU machine (docs/gpu.md).")
-        return 2
+        raise KgenError([Problem("no-gpu", f"kgen test: no GPU: {reason}. Nothing was tested; run it on a GPU "
+                                 "machine (docs/gpu.md)")], exit_code=2)
 
     cases: list[tuple[Spec, int]] = [(s, n) for s in specs for n in (tokens or DEFAULT_TOKENS)]
     sampled = sample_specs(sample, seed) if sample else []

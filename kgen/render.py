@@ -19,8 +19,6 @@ Output under the output directory (deterministic: no timestamps, stable order):
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -406,36 +404,16 @@ def render_all(paths: list[Path], validate: bool = True) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
-def _write_atomic(target: Path, text: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def render_paths(paths: list[Path], out: Path, validate: bool = True) -> list[Path]:
     """Render every path into `out`. All paths are loaded (and validated) first: if any fails,
-    nothing is written. Each file is written atomically (temp file + os.replace); a file whose
-    content is already right is left alone. Returns the paths of all files of the output."""
+    nothing is written; then `kgen.output.write_tree` writes all files or none, leaves files whose
+    content is already right alone and removes what an earlier render left (each removal is said on
+    stderr). Returns the paths of all files of the output."""
+    from .diagnostics import err
+    from .output import write_tree
+
     files = render_all(paths, validate)
-    out = Path(out)
-    written = []
-    for rel, text in files.items():
-        target = out / rel
-        try:
-            same = target.read_text(encoding="utf-8") == text
-        except (FileNotFoundError, IsADirectoryError, UnicodeDecodeError, NotADirectoryError):
-            same = False
-        if not same:
-            _write_atomic(target, text)
-        written.append(target)
-    return written
+    written = write_tree(Path(out), files, BANNER)
+    for p in written.removed:
+        err(f"kgen: removed stale {p} (an earlier render's; this one does not produce it)")
+    return written.files

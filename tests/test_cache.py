@@ -108,7 +108,9 @@ def test_key_changes_with_every_input(inc, monkeypatch):
     monkeypatch.setattr(K, "compile_options", lambda uri, arch: {**compile_options(uri, arch), "fma": True})
     assert key(fake(), inc) != base  # an option
     monkeypatch.undo()
-    tc = C.toolchain_fingerprint()
+    from kgen.toolchain import toolchain_fingerprint
+
+    tc = toolchain_fingerprint()
     other = C.compute_key(files=fake().files, kernel_file="fake_variant.cu", name_expression="fake_kernel<4>",
                           arch=ARCH, options=compile_options("fake_variant", ARCH), include_dirs=[inc],
                           toolchain={**tc, "nvrtc": "NVRTC 99.0"})

@@ -29,11 +29,14 @@ def kgen(*args, cwd=None, timeout=60, env=None, stdin=subprocess.DEVNULL):
                           timeout=timeout, env={**os.environ, **(env or {})}, stdin=stdin)
 
 
-def one_line_errors(stderr: str) -> list[str]:
+FILE_RE = re.compile(r"^\S.*?: (error|warning)\[[a-z0-9-]+\]: .+$")  # a problem about a whole file or dir
+
+
+def one_line_errors(stderr: str, line_col: bool = True) -> list[str]:
     """Every line of stderr is a located compiler-style diagnostic (no traceback, no wrapped text)."""
     lines = stderr.strip().splitlines()
     assert lines, "no diagnostic"
-    bad = [ln for ln in lines if not LINE_RE.match(ln)]
+    bad = [ln for ln in lines if not (LINE_RE if line_col else FILE_RE).match(ln)]
     assert not bad, stderr
     assert "\x1b" not in stderr
     return lines
@@ -379,3 +382,186 @@ def test_fp8_spec_still_fine():
 
     spec = Spec.model_validate(s)
     assert check_guards(spec) == [] and check_variant(spec)[1] == []
+
+
+# ---------------------------------------------------------------------------------------------
+# output errors: a clean error and nothing half-written; stale variant dirs removed, said
+
+
+BF16 = SPECS / "indexer_bf16.yaml"
+
+
+def test_render_into_a_file_or_through_a_file_is_refused(tmp_path):
+    f = tmp_path / "out.txt"
+    f.write_text("mine\n")
+    for out in (f, f / "sub", tmp_path / "missing" / ".." / "out.txt" / "x"):
+        r = kgen("render", BF16, "-o", out)
+        assert r.returncode == 2, (out, r.stderr)
+        [line] = one_line_errors(r.stderr, line_col=False)
+        assert "error[output]" in line and ("is a file, not a directory" in line or ".." in str(out)), line
+    assert f.read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_a_failing_write_leaves_the_output_as_it_was(tmp_path, monkeypatch):
+    """The third file cannot be written (disk full, permission): the output stays the earlier render,
+    byte for byte, with no temp file and no new directory."""
+    import errno
+
+    import kgen.output
+    from kgen.diagnostics import KgenError
+    from kgen.render import render_paths
+
+    out = tmp_path / "out"
+    render_paths([BF16], out)
+    (out / "dsv4_indexer_bf16" / "host.py").write_text("# stale\n")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    calls = {"n": 0}
+    real = kgen.output.tempfile.mkstemp
+
+    def full(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(k.get("dir")))
+        return real(*a, **k)
+
+    monkeypatch.setattr(kgen.output.tempfile, "mkstemp", full)
+    with pytest.raises(KgenError) as e:
+        render_paths([SPECS / "dsv4.yaml"], out)  # new dirs + a rewrite of host.py
+    assert e.value.exit_code == 2 and "No space left on device" in e.value.problems[0].message
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in out.iterdir()) == ["dsv4_indexer_bf16", "include"]
+
+
+def test_stale_variant_dirs_are_removed_and_said(tmp_path):
+    out = tmp_path / "out"
+    r = kgen("render", SPECS / "dsv4.yaml", "-o", out)
+    assert r.returncode == 0, r.stderr
+    (out / "notes.txt").write_text("mine\n")  # not kgen's: stays
+    (out / "dsv4_latent_bf16" / "mine.txt").write_text("mine\n")
+    r = kgen("render", BF16, "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert "removed stale" in r.stderr and "dsv4_fused_norm_rope/select_kernel.h" in r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["dsv4_indexer_bf16", "dsv4_latent_bf16", "include",
+                                                     "notes.txt"]
+    assert [p.name for p in (out / "dsv4_latent_bf16").iterdir()] == ["mine.txt"]
+    fresh = tmp_path / "fresh"
+    kgen("render", BF16, "-o", fresh)
+    kgen_files = {p.relative_to(out) for p in out.rglob("*") if p.is_file() and p.name not in ("notes.txt", "mine.txt")}
+    assert kgen_files == {p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()}
+
+
+# ---------------------------------------------------------------------------------------------
+# the cache: hostile entries are rebuilt or a clean error, never a hang; no leaked temp dirs
+
+
+def _compile(cache: Path, *extra, timeout=300, **kw):
+    return kgen("compile", BF16, "--arch", "sm_90a", *extra, env={"KGEN_CACHE_DIR": str(cache), **kw},
+                timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("warm") / "cache"
+    r = _compile(root)
+    assert r.returncode == 0, r.stderr
+    return root
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def _entry(root: Path) -> Path:
+    [e] = [p for p in (root / "dsv4_indexer_bf16").iterdir() if p.is_dir() and p.name.startswith("sm_90a-")]
+    return e
+
+
+@pytest.mark.parametrize("damage", ["dangling-link", "fifo-meta", "fifo-cubin", "device-cubin", "fifo-run-record"])
+def test_damaged_entries_are_rebuilt_without_hanging(warm_cache, tmp_path, damage):
+    root = _copy(warm_cache, tmp_path / "cache")
+    e = _entry(root)
+    if damage == "dangling-link":
+        shutil.rmtree(e)
+        e.symlink_to(tmp_path / "nowhere")
+    elif damage.startswith("fifo-") and damage != "fifo-run-record":
+        target = e / ("meta.json" if damage == "fifo-meta" else "kernel.cubin")
+        target.unlink()
+        os.mkfifo(target)
+    elif damage == "device-cubin":
+        (e / "kernel.cubin").unlink()
+        (e / "kernel.cubin").symlink_to("/dev/zero")
+    else:
+        [rec] = list((root / "_runs").iterdir())
+        rec.unlink()
+        os.mkfifo(rec)
+    r = _compile(root, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    if damage != "fifo-run-record":
+        assert "compiling dsv4_indexer_bf16" in r.stderr  # rebuilt, not trusted
+        assert not _entry(root).is_symlink() and (_entry(root) / "kernel.cubin").is_file()
+
+
+def test_unwritable_cache_places_are_a_clean_error(tmp_path):
+    root = tmp_path / "cache"
+    root.mkdir()
+    (root / "dsv4_indexer_bf16").write_text("a file where a directory goes\n")
+    r = _compile(root, "--json")
+    assert r.returncode == 1, r.stderr
+    assert json.loads(r.stdout)["results"][0]["ok"] is False
+    assert "error[cache-dir]" in r.stderr and "Traceback" not in r.stderr
+    r = _compile(tmp_path / "file-as-root" / "x", KGEN_CACHE_DIR=str(root / "dsv4_indexer_bf16" / "sub"))
+    assert r.returncode == 1 and "error[cache-dir]" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "inf", "1e999"])
+def test_malformed_lock_timeout_is_a_usage_error(tmp_path, value):
+    r = _compile(tmp_path / "cache", KGEN_LOCK_TIMEOUT=value)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "error[cache-lock]" in r.stderr and "KGEN_LOCK_TIMEOUT" in r.stderr
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_an_interrupted_compile_leaks_no_temp_dirs(tmp_path, sig):
+    import signal
+    import time
+
+    root, tmp = tmp_path / "cache", tmp_path / "tmp"
+    tmp.mkdir()
+    s = base_spec()
+    s["name"] = f"interrupted_{sig.lower()}"
+    (tmp_path / "s.yaml").write_text(to_yaml(s)[0])
+    p = subprocess.Popen([str(KGEN), "compile", str(tmp_path / "s.yaml")], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "KGEN_CACHE_DIR": str(root), "TMPDIR": str(tmp)})
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((root / "_tmp").glob("*")):
+        time.sleep(0.05)  # NVRTC is working in its temp dir now
+    assert list((root / "_tmp").glob("*")), "the compile never started"
+    p.send_signal(getattr(signal, sig))
+    out, err = p.communicate(timeout=180)
+    assert p.returncode != 0 and "Traceback" not in err, err
+    assert list((root / "_tmp").iterdir()) == [] and list(tmp.iterdir()) == []
+    assert not [q for q in root.rglob(".tmp-*")] and not [q for q in root.rglob(".trash-*")]
+
+
+def test_cache_prune_and_clean(warm_cache, tmp_path):
+    root = _copy(warm_cache, tmp_path / "cache")
+    env = {"KGEN_CACHE_DIR": str(root)}
+    info = json.loads(kgen("cache", "info", "--json", env=env).stdout)
+    assert info["entries"] == 1 and info["bytes"] > 10_000
+    (root / "dsv4_indexer_bf16" / "failed-sm_90a-0123456789abcdef").mkdir()
+    r = kgen("cache", "prune", "--json", env=env)  # the default bound keeps the entry
+    assert r.returncode == 0 and json.loads(r.stdout)["entries"] == 1
+    assert not (root / "dsv4_indexer_bf16" / "failed-sm_90a-0123456789abcdef").exists()
+    r = kgen("cache", "prune", "--max-mb", "0", "--json", env=env)
+    assert r.returncode == 0 and json.loads(r.stdout)["entries"] == 0
+    r = _compile(root)
+    assert r.returncode == 0 and "compiling" in r.stderr  # pruned means rebuilt
+    (root / "precious.txt").write_text("not kgen's\n")
+    r = kgen("cache", "clean", env=env)
+    assert r.returncode == 1 and "precious.txt" in r.stderr and (root / "precious.txt").exists()
+    (root / "precious.txt").unlink()
+    r = kgen("cache", "clean", env=env)
+    assert r.returncode == 0 and list(root.iterdir()) == []

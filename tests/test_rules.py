@@ -4,6 +4,8 @@ and specs that pass."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from kgen.rules import RULES
@@ -152,7 +154,7 @@ CASES = [
      None, ["132 B/token", "256 B/token", "128 x 16 bit = 256 B row"]),
     ("host-page-bytes", base_spec, _set("host", {"page_bytes": 8448}), "host", "host.page_bytes", None,
      ["pages of 8448 B", "expects 16384 B", "64 tokens x 256 B = 16384 B"]),
-    # domain.md §1: a bf16-sized host page met the fp8 kernel's 8448-B stride
+    # docs/layouts.md §1: a bf16-sized host page met the fp8 kernel's 8448-B stride
     ("host-story", fp8_spec, _set("host", {"bytes_per_token": 132, "page_bytes": 16384}), "host", "host.page_bytes",
      None, ["16384 B", "expects 8448 B", "64 tokens x 132 B = 8448 B"]),
     ("launch-warps", base_spec, _set("launch", {"warps_per_block": 33}), "launch", "launch.warps_per_block", None,
@@ -358,16 +360,19 @@ def test_clone_is_deep():
 
 
 def test_toolchain_probe_is_recorded(tmp_path, monkeypatch):
-    """The targets rule asks libnvrtc once per library file; later runs read the record."""
+    """The targets rule asks libnvrtc once per library file; later runs read the record, which lives
+    in the kgen cache dir (KGEN_CACHE_DIR), never in ~/.cache behind its back."""
     from kgen import toolchain
 
     lib = toolchain.nvrtc_library()
     if lib is None:
         pytest.skip("no libnvrtc wheel")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "kgen"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("KGEN_NO_PROBE_CACHE", raising=False)
     toolchain.supported_archs.cache_clear()
     first = toolchain.supported_archs()
+    assert not (tmp_path / "xdg").exists()
     record = tmp_path / "kgen" / "nvrtc_archs.json"
     assert record.exists() and 90 in first[0] and first[1].startswith("NVRTC")
     toolchain.supported_archs.cache_clear()
@@ -379,3 +384,22 @@ def test_toolchain_probe_is_recorded(tmp_path, monkeypatch):
     monkeypatch.setattr(toolchain, "_probe", lambda lib: (frozenset({90}), "NVRTC test"))
     assert toolchain.supported_archs() == (frozenset({90}), "NVRTC test")
     toolchain.supported_archs.cache_clear()
+
+
+def test_toolchain_probe_key_is_not_an_mtime(tmp_path):
+    """The record's key names what is installed (path, size, wheel version), so touching the library
+    (a copy, a restore from backup) neither invalidates it nor can a replaced file of the same mtime
+    pass for the old one."""
+    from kgen import toolchain
+
+    if "nvidia_cuda_nvrtc" not in toolchain.dist_versions():
+        pytest.skip("no nvidia-cuda-nvrtc wheel")
+    lib = tmp_path / "libnvrtc.so.13"
+    lib.write_bytes(b"x" * 100)
+    key = toolchain.probe_key(lib)
+    os.utime(lib, (1, 1))
+    assert toolchain.probe_key(lib) == key
+    lib.write_bytes(b"x" * 101)
+    os.utime(lib, (1, 1))
+    assert toolchain.probe_key(lib) != key
+    assert f"=={toolchain.dist_versions()['nvidia_cuda_nvrtc']}" in key

@@ -1,0 +1,165 @@
+"""Writing a generated tree into an output directory: all of it or nothing, and nothing stale left.
+
+`write_tree(out, files, banner)` makes `out` hold `files` (relative path -> text):
+
+1. the location is checked first: `out` (and every existing part of its path) must be a directory or
+   not exist yet - `-o` naming a file, or a path through a file, is refused before anything is written;
+2. every file whose content changes is written to a temp file beside its target, then all of them
+   are renamed into place; if any write fails (permission, disk full), the temp files and the
+   directories created for them are removed and the output is as it was;
+3. what an earlier render left and this one does not produce - a variant dir of a spec since renamed,
+   a family's table - is removed, but only files that carry kgen's banner (or headers under
+   `include/kgen/`); anything else in `out` is the user's and stays.
+
+Files whose content is already right are not touched (their mtime stays, so builds do not rerun).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .diagnostics import KgenError, Problem
+
+HEADERS_DIR = ("include", "kgen")  # the real headers, copied: kgen's own directory
+
+
+@dataclass
+class Written:
+    files: list[Path] = field(default_factory=list)  # every file of the output, changed or not
+    changed: list[Path] = field(default_factory=list)
+    removed: list[Path] = field(default_factory=list)  # stale files of an earlier render
+
+
+def _refuse(out: Path, message: str, fix: str, exit_code: int = 2) -> KgenError:
+    return KgenError([Problem("output", message, fix=fix, file=out)], exit_code)
+
+
+def check_location(out: Path) -> None:
+    """`out` is a directory or can become one: no part of its path is a file (or a dangling link)."""
+    for p in reversed([out, *out.parents]):
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            if p.is_symlink():
+                raise _refuse(out, f"{p} is a dangling symbolic link", "remove it or choose another -o") from None
+            return  # from here on nothing exists: mkdir creates it
+        except NotADirectoryError:
+            raise _refuse(out, f"a part of the output path {out} is a file, not a directory",
+                          "choose another -o") from None
+        except OSError as e:
+            raise _refuse(out, f"cannot use the output path {p}: {e.strerror or e}", "choose another -o") from None
+        if not stat.S_ISDIR(st.st_mode):
+            what = "the output path" if p == out else "a part of the output path"
+            raise _refuse(out, f"{what} {p} is a file, not a directory", "choose another -o (a directory)")
+
+
+def _is_ours(path: Path, rel: tuple[str, ...], banner: str) -> bool:
+    """Did kgen write this file? Its first line carries the banner, or it is a copied kgen header."""
+    if rel[:2] == HEADERS_DIR and path.suffix in (".cuh", ".h"):
+        return True
+    from .source import read_regular
+
+    try:
+        head = read_regular(path, 1 << 20)[:400].decode("utf-8", "replace")
+    except OSError:  # special files, unreadable: not ours, left alone
+        return False
+    return banner in head.split("\n", 1)[0]
+
+
+def stale_files(out: Path, files: dict[str, str], banner: str) -> list[Path]:
+    """kgen's files under `out` that the new tree does not contain."""
+    if not out.is_dir():
+        return []
+    stale = []
+    for dirpath, dirnames, filenames in os.walk(out):
+        dirnames[:] = sorted(d for d in dirnames if not os.path.islink(os.path.join(dirpath, d)))
+        for name in sorted(filenames):
+            p = Path(dirpath, name)
+            rel = p.relative_to(out).parts
+            if "/".join(rel) not in files and _is_ours(p, rel, banner):
+                stale.append(p)
+    return stale
+
+
+def write_tree(out: Path, files: dict[str, str], banner: str) -> Written:
+    out = Path(out)
+    check_location(out)
+    result = Written(files=[out / rel for rel in files])
+    pending: list[tuple[str, Path]] = []  # (temp file, target)
+    created: list[Path] = []
+    try:
+        for rel, text in files.items():
+            target = out / rel
+            try:
+                if target.is_symlink() or target.is_dir():
+                    raise _refuse(out, f"{target} is a {'link' if target.is_symlink() else 'directory'} where "
+                                  "kgen writes a file", "remove it", 1)
+                if target.is_file() and target.read_text(encoding="utf-8") == text:
+                    continue
+            except (UnicodeDecodeError, OSError):
+                pass  # unreadable or not text: rewrite it
+            _mkdirs(target.parent, created)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            pending.append((tmp, target))
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+                f.write(text)
+            os.chmod(tmp, 0o644)
+    except KgenError:
+        _undo(pending, created)
+        raise
+    except OSError as e:
+        _undo(pending, created)
+        where = e.filename or out
+        raise _refuse(out, f"cannot write {where}: {e.strerror or e}; nothing was written",
+                      "choose a writable -o") from None
+    except BaseException:
+        _undo(pending, created)
+        raise
+    for tmp, target in pending:
+        os.replace(tmp, target)
+        result.changed.append(target)
+    for p in stale_files(out, files, banner):
+        try:
+            p.unlink()
+            result.removed.append(p)
+        except OSError:
+            continue
+        _prune_empty(p.parent, out)
+    return result
+
+
+def _mkdirs(d: Path, created: list[Path]) -> None:
+    missing = []
+    p = d
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for m in reversed(missing):
+        m.mkdir()
+        created.append(m)
+
+
+def _undo(pending: list[tuple[str, Path]], created: list[Path]) -> None:
+    for tmp, _ in pending:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    for d in reversed(created):
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
+def _prune_empty(d: Path, out: Path) -> None:
+    while d != out and d.is_relative_to(out):
+        try:
+            d.rmdir()  # only if empty
+        except OSError:
+            return
+        d = d.parent
