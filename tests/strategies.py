@@ -23,7 +23,7 @@ from kgen import sample
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
 
-# Every shipped variant and the byte math shared docs/domain.md §3 gives for it.
+# Every shipped variant and the byte math docs/layouts.md §3 gives for it.
 SHIPPED = {
     # file: (variant name, bytes_per_token, page_bytes)
     "dsv4/indexer_fp8.yaml": ("dsv4_indexer_fp8", 132, 8448),

@@ -1,4 +1,4 @@
-"""kgen/layout.py: the byte math of every shipped variant equals shared docs/domain.md §3, offsets
+"""kgen/layout.py: the byte math of every shipped variant equals docs/layouts.md §3, offsets
 of the indexer and packed-latent pages, and hypothesis properties over every spec the validator
 accepts (in bounds, no overlaps, alignment) and over the whole field space (never an exception)."""
 
@@ -24,7 +24,7 @@ def _layouts(validate, path) -> dict[str, L.Layout]:
     return {c.spec.name: c.layout for c in r.variants}
 
 
-# -- domain.md §3, exactly --------------------------------------------------------------------------
+# -- docs/layouts.md §3, exactly --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("rel", sorted(SHIPPED))
 def test_shipped_byte_math(rel, validate):

@@ -1,7 +1,7 @@
 """The Torch reference checked against facts that do not come from it: format encodings derived
 from first principles, exact arithmetic (float64, fractions, complex128, explicit Sylvester
-matrices), a scalar numpy emulation of docs/numerics.md, and the page maps of shared
-docs/domain.md §3 written out as numbers (not taken from kgen.layout)."""
+matrices), a scalar numpy emulation of docs/numerics.md, and the page maps of
+docs/layouts.md §3 written out as numbers (not taken from kgen.layout)."""
 
 from __future__ import annotations
 
@@ -208,7 +208,7 @@ def test_pow2_exact():
 
 @pytest.mark.parametrize("dtype,qmax", [("fp8_e4m3", 448.0), ("fp4_e2m1", 6.0)])
 def test_scale_math_power_of_two_scales_agree_at_qmax_times_pow2(dtype, qmax):
-    """domain.md §4 says divide and reciprocal differ by one power of two when amax = QMAX * 2^k.
+    """Engine notes claim divide and reciprocal differ by one power of two when amax = QMAX * 2^k.
     In fp32 they do not: fp32(1/QMAX) * QMAX*2^k rounds to exactly 2^k (for 448 and 6), and both
     maps are monotone, so ceil_log2 agrees for EVERY amax. Shown densely around each boundary."""
     base = spec_of("indexer_fp4" if dtype == "fp4_e2m1" else "dsv32_indexer")
@@ -407,7 +407,7 @@ def bf16_rt(v: np.ndarray) -> np.ndarray:
 
 
 def emulate_token(spec: Spec, x, w, b, fr) -> tuple[bytes, bytes]:
-    """(row bytes, scale bytes) of one token, from docs/numerics.md and domain.md §3 only."""
+    """(row bytes, scale bytes) of one token, from docs/numerics.md and docs/layouts.md §3 only."""
     n, r = spec.head_dim, spec.rope.dim
     v = x.astype(np.float32)
     w, b = w.astype(np.float32), b.astype(np.float32)
@@ -513,7 +513,7 @@ def test_tokens_bytes_match_scalar_emulation(key):
 
 
 # ---------------------------------------------------------------------------------------------
-# page maps (domain.md §3, numbers written out here)
+# page maps (docs/layouts.md §3, numbers written out here)
 
 # key: (P, page_bytes, row_bytes, scale_region_start, scale_stride, scale_bytes_used)
 PAGE_MAPS = {
@@ -627,7 +627,7 @@ def test_decode_within_format_error(key):
 
 
 # ---------------------------------------------------------------------------------------------
-# the rounding cases of domain.md §5
+# the rounding cases of docs/layouts.md §5
 
 def test_ue8m0_exponent_is_ceiled_not_floored():
     """SGLang's torch port floors the exponent; the kernel (and the spec) ceil it. amax 300:
