@@ -565,3 +565,30 @@ def test_cache_prune_and_clean(warm_cache, tmp_path):
     (root / "precious.txt").unlink()
     r = kgen("cache", "clean", env=env)
     assert r.returncode == 0 and list(root.iterdir()) == []
+
+
+def test_test_json_without_a_gpu_is_json(tmp_path):
+    from kgen.runtime import gpu_problem
+
+    if gpu_problem() is None:
+        pytest.skip("a GPU is present")
+    r = kgen("test", BF16, "--json")
+    assert r.returncode == 2
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and doc["results"] == [] and doc["errors"][0]["rule"] == "no-gpu"
+    assert r.stderr.count("\n") == 1 and "no GPU" in r.stderr
+
+
+def test_nvrtc_errors_cite_files_that_exist(tmp_path):
+    """A twin firing under --no-validate: every file an NVRTC line names (the rendered kernel, its
+    config header) is still there to open; the compile's temp dir is gone."""
+    path = _spec_file(tmp_path, head_dim=96, hadamard=False, rope={"dim": 0})
+    r = kgen("compile", "--no-validate", "--arch", "sm_90a", path, env={"KGEN_CACHE_DIR": str(tmp_path / "c")})
+    assert r.returncode == 1, r.stderr
+    [first] = [ln for ln in r.stderr.splitlines() if "error[" in ln]
+    assert first.startswith(f"{path}:") and "error[head-dim]" in first
+    cited = re.findall(r"(/\S+?)\((\d+)\): error", r.stderr)
+    assert cited, r.stderr
+    for f, line in cited:
+        assert Path(f).is_file() and int(line) <= len(Path(f).read_text().splitlines()), f
+    assert list((tmp_path / "c" / "_tmp").iterdir()) == []
