@@ -331,11 +331,14 @@ class Cache:
         except OSError:
             return out
         for u in uris:
-            if not u.is_dir() or u.is_symlink():
+            try:
+                if not u.is_dir() or u.is_symlink():
+                    continue
+                for p in u.iterdir():
+                    if p.is_dir() and not p.is_symlink():
+                        out.append((p, _tree_bytes(p), p.stat().st_mtime))
+            except OSError:  # unreadable: neither counted nor touched
                 continue
-            for p in u.iterdir():
-                if p.is_dir() and not p.is_symlink():
-                    out.append((p, _tree_bytes(p), p.stat().st_mtime))
         return out
 
     def info(self) -> dict:
@@ -410,9 +413,12 @@ def _kgen_name(p: Path) -> bool:
     name = p.name
     if name in ("_runs", TMP, PROBE_RECORD) or name.startswith(".probe-"):
         return True
-    return p.is_dir() and not p.is_symlink() and all(
-        _is_entry(c) or c.name.startswith(("failed-", ".tmp-", ".trash-")) or c.name.endswith(".lock")
-        for c in p.iterdir())
+    try:
+        return p.is_dir() and not p.is_symlink() and all(
+            _is_entry(c) or c.name.startswith(("failed-", ".tmp-", ".trash-")) or c.name.endswith(".lock")
+            for c in p.iterdir())
+    except OSError:  # cannot look inside: not provably kgen's
+        return False
 
 
 def _tree_bytes(root: Path) -> int:
