@@ -105,7 +105,8 @@ def include_closure(files: dict[str, str], kernel_file: str, include_dirs: list[
     over-approximating is safe."""
     roots = [Path(d) for d in include_dirs]
     found: dict[str, str] = {}
-    todo: list[tuple[str, str, str | None, Path | None]] = [(kernel_file, files[kernel_file], posixpath.dirname(kernel_file), None)]
+    todo: list[tuple[str, str, str | None, Path | None]] = [
+        (kernel_file, files[kernel_file], posixpath.dirname(kernel_file), None)]
     while todo:
         _, text, rdir, here = todo.pop()
         for quote, name in _INCLUDE_RE.findall(text):

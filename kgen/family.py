@@ -84,7 +84,8 @@ def check_family(family: Family, variants: list[Variant]) -> Iterator[Problem]:
         yield Problem("dispatch-key", "a dispatch key field is listed twice", loc=("dispatch", "key"),
                       fix="list each field once")
     if not key:
-        yield Problem("dispatch-key", "the dispatch key is empty", loc=("dispatch", "key"), fix="name the fields that select a variant")
+        yield Problem("dispatch-key", "the dispatch key is empty", loc=("dispatch", "key"),
+                      fix="name the fields that select a variant")
     if not family.variants:
         yield Problem("family-variants", "the family lists no variants: select_kernel would serve nothing",
                       loc=("variants",), fix="list spec files (relative to this file) or inline specs")

@@ -211,7 +211,8 @@ def arch_problem(arch: str) -> tuple[str, str] | None:
     suffix its capability lacks, or unknown to this NVRTC. The targets rule and `--arch` share it."""
     m = ARCH_RE.fullmatch(arch)
     if not m:
-        return f"'{_shown(arch)[:40]}' is not an architecture name like sm_90a", "write sm_<major><minor>[a|f], e.g. sm_90a"
+        return (f"'{_shown(arch)[:40]}' is not an architecture name like sm_90a",
+                "write sm_<major><minor>[a|f], e.g. sm_90a")
     from .toolchain import supported_archs
 
     known, source = supported_archs()
@@ -223,7 +224,8 @@ def arch_problem(arch: str) -> tuple[str, str] | None:
         return (f"{arch}: the '{suffix}' suffix needs compute capability {'9.0' if suffix == 'a' else '10.0'} "
                 "or newer", f"write sm_{cc}")
     if cc < ARCH_FLOOR:
-        return f"{arch}: kgen kernels need bf16 arithmetic (sm_{ARCH_FLOOR} or newer)", f"target sm_{ARCH_FLOOR} or newer"
+        return (f"{arch}: kgen kernels need bf16 arithmetic (sm_{ARCH_FLOOR} or newer)",
+                f"target sm_{ARCH_FLOOR} or newer")
     return None
 
 

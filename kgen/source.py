@@ -361,7 +361,8 @@ def load_yaml(path: Path) -> SourceFile:
     except ReaderError as e:
         line = text.count("\n", 0, e.position) + 1
         col = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
-        _fail(path, "yaml-syntax", f"character U+{ord(e.character) if isinstance(e.character, str) else e.character:04X} is not allowed in YAML", "remove it", line, col)
+        code = ord(e.character) if isinstance(e.character, str) else e.character
+        _fail(path, "yaml-syntax", f"character U+{code:04X} is not allowed in YAML", "remove it", line, col)
     except YAMLError as e:
         _fail(path, "yaml-syntax", _short(str(e).replace("\n", " "), 200), "fix the YAML syntax")
     except RecursionError:
