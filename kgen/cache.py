@@ -296,7 +296,7 @@ class Cache:
 
     def _sweep(self, d: Path, older_than: float = STALE_SECONDS) -> list[Path]:
         """Remove the temp and trash dirs of processes that are gone (older than `older_than` s)."""
-        removed = []
+        removed: list[Path] = []
         cutoff = time.time() - older_than
         try:
             names = os.listdir(d)
@@ -326,7 +326,7 @@ class Cache:
 
     def entries(self) -> list[tuple[Path, int, float]]:
         """(dir, bytes, last use) of every entry, failed-compile dir and leftover under the root."""
-        out = []
+        out: list[tuple[Path, int, float]] = []
         try:
             uris = [self.root / n for n in os.listdir(self.root)]
         except OSError:

@@ -318,26 +318,6 @@ def _build_app():
 
         done(run_reporting(lambda: patch_command(engine, root, path, out, apply, as_json), as_json))
 
-    cache_app = typer.Typer(no_args_is_help=True, help="The compile cache: size, bound, removal.")
-    app.add_typer(cache_app, name="cache")
-
-    @cache_app.command("info")
-    def cache_info(as_json: JsonFlag = False) -> None:
-        """Where the cache is, how many entries, how large."""
-        done(run_reporting(lambda: cache_command("info", as_json=as_json), as_json))
-
-    @cache_app.command("prune")
-    def cache_prune(max_mb: Annotated[Optional[float], typer.Option(
-                        "--max-mb", help="keep the cache under this many MiB (default 2048)")] = None,
-                    as_json: JsonFlag = False) -> None:
-        """Remove failed compiles, leftovers and the least recently used entries down to --max-mb."""
-        done(run_reporting(lambda: cache_command("prune", max_mb, as_json), as_json))
-
-    @cache_app.command("clean")
-    def cache_clean(as_json: JsonFlag = False) -> None:
-        """Remove everything kgen put in the cache."""
-        done(run_reporting(lambda: cache_command("clean", as_json=as_json), as_json))
-
     @app.command()
     def recall(paths: Annotated[list[Path], typer.Argument(help="spec or family files (a .json path after --json: "
                                                            "where the JSON goes)", show_default=False)],

@@ -89,36 +89,36 @@ def check_family(family: Family, variants: list[Variant]) -> Iterator[Problem]:
     if not family.variants:
         yield Problem("family-variants", "the family lists no variants: select_kernel would serve nothing",
                       loc=("variants",), fix="list spec files (relative to this file) or inline specs")
-    loaded = [v for v in variants if v.spec is not None]
+    loaded = [(v, v.spec) for v in variants if v.spec is not None]
     if not bad_fields:
         for i, f in enumerate(key):
-            odd = [(v, field_value(v.spec, f)) for v in loaded
-                   if not isinstance(field_value(v.spec, f), _REQUIRABLE)]
+            odd = [(spec, field_value(spec, f)) for _, spec in loaded
+                   if not isinstance(field_value(spec, f), _REQUIRABLE)]
             if odd:
                 bad_fields = True
-                v, value = odd[0]
-                yield Problem("dispatch-key", f"key field '{f}' is {value!r} in variant '{v.spec.name}': a require "
+                odd_spec, value = odd[0]
+                yield Problem("dispatch-key", f"key field '{f}' is {value!r} in variant '{odd_spec.name}': a require "
                               "entry holds only strings, integers and booleans, so no entry could ask for it",
                               loc=("dispatch", "key", i), fix=f"drop '{f}' from the key, or set it in every variant")
     by_name: dict[str, Variant] = {}
-    for v in loaded:
-        if v.spec.name in by_name:
-            yield v.locate(Problem("family-names", f"two variants are named '{v.spec.name}' (names become file "
+    for v, spec in loaded:
+        if spec.name in by_name:
+            yield v.locate(Problem("family-names", f"two variants are named '{spec.name}' (names become file "
                                    "and symbol names)", loc=("name",), fix="rename one"))
-        by_name.setdefault(v.spec.name, v)
+        by_name.setdefault(spec.name, v)
     if bad_fields or not key:
         return
-    by_key: dict[tuple, Variant] = {}
-    for v in loaded:
-        k = variant_key(v.spec, key)
+    by_key: dict[tuple, tuple[Variant, Spec]] = {}
+    for v, spec in loaded:
+        k = variant_key(spec, key)
         if k in by_key:
-            other = by_key[k]
-            yield v.locate(Problem("dispatch-unique", f"variants '{other.spec.name}' and '{v.spec.name}' share the "
+            other = by_key[k][1]
+            yield v.locate(Problem("dispatch-unique", f"variants '{other.name}' and '{spec.name}' share the "
                                    f"dispatch key {format_key(key, k)}: select_kernel could not choose",
                                    loc=("name",), fix="make them differ in a key field, or add a field to the key"))
         else:
-            by_key[k] = v
-    served = {k: v for k, v in by_key.items()}
+            by_key[k] = (v, spec)
+    served = dict(by_key)
     used: set[tuple] = set()
     malformed = False
     for i, entry in enumerate(family.dispatch.require):
@@ -141,9 +141,9 @@ def check_family(family: Family, variants: list[Variant]) -> Iterator[Problem]:
         used.update(matches)
     if malformed:
         return  # a malformed entry may have meant any variant: do not guess which are unused
-    for k, v in served.items():
+    for k, (v, spec) in served.items():
         if k not in used:
-            yield v.locate(Problem("dispatch-unused", f"variant '{v.spec.name}' ({format_key(key, k)}) is not "
+            yield v.locate(Problem("dispatch-unused", f"variant '{spec.name}' ({format_key(key, k)}) is not "
                                    "required by the dispatch", loc=("name",),
                                    fix="add a require entry for it, or drop it", severity="warning"))
 

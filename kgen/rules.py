@@ -86,7 +86,7 @@ def rule(rule_id: str, summary: str, *, twin: bool = False):
     return register
 
 
-def layout_or_none(spec: Spec) -> "L.Layout | None":
+def layout_or_none(spec: Spec) -> L.Layout | None:
     """The byte layout, or None where the numbers cannot describe bytes (a rule says which)."""
     try:
         return L.compute(spec)
@@ -94,7 +94,7 @@ def layout_or_none(spec: Spec) -> "L.Layout | None":
         return None
 
 
-def check_variant(spec: Spec) -> tuple["L.Layout | None", list[Problem]]:
+def check_variant(spec: Spec) -> tuple[L.Layout | None, list[Problem]]:
     """Run every variant rule; return the layout (if computable) and all problems found."""
     lay = layout_or_none(spec)
     problems: list[Problem] = []
@@ -187,8 +187,6 @@ def guard_targets(spec: Spec, lay) -> Iterator[Problem]:
 
 @rule("targets", "each target is an architecture NVRTC can compile for")
 def rule_targets(spec: Spec, lay) -> Iterator[Problem]:
-    from .toolchain import supported_archs
-
     if not spec.targets:
         yield _p("targets", ("targets",), "no targets", "list at least one, e.g. [sm_90a]")
     yield from guard_targets(spec, lay)
@@ -556,7 +554,7 @@ def rule_launch_occupancy(spec: Spec, lay) -> Iterator[Problem]:
     w, m = spec.launch.warps_per_block, spec.launch.min_blocks_per_sm
     if m <= 0 or not 1 <= w <= MAX_THREADS_PER_BLOCK // L.WARP or m * w > MAX_WARPS_PER_SM:
         return  # no hint, or already the launch rule's problem
-    for i, t in enumerate(spec.targets):
+    for t in spec.targets:
         match = ARCH_RE.fullmatch(t)
         limits = SM_LIMITS.get(int(match.group(1))) if match else None
         if limits is None:

@@ -10,9 +10,9 @@ import subprocess
 import time
 
 import pytest
+from conftest import KGEN, PYTHON
 from typer.testing import CliRunner
 
-from conftest import KGEN, PYTHON
 from kgen.cli import app
 from strategies import ROOT, SPECS, base_spec, fp8_spec, to_yaml
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-
 from kgen.compile import CompiledKernel, compile_command, compile_variant  # noqa: E402
 from kgen.load import load_document  # noqa: E402
 

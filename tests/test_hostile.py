@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import KGEN
 from hypothesis import HealthCheck, given, settings
 
-from conftest import KGEN
 from strategies import ROOT, SPECS, base_spec, fp8_spec, spec_dicts, to_yaml
 
 GOOD = to_yaml(base_spec())[0]

@@ -13,13 +13,11 @@ import os
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
-
-from strategies import valid_specs, write_yaml  # noqa: E402  (tests/strategies.py, on sys.path via conftest)
-
 from kgen.cache import Cache  # noqa: E402
 from kgen.compile import compile_variant  # noqa: E402
 from kgen.rules import check_variant  # noqa: E402
 from kgen.spec import Spec  # noqa: E402
+from strategies import valid_specs, write_yaml  # noqa: E402  (tests/strategies.py, on sys.path via conftest)
 
 EXAMPLES = int(os.environ.get("KGEN_PROPERTY_EXAMPLES", "30"))
 

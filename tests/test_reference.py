@@ -723,6 +723,7 @@ def test_every_accepted_spec_matches_the_scalar_emulation():
     """Whatever the validator accepts (tests/strategies.py), the reference writes the bytes the
     scalar emulation of docs/numerics.md computes, and decode reads back the right shapes."""
     from hypothesis import HealthCheck, given, settings
+
     from strategies import valid_specs
 
     @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))

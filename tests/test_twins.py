@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-
-from kgen.compile import compile_command  # noqa: E402
 from kgen.rules import RULES  # noqa: E402
 from kgen.validate import validate_path  # noqa: E402
 
