@@ -67,7 +67,7 @@ def main() -> None:
 
     total = m_validate + m_layout
     lines = [
-        "# kgen CLI wall time (fresh processes; median of %d runs after one warm-up)" % args.repeats,
+        f"# kgen CLI wall time (fresh processes; median of {args.repeats} runs after one warm-up)",
         f"# command: {shlex.join(['.venv/bin/python', 'bench/cli_speed.py', *sys.argv[1:]])}",
         f"# host: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}, "
         f"{time.strftime('%Y-%m-%d %H:%M:%S')}",

@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from .diagnostics import Problem
-from .rules import check_name
 from .document import Variant
+from .rules import check_name
 from .spec import Family, Spec
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from .diagnostics import KgenError, Problem
-from .source import SourceFile, load_yaml
 from .document import Document, parse_variant, schema_problems
+from .source import SourceFile, load_yaml
 from .spec import Family
 
 MAX_INCLUDES = 256

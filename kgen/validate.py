@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .diagnostics import KgenError, Problem
+from .document import Document
 from .family import check_family
 from .layout import Layout
 from .load import load_document
 from .rules import check_variant
-from .document import Document
 from .spec import Spec
 
 
