@@ -4,9 +4,9 @@
 
 1. the location is checked first: `out` (and every existing part of its path) must be a directory or
    not exist yet - `-o` naming a file, or a path through a file, is refused before anything is written;
-2. every file whose content changes is written to a temp file beside its target, then all of them
-   are renamed into place; if any write fails (permission, disk full), the temp files and the
-   directories created for them are removed and the output is as it was;
+2. every file whose content changes is written with `kgen.files.write_all` (temp files beside their
+   targets, then renamed; all or none); if a write fails (permission, disk full), the directories
+   created for it are removed too and the output is as it was;
 3. what an earlier render left and this one does not produce - a variant dir of a spec since renamed,
    a family's table - is removed, but only files that carry kgen's banner (or headers under
    `include/kgen/`); anything else in `out` is the user's and stays.
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .diagnostics import KgenError, Problem
+from .files import write_all
 
 HEADERS_DIR = ("include", "kgen")  # the real headers, copied: kgen's own directory
 
@@ -89,39 +89,32 @@ def write_tree(out: Path, files: dict[str, str], banner: str) -> Written:
     out = Path(out)
     check_location(out)
     result = Written(files=[out / rel for rel in files])
-    pending: list[tuple[str, Path]] = []  # (temp file, target)
+    changed: dict[Path, str] = {}
+    for rel, text in files.items():
+        target = out / rel
+        if target.is_symlink() or target.is_dir():
+            raise _refuse(out, f"{target} is a {'link' if target.is_symlink() else 'directory'} where kgen "
+                          "writes a file", "remove it", 1)
+        try:
+            if target.is_file() and target.read_text(encoding="utf-8") == text:
+                continue
+        except (UnicodeDecodeError, OSError):
+            pass  # unreadable or not text: rewrite it
+        changed[target] = text
     created: list[Path] = []
     try:
-        for rel, text in files.items():
-            target = out / rel
-            try:
-                if target.is_symlink() or target.is_dir():
-                    raise _refuse(out, f"{target} is a {'link' if target.is_symlink() else 'directory'} where "
-                                  "kgen writes a file", "remove it", 1)
-                if target.is_file() and target.read_text(encoding="utf-8") == text:
-                    continue
-            except (UnicodeDecodeError, OSError):
-                pass  # unreadable or not text: rewrite it
+        for target in changed:
             _mkdirs(target.parent, created)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-            pending.append((tmp, target))
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                f.write(text)
-            os.chmod(tmp, 0o644)
-    except KgenError:
-        _undo(pending, created)
-        raise
+        write_all(changed)  # kgen.files: staged beside each target, then renamed; all or none
     except OSError as e:
-        _undo(pending, created)
+        _rmdirs(created)
         where = e.filename or out
         raise _refuse(out, f"cannot write {where}: {e.strerror or e}; nothing was written",
                       "choose a writable -o") from None
     except BaseException:
-        _undo(pending, created)
+        _rmdirs(created)
         raise
-    for tmp, target in pending:
-        os.replace(tmp, target)
-        result.changed.append(target)
+    result.changed = list(changed)
     for p in stale_files(out, files, banner):
         try:
             p.unlink()
@@ -143,12 +136,8 @@ def _mkdirs(d: Path, created: list[Path]) -> None:
         created.append(m)
 
 
-def _undo(pending: list[tuple[str, Path]], created: list[Path]) -> None:
-    for tmp, _ in pending:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+def _rmdirs(created: list[Path]) -> None:
+    """Remove the directories this write created (deepest first; only if still empty)."""
     for d in reversed(created):
         try:
             d.rmdir()

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from . import layout as L
+from .arch import ARCH_FLOOR, ARCH_RE
 from .diagnostics import Problem
 from .spec import Spec
 
@@ -173,9 +174,6 @@ def rule_name(spec: Spec, lay) -> Iterator[Problem]:
     yield from guard_name(spec, lay)
 
 
-ARCH_RE = re.compile(r"sm_(\d+)([af]?)")
-
-
 @guard("targets")
 def guard_targets(spec: Spec, lay) -> Iterator[Problem]:
     """A target names a cache directory and an NVRTC option: only sm_<digits>[a|f] ever reaches them."""
@@ -199,9 +197,6 @@ def rule_targets(spec: Spec, lay) -> Iterator[Problem]:
             bad = arch_problem(t)
             if bad is not None:
                 yield _p("targets", ("targets", i), *bad)
-
-
-ARCH_FLOOR = 80  # kgen kernels need bf16 arithmetic
 
 
 def arch_problem(arch: str) -> tuple[str, str] | None:

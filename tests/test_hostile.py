@@ -413,7 +413,7 @@ def test_a_failing_write_leaves_the_output_as_it_was(tmp_path, monkeypatch):
     byte for byte, with no temp file and no new directory."""
     import errno
 
-    import kgen.output
+    import kgen.files
     from kgen.diagnostics import KgenError
     from kgen.render import render_paths
 
@@ -422,7 +422,7 @@ def test_a_failing_write_leaves_the_output_as_it_was(tmp_path, monkeypatch):
     (out / "dsv4_indexer_bf16" / "host.py").write_text("# stale\n")
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     calls = {"n": 0}
-    real = kgen.output.tempfile.mkstemp
+    real = kgen.files.tempfile.mkstemp
 
     def full(*a, **k):
         calls["n"] += 1
@@ -430,7 +430,7 @@ def test_a_failing_write_leaves_the_output_as_it_was(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device", str(k.get("dir")))
         return real(*a, **k)
 
-    monkeypatch.setattr(kgen.output.tempfile, "mkstemp", full)
+    monkeypatch.setattr(kgen.files.tempfile, "mkstemp", full)
     with pytest.raises(KgenError) as e:
         render_paths([SPECS / "dsv4.yaml"], out)  # new dirs + a rewrite of host.py
     assert e.value.exit_code == 2 and "No space left on device" in e.value.problems[0].message
