@@ -714,7 +714,7 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
                    seed: int = 0, keys: Path | None = None, as_json: bool = False, plot: Path | None = None,
                    device: str = "auto", toggle_hadamard: bool = False) -> int:
     """`kgen recall`; returns the exit code (KgenError for user errors)."""
-    from .commands import err
+    from .diagnostics import err
 
     json_file = None
     if as_json:  # `--json FILE.json` writes there; a .json path is never a spec

@@ -26,7 +26,7 @@ ARCH = "sm_90a"
 
 
 def _kgen(*args, env=None, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "kgen.main", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kgen", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, timeout=600, env={**os.environ, **(env or {})})
 
 

@@ -222,7 +222,7 @@ def test_unreadable_keys_file(tmp_path):
 
 def kgen(*args, cwd=ROOT):
     env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, "-m", "kgen.main", "recall", *map(str, args)], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "kgen", "recall", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
