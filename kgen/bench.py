@@ -568,12 +568,14 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     from .runtime import gpu_problem
 
     if not paths:
-        raise KgenError([Problem("usage", "kgen bench: give spec/family paths")], exit_code=2)
+        _say("kgen bench: give spec/family paths")
+        return 2
     if tokens is not None and any(t <= 0 for t in tokens):
-        raise KgenError([Problem("usage", "kgen bench: --tokens must be > 0")], exit_code=2)
+        _say("kgen bench: --tokens must be > 0")
+        return 2
     if positions not in POSITIONS:
-        raise KgenError([Problem("usage", f"kgen bench: --positions must be one of {', '.join(POSITIONS)} "
-                                 f"(got {positions!r})")], exit_code=2)
+        _say(f"kgen bench: --positions must be one of {', '.join(POSITIONS)} (got {positions!r})")
+        return 2
     specs = expand(paths)
     reason = gpu_problem()
     if reason is not None:

@@ -684,7 +684,7 @@ def test_resolve_spec_sees_a_change_in_an_included_file(tmp_path):
 
 
 def test_bench_inputs_are_production_like():
-    """bench inputs as docs/bench.md asks: random positions over the whole 2^20-row table (or one
+    """bench inputs as kgen/bench.py's docstring states them: random positions over the whole 2^20-row table (or one
     consecutive run), every slot of ceil(N / P) pages written once, x = 3 * randn."""
     torch = pytest.importorskip("torch")
     fp8 = ops.resolve_spec(f"{FAMILY}::dsv4_indexer_fp8")
