@@ -160,7 +160,9 @@ SERVE = BLOCKER + textwrap.dedent("""
 
 
 def _serve(built: Path, gpu: bool):
-    env = {**os.environ, "KGEN_AOT_DIR": str(built), "PYTHONPATH": str(ROOT)}
+    # the repo first, then whatever the caller had (the GPU machine carries pydantic & co. on PYTHONPATH)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "KGEN_AOT_DIR": str(built), "PYTHONPATH": path}
     return subprocess.run([sys.executable, "-c", SERVE, str(BF16), ARCH, "1" if gpu else "0"], capture_output=True,
                           text=True, cwd=ROOT, timeout=300, env=env)
 

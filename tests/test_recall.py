@@ -143,7 +143,11 @@ def test_cpu_and_gpu_paths_give_the_same_numbers():
         for key, v in a.items():
             if key == "seconds":
                 continue
-            if isinstance(v, float) and key not in ("agreement", "agreement_min", "needle_recall"):
+            if key == "needle_margin_actual":
+                # a small difference of two fp32 scores over the score spread: the needle's aim is solved
+                # in fp32 on each device, so cancellation leaves ~1e-5 relative; the metrics are exact
+                assert math.isclose(v, b[key], rel_tol=1e-3), (key, v, b[key])
+            elif isinstance(v, float) and key not in ("agreement", "agreement_min", "needle_recall"):
                 # float64 sums in another order: the last bits of the error statistics may differ
                 assert math.isclose(v, b[key], rel_tol=1e-6, abs_tol=1e-9), (key, v, b[key])
             else:
