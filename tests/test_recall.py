@@ -150,6 +150,9 @@ def test_cpu_and_gpu_paths_give_the_same_numbers():
             elif isinstance(v, float) and key not in ("agreement", "agreement_min", "needle_recall"):
                 # float64 sums in another order: the last bits of the error statistics may differ
                 assert math.isclose(v, b[key], rel_tol=1e-6, abs_tol=1e-9), (key, v, b[key])
+            elif isinstance(v, float) and key in ("agreement", "agreement_min"):
+                # the same top-k overlaps; their float64 mean is summed in another order on the device
+                assert math.isclose(v, b[key], rel_tol=1e-12), (key, v, b[key])
             else:
                 assert v == b[key], (key, v, b[key])
 
