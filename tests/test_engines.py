@@ -233,6 +233,22 @@ def test_patch_to_file_and_json(tree, tmp_path):
     assert [w["rule"] for w in data["warnings"]] == ["engine-store-plan"]
 
 
+PLAN = ROOT / "specs/sglang/indexer_bf16_plan.yaml"
+
+
+def test_a_plan_reading_spec_is_wired_without_a_warning(tree):
+    """The spec that reads SGLang's DecodePlan: no engine-store-plan warning, the patched store hands
+    the op the engine's plan, and the patched tree audits clean for it."""
+    root = tree("sglang_v2")
+    r = kgen("patch", "--engine", "sglang", "--root", str(root), str(PLAN), "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["variant"] == "dsv4_indexer_bf16_plan" and data["warnings"] == []
+    patched(root, PLAN)
+    code, out = audit_json(root, PLAN)
+    assert code == 0, out
+
+
 def int_literals(tree_: ast.AST) -> list[int]:
     return sorted(n.value for n in ast.walk(tree_) if isinstance(n, ast.Constant)
                   and isinstance(n.value, int) and not isinstance(n.value, bool))

@@ -130,7 +130,8 @@ def plan_warnings(adapter: Adapter, spec, path: Path) -> list[Problem]:
     return [Problem("engine-store-plan", f"{spec.name} reads token positions, but SGLang's store passes its "
                     "DecodePlan (position = seq_len - 4, written where seq_len % 4 == 0): kgen's op will refuse "
                     "the plan tensor until the spec reads it", severity="warning", file=path,
-                    fix="set the spec's DecodePlan input option, then run kgen patch again")]
+                    fix="set `positions: {source: decode_plan, compress_ratio: 4}` in the spec (as specs/sglang/"
+                    "indexer_bf16_plan.yaml does), then run kgen patch again")]
 
 
 def _print(problems: list[Problem]) -> None:

@@ -303,12 +303,5 @@ def around_statement(ctx: Ctx, parsed: Parsed, target: cst.CSTNode, new: list[cs
 
 
 def takes_decode_plan(spec: Spec) -> bool:
-    """Whether the spec's kernel reads the engine's 16-byte DecodePlan rather than positions (the
-    writer's spec option; matched by value so the field may live wherever the spec puts it)."""
-    def walk(v) -> bool:
-        if isinstance(v, dict):
-            return any(walk(x) for x in v.values())
-        if isinstance(v, (list, tuple)):
-            return any(walk(x) for x in v)
-        return isinstance(v, str) and v.replace("-", "_").lower() in ("decode_plan", "plan", "dsv4_decode_plan")
-    return walk(spec.model_dump())
+    """Whether the spec's kernel reads the engine's 16-byte DecodePlan rather than positions."""
+    return spec.positions.source == "decode_plan"
