@@ -192,12 +192,11 @@ def _pdl(spec: Spec, arch: str) -> bool:
     """Whether the launch sets programmatic stream serialization: exactly when the kernel waits for
     its predecessor in-kernel, which the compiled target's arch decides (kgen.layout.uses_pdl; a
     launch with the attribute of a kernel that does not wait would race with the kernel before it)."""
-    from . import layout
     from .arch import parse
+    from .layout import uses_pdl
 
-    uses_pdl = getattr(layout, "uses_pdl", None)  # absent: no kernel of this kgen waits
     target = parse(arch)
-    if uses_pdl is None or target is None:
+    if target is None:
         return False
     return bool(uses_pdl(spec, (target[0], target[1])))
 
