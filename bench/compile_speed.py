@@ -75,7 +75,8 @@ def main() -> None:
         h_min, h_med = timed([KGEN, "--help"], env, n)
         lines += ["", f"warm (all cached), min / median of {n} runs: kgen compile {' '.join(specs)}",
                   f"  kgen compile (shortcut):             {w_min:6.3f} / {w_med:6.3f} s   goal <= 0.3 s",
-                  f"  kgen compile, KGEN_WARM_SHORTCUT=0:  {f_min:6.3f} / {f_med:6.3f} s   (YAML + validate + render + lookup)",
+                  f"  kgen compile, KGEN_WARM_SHORTCUT=0:  {f_min:6.3f} / {f_med:6.3f} s"
+                  "   (YAML + validate + render + lookup)",
                   f"  floor: python -c pass:               {p_min:6.3f} / {p_med:6.3f} s",
                   f"  floor: kgen --help:                  {h_min:6.3f} / {h_med:6.3f} s   (interpreter + typer CLI)"]
     finally:

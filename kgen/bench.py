@@ -36,6 +36,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -313,7 +314,7 @@ def bench_inputs(spec: Spec, n: int, seed: int, positions: str = "random", devic
 class CompileState:
     def __init__(self, enabled: bool, budget_s: float):
         self.enabled, self.budget_s, self.spent = enabled, budget_s, 0.0
-        self.fns: dict[str, object] = {}
+        self.fns: dict[str, Callable[..., object]] = {}
         self.broken: dict[str, str] = {}
 
 

@@ -32,12 +32,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .cache import FORMAT as CACHE_FORMAT
 from .cache import Cache, Entry, compute_key
 from .diagnostics import KgenError, Problem, failure_json, print_json, print_problems
 from .source import MAX_FILE_BYTES, read_regular
 from .toolchain import cudart_include_dir, toolchain_fingerprint
+
+if TYPE_CHECKING:
+    from .document import Variant
+    from .render import RenderedVariant
+    from .spec import Spec
 
 STD = "c++17"
 MAX_RECORD_BYTES = 1 << 20  # a run record lists a few dozen files and entries
@@ -180,9 +186,9 @@ def compile_rendered(rendered, arch: str, *, include_dirs: list[Path] | None = N
         return hit
     say = progress or (lambda _s: None)
     with cache.lock(rendered.uri, arch, key):
-        hit = cache.load(rendered.uri, arch, key)  # another process built it while we waited
-        if hit is not None:
-            return _from_entry(hit, rendered.uri, arch, cached=True, seconds=time.perf_counter() - t0)
+        built = cache.load(rendered.uri, arch, key)  # another process built it while we waited
+        if built is not None:
+            return _from_entry(built, rendered.uri, arch, cached=True, seconds=time.perf_counter() - t0)
         entry = cache.entry_dir(rendered.uri, arch, key)
         if entry.exists():
             say(f"kgen: cache entry {entry} is damaged; rebuilding it")
@@ -195,7 +201,8 @@ def compile_rendered(rendered, arch: str, *, include_dirs: list[Path] | None = N
         from .abi import KERNELS
 
         kabi = KERNELS.get(getattr(rendered, "kernel", ""))  # None: not a kgen kernel (test programs)
-        meta = {"abi": kabi.manifest() if kabi else None, "name_expression": rendered.name_expression, "symbol_mapping": {rendered.name_expression: symbol_str},
+        meta = {"abi": kabi.manifest() if kabi else None, "name_expression": rendered.name_expression,
+                "symbol_mapping": {rendered.name_expression: symbol_str},
                 "symbol_hex": symbol.hex(), "kernel_file": rendered.kernel_file, "seconds": round(seconds, 4),
                 "nvrtc": toolchain_fingerprint()["nvrtc"], "options": compile_options(rendered.uri, arch),
                 "log": log, **info}
@@ -310,11 +317,11 @@ def _failure(rendered, arch, cache: Cache, key: str, spec_path, log: str, error:
 
 @dataclass
 class _Job:
-    variant: object  # kgen.spec.Variant
-    spec: object
+    variant: Variant
+    spec: Spec
     path: Path
     arch: str
-    rendered: object = None
+    rendered: RenderedVariant
     key: str = ""
     result: CompiledKernel | None = None
     error: KgenError | None = None
@@ -399,9 +406,12 @@ def compile_command(paths: list[Path], archs: list[str] | None, validate: bool =
         _table(rows)
     failed = [r for r in rows if r.result is None]
     for r in failed:
-        print_problems([_locate_failure(r.job, r.error, p) for p in r.error.problems])
+        error = r.error
+        assert error is not None  # a row without a result carries its error
+        print_problems([_locate_failure(r.job, error, p) for p in error.problems])
     for r in rows:
         if r.result is not None and r.result.spill_bytes:
+            assert r.job is not None  # spilling rows are never memoized, so they come from _build
             _stderr(r.job.variant.locate(Problem(
                 "spill", f"{r.uri} spills {r.result.spill_bytes} bytes to local memory on {r.arch} "
                 f"({r.result.registers} registers)", loc=("launch",), severity="warning",
@@ -498,6 +508,7 @@ class RunMemo:
             return None
         dt = (time.perf_counter() - t0) / max(1, len(rows))
         for row in rows:
+            assert row.result is not None  # set just above
             row.result = replace(row.result, seconds=dt)
         return rows
 
@@ -596,6 +607,7 @@ def _locate_failure(job: _Job | None, error: KgenError, p: Problem) -> Problem:
 def _json(r: _Row) -> dict:
     k = r.result
     if k is None:
+        assert r.error is not None  # a row without a result carries its error
         return {"variant": r.uri, "arch": r.arch, "ok": False, "cached": False, "seconds": None,
                 "registers": None, "spill_bytes": None,
                 "log": getattr(r.error, "log", None) or "\n".join(p.format() for p in r.error.problems)}

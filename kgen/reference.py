@@ -98,10 +98,9 @@ def _f32(value: float, like: torch.Tensor) -> torch.Tensor:
 
 def _div(a: torch.Tensor, b: torch.Tensor | float) -> torch.Tensor:
     """IEEE fp32 division a / b, with b broadcast to a full tensor on the device."""
-    if not isinstance(b, torch.Tensor):
-        b = _f32(b, a)
-    a, b = torch.broadcast_tensors(a, b.to(a.device))
-    return torch.div(a, b.contiguous())
+    bt = b if isinstance(b, torch.Tensor) else _f32(b, a)
+    a, bt = torch.broadcast_tensors(a, bt.to(a.device))
+    return torch.div(a, bt.contiguous())
 
 
 def sqrt_rn(x: torch.Tensor) -> torch.Tensor:
@@ -172,6 +171,7 @@ def norm(spec: Spec, x: torch.Tensor, weight: torch.Tensor | None = None,
         d = v - mu[..., None]
         var = _div(warp_sum(d * d), nn)
         r = _div(one, sqrt_rn(var + eps))
+        assert bias is not None  # checked above: layernorm without a bias raised
         return (d * r[..., None]) * w + bias.to(device=v.device, dtype=torch.float32)
     raise ValueError(f"unknown norm kind {kind!r}")
 
@@ -331,8 +331,11 @@ def quantize(spec: Spec, y: torch.Tensor) -> Quantized:
     dev = y.device
     q = y[:, lay.quant_span.start:lay.quant_span.end]
     kept = y[:, lay.kept_span.start:lay.kept_span.end]
-    kept_bytes = (_le_bytes(kept.to(_HALF[s.rope_dtype])) if lay.kept_span.size
-                  else torch.zeros((N, 0), dtype=torch.uint8, device=dev))
+    if lay.kept_span.size:
+        assert s.rope_dtype is not None  # layout.spans: a kept span exists only with rope_dtype set
+        kept_bytes = _le_bytes(kept.to(_HALF[s.rope_dtype]))
+    else:
+        kept_bytes = torch.zeros((N, 0), dtype=torch.uint8, device=dev)
     empty = torch.zeros((N, 0), dtype=torch.uint8, device=dev)
     noscale = torch.zeros((N, 0), dtype=torch.float32, device=dev)
 
@@ -357,6 +360,7 @@ def quantize(spec: Spec, y: torch.Tensor) -> Quantized:
     else:
         raise ValueError(f"unknown store dtype {s.dtype!r}")
     if s.scale == "ue8m0":
+        assert e is not None  # block_scales returns the exponent for ue8m0
         sbytes = (e + 127).to(torch.uint8)
     else:
         sbytes = _le_bytes(scale)
@@ -525,6 +529,7 @@ def decode(spec: Spec | L.Layout, cache: torch.Tensor, locs: torch.Tensor,
     values = torch.empty((n_tok, spec.head_dim), dtype=dtype, device=cache.device)
     values[:, lay.quant_span.start:lay.quant_span.end] = qv
     if lay.kept_span.size:
+        assert s.rope_dtype is not None  # layout.spans: a kept span exists only with rope_dtype set
         kv = parts["rope"].contiguous().view(_HALF[s.rope_dtype]).to(dtype)
         values[:, lay.kept_span.start:lay.kept_span.end] = kv
     nan = torch.tensor(float("nan"), device=cache.device)

@@ -40,7 +40,8 @@ def test_every_accepted_spec_compiles_for_sm_90a(data, cache):
 
 
 BF16_INDEXER = {"kgen": 1, "name": "spill", "input_dtype": "fp32", "head_dim": 128,
-                "norm": {"kind": "rmsnorm", "eps": 1e-6}, "rope": {"dim": 64, "style": "interleaved", "placement": "last"},
+                "norm": {"kind": "rmsnorm", "eps": 1e-6},
+                "rope": {"dim": 64, "style": "interleaved", "placement": "last"},
                 "hadamard": True, "store": {"dtype": "bf16", "scale": "none"}, "layout": {"page_size": 64},
                 "targets": ["sm_90a"]}
 

@@ -255,13 +255,13 @@ def emulate_warp_sum(vals: np.ndarray) -> np.float32:
     """32 lanes of numpy float32 scalars: each sums its V values left to right, then shfl_xor."""
     V = len(vals) // 32
     lane = []
-    for l in range(32):
-        s = vals[l * V]
+    for ln in range(32):
+        s = vals[ln * V]
         for j in range(1, V):
-            s = np.float32(s + vals[l * V + j])
+            s = np.float32(s + vals[ln * V + j])
         lane.append(s)
     for off in (16, 8, 4, 2, 1):
-        lane = [np.float32(lane[l] + lane[l ^ off]) for l in range(32)]
+        lane = [np.float32(lane[ln] + lane[ln ^ off]) for ln in range(32)]
     assert len(set(float(x) for x in lane)) == 1
     return lane[0]
 
@@ -421,10 +421,14 @@ def emulate_token(spec: Spec, x, w, b, fr) -> tuple[bytes, bytes]:
         v = (d * rr) * w + b
     start = 0 if spec.rope.placement == "first" else n - r
     for i in range(r // 2):
-        a, bb = (start + 2 * i, start + 2 * i + 1) if spec.rope.style == "interleaved" else (start + i, start + i + r // 2)
+        if spec.rope.style == "interleaved":
+            a, bb = start + 2 * i, start + 2 * i + 1
+        else:
+            a, bb = start + i, start + i + r // 2
         c, s = np.float32(fr[2 * i]), np.float32(fr[2 * i + 1])
         re, im = v[a], v[bb]
-        v[a], v[bb] = np.float32(np.float32(re * c) - np.float32(im * s)), np.float32(np.float32(re * s) + np.float32(im * c))
+        v[a], v[bb] = (np.float32(np.float32(re * c) - np.float32(im * s)),
+                       np.float32(np.float32(re * s) + np.float32(im * c)))
     if spec.hadamard:
         v = emulate_hadamard(v, np.float32(1) / np.sqrt(np.float32(n)))
     st = spec.store
