@@ -411,6 +411,14 @@ def cpu_launch_files(args: Args, directory, buffers: Mapping[str, bytes]) -> lis
     `pointers.txt` (`offset name written` per tensor field: where the runner patches in the host
     address of that file's copy, and which buffers it writes back as `<name>.out`). Returns the
     runner's arguments after the directory: blocks, threads per block."""
+    write_launch_files(args, directory, buffers)
+    blocks, threads = args.grid()
+    return [str(blocks), str(threads)]
+
+
+def write_launch_files(args: Args, directory, buffers: Mapping[str, bytes]) -> None:
+    """The files of `cpu_launch_files` alone, for a runner that takes its own launch shape (the reader's
+    3-D grid)."""
     from pathlib import Path
 
     d = Path(directory)
@@ -424,8 +432,6 @@ def cpu_launch_files(args: Args, directory, buffers: Mapping[str, bytes]) -> lis
             (d / name).write_bytes(data)
             lines.append(f"{s.offset} {name} {int(s.field.written)}")
     (d / "pointers.txt").write_text("\n".join(lines) + "\n")
-    blocks, threads = args.grid()
-    return [str(blocks), str(threads)]
 
 
 # ---------------------------------------------------------------------------------------------

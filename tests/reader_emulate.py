@@ -38,30 +38,16 @@ def launch(spec: Spec, exe: Path, work: Path, args: tuple, *, sm_count: int = 4,
 
     from kgen import indexer
     from kgen import layout as L
+    from kgen.abi import write_launch_files
 
     a = indexer.check(spec, *args, require_cuda=False, check_bounds=check_bounds)
     grid, threads, smem, _ = L.reader_launch(spec, a.dims["B"], a.dims["next_n"], a.dims["max_seq_len"], sm_count)
     data = {k: t.contiguous().view(torch.uint8).numpy().tobytes() for k, t in a.tensors.items() if t is not None}
     d = work / "launch"
-    _files(a, d, data)
+    write_launch_files(a, d, data)
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1")
     r = subprocess.run([str(exe), str(d), *map(str, grid), str(threads), str(smem)], capture_output=True, text=True,
                        env=env, timeout=600)
     assert r.returncode == 0, f"{spec.name}: exit {r.returncode}\n{r.stderr[-6000:]}"
     out = torch.frombuffer(bytearray((d / "logits.out").read_bytes()), dtype=torch.float32)
     return out.reshape(a.tensors["logits"].shape), grid
-
-
-def _files(args, d: Path, buffers) -> None:
-    """params.bin (null pointers) + one file per tensor + pointers.txt, as kgen.abi.cpu_launch_files."""
-    from kgen.abi import Tensor
-
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "params.bin").write_bytes(args.abi.pack(args.values(lambda _n, _t: 0)))
-    lines = []
-    for s in args.abi.slots:
-        if isinstance(s.field, Tensor):
-            name = s.field.name
-            (d / name).write_bytes(buffers.get(name, b""))
-            lines.append(f"{s.offset} {name} {int(s.field.written)}")
-    (d / "pointers.txt").write_text("\n".join(lines) + "\n")
