@@ -203,7 +203,8 @@ def _refuse_foreign(out: Path) -> None:
 
 def write_command(paths: list[Path], archs: list[str] | None, out: Path, *, validate: bool = True) -> int:
     """`kgen compile PATH... --out DIR`: after the compile (cached: these are lookups), write DIR."""
-    from .compile import _load, check_archs, compile_variant
+    from .build import _load, check_archs
+    from .compile import compile_variant
 
     archs = check_archs(archs)
     found, problems, _ = _load(paths, validate)

@@ -7,7 +7,7 @@ Layout (readable: the URI is the variant's name)::
                                          /src/           the rendered sources it was built from
     $KGEN_CACHE_DIR/<uri>/<arch>-<hash16>.lock           held while one process compiles it
     $KGEN_CACHE_DIR/<uri>/failed-<arch>-<hash16>/        sources + nvrtc.log of the last failure
-    $KGEN_CACHE_DIR/_runs/<hash>.json                    compile's run records (kgen.compile.RunMemo)
+    $KGEN_CACHE_DIR/_runs/<hash>.json                    compile's run records (kgen.build.RunMemo)
     $KGEN_CACHE_DIR/_tmp/<uri>-*/                        NVRTC's inputs while a compile runs
     $KGEN_CACHE_DIR/nvrtc_archs.json                     the NVRTC probe record (kgen.toolchain)
 

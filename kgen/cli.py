@@ -256,7 +256,7 @@ def _build_app():
                     "--out", help="also write every cubin + a manifest here (an AOT directory kgen.ops loads "
                     "without NVRTC)")] = None) -> None:
         """NVRTC-compile every variant for its targets (or --arch), through the content-hash cache."""
-        from .compile import compile_command
+        from .build import compile_command
 
         code = run_reporting(lambda: compile_command(paths, arch or None, validate=not no_validate, as_json=as_json),
                              as_json, results=[])

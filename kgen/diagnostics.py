@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -82,10 +83,15 @@ class KgenError(Exception):
         super().__init__("\n".join(p.format() for p in problems))
 
 
+_err_lock = threading.Lock()
+
+
 def err(text: str) -> None:
-    """One line to stderr, flushed (progress lines must show while a long run goes on)."""
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+    """One line to stderr, flushed (progress lines must show while a long run goes on); whole lines
+    also from several threads (kgen compile's workers)."""
+    with _err_lock:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
 
 
 def print_problems(problems: list[Problem]) -> None:

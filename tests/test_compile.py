@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kgen.compile import CompiledKernel, compile_command, compile_variant  # noqa: E402
+from kgen.build import compile_command  # noqa: E402
+from kgen.compile import CompiledKernel, compile_variant  # noqa: E402
 from kgen.load import load_document  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,7 +154,7 @@ def test_cli_json_failure_row(tmp_path, kgen_cache):
 
 def test_warm_run_skips_yaml_validation_and_render(capsys, monkeypatch, kgen_cache):
     run_json(capsys, SPECS, ARCHS)
-    import kgen.compile as K
+    import kgen.build as K
 
     def boom(*a, **k):
         raise AssertionError("a warm run must not load, validate or render")
