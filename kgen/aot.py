@@ -203,13 +203,11 @@ def _refuse_foreign(out: Path) -> None:
 
 def write_command(paths: list[Path], archs: list[str] | None, out: Path, *, validate: bool = True) -> int:
     """`kgen compile PATH... --out DIR`: after the compile (cached: these are lookups), write DIR."""
-    from .build import _load, check_archs
+    from .build import check_archs, load_variants
     from .compile import compile_variant
 
     archs = check_archs(archs)
-    found, problems, _ = _load(paths, validate)
-    if problems:
-        raise KgenError(problems, exit_code=1)
+    found, _ = load_variants(paths, validate)
     kernels = []
     for _variant, spec, path in found:
         for arch in archs or spec.targets:

@@ -565,8 +565,8 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     torch.compile: on unless KGEN_BENCH_COMPILE=0 (or use_compile=False); its compile time is capped by
     KGEN_BENCH_COMPILE_BUDGET_S (default 300 s), after which it is skipped (and said so).
     KGEN_BENCH_BUDGET_S (default: none) caps the whole run: later cases are recorded as skipped."""
-    from .gputest import expand
     from .runtime import gpu_problem
+    from .validate import validate_paths
 
     if not paths:
         _say("kgen bench: give spec/family paths")
@@ -577,7 +577,7 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     if positions not in POSITIONS:
         _say(f"kgen bench: --positions must be one of {', '.join(POSITIONS)} (got {positions!r})")
         return 2
-    specs = expand(paths)
+    specs = validate_paths(paths).specs()
     reason = gpu_problem()
     if reason is not None:
         raise KgenError([Problem("no-gpu", f"kgen bench: no GPU: {reason}. Nothing was measured; run it on a GPU "

@@ -75,31 +75,17 @@ def check_archs(archs: list[str] | None) -> list[str] | None:
     return list(dict.fromkeys(archs))
 
 
-def _load(paths: list[Path], validate: bool) -> tuple[list[tuple], list[Problem], list[Path]]:
-    """[(variant, spec, path)], every error that stops the compile, and every file read."""
-    from .load import load_document
-    from .validate import validate_path
+def load_variants(paths: list[Path], validate: bool) -> tuple[list[tuple], list[Path]]:
+    """[(variant, spec, the file that holds it)] and every file read (KgenError with every error)."""
+    from .validate import validate_paths
 
-    found, problems, read = [], [], []
-    for path in paths:
-        try:
-            if validate:
-                r = validate_path(path)
-                problems += r.errors
-                doc = r.document
-            else:
-                doc = load_document(path)
-                problems += [p for p in doc.problems if p.severity == "error"]
-        except KgenError as e:
-            problems += e.problems
-            if e.exit_code != 1:
-                raise
-            continue
-        if doc is None:
-            continue
-        read += doc.includes
-        found += [(v, v.spec, Path(v.source.path)) for v in doc.variants if v.spec is not None]
-    return found, problems, read
+    found = validate_paths(paths, validate)
+    found.raise_errors()
+    variants, read = [], []
+    for r in found.results:
+        read += r.document.includes
+        variants += [(v, v.spec, Path(v.source.path)) for v in r.document.variants if v.spec is not None]
+    return variants, read
 
 
 @dataclass
@@ -119,10 +105,8 @@ def compile_command(paths: list[Path], archs: list[str] | None, validate: bool =
     rows = memo.load()  # a warm run of the same inputs: no YAML, no validation, no render
     if rows is None:
         archs = check_archs(archs)
-        found, problems, read = _load(paths, validate)
         try:
-            if problems:
-                raise KgenError(problems)
+            found, read = load_variants(paths, validate)
             rows = _build(found, archs, cache)
         except KgenError as e:
             if as_json:

@@ -68,26 +68,9 @@ def layout_command(paths: list[Path], as_json: bool = False) -> int:
     """`kgen layout`: the byte map of every variant; every path must validate (else exit 1/2, and
     with --json `{"layouts": [], "errors": [...]}`)."""
     from .layout_view import layout_json, print_layout
-    from .validate import validate_path
+    from .validate import validate_paths
 
-    laid, problems, code = [], [], 0
-    for path in paths:
-        try:
-            r = validate_path(path)
-        except KgenError as e:
-            problems += e.problems
-            code = max(code, e.exit_code)
-            continue
-        if not r.valid:
-            problems += r.errors
-            code = max(code, 1)
-            continue
-        laid += [c.layout for c in r.variants if c.layout is not None]
-    if code:
-        if as_json:
-            print_json(failure_json(problems, layouts=[]))
-        print_problems(problems)
-        return code
+    laid = [c.layout for c in validate_paths(paths).checked() if c.layout is not None]
     if as_json:
         print_json(layout_json(laid))
     else:

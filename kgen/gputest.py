@@ -23,23 +23,10 @@ from .diagnostics import err as _say
 from .gpurun import precompile, run_case, sticky
 from .sample import sample_specs
 from .spec import Spec
+from .validate import validate_paths
 
 DEFAULT_TOKENS = (1, 7, 64, 4097, 65536, 1048576)
 SAMPLE_TOKENS = (1, 7, 300, 4097)
-
-
-def expand(paths: list[Path]) -> list[Spec]:
-    """Every variant of every path (validated; KgenError with every error otherwise)."""
-    from .validate import validate_path
-
-    specs, problems = [], []
-    for path in paths:
-        r = validate_path(Path(path))
-        problems += r.errors
-        specs += [c.spec for c in r.variants]
-    if problems:
-        raise KgenError(problems, exit_code=1)
-    return specs
 
 
 def device_summary() -> dict:
@@ -62,7 +49,7 @@ def test_command(paths: list[Path], tokens: list[int] | None, as_json: bool = Fa
         raise KgenError([Problem("usage", "kgen test: give spec/family paths (or --sample K)")], exit_code=2)
     if tokens is not None and any(t < 0 for t in tokens):
         raise KgenError([Problem("usage", "kgen test: --tokens must be >= 0")], exit_code=2)
-    specs = expand(paths)
+    specs = validate_paths(paths).specs()
     reason = gpu_problem()
     if reason is not None:
         raise KgenError([Problem("no-gpu", f"kgen test: no GPU: {reason}. Nothing was tested; run it on a GPU "

@@ -443,10 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tunes", default="[null]", help="JSON list of tunings (null: the default) to compare")
     a = ap.parse_args(argv)
-    from .gputest import expand
     from .indexer import readable
+    from .validate import validate_paths
 
-    specs = [s for s in expand(a.paths) if readable(s)]
+    specs = [s for s in validate_paths(a.paths).specs() if readable(s)]
     tunes = tuple(json.loads(a.tunes))
     samples = sample_readable(a.sample, a.seed) if a.mode == "test" and a.sample else []
     precompile([(s, t) for s in specs for t in tunes] + [(s, None) for s in samples])

@@ -129,13 +129,13 @@ def select(paths: list[Path], toggle_hadamard: bool = False) -> Selection:
     """Every variant of every path, validated (KgenError with every error otherwise), split into
     indexer keys and skipped ones."""
     from .rules import check_variant
-    from .validate import validate_path
+    from .validate import validate_paths
 
-    sel, problems = Selection(), []
+    found = validate_paths(paths)
+    sel, problems = Selection(), list(found.problems)
     seen: dict[str, Spec] = {}
-    for path in paths:
-        r = validate_path(Path(path))
-        problems += r.errors
+    for r in found.results:
+        path = r.path
         for c in r.variants:
             other = seen.setdefault(c.spec.name, c.spec)
             if other is not c.spec:
@@ -158,7 +158,7 @@ def select(paths: list[Path], toggle_hadamard: bool = False) -> Selection:
                 else:
                     sel.variants.append((twin, str(path)))
     if problems:
-        raise KgenError(problems, exit_code=1)
+        raise KgenError(problems, exit_code=max(1, found.exit_code))
     return sel
 
 

@@ -65,13 +65,14 @@ _INPUT = INPUT_DTYPE
 
 
 def load_spec(path: str | Path) -> Spec:
-    """The single spec of a YAML file (raises on a family file or schema problems)."""
-    from .load import load_document
+    """The single spec of a YAML file, validated (KgenError if invalid, ValueError for a family)."""
+    from .validate import validate_paths
 
-    doc = load_document(Path(path))
-    if doc.is_family or len(doc.variants) != 1 or doc.variants[0].spec is None:
-        raise ValueError(f"{path}: not a single valid spec ({[str(p) for p in doc.problems]})")
-    return doc.variants[0].spec
+    found = validate_paths([Path(path)])
+    specs = found.specs()
+    if found.results[0].document.is_family:
+        raise ValueError(f"{path}: a family, not a single spec")
+    return specs[0]
 
 
 def _layout(spec: Spec | L.Layout) -> L.Layout:

@@ -363,33 +363,17 @@ def render_document(result_or_doc) -> list[tuple[str, str]]:
 # paths -> files on disk
 
 
-def _load(path: Path, validate: bool):
-    """The document of `path`, or KgenError with every problem that keeps it from rendering."""
-    if validate:
-        from .validate import validate_path
-
-        result = validate_path(path)
-        if not result.valid:
-            raise KgenError(result.errors)
-        return result.document
-    from .load import load_document
-
-    doc = load_document(path)
-    errors = [p for p in doc.problems if p.severity == "error"]
-    if errors:  # schema errors: there is no spec to render
-        raise KgenError(errors)
-    return doc
-
-
 def render_all(paths: list[Path], validate: bool = True) -> dict[str, str]:
     """Every file `render_paths` would write, by relative path. Nothing is written."""
+    from .validate import validate_paths
+
     files: dict[str, str] = dict(header_files())
-    problems: list[Problem] = []
-    exit_code = 1
-    for path in paths:
+    found = validate_paths(paths, validate)
+    problems, exit_code = list(found.problems), max(1, found.exit_code)
+    for result in found.results:
+        path = result.path
         try:
-            doc = _load(Path(path), validate)
-            rendered = render_document(doc)
+            rendered = render_document(result.document)
         except KgenError as e:
             problems.extend(e.problems)
             exit_code = max(exit_code, e.exit_code)

@@ -18,7 +18,7 @@ import pytest
 
 from kgen import aot
 from kgen.diagnostics import KgenError
-from kgen.gputest import expand
+from kgen.validate import validate_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 BF16 = ROOT / "specs" / "indexer_bf16.yaml"
@@ -48,7 +48,7 @@ def _copy(built: Path, tmp_path: Path) -> Path:
 def test_manifest_records_spec_hash_arch_symbol_and_abi(built):
     from kgen.abi import KERNELS
 
-    spec = expand([BF16])[0]
+    spec = validate_paths([BF16]).specs()[0]
     m = json.loads((built / "manifest.json").read_text())
     assert m["format"] == aot.FORMAT
     (e,) = m["kernels"]
@@ -66,7 +66,7 @@ def test_refuses_another_spec(built, tmp_path):
     text = BF16.read_text().replace("eps: 1.0e-6", "eps: 1.0e-5")
     assert text != BF16.read_text()
     (tmp_path / "s.yaml").write_text(text)
-    other = expand([tmp_path / "s.yaml"])[0]
+    other = validate_paths([tmp_path / "s.yaml"]).specs()[0]
     with pytest.raises(KgenError) as e:
         aot.AotDir(built).find(other, ARCH)
     msg = e.value.problems[0].message
@@ -79,14 +79,14 @@ def test_refuses_another_abi_version(built, tmp_path):
     m["kernels"][0]["abi"]["version"] += 1
     (d / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(KgenError) as e:
-        aot.AotDir(d).find(expand([BF16])[0], ARCH)
+        aot.AotDir(d).find(validate_paths([BF16]).specs()[0], ARCH)
     text = e.value.problems[0].message
     assert "ABI" in text and "built for" in text
 
 
 def test_refuses_changed_cubin_bytes_and_missing_arch(built, tmp_path):
     d = _copy(built, tmp_path)
-    spec = expand([BF16])[0]
+    spec = validate_paths([BF16]).specs()[0]
     f = d / aot.cubin_name(spec.name, ARCH)
     data = bytearray(f.read_bytes())
     data[-1] ^= 1

@@ -150,6 +150,22 @@ def test_many_paths_worst_exit_wins(tmp_path):
     assert "bad.yaml" in r.output and "missing.yaml" in r.output  # every path is still reported
 
 
+@pytest.mark.parametrize("command", [["layout"], ["render", "-o", "{out}"], ["compile", "--arch", "sm_90a"],
+                                     ["test"], ["bench"], ["recall"]])
+def test_every_command_reads_paths_alike(command, tmp_path):
+    """Every command that takes spec paths (kgen.validate.validate_paths) reports every bad path and
+    exits with the worst code, before it renders, compiles or looks for a GPU."""
+    (tmp_path / "bad.yaml").write_text(GOOD.replace("head_dim: 128", "head_dim: 96"))
+    args = [a.format(out=tmp_path / "out") for a in command]
+    r = kgen(*args, SPECS / "indexer_bf16.yaml", tmp_path / "bad.yaml")
+    assert r.exit_code == 1 and f"{tmp_path / 'bad.yaml'}:{HEAD_LINE}:" in r.output
+    r = kgen(*args, tmp_path / "bad.yaml", tmp_path / "missing.yaml", SPECS / "indexer_bf16.yaml")
+    assert r.exit_code == 2
+    assert "error[head-dim]" in r.output and "missing.yaml" in r.output  # both paths reported
+    assert "no-gpu" not in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "out").exists()  # render wrote nothing
+
+
 # -- --json --------------------------------------------------------------------------------------
 
 def _json(*args):

@@ -159,7 +159,7 @@ def test_warm_run_skips_yaml_validation_and_render(capsys, monkeypatch, kgen_cac
     def boom(*a, **k):
         raise AssertionError("a warm run must not load, validate or render")
 
-    monkeypatch.setattr(K, "_load", boom)
+    monkeypatch.setattr(K, "load_variants", boom)
     monkeypatch.setattr(K, "_build", boom)
     code, doc, err = run_json(capsys, SPECS, ARCHS)
     assert code == 0 and all(r["cached"] for r in doc["results"]) and err == ""

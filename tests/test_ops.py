@@ -16,9 +16,9 @@ torch = pytest.importorskip("torch")
 
 from kgen import fastpath, launcher, ops, reference  # noqa: E402
 from kgen.abi import NORM_ROPE_STORE, ArgumentError  # noqa: E402
-from kgen.gputest import expand  # noqa: E402
 from kgen.layout import compute  # noqa: E402
 from kgen.spec import Norm, Rope  # noqa: E402
+from kgen.validate import validate_paths  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILY = ROOT / "specs" / "dsv4.yaml"
@@ -29,7 +29,7 @@ def _names() -> list[str]:
     """Every shipped variant as the op names it: 'file.yaml' or 'family.yaml::name'."""
     out = []
     for f in SHIPPED_FILES:
-        specs = expand([f])
+        specs = validate_paths([f]).specs()
         rel = f.relative_to(ROOT)
         out += [str(ROOT / rel) if len(specs) == 1 else f"{ROOT / rel}::{s.name}" for s in specs]
     return out

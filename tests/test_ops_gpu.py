@@ -22,11 +22,11 @@ BF16 = str(ROOT / "specs" / "indexer_bf16.yaml")
 
 
 def _shipped() -> list[str]:
-    from kgen.gputest import expand
+    from kgen.validate import validate_paths
 
     out = []
     for f in (FAMILY, ROOT / "specs" / "indexer_bf16.yaml", ROOT / "specs" / "dsv32_indexer.yaml"):
-        specs = expand([f])
+        specs = validate_paths([f]).specs()
         out += [str(f) if len(specs) == 1 else f"{f}::{s.name}" for s in specs]
     return out
 

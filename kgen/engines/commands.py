@@ -43,12 +43,9 @@ def _adapter(engine: str, root: Path) -> Adapter:
 
 def _variants(path: Path):
     """(spec, layout) of every variant of a path; KgenError with the validator's errors if invalid."""
-    from .. import validate
+    from ..validate import validate_paths
 
-    result = validate.validate_path(path)
-    if not result.valid:
-        raise KgenError(result.errors)
-    return [(c.spec, c.layout if c.layout is not None else compute(c.spec)) for c in result.variants]
+    return [(c.spec, c.layout if c.layout is not None else compute(c.spec)) for c in validate_paths([path]).checked()]
 
 
 def audit_command(engine: str, root: Path, paths: list[Path], as_json: bool) -> int:
