@@ -40,12 +40,13 @@ def main() -> int:
     from kgen import arch as A
     from kgen import bench, ops, reference
     from kgen.compile import compile_rendered
-    from kgen.gputest import expand
     from kgen.layout import compute
     from kgen.render import include_dirs, render_variant
     from kgen.runtime import LoadedKernel, _load_kernel, set_current_device
+    from kgen.validate import validate_paths
 
-    specs = {s.name: s for s in expand([ROOT / "specs" / "dsv4.yaml", ROOT / "specs" / "dsv32_indexer.yaml"])}
+    shipped = validate_paths([ROOT / "specs" / "dsv4.yaml", ROOT / "specs" / "dsv32_indexer.yaml"]).specs()
+    specs = {s.name: s for s in shipped}
     dev = torch.cuda.current_device()
     cap = tuple(torch.cuda.get_device_capability(dev))
     name = torch.cuda.get_device_name(dev)

@@ -121,10 +121,10 @@ preflight() {
   timeout -k 10 180 "$PY" - <<'PYEOF'
 import sys, time
 t = time.perf_counter()
-from kgen.gputest import expand
 from kgen.gpurun import run_case
 from kgen.runtime import device_info, load
-spec = expand(["specs/indexer_bf16.yaml"])[0]
+from kgen.validate import validate_paths
+spec = validate_paths(["specs/indexer_bf16.yaml"]).specs()[0]
 print("device:", device_info())
 loaded = load(spec, verbose=True)
 print(f"loaded {loaded.uri} for {loaded.arch}: {loaded.registers()} registers")
@@ -199,7 +199,7 @@ run_profile() {
   done
   step "SASS opcode histograms"
   local names
-  names=$("$PY" -c 'import sys; from kgen.gputest import expand; print(" ".join(s.name for s in expand(sys.argv[1:])))' $specs)
+  names=$("$PY" -c 'import sys; from kgen.validate import validate_paths; print(" ".join(s.name for s in validate_paths(sys.argv[1:]).specs()))' $specs)
   for f in $(for n in $names; do ls "$KGEN_CACHE_DIR/$n"/sm_90a-*/kernel.cubin 2>/dev/null; done); do
     echo "--- $f"
     cuobjdump -sass "$f" | grep -oE '/\*[0-9a-f]{4}\*/\s+(@!?U?P[0-9T]+\s+)?[A-Z0-9_.]+' | awk '{print $NF}' | sed 's/\..*//' \
