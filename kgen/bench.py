@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .diagnostics import KgenError, Problem
+from .diagnostics import KgenError
 from .diagnostics import err as _say
 from .layout import Layout, compute
 from .spec import Spec
@@ -560,28 +560,16 @@ def write_json_atomic(path: Path, data: dict) -> None:
 def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path | None, *,
                   use_compile: bool | None = None, compile_budget_s: float | None = None,
                   positions: str = "random") -> int:
-    """Exit 0 ok, 1 a variant failed to run, 2 no GPU / usage.
+    """Exit 0 ok, 1 a variant failed to run, 2 no GPU / usage (KgenError).
 
     torch.compile: on unless KGEN_BENCH_COMPILE=0 (or use_compile=False); its compile time is capped by
     KGEN_BENCH_COMPILE_BUDGET_S (default 300 s), after which it is skipped (and said so).
     KGEN_BENCH_BUDGET_S (default: none) caps the whole run: later cases are recorded as skipped."""
-    from .runtime import gpu_problem
-    from .validate import validate_paths
+    from .gpurun import start_gpu_command, usage_error
 
-    if not paths:
-        _say("kgen bench: give spec/family paths")
-        return 2
-    if tokens is not None and any(t <= 0 for t in tokens):
-        _say("kgen bench: --tokens must be > 0")
-        return 2
     if positions not in POSITIONS:
-        _say(f"kgen bench: --positions must be one of {', '.join(POSITIONS)} (got {positions!r})")
-        return 2
-    specs = validate_paths(paths).specs()
-    reason = gpu_problem()
-    if reason is not None:
-        raise KgenError([Problem("no-gpu", f"kgen bench: no GPU: {reason}. Nothing was measured; run it on a GPU "
-                                 "machine (docs/gpu.md)")], exit_code=2)
+        raise usage_error("bench", f"--positions must be one of {', '.join(POSITIONS)} (got {positions!r})")
+    specs = start_gpu_command("bench", paths, tokens, min_tokens=1)
     import torch
 
     if use_compile is None:

@@ -208,6 +208,8 @@ def _build_app():
     JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON object instead of text")]
     NoValidate = Annotated[bool, typer.Option("--no-validate", help="skip kgen's checks: the kernel's "
                                               "static_assert twins speak instead")]
+    Tokens = Annotated[list[int] | None, typer.Option("--tokens", help="token counts, one per option (default: "
+                                                      "1 to 1M)", show_default=False)]  # test, bench
 
     def done(code: int):
         raise typer.Exit(code)
@@ -252,7 +254,7 @@ def _build_app():
     @app.command()
     def test(paths: Annotated[list[Path] | None, typer.Argument(help="spec or family files")] = None,
              as_json: JsonFlag = False,
-             tokens: Annotated[list[int] | None, typer.Option("--tokens", help="token counts to test")] = None,
+             tokens: Tokens = None,
              sample: Annotated[int, typer.Option("--sample", help="also test K random specs the validator "
                                                  "accepts")] = 0,
              seed: Annotated[int, typer.Option("--seed", help="seed of the --sample draw")] = 0) -> None:
@@ -264,7 +266,7 @@ def _build_app():
 
     @app.command()
     def bench(paths: Paths,
-              tokens: Annotated[list[int] | None, typer.Option("--tokens", help="token counts")] = None,
+              tokens: Tokens = None,
               json_file: Annotated[Path | None, typer.Option("--json", help="write results here")] = None,
               use_compile: Annotated[bool | None, typer.Option(
                   "--compile/--no-compile", help="also time torch.compile of the reference (default: on unless "

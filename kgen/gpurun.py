@@ -1,5 +1,7 @@
-"""Run one `kgen test` case: the kernel and the Torch reference on the same inputs, then the
-whole-cache comparison (kgen.compare); and compile a batch of variants for this GPU up front.
+"""What the GPU commands (`kgen test`, `kgen bench`) share: their start (`start_gpu_command`: usage
+checks, the validated specs, a GPU present), compiling a batch of variants for this GPU up front
+(`precompile`), and one `kgen test` case (`run_case`: the kernel and the Torch reference on the same
+inputs, then the whole-cache comparison of kgen.compare).
 
 For every case (variant, N): `reference.make_inputs` (random rows with outlier channels, random
 positions, shuffled out_loc with skipped slots, a poisoned cache larger than needed); the kernel
@@ -10,11 +12,37 @@ same poisoned bytes; `compare_caches(A, B)`.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from .abi import NORM_ROPE_STORE
 from .compare import Comparison, compare_caches
-from .diagnostics import KgenError
+from .diagnostics import KgenError, Problem
 from .spec import Spec
+
+
+def usage_error(command: str, message: str) -> KgenError:
+    return KgenError([Problem("usage", f"kgen {command}: {message}")], exit_code=2)
+
+
+def start_gpu_command(command: str, paths: list[Path], tokens: list[int] | None, *, min_tokens: int,
+                      paths_optional: bool = False) -> list[Spec]:
+    """The start of `kgen test` / `kgen bench`, in this order: usage (paths given, every --tokens at
+    least `min_tokens`), every path validated (kgen.validate.validate_paths), a usable GPU. Returns the
+    specs; raises KgenError (exit 2 for usage and no GPU) before any GPU work, so the command's
+    `--json` error document (kgen.cli.run_reporting) is all it prints."""
+    from .runtime import gpu_problem
+    from .validate import validate_paths
+
+    if not paths and not paths_optional:
+        raise usage_error(command, "give spec/family paths")
+    if tokens is not None and any(t < min_tokens for t in tokens):
+        raise usage_error(command, f"--tokens must be >= {min_tokens}")
+    specs = validate_paths(paths).specs()
+    reason = gpu_problem()
+    if reason is not None:
+        raise KgenError([Problem("no-gpu", f"kgen {command}: no GPU: {reason}. Nothing was run; run it on a GPU "
+                                 "machine (docs/gpu.md)")], exit_code=2)
+    return specs
 
 
 def kernel_args(spec: Spec, inputs: dict) -> tuple:

@@ -18,12 +18,11 @@ import time
 from pathlib import Path
 
 from .compare import Comparison
-from .diagnostics import KgenError, Problem
+from .diagnostics import KgenError
 from .diagnostics import err as _say
-from .gpurun import precompile, run_case, sticky
+from .gpurun import precompile, run_case, start_gpu_command, sticky, usage_error
 from .sample import sample_specs
 from .spec import Spec
-from .validate import validate_paths
 
 DEFAULT_TOKENS = (1, 7, 64, 4097, 65536, 1048576)
 SAMPLE_TOKENS = (1, 7, 300, 4097)
@@ -43,17 +42,9 @@ def device_summary() -> dict:
 def test_command(paths: list[Path], tokens: list[int] | None, as_json: bool = False, *,
                  sample: int = 0, seed: int = 0, sample_tokens: list[int] | None = None) -> int:
     """Exit 0 all equal, 1 any failure, 2 no GPU / usage."""
-    from .runtime import gpu_problem
-
     if not paths and not sample:
-        raise KgenError([Problem("usage", "kgen test: give spec/family paths (or --sample K)")], exit_code=2)
-    if tokens is not None and any(t < 0 for t in tokens):
-        raise KgenError([Problem("usage", "kgen test: --tokens must be >= 0")], exit_code=2)
-    specs = validate_paths(paths).specs()
-    reason = gpu_problem()
-    if reason is not None:
-        raise KgenError([Problem("no-gpu", f"kgen test: no GPU: {reason}. Nothing was tested; run it on a GPU "
-                                 "machine (docs/gpu.md)")], exit_code=2)
+        raise usage_error("test", "give spec/family paths (or --sample K)")
+    specs = start_gpu_command("test", paths, tokens, min_tokens=0, paths_optional=True)
 
     cases: list[tuple[Spec, int]] = [(s, n) for s in specs for n in (tokens or DEFAULT_TOKENS)]
     sampled = sample_specs(sample, seed) if sample else []

@@ -712,6 +712,16 @@ def test_bench_inputs_are_production_like():
     assert bench.graph_calls(1) == bench.GRAPH_MAX_CALLS and bench.graph_calls(1 << 40) == bench.GRAPH_MIN_CALLS
 
 
-def test_bench_refuses_unknown_positions_mode(capsys):
-    assert bench.bench_command([Path("specs/indexer_bf16.yaml")], [1], None, positions="sorted") == 2
-    assert "--positions" in capsys.readouterr().err
+@pytest.mark.parametrize("args, option", [(["test", "--tokens", "-1"], "--tokens"),
+                                          (["bench", "--tokens", "0"], "--tokens"),
+                                          (["bench", "--tokens", "1", "--positions", "sorted"], "--positions")])
+def test_gpu_commands_refuse_bad_options_before_the_gpu(args, option):
+    """kgen test and kgen bench share their start (kgen.gpurun.start_gpu_command): a bad option is one
+    usage line, exit 2, on any machine (it is checked before the specs and the GPU)."""
+    r = _kgen(*args, str(BF16))
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    [line] = r.stderr.splitlines()
+    assert f"error[usage]: kgen {args[0]}: {option}" in line
+    r = _kgen(*args, str(BF16), "--json") if args[0] == "test" else None
+    if r is not None:  # test --json: the error document on stdout too
+        assert r.returncode == 2 and json.loads(r.stdout)["errors"][0]["rule"] == "usage"
