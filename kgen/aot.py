@@ -203,10 +203,11 @@ def _refuse_foreign(out: Path) -> None:
 
 def write_command(paths: list[Path], archs: list[str] | None, out: Path, *, validate: bool = True) -> int:
     """`kgen compile PATH... --out DIR`: after the compile (cached: these are lookups), write DIR."""
-    from .build import check_archs, load_variants
+    from .arch import check_option
+    from .build import load_variants
     from .compile import compile_variant
 
-    archs = check_archs(archs)
+    archs = check_option(archs)
     found, _ = load_variants(paths, validate)
     kernels = []
     for _variant, spec, path in found:

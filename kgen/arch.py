@@ -1,18 +1,25 @@
 """GPU architectures: the names kgen accepts (sm_90, sm_90a, sm_100f), and which cubin runs where.
 
-One module for what an architecture name means, so that the targets rule, `--arch`, the compiler
-and the loader agree. Pure (no CUDA, no NVRTC): `supported` asks kgen.toolchain what this NVRTC
-can target.
+One module for what an architecture name means and what its SMs hold, so that the targets rule,
+`--arch`, the launch rules, the compiler and the loader agree. Pure (no CUDA, no NVRTC): `problem`
+asks kgen.toolchain what this NVRTC can target.
 """
 
 from __future__ import annotations
 
 import re
 
-from .diagnostics import KgenError, Problem
+from .diagnostics import KgenError, Problem, shown
 
 ARCH_RE = re.compile(r"sm_(\d+)([af]?)")
 ARCH_FLOOR = 80  # kgen kernels need bf16 arithmetic
+# (resident warps, resident blocks) of one SM per compute capability (CUDA programming guide,
+# "technical specifications per compute capability"): `__launch_bounds__`' minimum blocks per SM is
+# ignored by ptxas beyond them. Capabilities missing here are not checked.
+SM_LIMITS = {75: (32, 16), 80: (64, 32), 86: (48, 16), 87: (48, 16), 89: (48, 24), 90: (64, 32),
+             100: (64, 32), 103: (64, 32), 120: (48, 32), 121: (48, 32)}
+# the most warps any SM holds: the launch rule's bound, which the kernel's static_assert twin checks too
+MAX_WARPS_PER_SM = max(warps for warps, _ in SM_LIMITS.values())
 
 
 def parse(name: str) -> tuple[int, int, str] | None:
@@ -74,3 +81,46 @@ def check(capability: tuple[int, int], targets: list[str], *, device_name: str =
         f"{capability[0]}.{capability[1]}, {arch}): its targets are [{', '.join(targets) or 'none'}]; "
         f"cubins run only on their own major version (and 'a' targets only on their exact arch)",
         loc=("targets",), fix=f"add {want} to targets (or compile with --arch {want})")], exit_code=1)
+
+
+def problem(arch: str) -> tuple[str, str] | None:
+    """(message, fix) when `arch` is no target kgen can compile for: malformed, below the floor, a
+    suffix its capability lacks, or unknown to this NVRTC. The targets rule and `--arch` (`check_option`) share it."""
+    m = ARCH_RE.fullmatch(arch)
+    if not m:
+        return (f"'{shown(arch)[:40]}' is not an architecture name like sm_90a",
+                "write sm_<major><minor>[a|f], e.g. sm_90a")
+    from .toolchain import supported_archs
+
+    known, source = supported_archs()
+    cc, suffix = int(m.group(1)), m.group(2)
+    if cc not in known:
+        return (f"{source} cannot target {arch}: it supports compute capabilities "
+                f"{', '.join(map(str, sorted(known)))}", "pick one of those")
+    if suffix == "a" and cc < 90 or suffix == "f" and cc < 100:
+        return (f"{arch}: the '{suffix}' suffix needs compute capability {'9.0' if suffix == 'a' else '10.0'} "
+                "or newer", f"write sm_{cc}")
+    if cc < ARCH_FLOOR:
+        return (f"{arch}: kgen kernels need bf16 arithmetic (sm_{ARCH_FLOOR} or newer)",
+                f"target sm_{ARCH_FLOOR} or newer")
+    return None
+
+
+def check_option(archs: list[str] | None) -> list[str] | None:
+    """--arch values, de-duplicated; any the targets rule would refuse is a usage error (exit 2)."""
+    if not archs:
+        return None
+    bad = []
+    for a in archs:
+        found = problem(a)
+        if found is not None:
+            bad.append(Problem("arch", f"--arch: {found[0]}", fix=found[1]))
+    if bad:
+        raise KgenError(bad, exit_code=2)
+    return list(dict.fromkeys(archs))
+
+
+def sm_limits(arch: str) -> tuple[int, int] | None:
+    """(resident warps, resident blocks) of one SM of `arch`, or None when not known."""
+    m = ARCH_RE.fullmatch(arch)
+    return SM_LIMITS.get(int(m.group(1))) if m else None

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .arch import check_option
 from .cache import FORMAT as CACHE_FORMAT
 from .cache import Cache
 from .compile import (
@@ -59,22 +60,6 @@ class _Job:
     error: KgenError | None = None
 
 
-def check_archs(archs: list[str] | None) -> list[str] | None:
-    """--arch values, de-duplicated; any the targets rule would refuse is a usage error (exit 2)."""
-    if not archs:
-        return None
-    from .rules import arch_problem
-
-    bad = []
-    for a in archs:
-        problem = arch_problem(a)
-        if problem is not None:
-            bad.append(Problem("arch", f"--arch: {problem[0]}", fix=problem[1]))
-    if bad:
-        raise KgenError(bad, exit_code=2)
-    return list(dict.fromkeys(archs))
-
-
 def load_variants(paths: list[Path], validate: bool) -> tuple[list[tuple], list[Path]]:
     """[(variant, spec, the file that holds it)] and every file read (KgenError with every error)."""
     from .validate import validate_paths
@@ -104,7 +89,7 @@ def compile_command(paths: list[Path], archs: list[str] | None, validate: bool =
     memo = RunMemo(cache, paths, archs, validate)
     rows = memo.load()  # a warm run of the same inputs: no YAML, no validation, no render
     if rows is None:
-        archs = check_archs(archs)
+        archs = check_option(archs)
         try:
             found, read = load_variants(paths, validate)
             rows = _build(found, archs, cache)

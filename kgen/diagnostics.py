@@ -74,6 +74,13 @@ def one_line(text: str) -> str:
                    for c in text)
 
 
+def shown(value) -> str:
+    """A user's value quoted inside a one-line message: repr-escaped where it holds anything odd
+    (control characters, a quote that would end the message's own quotes)."""
+    text = str(value)
+    return text if text.isprintable() and "'" not in text else repr(text)[1:-1]
+
+
 class KgenError(Exception):
     """A user-facing failure: printed as its problems, exit code `exit_code`, never a traceback."""
 

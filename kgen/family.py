@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .diagnostics import Problem
+from .diagnostics import Problem, shown
 from .document import Variant
 from .rules import check_name
 from .spec import Family, Spec
@@ -53,17 +53,13 @@ def format_key(key: list[str], values: tuple) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in zip(key, values)) + "}"
 
 
-def _shown(text: str) -> str:
-    return text if text.isprintable() else repr(text)[1:-1]
-
-
 def check_family_guards(family: Family) -> Iterator[Problem]:
     """What render refuses in a family even under --no-validate: its name and its key fields become
     C++ identifiers and string literals of select_kernel.h."""
     yield from check_name(family.family, ("family",), "family")
     for i, f in enumerate(family.dispatch.key):
         if not key_field_ok(f):
-            yield Problem("dispatch-key", f"dispatch key field '{_shown(f)[:80]}' is not a scalar spec field",
+            yield Problem("dispatch-key", f"dispatch key field '{shown(f)[:80]}' is not a scalar spec field",
                           loc=("dispatch", "key", i), fix="use dotted names such as input_dtype, head_dim, "
                           "store.dtype, store.scale, layout.page_size")
 

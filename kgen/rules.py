@@ -22,9 +22,9 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from . import arch as A
 from . import layout as L
-from .arch import ARCH_FLOOR, ARCH_RE
-from .diagnostics import Problem
+from .diagnostics import Problem, shown
 from .spec import Spec
 
 Check = Callable[[Spec, "L.Layout | None"], Iterable[Problem]]
@@ -36,12 +36,6 @@ PAGE_BYTES_LIMIT = 1 << 31
 HEAD_DIM_RANGE = (32, 1024)
 MAX_THREADS_PER_BLOCK = 1024
 MAX_TOKENS_PER_WARP = 8
-MAX_WARPS_PER_SM = 64  # the most of any supported SM (sm_80/90/100); the kernel's twin checks this
-# (resident warps, resident blocks) of one SM per compute capability (CUDA programming guide,
-# "technical specifications per compute capability"): `__launch_bounds__`' minimum blocks per SM is
-# ignored by ptxas beyond them. Capabilities missing here are not checked.
-SM_LIMITS = {75: (32, 16), 80: (64, 32), 86: (48, 16), 87: (48, 16), 89: (48, 24), 90: (64, 32),
-             100: (64, 32), 103: (64, 32), 120: (48, 32), 121: (48, 32)}
 INT64_RANGE = (-(1 << 63), (1 << 63) - 1)  # the rendered config's `long long` constants
 # C++ keywords and alternative tokens (C++20): a name becomes a struct, namespace and directory name
 CXX_KEYWORDS = frozenset("""
@@ -147,16 +141,10 @@ def rope_dim_ok(spec: Spec) -> bool:
 # names and targets
 
 
-def _shown(value) -> str:
-    """A user's string for a one-line message: repr-escaped where it holds anything odd."""
-    text = str(value)
-    return text if text.isprintable() and "'" not in text else repr(text)[1:-1]
-
-
 def check_name(value, loc: tuple, what: str) -> Iterator[Problem]:
     if not isinstance(value, str) or not NAME_RE.fullmatch(value) or len(value) > NAME_MAX:
-        shown = _shown(value)
-        yield _p("name", loc, f"{what} '{shown[:NAME_MAX + 16]}' is not an identifier: it must match "
+        text = shown(value)
+        yield _p("name", loc, f"{what} '{text[:NAME_MAX + 16]}' is not an identifier: it must match "
                  f"[a-z][a-z0-9_]* and have at most {NAME_MAX} characters (it names files and symbols)",
                  "use lower-case letters, digits and underscores, starting with a letter")
     elif value in CXX_KEYWORDS:
@@ -178,8 +166,8 @@ def rule_name(spec: Spec, lay) -> Iterator[Problem]:
 def guard_targets(spec: Spec, lay) -> Iterator[Problem]:
     """A target names a cache directory and an NVRTC option: only sm_<digits>[a|f] ever reaches them."""
     for i, t in enumerate(spec.targets):
-        if not ARCH_RE.fullmatch(t):
-            yield _p("targets", ("targets", i), f"'{_shown(t)[:40]}' is not an architecture name like sm_90a",
+        if not A.ARCH_RE.fullmatch(t):
+            yield _p("targets", ("targets", i), f"'{shown(t)[:40]}' is not an architecture name like sm_90a",
                      "write sm_<major><minor>[a|f], e.g. sm_90a")
 
 
@@ -193,33 +181,10 @@ def rule_targets(spec: Spec, lay) -> Iterator[Problem]:
         if t in seen:
             yield _p("targets", ("targets", i), f"target {t} is listed twice", "remove the duplicate", "warning")
         seen.add(t)
-        if ARCH_RE.fullmatch(t):
-            bad = arch_problem(t)
+        if A.ARCH_RE.fullmatch(t):
+            bad = A.problem(t)
             if bad is not None:
                 yield _p("targets", ("targets", i), *bad)
-
-
-def arch_problem(arch: str) -> tuple[str, str] | None:
-    """(message, fix) when `arch` is no target kgen can compile for: malformed, below the floor, a
-    suffix its capability lacks, or unknown to this NVRTC. The targets rule and `--arch` share it."""
-    m = ARCH_RE.fullmatch(arch)
-    if not m:
-        return (f"'{_shown(arch)[:40]}' is not an architecture name like sm_90a",
-                "write sm_<major><minor>[a|f], e.g. sm_90a")
-    from .toolchain import supported_archs
-
-    known, source = supported_archs()
-    cc, suffix = int(m.group(1)), m.group(2)
-    if cc not in known:
-        return (f"{source} cannot target {arch}: it supports compute capabilities "
-                f"{', '.join(map(str, sorted(known)))}", "pick one of those")
-    if suffix == "a" and cc < 90 or suffix == "f" and cc < 100:
-        return (f"{arch}: the '{suffix}' suffix needs compute capability {'9.0' if suffix == 'a' else '10.0'} "
-                "or newer", f"write sm_{cc}")
-    if cc < ARCH_FLOOR:
-        return (f"{arch}: kgen kernels need bf16 arithmetic (sm_{ARCH_FLOOR} or newer)",
-                f"target sm_{ARCH_FLOOR} or newer")
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -539,19 +504,19 @@ def rule_launch(spec: Spec, lay) -> Iterator[Problem]:
         yield _p("launch", ("launch", "tokens_per_warp"), f"tokens_per_warp {t} must be in "
                  f"[1, {MAX_TOKENS_PER_WARP}] (registers)", "use 1 or 2")
     m = spec.launch.min_blocks_per_sm
-    if m < 0 or (1 <= w and m * w > MAX_WARPS_PER_SM):
+    if m < 0 or (1 <= w and m * w > A.MAX_WARPS_PER_SM):
         yield _p("launch", ("launch", "min_blocks_per_sm"), f"min_blocks_per_sm {m} x {w} warps = {m * w} "
-                 f"resident warps; an SM holds at most {MAX_WARPS_PER_SM}", f"use 0 to {MAX_WARPS_PER_SM // max(w, 1)}")
+                 f"resident warps; an SM holds at most {A.MAX_WARPS_PER_SM}",
+                 f"use 0 to {A.MAX_WARPS_PER_SM // max(w, 1)}")
 
 
 @rule("launch-occupancy", "min_blocks_per_sm is one each target's SM can hold (else ptxas ignores it)")
 def rule_launch_occupancy(spec: Spec, lay) -> Iterator[Problem]:
     w, m = spec.launch.warps_per_block, spec.launch.min_blocks_per_sm
-    if m <= 0 or not 1 <= w <= MAX_THREADS_PER_BLOCK // L.WARP or m * w > MAX_WARPS_PER_SM:
+    if m <= 0 or not 1 <= w <= MAX_THREADS_PER_BLOCK // L.WARP or m * w > A.MAX_WARPS_PER_SM:
         return  # no hint, or already the launch rule's problem
     for t in spec.targets:
-        match = ARCH_RE.fullmatch(t)
-        limits = SM_LIMITS.get(int(match.group(1))) if match else None
+        limits = A.sm_limits(t)
         if limits is None:
             continue
         warps, blocks = limits
