@@ -26,21 +26,25 @@ KGEN_HD constexpr long long max3(long long a, long long b, long long c) {
 }
 
 // values_per_lane as a whole number, or 0 (the validator's Fraction with denominator != 1)
-template <class C> KGEN_HD constexpr long long lanes_v() {
+template <class C>
+KGEN_HD constexpr long long lanes_v() {
   return C::kHeadDim % 32 == 0 && C::kHeadDim > 0 ? C::kHeadDim / 32 : 0;
 }
 
-template <class C> KGEN_HD constexpr bool head_dim() {
+template <class C>
+KGEN_HD constexpr bool head_dim() {
   const long long h = C::kHeadDim;
   return kHeadDimMin <= h && h <= kHeadDimMax && h % 32 == 0 && is_pow2(h / 32);
 }
 
-template <class C> KGEN_HD constexpr bool rope_dim() {
+template <class C>
+KGEN_HD constexpr bool rope_dim() {
   const long long r = C::kRopeDim, h = C::kHeadDim;
   return !(r < 0 || r % 2 != 0 || r > h);
 }
 
-template <class C> KGEN_HD constexpr bool rope_lanes() {
+template <class C>
+KGEN_HD constexpr bool rope_lanes() {
   const long long r = C::kRopeDim, V = lanes_v<C>();
   // silent when head_dim or rope.dim is already wrong (one problem, not one per derived check)
   if (!C::kLayoutComputed || r <= 0 || !head_dim<C>() || !rope_dim<C>() || V == 0) return true;
@@ -50,29 +54,40 @@ template <class C> KGEN_HD constexpr bool rope_lanes() {
   return true;
 }
 
-template <class C> KGEN_HD constexpr bool hadamard() { return !C::kHadamard || is_pow2(C::kHeadDim); }
+template <class C>
+KGEN_HD constexpr bool hadamard() {
+  return !C::kHadamard || is_pow2(C::kHeadDim);
+}
 
-template <class C> KGEN_HD constexpr bool norm_eps() {
+template <class C>
+KGEN_HD constexpr bool norm_eps() {
   return C::kNormKind == NormKind::none || C::kEps > 0.0f;  // a non-finite eps is rendered as 0
 }
 
-template <class C> KGEN_HD constexpr bool store_scale_kind() {
+template <class C>
+KGEN_HD constexpr bool store_scale_kind() {
   switch (C::kStoreDtype) {
     case Dtype::bf16:
-    case Dtype::fp16: return C::kScaleKind == ScaleKind::none;
-    case Dtype::fp4_e2m1: return C::kScaleKind == ScaleKind::ue8m0;
-    case Dtype::fp8_e4m3: return true;
-    default: return false;
+    case Dtype::fp16:
+      return C::kScaleKind == ScaleKind::none;
+    case Dtype::fp4_e2m1:
+      return C::kScaleKind == ScaleKind::ue8m0;
+    case Dtype::fp8_e4m3:
+      return true;
+    default:
+      return false;
   }
 }
 
-template <class C> KGEN_HD constexpr bool store_scale_fp4_block() {
+template <class C>
+KGEN_HD constexpr bool store_scale_fp4_block() {
   if (C::kStoreDtype != Dtype::fp4_e2m1) return true;
   if (C::kBlockSet) return C::kBlockRaw == kFp4Block;
   return !C::kLayoutComputed || C::kQuantDim == kFp4Block;
 }
 
-template <class C> KGEN_HD constexpr bool store_block() {
+template <class C>
+KGEN_HD constexpr bool store_block() {
   if (C::kBlockSet && C::kBlockRaw <= 0) return false;  // with or without a scale
   if (!C::kLayoutComputed || C::kScaleKind == ScaleKind::none) return true;
   const long long b = C::kBlock, n = C::kQuantDim, V = lanes_v<C>();
@@ -84,25 +99,30 @@ template <class C> KGEN_HD constexpr bool store_block() {
   return (C::kQuantStart / V) % lanes == 0;
 }
 
-template <class C> KGEN_HD constexpr bool store_rope_dtype() {
+template <class C>
+KGEN_HD constexpr bool store_rope_dtype() {
   if (C::kRopeDtype == Dtype::none) return true;
   if (C::kStoreDtype == Dtype::bf16 || C::kStoreDtype == Dtype::fp16) return false;
   return C::kRopeDim != 0 && C::kRopeDim < C::kHeadDim;
 }
 
-template <class C> KGEN_HD constexpr bool store_amax_floor() {
+template <class C>
+KGEN_HD constexpr bool store_amax_floor() {
   return C::kScaleKind == ScaleKind::none || C::kAmaxFloor > 0.0f;  // non-finite is rendered as 0
 }
 
-template <class C> KGEN_HD constexpr bool page_size() {
+template <class C>
+KGEN_HD constexpr bool page_size() {
   return is_pow2(C::kPageSize) && C::kPageSize <= kPageSizeMax;
 }
 
-template <class C> KGEN_HD constexpr bool page_align() {
+template <class C>
+KGEN_HD constexpr bool page_align() {
   return C::kPageAlign >= 1 && C::kPageAlign < kPageBytesLimit;
 }
 
-template <class C> KGEN_HD constexpr bool scale_stride() {
+template <class C>
+KGEN_HD constexpr bool scale_stride() {
   if (!C::kScaleStrideSet) return true;
   const long long st = C::kScaleStrideRaw;
   if (!C::kLayoutComputed) return st >= 0;
@@ -110,7 +130,8 @@ template <class C> KGEN_HD constexpr bool scale_stride() {
   return C::kScaleUnit == 0 || st % C::kScaleUnit == 0;
 }
 
-template <class C> KGEN_HD constexpr bool layout_align() {
+template <class C>
+KGEN_HD constexpr bool layout_align() {
   if (!C::kLayoutComputed || !head_dim<C>()) return true;
   if (C::kQuantLaneBits % 8 != 0) return false;  // a lane cannot store a fraction of a byte
   const long long vec = C::kStoreVectorBytes, kvec = C::kKeptVectorBytes, unit = C::kScaleUnit;
@@ -121,12 +142,14 @@ template <class C> KGEN_HD constexpr bool layout_align() {
   return !(unit > 1 && C::kScaleRegionOffset % unit != 0);
 }
 
-template <class C> KGEN_HD constexpr bool page_bytes_limit() {
+template <class C>
+KGEN_HD constexpr bool page_bytes_limit() {
   // a page_align out of range is the page-align rule's problem (it alone rounds the page past 2^31)
   return !C::kLayoutComputed || C::kPageBytes < kPageBytesLimit || !page_align<C>();
 }
 
-template <class C> KGEN_HD constexpr bool launch() {
+template <class C>
+KGEN_HD constexpr bool launch() {
   return 1 <= C::kWarpsPerBlock && C::kWarpsPerBlock <= kMaxWarpsPerBlock && 1 <= C::kTokensPerWarp &&
          C::kTokensPerWarp <= kMaxTokensPerWarp && 0 <= C::kMinBlocksPerSm &&
          C::kMinBlocksPerSm * C::kWarpsPerBlock <= kMaxWarpsPerSm;
@@ -134,20 +157,23 @@ template <class C> KGEN_HD constexpr bool launch() {
 
 constexpr long long kCompressRatioMax = 1 << 16;
 
-template <class C> KGEN_HD constexpr bool positions() {
+template <class C>
+KGEN_HD constexpr bool positions() {
   return !C::kDecodePlan || (C::kRopeDim > 0 && 1 <= C::kCompressRatio && C::kCompressRatio <= kCompressRatioMax);
 }
 
-template <class C> KGEN_HD constexpr bool all_rules() {
-  return head_dim<C>() && rope_dim<C>() && rope_lanes<C>() && hadamard<C>() && norm_eps<C>() &&
-         store_scale_kind<C>() && store_scale_fp4_block<C>() && store_block<C>() && store_rope_dtype<C>() &&
-         store_amax_floor<C>() && page_size<C>() && page_align<C>() && scale_stride<C>() &&
-         layout_align<C>() && page_bytes_limit<C>() && launch<C>() && positions<C>();
+template <class C>
+KGEN_HD constexpr bool all_rules() {
+  return head_dim<C>() && rope_dim<C>() && rope_lanes<C>() && hadamard<C>() && norm_eps<C>() && store_scale_kind<C>() &&
+         store_scale_fp4_block<C>() && store_block<C>() && store_rope_dtype<C>() && store_amax_floor<C>() &&
+         page_size<C>() && page_align<C>() && scale_stride<C>() && layout_align<C>() && page_bytes_limit<C>() &&
+         launch<C>() && positions<C>();
 }
 
 // The kernel's own reading of the spec: the spans it assumes (docs/numerics.md, layout.spans), which
 // must agree with what kgen/layout.py rendered. Checked only for configs that pass every rule.
-template <class C> KGEN_HD constexpr bool layout_agrees() {
+template <class C>
+KGEN_HD constexpr bool layout_agrees() {
   if (!C::kLayoutComputed) return false;
   const long long h = C::kHeadDim, r = C::kRopeDim;
   const bool first = C::kRopePlacement == RopePlacement::first;
@@ -159,8 +185,8 @@ template <class C> KGEN_HD constexpr bool layout_agrees() {
   return C::kValuesPerLane == V && C::kRopeStart == rope_start && C::kQuantStart == quant_start &&
          C::kQuantDim == quant_dim && C::kKeptDim == (kept ? r : 0) && C::kKeptStart == rope_start &&
          C::kRopeLane0 * V == rope_start && C::kRopeLanes * V == r && C::kQuantLane0 * V == quant_start &&
-         C::kQuantLanes * V == quant_dim && C::kKeptLanes * V == C::kKeptDim &&
-         C::kKeptLane0 * V == C::kKeptStart && (1ll << C::kPageShift) == C::kPageSize &&
+         C::kQuantLanes * V == quant_dim && C::kKeptLanes * V == C::kKeptDim && C::kKeptLane0 * V == C::kKeptStart &&
+         (1ll << C::kPageShift) == C::kPageSize &&
          C::kQuantRowOffset + C::kQuantLaneBits * C::kQuantLanes / 8 <= C::kRowBytes &&
          C::kScaleRegionOffset == C::kPageSize * C::kRowBytes &&
          (C::kScaleKind == ScaleKind::none || C::kBlockLanes * V == C::kBlock);
@@ -168,44 +194,56 @@ template <class C> KGEN_HD constexpr bool layout_agrees() {
 
 template <class C>
 struct Twins {
-  static_assert(head_dim<C>(), "[head-dim] head_dim must be 32 lanes x a power-of-two count of values, "
-                               "in [32, 1024]");
+  static_assert(head_dim<C>(),
+                "[head-dim] head_dim must be 32 lanes x a power-of-two count of values, "
+                "in [32, 1024]");
   static_assert(rope_dim<C>(), "[rope-dim] rope.dim must be even and within [0, head_dim]");
-  static_assert(rope_lanes<C>(), "[rope-lanes] the rotated span must be whole lanes, with interleaved pairs "
-                                 "inside a lane and neox pairs whole lanes apart");
+  static_assert(rope_lanes<C>(),
+                "[rope-lanes] the rotated span must be whole lanes, with interleaved pairs "
+                "inside a lane and neox pairs whole lanes apart");
   static_assert(hadamard<C>(), "[hadamard] Walsh-Hadamard needs a power-of-two head_dim");
   static_assert(norm_eps<C>(), "[norm-eps] norm.eps must be finite and > 0 (as fp32)");
-  static_assert(store_scale_kind<C>(), "[store-scale] the store dtype does not take this scale kind "
-                                       "(bf16/fp16: none; fp8_e4m3: any; fp4_e2m1: ue8m0)");
+  static_assert(store_scale_kind<C>(),
+                "[store-scale] the store dtype does not take this scale kind "
+                "(bf16/fp16: none; fp8_e4m3: any; fp4_e2m1: ue8m0)");
   static_assert(store_scale_fp4_block<C>(), "[store-scale] fp4_e2m1 needs scale ue8m0 with block 32");
-  static_assert(store_block<C>(), "[store-block] the scale block must divide the quantized span, be whole "
-                                  "lanes, span a power of two up to 32 lanes and align with the span");
-  static_assert(store_rope_dtype<C>(), "[store-rope-dtype] rope_dtype needs a quantized store and "
-                                       "0 < rope.dim < head_dim");
-  static_assert(store_amax_floor<C>(), "[store-amax-floor] amax_floor must be finite and > 0 (as fp32) "
-                                       "for scaled stores");
+  static_assert(store_block<C>(),
+                "[store-block] the scale block must divide the quantized span, be whole "
+                "lanes, span a power of two up to 32 lanes and align with the span");
+  static_assert(store_rope_dtype<C>(),
+                "[store-rope-dtype] rope_dtype needs a quantized store and "
+                "0 < rope.dim < head_dim");
+  static_assert(store_amax_floor<C>(),
+                "[store-amax-floor] amax_floor must be finite and > 0 (as fp32) "
+                "for scaled stores");
   static_assert(page_size<C>(), "[page-size] page_size must be a power of two in [1, 65536]");
   static_assert(page_align<C>(), "[page-align] page_align must be in [1, 2^31)");
-  static_assert(scale_stride<C>(), "[scale-stride] scale_stride must hold a token's scales and be a "
-                                   "multiple of the scale size");
-  static_assert(layout_align<C>(), "[layout-align] rows, the RoPE part, pages and the scale region must be "
-                                   "aligned for the lanes' vector stores");
+  static_assert(scale_stride<C>(),
+                "[scale-stride] scale_stride must hold a token's scales and be a "
+                "multiple of the scale size");
+  static_assert(layout_align<C>(),
+                "[layout-align] rows, the RoPE part, pages and the scale region must be "
+                "aligned for the lanes' vector stores");
   static_assert(page_bytes_limit<C>(), "[page-bytes-limit] a page must be smaller than 2^31 bytes");
-  static_assert(launch<C>(), "[launch] warps_per_block must be in [1, 32], tokens_per_warp in [1, 8] and "
-                             "min_blocks_per_sm x warps_per_block at most 64 resident warps");
+  static_assert(launch<C>(),
+                "[launch] warps_per_block must be in [1, 32], tokens_per_warp in [1, 8] and "
+                "min_blocks_per_sm x warps_per_block at most 64 resident warps");
   static_assert(positions<C>(), "[positions] a decode plan needs rope.dim > 0 and compress_ratio in [1, 65536]");
   static constexpr bool ok = all_rules<C>();
-  static_assert(!ok || layout_agrees<C>(), "[layout] the rendered byte math disagrees with the kernel's "
-                                           "reading of the spec (re-render with this kgen)");
+  static_assert(!ok || layout_agrees<C>(),
+                "[layout] the rendered byte math disagrees with the kernel's "
+                "reading of the spec (re-render with this kgen)");
   static constexpr bool run = ok && layout_agrees<C>();
 };
 
 // __launch_bounds__ of any config, valid or not (a rejected one must not add its own error).
-template <class C> KGEN_HD constexpr int launch_threads() {
+template <class C>
+KGEN_HD constexpr int launch_threads() {
   return launch<C>() ? static_cast<int>(C::kWarpsPerBlock) * 32 : 32;
 }
 // its minimum resident blocks per SM (1 = no register cap beyond what one block needs)
-template <class C> KGEN_HD constexpr int launch_min_blocks() {
+template <class C>
+KGEN_HD constexpr int launch_min_blocks() {
   return launch<C>() && C::kMinBlocksPerSm > 0 ? static_cast<int>(C::kMinBlocksPerSm) : 1;
 }
 

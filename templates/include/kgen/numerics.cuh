@@ -26,31 +26,61 @@ enum class RopePlacement : int { first = 0, last = 1 };
 enum class ScaleKind : int { none = 0, fp32 = 1, fp32_pow2 = 2, ue8m0 = 3 };
 enum class ScaleMath : int { divide = 0, reciprocal = 1 };
 
-template <Dtype D> struct CType { using type = void; };
-template <> struct CType<Dtype::fp32> { using type = float; };
-template <> struct CType<Dtype::bf16> { using type = __nv_bfloat16; };
-template <> struct CType<Dtype::fp16> { using type = __half; };
+template <Dtype D>
+struct CType {
+  using type = void;
+};
+template <>
+struct CType<Dtype::fp32> {
+  using type = float;
+};
+template <>
+struct CType<Dtype::bf16> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct CType<Dtype::fp16> {
+  using type = __half;
+};
 
 #define KGEN_HD __host__ __device__
 
-KGEN_HD constexpr bool is_pow2(long long n) { return n > 0 && (n & (n - 1)) == 0; }
+KGEN_HD constexpr bool is_pow2(long long n) {
+  return n > 0 && (n & (n - 1)) == 0;
+}
 
 namespace num {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
-__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
-__device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
-__device__ __forceinline__ uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
+__device__ __forceinline__ float mul(float a, float b) {
+  return __fmul_rn(a, b);
+}
+__device__ __forceinline__ float add(float a, float b) {
+  return __fadd_rn(a, b);
+}
+__device__ __forceinline__ float sub(float a, float b) {
+  return __fsub_rn(a, b);
+}
+__device__ __forceinline__ float div(float a, float b) {
+  return __fdiv_rn(a, b);
+}
+__device__ __forceinline__ uint32_t umax(uint32_t a, uint32_t b) {
+  return a > b ? a : b;
+}
 
 // p + sign * v for sign = +-1: one correctly rounded fma, bit-identical to add(p, +-v).
-__device__ __forceinline__ float add_signed(float p, float sign, float v) { return __fmaf_rn(sign, v, p); }
-__device__ __forceinline__ float sqrt(float a) { return __fsqrt_rn(a); }
+__device__ __forceinline__ float add_signed(float p, float sign, float v) {
+  return __fmaf_rn(sign, v, p);
+}
+__device__ __forceinline__ float sqrt(float a) {
+  return __fsqrt_rn(a);
+}
 // 1.0f / a, correctly rounded (IEEE, denormals and specials included): the same bits as div(1.0f, a)
 // with a shorter fast path (no numerator scaling, no FCHK).
-__device__ __forceinline__ float rcp(float a) { return __frcp_rn(a); }
+__device__ __forceinline__ float rcp(float a) {
+  return __frcp_rn(a);
+}
 
 // a / q, correctly rounded, as one double multiply: fp32(double(a) * double(1/q)).
 // Exact (the same bits as div(a, q)) when q = d * 2^s with d odd and d < 2^26, and the exact quotient
@@ -68,7 +98,9 @@ __device__ __forceinline__ float div_via_double(float a, double inv_q) {
 }
 
 // Exact widening of a stored value (bits) to fp32.
-__device__ __forceinline__ float widen_bf16(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
+__device__ __forceinline__ float widen_bf16(uint32_t bits16) {
+  return __uint_as_float(bits16 << 16);
+}
 __device__ __forceinline__ float widen_fp16(uint32_t bits16) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
 }
@@ -80,7 +112,9 @@ __device__ __forceinline__ uint32_t bf16_bits(float x) {
 __device__ __forceinline__ uint32_t fp16_bits(float x) {  // overflows to inf, as a cast does
   return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(x)));
 }
-__device__ __forceinline__ float bf16_round(float x) { return __uint_as_float(bf16_bits(x) << 16); }
+__device__ __forceinline__ float bf16_round(float x) {
+  return __uint_as_float(bf16_bits(x) << 16);
+}
 
 // e4m3fn: clamp to [-448, 448], round to nearest even (subnormals kept). One byte per value;
 // the pair form puts `lo` in the low byte.
