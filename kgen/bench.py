@@ -382,8 +382,11 @@ HOST_LOOPS = 9
 def host_cost(torch, spec: Spec, args: tuple) -> dict:
     """Host microseconds per call of each way to launch the kernel (median of HOST_LOOPS loops of
     HOST_CALLS calls, no sync inside a loop; the device runs behind, asynchronously):
-      op               torch.ops.kgen.norm_rope_store(variant string, ...): dispatcher + the generated
-                       check + the prepacked launch (what an engine calls)
+      op               torch.ops.kgen.norm_rope_store(variant string, ...) (what an engine calls): the
+                       dispatcher into the native kernel (kgen.native: check + cuLaunchKernelEx in C++)
+                       when it is installed ("native" says), else into the Python kernel
+      op_python_kernel the same call into the Python kernel (the op's checked twin): the dispatcher's
+                       boxing into Python, the generated check, the prepacked ctypes launch
       python_api       kgen.ops.norm_rope_store(spec, ...) (the same op, a Spec resolved by identity)
       raw_launcher     kgen.ops.prepare()'s run(): stream lookup + pack + cuLaunchKernelEx (ctypes)
       raw_bindings     the same through cuda.bindings' cuLaunchKernelEx (KGEN_LAUNCHER=bindings)
@@ -395,6 +398,7 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
     name = ops.variant_name(spec)
     v = ops.resolve(name)
     ways: dict[str, Any] = {"op": lambda: torch.ops.kgen.norm_rope_store(name, *args),
+            "op_python_kernel": lambda: torch.ops.kgen._norm_rope_store_checked(name, *args),
             "python_api": lambda: ops.norm_rope_store(spec, *args),
             "raw_launcher": ops.prepare(spec, *args),
             "dispatch_floor": lambda: _empty_op(torch)(name, *args),
@@ -416,7 +420,12 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
     except Exception as e:  # noqa: BLE001
         ways["runtime_prepared"] = e
     loaded = v.kernels.get(args[0].get_device(), {})
-    out: dict = {"calls_per_loop": HOST_CALLS, "loops": HOST_LOOPS, "launcher": loaded.get("backend")}
+    from . import native
+
+    kernel = native.install(ops.NAMESPACE, "norm_rope_store", "_norm_rope_store_checked") if loaded else None
+    out: dict = {"calls_per_loop": HOST_CALLS, "loops": HOST_LOOPS, "launcher": loaded.get("backend"),
+                 "native": native.status()}
+    before = kernel.counts() if kernel is not None else None
     for way, fn in ways.items():
         if isinstance(fn, Exception):
             out[way] = {"error": f"{type(fn).__name__}: {fn}"[:300]}
@@ -433,6 +442,9 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
         torch.cuda.synchronize()
         out[way] = round(statistics.median(loops), 3)
         out[f"{way}_min"] = round(min(loops), 3)
+    if kernel is not None and before is not None:  # calls of the loops above that the native kernel launched
+        after = kernel.counts()
+        out["native_calls"] = {"launched": after[0] - before[0], "declined": after[1] - before[1]}
     return out
 
 

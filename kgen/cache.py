@@ -10,6 +10,7 @@ Layout (readable: the URI is the variant's name)::
     $KGEN_CACHE_DIR/_runs/<hash>.json                    compile's run records (kgen.build.RunMemo)
     $KGEN_CACHE_DIR/_tmp/<uri>-*/                        NVRTC's inputs while a compile runs
     $KGEN_CACHE_DIR/nvrtc_archs.json                     the NVRTC probe record (kgen.toolchain)
+    $KGEN_CACHE_DIR/_native/fastop-<hash16>.so           the op's native kernel (kgen.native)
 
 The key is the sha256 of: kgen's cache format version, the arch, the compile options, the name
 expression, every rendered file (the kernel source and its siblings), the content of every header of
@@ -408,11 +409,12 @@ def _is_entry(p: Path) -> bool:
 
 
 def _kgen_name(p: Path) -> bool:
-    """What kgen writes at the cache root: variant dirs, _runs, _tmp, the NVRTC probe record."""
+    """What kgen writes at the cache root: variant dirs, _runs, _tmp, the NVRTC probe record, _native
+    (kgen.native's built library)."""
     from .toolchain import PROBE_RECORD
 
     name = p.name
-    if name in ("_runs", TMP, PROBE_RECORD) or name.startswith(".probe-"):
+    if name in ("_runs", TMP, PROBE_RECORD, "_native") or name.startswith(".probe-"):
         return True
     try:
         return p.is_dir() and not p.is_symlink() and all(

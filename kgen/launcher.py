@@ -146,6 +146,11 @@ class DriverKernel:
     param_sizes: tuple[int, ...] | None  # as the cubin declares them (None: the driver cannot say)
     _keep: tuple = ()  # module, function and context objects: the module stays loaded for the process
 
+    @property
+    def context(self) -> int:
+        """The primary context's handle (CUcontext) the module was loaded in."""
+        return int(self._keep[2])
+
     def make_current(self) -> None:
         """Make the device's primary context current on this thread (a thread that never made a
         CUDA runtime call has none; torch's own calls would set the same one)."""

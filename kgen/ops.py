@@ -222,6 +222,7 @@ class Variant:
         self._runs: dict[int, Callable[..., None]] = {}  # device -> run(grid, stream, *values)
         self.kernels: dict[int, dict] = {}  # device -> what was loaded (arch, uri, registers, ...)
         self._lock = threading.Lock()
+        self._native: int | None = None  # this variant's table in the native kernel (kgen.native), once loaded
         # the per-call path: the generated check + the prepacked launch (False: take launch_checked)
         self.fast, self.fast_source = fastpath.build_launch(abi, spec, self.layout, self._shapes, self._runs,
                                                             _raw_stream, _current_device)
@@ -243,7 +244,10 @@ class Variant:
         entry = (grid, *(args.scalars[s] for s in self._scalars))
         if len(self._shapes) >= fastpath.MAX_SHAPES:
             self._shapes.clear()
-        self._shapes[tuple(args.dims[s] for s in self._symbols)] = entry
+        key = tuple(args.dims[s] for s in self._symbols)
+        self._shapes[key] = entry
+        if self._native is not None:
+            self._native_shape(key, grid, args)
         if grid:
             with torch.cuda.device(dev):
                 run(grid, _raw_stream(dev), *args.values())
@@ -280,8 +284,43 @@ class Variant:
                                  "backend": getattr(run, "backend", None),
                                  "prepared": prepared, "registers": kernel.attribute("NUM_REGS"),
                                  "aot": aot_dir() is not None}
+            self._native_device(dev, kernel, threads, pdl)
             self._runs[dev] = run
             return run
+
+    # ---- the native kernel (kgen.native): fed what the checked path learnt -------------------
+
+    def _native_device(self, dev: int, kernel, threads: int, pdl: bool) -> None:
+        native = _native_kernel() if self.abi is KERNEL_ABI else None
+        if native is None:
+            return
+        if self._native is None:
+            self._native = native.add_variant(self.key, self._native_table(), len(self._symbols),
+                                              self.abi.size, fastpath.ALIGNMENT)
+            if self._native is None:
+                return
+        native.set_device(self._native, dev, kernel.function, kernel.context, (threads, 1, 1), pdl)
+
+    def _native_table(self) -> list[dict]:
+        """The argument table the native kernel checks, from the ABI table (op argument i + 1 is the
+        kernel's tensor i: the op's schema lists them in the ABI's order after the variant)."""
+        offsets = {s.field.name: s.offset for s in self.abi.slots}
+        table = []
+        for i, f in enumerate(self.abi.tensors):
+            present = f.present(self.spec)
+            dims = [d if isinstance(d, int) else -1 - self._symbols.index(d)
+                    for d in f.shape(self.spec, self.layout)] if present else []
+            table.append({"arg": i + 1, "present": present, "dtype": f.dtype(self.spec) if present else "",
+                          "dims": dims, "offset": offsets[f.name]})
+        return table
+
+    def _native_shape(self, key: tuple, grid: int, args: Args) -> None:
+        native = _native_kernel()
+        if native is None or self._native is None:
+            return
+        params = self.abi.pack(args.values(lambda _n, _t: 0))  # scalars packed, pointers written per call
+        native.add_shape(self._native, key, (grid, 1, 1) if grid else (0, 0, 0), int(self.abi.shared_bytes(args)),
+                         params)
 
     def prepared(self, *tensors) -> Callable[[], None]:
         """Check once, load, pack once: `run()` launches the same arguments on torch's current stream
@@ -365,6 +404,9 @@ def forget() -> None:
         _spec_ids.clear()
         _path_cache.clear()
     _aot.clear()
+    native = _native_kernel(install=False)
+    if native is not None:
+        native.forget()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,10 +456,22 @@ def _norm_rope_store_fake(variant, x, weight, bias, freqs, positions, out_loc, c
     resolve(variant).check_fake((x, weight, bias, freqs, positions, out_loc, cache))
 
 
+def _native_kernel(install: bool = True):
+    """kgen.native's kernel at norm_rope_store's CUDA key (installed on the first CUDA load), or None."""
+    from . import native
+
+    if not install and native.status() == "":
+        return None
+    return native.install(NAMESPACE, "norm_rope_store", "_norm_rope_store_checked")
+
+
 NORM_ROPE_STORE_SCHEMA = ("(str variant, Tensor x, Tensor? weight, Tensor? bias, Tensor? freqs, Tensor? positions, "
                           "Tensor out_loc, Tensor(a!) cache) -> ()")
 norm_rope_store_op = define_op("norm_rope_store", NORM_ROPE_STORE_SCHEMA, fake=_norm_rope_store_fake,
                                cpu=_norm_rope_store_cpu, cuda=_norm_rope_store_cuda)
+# the Python CUDA implementation under its own name: the native kernel (kgen.native), once installed at
+# norm_rope_store's CUDA key, hands every call it declines to it (the located messages live here)
+define_op("_norm_rope_store_checked", NORM_ROPE_STORE_SCHEMA, fake=_norm_rope_store_fake, cuda=_norm_rope_store_cuda)
 
 
 # ---- indexer_logits: the read side (CPU = kgen.score's Torch path; CUDA = kgen.indexer's kernel) ----

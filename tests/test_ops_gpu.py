@@ -153,6 +153,35 @@ def test_fast_path_skips_the_table_check_for_a_known_shape(monkeypatch):
     torch.cuda.synchronize()
 
 
+def test_native_kernel_launches_known_shapes_and_refuses_bad_arguments():
+    import torch
+
+    from kgen import native, ops
+    from kgen.abi import ArgumentError
+
+    v = ops.resolve(FP8)
+    args, cache = _inputs(v.spec, 4096, seed=11)
+    ref = _reference(v.spec, args, cache)
+    out = cache.clone()
+    torch.ops.kgen.norm_rope_store(FP8, *args, out)  # loads, installs the native kernel, learns the shape
+    kernel = ops._native_kernel()
+    if kernel is None:
+        pytest.skip(f"no native kernel on this machine: {native.status()}")
+    launched, declined = kernel.counts()
+    again = cache.clone()
+    version = again._version
+    torch.ops.kgen.norm_rope_store(FP8, *args, again)
+    assert kernel.counts() == (launched + 1, declined)
+    assert again._version == version + 1
+    _assert_same(v.spec, again, ref, args[5], 4096)
+    x, *rest = args
+    with pytest.raises(ArgumentError, match=r"^x: expected float32"):
+        torch.ops.kgen.norm_rope_store(FP8, x.double(), *rest, again)
+    with pytest.raises(ArgumentError, match=r"^cache: "):
+        torch.ops.kgen.norm_rope_store(FP8, *args, again[:, :-16])
+    assert kernel.counts()[0] == launched + 1  # neither launched
+
+
 def test_fresh_thread_and_side_stream():
     import torch
 

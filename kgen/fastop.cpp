@@ -1,0 +1,404 @@
+// kgen's native launch path: a C++ kernel for a registered kgen op's device key (kgen/native.py).
+//
+// Why it exists: through torch.ops a Python kernel costs the dispatcher's boxing into Python objects
+// plus ~30 tensor attribute reads of the argument check in Python; this kernel does the same check
+// on the TensorImpl directly and launches with cuLaunchKernelEx, so one call costs torch's own
+// argument parsing plus the driver's launch (docs/ops.md, "Host cost").
+//
+// It is data-driven: Python (kgen/native.py) registers each variant's argument table, built from
+// kgen.abi's table (dtype, rank, fixed or symbolic sizes, where each pointer goes in the Params
+// struct), per device the loaded CUfunction, and per shape (the symbolic sizes) the grid and a
+// Params template whose scalar fields Python packed. Nothing about a kernel is written here.
+//
+// On any doubt (an unknown variant or shape, a failed check, another device or context, tensors
+// that are not plain device tensors) the call goes to the op's checked twin, the Python
+// implementation, which raises the located message or launches and registers the shape. So this
+// path is only ever stricter than the Python one; it can cost speed, never correctness.
+//
+// CUDA is reached through function pointers Python hands over (libcuda's cuLaunchKernelEx and
+// cuCtxGetCurrent, torch's aoti_torch_get_current_cuda_stream), so neither the CUDA headers nor a
+// CUDA build of torch are needed to compile it; the CPU tests install it on a test op's CPU key with
+// stub pointers.
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/DispatchKey.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+constexpr int kMaxSyms = 8;
+constexpr int kMaxRank = 8;
+constexpr int kMaxDevices = 64;
+constexpr size_t kMaxShapes = 4096;  // per variant; cleared when exceeded (kgen.fastpath.MAX_SHAPES)
+
+// cuda.h's CUlaunchConfig and CUlaunchAttribute (the layout kgen/launcher.py packs too)
+struct LaunchAttribute {
+  uint32_t id;
+  uint32_t pad;
+  unsigned char value[64];
+};
+struct LaunchConfig {
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_bytes;
+  void* stream;
+  LaunchAttribute* attrs;
+  uint32_t num_attrs;
+};
+static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute");
+static_assert(sizeof(LaunchConfig) == 56, "CUlaunchConfig");
+constexpr uint32_t kProgrammaticStreamSerialization = 6;
+
+using LaunchFn = int (*)(const LaunchConfig*, void* function, void** params, void** extra);
+using StreamFn = int32_t (*)(int32_t device, void** stream);
+using ContextFn = int (*)(void** context);
+
+struct TensorRule {
+  int arg;  // index in the op's arguments
+  bool present;
+  c10::ScalarType dtype;
+  int rank;
+  int64_t dims[kMaxRank];  // >= 0: fixed; -1 - k: symbolic size k
+  int64_t offset;          // of its pointer in the Params struct
+};
+
+struct Key {
+  std::array<int64_t, kMaxSyms> v{};
+  bool operator==(const Key& o) const { return v == o.v; }
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t x : k.v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+struct Shape {
+  uint32_t grid[3];
+  uint32_t shared_bytes;
+  std::vector<unsigned char> params;  // the Params struct with its scalar fields packed, pointers 0
+};
+
+struct Device {
+  void* function = nullptr;
+  void* context = nullptr;
+  uint32_t block[3] = {0, 0, 0};
+  bool pdl = false;
+};
+
+struct Variant {
+  std::vector<TensorRule> tensors;
+  int num_syms = 0;
+  size_t params_size = 0;
+  int64_t alignment_mask = 15;
+  std::unordered_map<Key, Shape, KeyHash> shapes;
+  std::array<Device, kMaxDevices> devices;
+};
+
+struct Op {
+  std::string name;
+  c10::DispatchKey key = c10::DispatchKey::CUDA;
+  c10::DeviceType device_type = c10::DeviceType::CUDA;
+  c10::OperatorHandle checked;  // the Python implementation (a twin op with the same schema)
+  LaunchFn launch = nullptr;
+  StreamFn stream = nullptr;
+  ContextFn context = nullptr;
+  std::mutex mu;  // variants and their shapes/devices (Python writes, calls read)
+  std::map<std::string, Variant*, std::less<>> variants;
+  std::atomic<int64_t> fast{0}, slow{0};
+  std::vector<int> written;  // arguments the schema declares mutated: their version is bumped
+  explicit Op(c10::OperatorHandle h) : checked(std::move(h)) {}
+};
+
+std::deque<std::unique_ptr<Variant>> g_variants;  // never freed: a call in flight may hold one
+std::deque<std::unique_ptr<Op>> g_ops;
+std::deque<std::unique_ptr<torch::Library>> g_libraries;
+std::string g_error;
+
+class SilentWarnings : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override {}
+};
+
+// The fast path: true once launched (or nothing to launch); false: take the checked twin.
+bool try_fast(Op& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t num_args) {
+  // only plain device tensors: no Python/Functionalize/Fake wrappers or modes above the device key
+  if (ks.highestPriorityTypeId() != op.key) return false;
+  auto args = torch::jit::last(*stack, num_args);
+  if (!args[0].isString()) return false;
+  const std::string_view name = args[0].toStringView();
+  Variant* v = nullptr;
+  {
+    std::lock_guard<std::mutex> g(op.mu);
+    auto it = op.variants.find(name);
+    if (it == op.variants.end()) return false;
+    v = it->second;
+  }
+  Key key;
+  int64_t ptrs = 0;
+  int dev = -2;
+  void* pointers[32];
+  const size_t ntensors = v->tensors.size();
+  if (ntensors > 32) return false;
+  for (size_t i = 0; i < ntensors; ++i) {
+    const TensorRule& r = v->tensors[i];
+    const c10::IValue& a = args[r.arg];
+    if (!r.present) {
+      if (!a.isNone()) return false;
+      pointers[i] = nullptr;
+      continue;
+    }
+    if (!a.isTensor()) return false;
+    const at::Tensor& t = a.toTensor();
+    if (!t.defined() || t.scalar_type() != r.dtype || t.device().type() != op.device_type) return false;
+    const int d = t.device().has_index() ? t.device().index() : 0;
+    if (dev == -2) {
+      dev = d;
+    } else if (d != dev) {
+      return false;
+    }
+    if (t.dim() != r.rank) return false;
+    const auto sizes = t.sizes();
+    for (int k = 0; k < r.rank; ++k) {
+      const int64_t want = r.dims[k];
+      if (want >= 0) {
+        if (sizes[k] != want) return false;
+      } else {
+        int64_t& bound = key.v[-1 - want];
+        if (bound == 0) {
+          bound = sizes[k] + 1;  // stored + 1: 0 means not yet bound
+        } else if (bound != sizes[k] + 1) {
+          return false;
+        }
+      }
+    }
+    if (!t.is_contiguous()) return false;
+    void* p = t.data_ptr();
+    ptrs |= reinterpret_cast<int64_t>(p);
+    pointers[i] = p;
+  }
+  if (ptrs & v->alignment_mask) return false;
+  if (dev < 0 || dev >= kMaxDevices) return false;
+  Shape shape;
+  Device device;
+  {
+    std::lock_guard<std::mutex> g(op.mu);
+    auto it = v->shapes.find(key);
+    if (it == v->shapes.end()) return false;
+    device = v->devices[dev];
+    if (device.function == nullptr) return false;
+    const Shape& s = it->second;
+    if (s.grid[0] == 0) return true;  // nothing to launch (no tokens)
+    std::memcpy(shape.grid, s.grid, sizeof shape.grid);
+    shape.shared_bytes = s.shared_bytes;
+    shape.params = s.params;  // a copy: Python may add shapes meanwhile
+  }
+  if (op.context != nullptr) {  // the launch goes to the current context: it must be the device's
+    void* current = nullptr;
+    if (op.context(&current) != 0 || current != device.context) return false;
+  }
+  void* stream = nullptr;
+  if (op.stream(dev, &stream) != 0) return false;
+  unsigned char* params = shape.params.data();
+  for (size_t i = 0; i < ntensors; ++i) {
+    std::memcpy(params + v->tensors[i].offset, &pointers[i], sizeof(void*));
+  }
+  LaunchAttribute attr{};
+  LaunchConfig config{};
+  std::memcpy(config.grid, shape.grid, sizeof config.grid);
+  std::memcpy(config.block, device.block, sizeof config.block);
+  config.shared_bytes = shape.shared_bytes;
+  config.stream = stream;
+  if (device.pdl) {
+    attr.id = kProgrammaticStreamSerialization;
+    const int one = 1;
+    std::memcpy(attr.value, &one, sizeof one);
+    config.attrs = &attr;
+    config.num_attrs = 1;
+  }
+  void* kernel_params[1] = {params};
+  const int err = op.launch(&config, device.function, kernel_params, nullptr);
+  // a refused launch goes to the checked twin, which launches again and raises the driver's message
+  return err == 0;
+}
+
+void call(Op* op, const c10::OperatorHandle& handle, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const size_t num_args = handle.schema().arguments().size();
+  if (try_fast(*op, ks, stack, num_args)) {
+    ++op->fast;
+    auto args = torch::jit::last(*stack, num_args);
+    for (int i : op->written) {
+      if (args[i].isTensor()) args[i].toTensor().unsafeGetTensorImpl()->bump_version();
+    }
+    torch::jit::drop(*stack, num_args);
+    return;
+  }
+  ++op->slow;
+  op->checked.callBoxed(stack);
+}
+
+struct NativeKernel final : c10::OperatorKernel {
+  Op* op;
+  explicit NativeKernel(Op* o) : op(o) {}
+  void operator()(const c10::OperatorHandle& h, c10::DispatchKeySet ks, torch::jit::Stack* s) { call(op, h, ks, s); }
+};
+
+Op* as_op(void* h) { return static_cast<Op*>(h); }
+Variant* as_variant(void* h) { return static_cast<Variant*>(h); }
+
+}  // namespace
+
+extern "C" {
+
+const char* kgen_native_error() { return g_error.c_str(); }
+
+// A torch dtype name ("float32", "bfloat16", ...) as c10::ScalarType, or -1.
+int kgen_native_dtype(const char* name) {
+  static const std::map<std::string, c10::ScalarType> table = {
+      {"float32", c10::ScalarType::Float},   {"float64", c10::ScalarType::Double},
+      {"float16", c10::ScalarType::Half},    {"bfloat16", c10::ScalarType::BFloat16},
+      {"uint8", c10::ScalarType::Byte},      {"int8", c10::ScalarType::Char},
+      {"int16", c10::ScalarType::Short},     {"int32", c10::ScalarType::Int},
+      {"int64", c10::ScalarType::Long},      {"bool", c10::ScalarType::Bool},
+      {"float8_e4m3fn", c10::ScalarType::Float8_e4m3fn}, {"float8_e5m2", c10::ScalarType::Float8_e5m2},
+  };
+  auto it = table.find(name);
+  return it == table.end() ? -1 : static_cast<int>(it->second);
+}
+
+// Register the native kernel of `ns::op` at `dispatch_key`; `checked` (same schema) is the Python
+// implementation it falls back to. The pointers: cuLaunchKernelEx, torch's current-stream getter,
+// cuCtxGetCurrent (may be null: no context check). Returns the op handle, or null (kgen_native_error).
+void* kgen_native_install(const char* ns, const char* op, const char* checked, const char* dispatch_key,
+                          void* launch, void* stream, void* context) {
+  try {
+    auto handle = c10::Dispatcher::singleton().findSchemaOrThrow((std::string(ns) + "::" + op).c_str(), "");
+    auto twin = c10::Dispatcher::singleton().findSchemaOrThrow((std::string(ns) + "::" + checked).c_str(), "");
+    auto holder = std::make_unique<Op>(twin);
+    Op* o = holder.get();
+    o->name = op;
+    const c10::DispatchKey key = c10::parseDispatchKey(dispatch_key);
+    o->key = key;
+    o->device_type = c10::dispatchKeyToDeviceType(key);
+    o->launch = reinterpret_cast<LaunchFn>(launch);
+    o->stream = reinterpret_cast<StreamFn>(stream);
+    o->context = reinterpret_cast<ContextFn>(context);
+    const auto& arguments = handle.schema().arguments();
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      const auto* alias = arguments[i].alias_info();
+      if (alias != nullptr && alias->isWrite()) o->written.push_back(static_cast<int>(i));
+    }
+    g_ops.push_back(std::move(holder));
+    // this kernel shadows the Python one registered at the same key (kept, never freed: it may be
+    // running right now); the dispatcher's "overriding a kernel" warning is expected, so silenced
+    SilentWarnings silent;
+    c10::WarningUtils::WarningHandlerGuard guard(&silent);
+    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, key, __FILE__, __LINE__);
+    lib->impl(op, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<NativeKernel>(o)));
+    g_libraries.push_back(std::move(lib));
+    return o;
+  } catch (const std::exception& e) {
+    g_error = e.what();
+    return nullptr;
+  }
+}
+
+// A variant's argument table: per tensor argument i (in the op's order) its argument index, whether
+// present, dtype (kgen_native_dtype), rank, kMaxRank dims (>= 0 fixed, -1 - k symbolic k) and the
+// offset of its pointer in the Params struct of `params_size` bytes.
+void* kgen_native_add_variant(void* op, const char* name, int num_tensors, const int32_t* arg, const int32_t* present,
+                              const int32_t* dtype, const int32_t* rank, const int64_t* dims, const int64_t* offset,
+                              int num_syms, int64_t params_size, int64_t alignment) {
+  if (num_syms > kMaxSyms || num_tensors > 32) {
+    g_error = "too many symbolic sizes or tensors for the native path";
+    return nullptr;
+  }
+  auto v = std::make_unique<Variant>();
+  for (int i = 0; i < num_tensors; ++i) {
+    TensorRule r{};
+    r.arg = arg[i];
+    r.present = present[i] != 0;
+    r.dtype = static_cast<c10::ScalarType>(dtype[i]);
+    r.rank = rank[i];
+    if (r.rank > kMaxRank) {
+      g_error = "rank too large for the native path";
+      return nullptr;
+    }
+    for (int k = 0; k < kMaxRank; ++k) r.dims[k] = dims[i * kMaxRank + k];
+    r.offset = offset[i];
+    v->tensors.push_back(r);
+  }
+  v->num_syms = num_syms;
+  v->params_size = static_cast<size_t>(params_size);
+  v->alignment_mask = alignment - 1;
+  Variant* raw = v.get();
+  Op* o = as_op(op);
+  std::lock_guard<std::mutex> g(o->mu);
+  g_variants.push_back(std::move(v));
+  o->variants[name] = raw;
+  return raw;
+}
+
+void kgen_native_set_device(void* op, void* variant, int device, void* function, void* context, uint32_t bx,
+                            uint32_t by, uint32_t bz, int pdl) {
+  if (device < 0 || device >= kMaxDevices) return;
+  std::lock_guard<std::mutex> g(as_op(op)->mu);
+  Device& d = as_variant(variant)->devices[device];
+  d.function = function;
+  d.context = context;
+  d.block[0] = bx;
+  d.block[1] = by;
+  d.block[2] = bz;
+  d.pdl = pdl != 0;
+}
+
+// One shape: its symbolic sizes (num_syms of them), grid (0: nothing to launch), dynamic shared
+// memory, and the Params struct with the scalar fields packed (params_size bytes).
+void kgen_native_add_shape(void* op, void* variant, const int64_t* syms, uint32_t gx, uint32_t gy, uint32_t gz,
+                           uint32_t shared_bytes, const unsigned char* params) {
+  Variant* v = as_variant(variant);
+  Key key;
+  for (int k = 0; k < v->num_syms; ++k) key.v[k] = syms[k] + 1;
+  Shape s;
+  s.grid[0] = gx;
+  s.grid[1] = gy;
+  s.grid[2] = gz;
+  s.shared_bytes = shared_bytes;
+  s.params.assign(params, params + v->params_size);
+  std::lock_guard<std::mutex> g(as_op(op)->mu);
+  if (v->shapes.size() >= kMaxShapes) v->shapes.clear();
+  v->shapes[key] = std::move(s);
+}
+
+// Drop every variant (kgen.ops.forget): later calls take the checked twin until re-registered.
+void kgen_native_forget(void* op) {
+  Op* o = as_op(op);
+  std::lock_guard<std::mutex> g(o->mu);
+  o->variants.clear();
+}
+
+// Calls that launched natively and calls that went to the checked twin (tests, the bench).
+void kgen_native_counts(void* op, int64_t* out) {
+  out[0] = as_op(op)->fast.load();
+  out[1] = as_op(op)->slow.load();
+}
+
+}  // extern "C"

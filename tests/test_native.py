@@ -1,0 +1,213 @@
+"""kgen/fastop.cpp (the native kernel of torch.ops.kgen.norm_rope_store, kgen/native.py) on the CPU.
+
+The same library the GPU uses is built here and installed on a test op's CPU key with stub entry
+points: the launch stub records the CUlaunchConfig and the Params bytes the kernel hands to the
+driver. Checked: the bytes equal kgen.abi's packing of the same arguments, PDL and the grid go into
+the config, the cache's version is bumped, and every argument the ABI table refuses (and every
+shape or context not registered) goes to the checked twin, whose located message reaches the caller.
+Skipped when this machine cannot build it (no C++ compiler or torch headers): the op then keeps its
+Python kernel (kgen.native's fallback)."""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import struct
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kgen import native, ops  # noqa: E402
+from kgen.abi import ArgumentError  # noqa: E402
+from kgen.bench import bench_inputs  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+FP8 = str(ROOT / "specs" / "dsv4" / "indexer_fp8.yaml")
+CONTEXT = 0x7770
+STREAM_HANDLE = 0x1234
+FUNCTION = 0xABC0
+CONFIG = struct.Struct("<7I4xQQI4x")
+_namespaces = itertools.count()
+
+LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                          ctypes.c_void_p)
+STREAM = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
+CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+
+
+class Harness:
+    """A test op `kgen_native_test<i>::op` with the native kernel at its CPU key; the twin
+    `checked` runs the ABI table's check (require_cuda=False) and registers the shape, as
+    kgen.ops.Variant.launch_checked does on the GPU."""
+
+    def __init__(self, variant: str, pdl: bool = False):
+        self.v = ops.resolve(variant)
+        self.name = variant
+        self.launches: list[tuple[tuple, int, bytes, bytes]] = []
+        self.checked_calls = 0
+        self.context = CONTEXT
+        size = self.v.abi.size
+
+        @LAUNCH
+        def launch(cfg, fn, params, _extra):
+            attr = ctypes.string_at(CONFIG.unpack(ctypes.string_at(cfg, CONFIG.size))[8], 72) if pdl else b""
+            self.launches.append((CONFIG.unpack(ctypes.string_at(cfg, CONFIG.size)), fn,
+                                  ctypes.string_at(params[0], size), attr))
+            return 0
+
+        @STREAM
+        def stream(_dev, out):
+            out[0] = STREAM_HANDLE
+            return 0
+
+        @CURRENT
+        def current(out):
+            out[0] = self.context
+            return 0
+
+        self._keep = (launch, stream, current)
+        ns = f"kgen_native_test{next(_namespaces)}"
+        self.lib = torch.library.Library(ns, "FRAGMENT")  # noqa: TOR901
+        self.lib.define("op" + ops.NORM_ROPE_STORE_SCHEMA)
+        self.lib.define("checked" + ops.NORM_ROPE_STORE_SCHEMA)
+        self.lib.impl("op", lambda *a: None, "CPU")  # shadowed by the native kernel, as on the GPU
+        self.lib.impl("checked", self._checked, "CPU")
+        try:
+            self.native = native.install_for_tests(ns, "op", "checked", "CPU",
+                                                   *(ctypes.cast(f, ctypes.c_void_p).value for f in self._keep))
+        except RuntimeError as e:
+            pytest.skip(f"the native kernel cannot be built here: {e}")
+        v = self.v
+        self.handle = self.native.add_variant(variant, v._native_table(), len(v._symbols), v.abi.size, 16)
+        assert self.handle
+        one = bench_inputs(v.spec, 1, 0, device="cpu")
+        self.threads = v.abi.check(v.spec, dict(zip(v.names, one)), require_cuda=False).grid()[1]
+        self.native.set_device(self.handle, 0, FUNCTION, CONTEXT, (self.threads, 1, 1), pdl)
+        self.op = getattr(torch.ops, ns).op
+
+    def _checked(self, variant, *tensors):
+        self.checked_calls += 1
+        v = ops.resolve(variant)
+        a = v.abi.check(v.spec, dict(zip(v.names, tensors)), require_cuda=False, layout=v.layout)
+        blocks = a.grid()[0] if a.num_tokens else 0
+        self.native.add_shape(self.handle, tuple(a.dims[s] for s in v._symbols),
+                              (blocks, 1, 1) if blocks else (0, 0, 0), 0, v.abi.pack(a.values(lambda _n, _t: 0)))
+
+    def expected_params(self, args) -> bytes:
+        a = self.v.abi.check(self.v.spec, dict(zip(self.v.names, args)), require_cuda=False, layout=self.v.layout)
+        return self.v.abi.pack(a.values())
+
+
+@pytest.fixture(scope="module")
+def fp8():
+    return Harness(FP8)
+
+
+def test_a_registered_shape_launches_natively_with_the_abi_bytes(fp8):
+    args = bench_inputs(fp8.v.spec, 300, 0, device="cpu")
+    fp8.op(fp8.name, *args)  # first call: the twin checks and registers the shape
+    assert fp8.checked_calls == 1 and fp8.launches == []
+    fast0, _ = fp8.native.counts()
+    version = args[-1]._version
+    fp8.op(fp8.name, *args)
+    assert fp8.checked_calls == 1 and len(fp8.launches) == 1
+    config, function, params, _ = fp8.launches[-1]
+    blocks, threads = fp8.v.abi.check(fp8.v.spec, dict(zip(fp8.v.names, args)), require_cuda=False).grid()
+    assert config == (blocks, 1, 1, threads, 1, 1, 0, STREAM_HANDLE, 0, 0) and threads == fp8.threads
+    assert function == FUNCTION
+    assert params == fp8.expected_params(args)
+    assert args[-1]._version == version + 1  # the cache is declared mutated
+    assert fp8.native.counts()[0] == fast0 + 1
+
+
+def test_the_pointers_follow_the_tensors(fp8):
+    args = bench_inputs(fp8.v.spec, 300, 1, device="cpu")
+    fp8.op(fp8.name, *args)
+    other = tuple(None if t is None else t.clone() for t in args)
+    fp8.op(fp8.name, *other)
+    assert fp8.launches[-1][2] == fp8.expected_params(other) != fp8.expected_params(args)
+
+
+def _mutations(args):
+    """(what, arguments) the ABI table refuses, one argument wrong each."""
+    x, w, b, f, p, loc, cache = args
+    yield "x dtype", (x.double(), w, b, f, p, loc, cache)
+    yield "x rank", (x[None], w, b, f, p, loc, cache)
+    yield "x fixed size", (x[:, :64].contiguous(), w, b, f, p, loc, cache)
+    yield "x strides", (x.t().contiguous().t(), w, b, f, p, loc, cache)
+    yield "weight missing", (x, None, b, f, p, loc, cache)
+    yield "bias present", (x, w, torch.zeros_like(w), f, p, loc, cache)
+    yield "positions length", (x, w, b, f, p[:-1], loc, cache)
+    yield "out_loc dtype", (x, w, b, f, p, loc.int(), cache)
+    yield "cache row bytes", (x, w, b, f, p, loc, cache[:, :-16].contiguous())
+    yield "cache misaligned", (x, w, b, f, p, loc, torch.empty(cache.numel() + 16, dtype=torch.uint8)[8:]
+                               [:cache.numel()].view(cache.shape))
+    yield "x not a tensor", (x.tolist()[:1] and 3, w, b, f, p, loc, cache)
+
+
+@pytest.mark.parametrize("what", [m[0] for m in _mutations(bench_inputs(
+    ops.resolve(FP8).spec, 8, 0, device="cpu"))])
+def test_refused_arguments_reach_the_located_message_and_never_launch(fp8, what):
+    args = bench_inputs(fp8.v.spec, 8, 2, device="cpu")
+    fp8.op(fp8.name, *args)  # registers N = 8
+    fp8.op(fp8.name, *args)
+    bad = dict(_mutations(args))[what]
+    launched, checked = len(fp8.launches), fp8.checked_calls
+    if what == "x not a tensor":  # the schema itself refuses it, before any kernel
+        with pytest.raises((TypeError, RuntimeError)):
+            fp8.op(fp8.name, *bad)
+        return
+    with pytest.raises(ArgumentError) as e:
+        fp8.op(fp8.name, *bad)
+    assert len(fp8.launches) == launched and fp8.checked_calls == checked + 1
+    assert str(e.value).split(":")[0] in {"x", "weight", "bias", "freqs", "positions", "out_loc", "cache"}
+
+
+def test_unknown_variant_shape_or_context_goes_to_the_twin(fp8):
+    args = bench_inputs(fp8.v.spec, 40, 3, device="cpu")
+    fp8.op(fp8.name, *args)
+    n_launch, n_checked = len(fp8.launches), fp8.checked_calls
+    fp8.op(fp8.name, *args)
+    assert (len(fp8.launches), fp8.checked_calls) == (n_launch + 1, n_checked)
+    fp8.context = CONTEXT + 1  # another context is current: the native path declines
+    try:
+        fp8.op(fp8.name, *args)
+    finally:
+        fp8.context = CONTEXT
+    assert (len(fp8.launches), fp8.checked_calls) == (n_launch + 1, n_checked + 1)
+    fp8.op(f"{fp8.name}::dsv4_indexer_fp8", *args)  # the same spec by another string: not registered natively
+    assert (len(fp8.launches), fp8.checked_calls) == (n_launch + 1, n_checked + 2)
+    with pytest.raises(ArgumentError, match="no variant named 'nope'"):
+        fp8.op(f"{fp8.name}::nope", *args)
+
+
+def test_zero_tokens_launch_nothing_and_bump_the_version(fp8):
+    args = bench_inputs(fp8.v.spec, 0, 0, device="cpu")
+    fp8.op(fp8.name, *args)
+    launched, version = len(fp8.launches), args[-1]._version
+    fp8.op(fp8.name, *args)
+    assert len(fp8.launches) == launched and args[-1]._version == version + 1
+
+
+def test_pdl_sets_the_launch_attribute():
+    h = Harness(FP8, pdl=True)
+    args = bench_inputs(h.v.spec, 64, 4, device="cpu")
+    h.op(h.name, *args)
+    h.op(h.name, *args)
+    config, _, params, attr = h.launches[-1]
+    assert config[-1] == 1 and config[-2] != 0
+    assert struct.unpack_from("<I4xi", attr) == (6, 1)  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    assert params == h.expected_params(args)
+
+
+def test_the_native_table_follows_the_abi_table():
+    v = ops.resolve(FP8)
+    table = v._native_table()
+    assert [t["arg"] for t in table] == list(range(1, len(v.abi.tensors) + 1))
+    offsets = {s.field.name: s.offset for s in v.abi.slots}
+    for f, t in zip(v.abi.tensors, table):
+        assert t["offset"] == offsets[f.name] and t["present"] == f.present(v.spec)
+        if t["present"]:
+            assert len(t["dims"]) == len(f.shape(v.spec, v.layout)) and t["dtype"] == f.dtype(v.spec)
