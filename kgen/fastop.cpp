@@ -128,9 +128,11 @@ struct Op {
   explicit Op(c10::OperatorHandle h) : checked(std::move(h)) {}
 };
 
-std::deque<std::unique_ptr<Variant>> g_variants;  // never freed: a call in flight may hold one
-std::deque<std::unique_ptr<Op>> g_ops;
-std::deque<std::unique_ptr<torch::Library>> g_libraries;
+// Never freed, not even at exit: a call in flight may hold a variant, and the registrations must
+// outlive every caller (the dispatcher is torch's; it is torch's to tear down).
+auto* g_variants = new std::deque<std::unique_ptr<Variant>>();
+auto* g_ops = new std::deque<std::unique_ptr<Op>>();
+auto* g_libraries = new std::deque<std::unique_ptr<torch::Library>>();
 std::string g_error;
 
 class SilentWarnings : public c10::WarningHandler {
@@ -306,14 +308,14 @@ void* kgen_native_install(const char* ns, const char* op, const char* checked, c
       const auto* alias = arguments[i].alias_info();
       if (alias != nullptr && alias->isWrite()) o->written.push_back(static_cast<int>(i));
     }
-    g_ops.push_back(std::move(holder));
+    g_ops->push_back(std::move(holder));
     // this kernel shadows the Python one registered at the same key (kept, never freed: it may be
     // running right now); the dispatcher's "overriding a kernel" warning is expected, so silenced
     SilentWarnings silent;
     c10::WarningUtils::WarningHandlerGuard guard(&silent);
     auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, key, __FILE__, __LINE__);
     lib->impl(op, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<NativeKernel>(o)));
-    g_libraries.push_back(std::move(lib));
+    g_libraries->push_back(std::move(lib));
     return o;
   } catch (const std::exception& e) {
     g_error = e.what();
@@ -352,7 +354,7 @@ void* kgen_native_add_variant(void* op, const char* name, int num_tensors, const
   Variant* raw = v.get();
   Op* o = as_op(op);
   std::lock_guard<std::mutex> g(o->mu);
-  g_variants.push_back(std::move(v));
+  g_variants->push_back(std::move(v));
   o->variants[name] = raw;
   return raw;
 }

@@ -211,3 +211,30 @@ def test_the_native_table_follows_the_abi_table():
         assert t["offset"] == offsets[f.name] and t["present"] == f.present(v.spec)
         if t["present"]:
             assert len(t["dims"]) == len(f.shape(v.spec, v.layout)) and t["dtype"] == f.dtype(v.spec)
+
+
+def test_without_a_compiler_the_op_keeps_its_python_kernel(monkeypatch, tmp_path):
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setattr(native, "_compiler", lambda: None)
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))  # nothing built there
+    assert native.install("kgen", "norm_rope_store", "_norm_rope_store_checked") is None
+    assert native.status() == "off: no C++ compiler (set CXX, or install g++)"
+    assert not (tmp_path / "_native").exists()
+
+
+def test_switched_off_by_the_environment(monkeypatch):
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setenv("KGEN_NATIVE", "0")
+    assert native.install("kgen", "norm_rope_store", "_norm_rope_store_checked") is None
+    assert native.status() == "off (KGEN_NATIVE=0)"
+
+
+def test_a_failed_build_says_why_and_leaves_nothing(monkeypatch, tmp_path):
+    fake = tmp_path / "cxx"
+    fake.write_text("#!/bin/sh\necho 'fastop.cpp:1: error: no' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(native, "_compiler", lambda: str(fake))
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(RuntimeError, match="the C..? build failed: -std=c\\+\\+20: fastop.cpp:1: error: no"):
+        native.build()
+    assert list((tmp_path / "cache" / "_native").iterdir()) == []

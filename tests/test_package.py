@@ -78,6 +78,7 @@ def test_wheel_works_outside_the_repo(tmp_path):
     headers = {"kgen/templates/" + p.relative_to(ROOT / "templates").as_posix()
                for p in (ROOT / "templates").rglob("*") if p.is_file()}
     assert headers <= names, f"templates missing from the wheel: {sorted(headers - names)}"
+    assert "kgen/fastop.cpp" in names  # the op's native kernel is built from it on first use (kgen.native)
 
     site = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
