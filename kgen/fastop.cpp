@@ -46,6 +46,7 @@ namespace {
 constexpr int kMaxSyms = 8;
 constexpr int kMaxRank = 8;
 constexpr int kMaxDevices = 64;
+constexpr size_t kMaxParams = 4096;  // bytes of a Params struct (CUDA's limit for kernel parameters)
 constexpr size_t kMaxShapes = 4096;  // per variant; cleared when exceeded (kgen.fastpath.MAX_SHAPES)
 
 // cuda.h's CUlaunchConfig and CUlaunchAttribute (the layout kgen/launcher.py packs too)
@@ -199,7 +200,9 @@ bool try_fast(Op& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t n
   }
   if (ptrs & v->alignment_mask) return false;
   if (dev < 0 || dev >= kMaxDevices) return false;
-  Shape shape;
+  uint32_t grid[3];
+  uint32_t shared_bytes;
+  alignas(16) unsigned char params[kMaxParams];  // a copy: Python may add shapes meanwhile
   Device device;
   {
     std::lock_guard<std::mutex> g(op.mu);
@@ -209,9 +212,9 @@ bool try_fast(Op& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t n
     if (device.function == nullptr) return false;
     const Shape& s = it->second;
     if (s.grid[0] == 0) return true;  // nothing to launch (no tokens)
-    std::memcpy(shape.grid, s.grid, sizeof shape.grid);
-    shape.shared_bytes = s.shared_bytes;
-    shape.params = s.params;  // a copy: Python may add shapes meanwhile
+    std::memcpy(grid, s.grid, sizeof grid);
+    shared_bytes = s.shared_bytes;
+    std::memcpy(params, s.params.data(), v->params_size);
   }
   if (op.context != nullptr) {  // the launch goes to the current context: it must be the device's
     void* current = nullptr;
@@ -219,15 +222,14 @@ bool try_fast(Op& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t n
   }
   void* stream = nullptr;
   if (op.stream(dev, &stream) != 0) return false;
-  unsigned char* params = shape.params.data();
   for (size_t i = 0; i < ntensors; ++i) {
     std::memcpy(params + v->tensors[i].offset, &pointers[i], sizeof(void*));
   }
   LaunchAttribute attr{};
   LaunchConfig config{};
-  std::memcpy(config.grid, shape.grid, sizeof config.grid);
+  std::memcpy(config.grid, grid, sizeof config.grid);
   std::memcpy(config.block, device.block, sizeof config.block);
-  config.shared_bytes = shape.shared_bytes;
+  config.shared_bytes = shared_bytes;
   config.stream = stream;
   if (device.pdl) {
     attr.id = kProgrammaticStreamSerialization;
@@ -329,8 +331,8 @@ void* kgen_native_install(const char* ns, const char* op, const char* checked, c
 void* kgen_native_add_variant(void* op, const char* name, int num_tensors, const int32_t* arg, const int32_t* present,
                               const int32_t* dtype, const int32_t* rank, const int64_t* dims, const int64_t* offset,
                               int num_syms, int64_t params_size, int64_t alignment) {
-  if (num_syms > kMaxSyms || num_tensors > 32) {
-    g_error = "too many symbolic sizes or tensors for the native path";
+  if (num_syms > kMaxSyms || num_tensors > 32 || params_size < 0 || static_cast<size_t>(params_size) > kMaxParams) {
+    g_error = "too many symbolic sizes or tensors, or too large a Params struct, for the native path";
     return nullptr;
   }
   auto v = std::make_unique<Variant>();
