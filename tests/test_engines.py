@@ -22,7 +22,11 @@ from kgen.reference import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "engines"
-SGLANG = ["sglang_v1", "sglang_v2"]
+SGLANG = ["sglang_v1", "sglang_v2"]  # runnable with stubbed imports: the behaviour probes use these
+# sglang_v3: SGLang's current shape (read from its sources in the 2026-11-30 trial): flags in
+# arg_groups/fields/exec_.py, the indexer factory called from a comprehension, a NamedTuple plan, the
+# device store restating its page bytes, a non-paged guard that reads env switches first
+SGLANG_ALL = [*SGLANG, "sglang_v3"]
 BF16 = ROOT / "specs" / "indexer_bf16.yaml"
 FP8 = ROOT / "specs" / "dsv4" / "indexer_fp8.yaml"
 FP4 = ROOT / "specs" / "dsv4" / "indexer_fp4.yaml"
@@ -83,7 +87,7 @@ def patched(tree_dir: Path, spec: Path = BF16) -> Path:
 # audit
 
 
-@pytest.mark.parametrize("name", SGLANG)
+@pytest.mark.parametrize("name", SGLANG_ALL)
 def test_shipped_fp8_audits_clean(name):
     code, out = audit_json(FIXTURES / name, FP8)
     assert code == 0, out
@@ -91,7 +95,7 @@ def test_shipped_fp8_audits_clean(name):
     assert res["ok"] and res["errors"] == [] and res["variant"] == "dsv4_indexer_fp8"
 
 
-@pytest.mark.parametrize("name", SGLANG)
+@pytest.mark.parametrize("name", SGLANG_ALL)
 def test_bf16_reports_the_five_places(name):
     code, out = audit_json(FIXTURES / name, BF16)
     assert code == 1
@@ -174,7 +178,8 @@ def test_drift_two_matches(tree):
 
 def test_kernel_moved_between_generations_is_found():
     """jit_kernel/ (older) and kernels/jit/ (newer): each tree has one, and each audit reads it."""
-    for name, part in (("sglang_v1", "jit_kernel/csrc"), ("sglang_v2", "kernels/jit/csrc")):
+    for name, part in (("sglang_v1", "jit_kernel/csrc"), ("sglang_v2", "kernels/jit/csrc"),
+                       ("sglang_v3", "kernels/jit/csrc")):
         _, out = audit_json(FIXTURES / name, BF16)
         files = {e["file"] for e in out["results"][0]["errors"] if e["rule"] == "engine-kernel"}
         assert files and all(part in f for f in files)
@@ -184,7 +189,7 @@ def test_kernel_moved_between_generations_is_found():
 # patch
 
 
-@pytest.mark.parametrize("name", SGLANG)
+@pytest.mark.parametrize("name", SGLANG_ALL)
 def test_patch_is_a_git_appliable_diff_and_leaves_the_tree(tree, name, tmp_path):
     root = tree(name)
     before = digest(root)
@@ -207,7 +212,7 @@ def test_patch_is_a_git_appliable_diff_and_leaves_the_tree(tree, name, tmp_path)
         ast.parse(p.read_text(), str(p))  # every touched (and new) file parses
 
 
-@pytest.mark.parametrize("name", SGLANG)
+@pytest.mark.parametrize("name", SGLANG_ALL)
 def test_patched_tree_audits_clean_and_is_idempotent(tree, name):
     root = patched(tree(name))
     code, out = audit_json(root, BF16, FP8, FP4 if name == "sglang_v2" else FP8)
@@ -284,7 +289,7 @@ def _strip_kgen(tree_: ast.AST) -> ast.AST:
     return ast.fix_missing_locations(Strip().visit(tree_))
 
 
-@pytest.mark.parametrize("name", SGLANG)
+@pytest.mark.parametrize("name", SGLANG_ALL)
 def test_flag_off_ast_equal_and_branches_read_generated_constants(tree, name):
     root = patched(tree(name))
     orig_root = FIXTURES / name
@@ -403,6 +408,111 @@ def test_apply_writes_all_or_nothing(tree, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
+# SGLang's current shape (sglang_v3): what the trial against SGLang's own files needed
+
+
+V3 = FIXTURES / "sglang_v3"
+
+
+def test_current_shape_audit_names_the_device_store_and_reads_the_guard():
+    """bf16: the flag's class in arg_groups/fields/exec_.py and the device store's own page shift are
+    named too. fp4: SGLang's budget restates 132 B whatever the flag (its one finding); the non-paged
+    guard, which reads environment switches before it excludes fp4, is understood to be off."""
+    _, out = audit_json(V3, BF16)
+    errors = out["results"][0]["errors"]
+    flag = next(e for e in errors if e["rule"] == "engine-flag")
+    assert flag["file"].endswith("srt/arg_groups/fields/exec_.py") and "ExecKernel" in flag["message"]
+    device = [e for e in errors if "fused_norm_rope_indexer addresses" in e["message"]]
+    assert len(device) == 1 and "132 << kPageBits = 8448 B" in device[0]["message"]
+    assert "kPageBytes = 132ll << kPageBits" in Path(device[0]["file"]).read_text().splitlines()[device[0]["line"] - 1]
+    code, out = audit_json(V3, FP4)
+    assert code == 1 and [e["rule"] for e in out["results"][0]["errors"]] == ["engine-budget"]
+
+
+def test_patched_flag_follows_the_fields_annotation_style(tree):
+    """The new flag is declared like the fp4 one: `A[bool, help]` in ExecKernel; an `NS(...)` the
+    older ServerArgs-with-namespaces trees append is kept."""
+    root = patched(tree("sglang_v3"))
+    fields = ast.parse((root / "python/sglang/srt/arg_groups/fields/exec_.py").read_text())
+    cls = next(n for n in fields.body if isinstance(n, ast.ClassDef) and n.name == "ExecKernel")
+    flag = next(n for n in cls.body if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "enable_kgen_indexer")
+    ann = flag.annotation
+    assert isinstance(ann, ast.Subscript) and ast.unparse(ann.value) == "A"
+    assert ast.unparse(ann.slice.elts[0]) == "bool" and "kgen" in ann.slice.elts[1].value
+
+    older = tree("sglang_v1")
+    args = older / "python/sglang/srt/server_args.py"
+    args.write_text(args.read_text().replace(
+        "enable_deepseek_v4_fp4_indexer: bool = False",
+        'enable_deepseek_v4_fp4_indexer: A[bool, "fp4 indexer keys", NS("exec.kernel")] = False'))
+    patched(older)
+    line = next(ln for ln in args.read_text().splitlines() if "enable_kgen_indexer" in ln)
+    assert line.strip().startswith("enable_kgen_indexer: A[bool, ") and line.endswith(', NS("exec.kernel")] = False')
+
+
+PLAN_PROBE = textwrap.dedent('''
+    import json, sys, types
+    root = sys.argv[1]
+    calls = []
+    torch = types.ModuleType("torch")
+    torch.ops = types.SimpleNamespace(kgen=types.SimpleNamespace(
+        norm_rope_store=lambda *args: calls.append([getattr(a, "tag", repr(a)) for a in args])))
+    sys.modules["torch"] = torch
+    kgen_pkg, kgen_ops = types.ModuleType("kgen"), types.ModuleType("kgen.ops")
+    kgen_pkg.ops = kgen_ops
+    sys.modules["kgen"], sys.modules["kgen.ops"] = kgen_pkg, kgen_ops
+    sys.path.insert(0, root + "/python")
+
+    class T:
+        def __init__(self, tag):
+            self.tag = tag
+        def is_complex(self):
+            return False
+
+    from sglang import kgen_indexer
+    from sglang.kernels.ops.attention.dsv4.compress import CompressorDecodePlan, CompressorPrefillPlan
+    kgen_indexer.store(T("x"), CompressorDecodePlan(4, T("plan_d")), T("w"), T("freqs"), T("out_loc"), T("cache"))
+    try:
+        kgen_indexer.store(T("x"), CompressorPrefillPlan(4, T("plan_c"), T("plan_w")), T("w"), T("freqs"),
+                           T("out_loc"), T("cache"))
+        prefill = "stored"
+    except NotImplementedError as e:
+        prefill = str(e)
+    print(json.dumps({"calls": calls, "prefill": prefill}))
+''')
+
+
+def test_patched_store_hands_the_op_the_decode_plan_rows(tree):
+    """SGLang passes its plan as a NamedTuple (rows at index 1): kgen's store gives its op the
+    DecodePlan rows, and refuses a prefill CompressPlan (out_loc by ragged id) by name."""
+    root = patched(tree("sglang_v3"), PLAN)
+    r = subprocess.run([PY, "-c", PLAN_PROBE, str(root)], capture_output=True, text=True, check=False, timeout=60,
+                       env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    spec = str(root / "python/sglang/kgen_indexer/spec.yaml")
+    assert out["calls"] == [[repr(spec), "x", "w", "None", "freqs", "plan_d", "out_loc", "cache"]]
+    assert "CompressPlan is not supported" in out["prefill"]
+
+
+def test_drift_in_one_site_leaves_the_others_audited(tree):
+    """One moved anchor is named (file and symbol) and every other site is still audited; a patch
+    names the same drift and writes nothing."""
+    root = tree("sglang_v3")
+    fields = root / "python/sglang/srt/arg_groups/fields/exec_.py"
+    fields.write_text(fields.read_text().replace("enable_deepseek_v4_fp4_indexer", "use_fp4_c4_indexer"))
+    code, out = audit_json(root, BF16)
+    rules = [e["rule"] for e in out["results"][0]["errors"]]
+    assert code == 1 and rules.count("engine-anchor") == 1
+    assert set(FIVE) <= set(rules)
+    anchor = next(e for e in out["results"][0]["errors"] if e["rule"] == "engine-anchor")
+    assert "enable_deepseek_v4_fp4_indexer" in anchor["message"] and "arg_groups/fields/*.py" in anchor["message"]
+    before = digest(root)
+    r = kgen("patch", "--engine", "sglang", "--root", str(root), str(BF16), "--apply")
+    assert r.returncode == 1 and "enable_deepseek_v4_fp4_indexer" in r.stderr and digest(root) == before
+
+
+# ---------------------------------------------------------------------------------------------
 # vLLM
 
 
@@ -428,8 +538,10 @@ def test_vllm_pads_pages_to_576():
     assert len(page) == 1 and "8640 B" in page[0]["message"] and "8448 B" in page[0]["message"]
     assert "page_align: 576" in page[0]["fix"]
     assert "alignment=576" in Path(page[0]["file"]).read_text().splitlines()[page[0]["line"] - 1]
-    store = [e["message"] for e in errors if e["rule"] == "engine-store"]
-    assert any("Hadamard" in m for m in store) and any("fp32_pow2" in m for m in store)
+    store = [e for e in errors if e["rule"] == "engine-store"]
+    assert any("Hadamard" in e["message"] for e in store) and any("fp32_pow2" in e["message"] for e in store)
+    # the writer is called through a local bound to the Triton kernel: the finding is at that call
+    assert all("store_fn(" in Path(e["file"]).read_text().splitlines()[e["line"] - 1] for e in store)
     assert not [e for e in errors if e["rule"] in ("engine-dtype", "engine-scorer")]  # fp8 bytes: readable
 
 
@@ -439,6 +551,16 @@ def test_vllm_bf16_gate_and_scorer():
     assert code == 1 and {"engine-pool", "engine-dtype", "engine-scorer", "engine-store"} <= rules
     gate = next(e for e in errors if e["rule"] == "engine-dtype")
     assert gate["file"].endswith("v1/attention/backends/mla/indexer.py") and "fp8, mxfp4" in gate["message"]
+
+
+def test_vllm_older_model_path_is_still_read(tmp_path):
+    """The model package moved from model_executor/models/ to vllm/models/: both are read."""
+    root = tmp_path / "vllm"
+    shutil.copytree(VLLM, root)
+    (root / "vllm/model_executor/models").mkdir()
+    shutil.move(root / "vllm/models/deepseek_v4", root / "vllm/model_executor/models/deepseek_v4")
+    r = kgen("audit", "--engine", "vllm", "--root", str(root), str(VLLM_SPEC))
+    assert r.returncode == 0, r.stderr
 
 
 def test_vllm_patch_is_refused_cleanly(tree):

@@ -235,10 +235,7 @@ class Evaluator:
         return None
 
     # -- function bodies ----------------------------------------------------------------------
-    def call(self, fn: Function, args: list, kwargs: dict, self_scope: dict | None = None):
-        """The value `fn` returns for these arguments (its `if`/`return` body interpreted)."""
-        if self._depth > _MAX_DEPTH:
-            raise Unknown("calls nest too deep")
+    def _bind(self, fn: Function, args: list, kwargs: dict, self_scope: dict | None) -> dict[str, object]:
         scope: dict[str, object] = dict(self_scope or {})
         params = [p.name.value for p in fn.node.params.params]
         if fn.cls is not None and params and params[0] == "self":
@@ -251,6 +248,56 @@ class Evaluator:
         for p in fn.node.params.kwonly_params:
             if p.name.value in kwargs:
                 scope[p.name.value] = kwargs[p.name.value]
+        return scope
+
+    def outcomes(self, fn: Function, args: list, kwargs: dict) -> list:
+        """Every value `fn` may return, following both branches of each `if` whose test the
+        interpreter cannot know (an environment switch, the GPU); a value it cannot compute is
+        `UNKNOWN`. For guards such as "may this path run?": all outcomes False means it never does."""
+        results: list = []
+        self._explore(list(fn.node.body.body), self._bind(fn, args, kwargs, None), fn, results)
+        return results
+
+    def _explore(self, statements: list, scope: dict[str, object], fn: Function, results: list) -> None:
+        if len(results) > _MAX_PATHS:
+            raise Unknown("too many paths")
+        for i, stmt in enumerate(statements):
+            rest = statements[i + 1:]
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Return):
+                        try:
+                            results.append(None if small.value is None else self.expr(small.value, scope, fn))
+                        except Unknown:
+                            results.append(UNKNOWN)
+                        return
+                    if isinstance(small, cst.Raise):
+                        return  # no value on this path
+                    self._small(small, scope, fn)
+            elif isinstance(stmt, cst.If):
+                branches = [_statements(stmt.body), _statements(_else_body(stmt))]
+                try:
+                    branches = [branches[0] if self.expr(stmt.test, scope, fn) else branches[1]]
+                except Unknown:
+                    pass
+                for branch in branches:
+                    self._explore(branch + rest, dict(scope), fn, results)
+                return
+            elif isinstance(stmt, cst.With):
+                self._explore(_statements(stmt.body) + rest, scope, fn, results)
+                return
+            elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            else:  # loops, try: values assigned inside are unknown
+                for target in _assigned_names(stmt):
+                    scope[target] = _UNBOUND
+        results.append(None)  # fell off the end
+
+    def call(self, fn: Function, args: list, kwargs: dict, self_scope: dict | None = None):
+        """The value `fn` returns for these arguments (its `if`/`return` body interpreted)."""
+        if self._depth > _MAX_DEPTH:
+            raise Unknown("calls nest too deep")
+        scope = self._bind(fn, args, kwargs, self_scope)
         self._depth += 1
         try:
             self.run(fn.node.body, scope, fn)
@@ -313,7 +360,9 @@ class Evaluator:
                 try:
                     scope[name] = self.expr(value, scope, fn)
                 except Unknown:
-                    scope[name] = _UNBOUND
+                    # a flag the engine derives from what the audit cannot read (`self.use_fp4_kv =
+                    # dsa_indexer_uses_fp4(vllm_config)`): the environment states the audited mode
+                    scope[name] = self.env.get(name, _UNBOUND)
 
     def value_at(self, fn: Function, stop: cst.CSTNode, expr: cst.BaseExpression, self_scope: dict | None = None):
         """The value of `expr` where statement `stop` runs, with the function's earlier statements
@@ -332,6 +381,17 @@ class _UnboundType:
 
 
 _UNBOUND = _UnboundType()
+UNKNOWN = _UnboundType()  # an outcome the interpreter cannot compute
+_MAX_PATHS = 512  # outcomes explored per function: engine guards have a handful
+
+
+def _statements(body) -> list:
+    """The statements of an indented block, a one-line suite, or an elif (a list of one If)."""
+    if body is None:
+        return []
+    if isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+        return list(body.body)
+    return list(body)
 
 
 def _branches(stmt: cst.If):

@@ -25,7 +25,7 @@ from ..diagnostics import KgenError, Problem
 from ..layout import Layout
 from ..spec import Spec
 from .pyeval import Evaluator, Unknown
-from .tree import EngineTree, Parsed
+from .tree import Drift, EngineTree, Parsed
 
 
 @dataclass(frozen=True)
@@ -184,8 +184,19 @@ def run_audit(tree: EngineTree, adapter: Adapter, spec: Spec, lay: Layout, spec_
                         "the indexer cache", file=spec_path, fix="audit the indexer variants of the family")]
     ctx = Ctx(tree, spec, lay, spec_path, adapter, mode_for(tree, adapter, lay))
     for site in adapter.sites:
-        site.audit(ctx)
+        _site_step(ctx, site.audit)
     return ctx.problems
+
+
+def _site_step(ctx: Ctx, step: Callable[[Ctx], None]) -> bool:
+    """Run one site's audit or patch; engine drift there becomes its located problem and the other
+    sites still run (one run names every anchor that moved). False when the site drifted."""
+    try:
+        step(ctx)
+    except Drift as e:
+        ctx.problems.extend(e.problems)
+        return False
+    return True
 
 
 def run_patch(tree: EngineTree, adapter: Adapter, spec: Spec, lay: Layout, spec_path: Path) -> None:
@@ -206,7 +217,9 @@ def run_patch(tree: EngineTree, adapter: Adapter, spec: Spec, lay: Layout, spec_
         tree.write(rel, text)
     for site in adapter.sites:
         if site.patch is not None:
-            site.patch(ctx)
+            _site_step(ctx, site.patch)
+    if ctx.problems:  # an anchor the patch needs moved: nothing is written
+        raise KgenError(ctx.problems)
     check = Ctx(tree, spec, lay, spec_path, adapter, mode)
     for site in adapter.sites:
         site.audit(check)

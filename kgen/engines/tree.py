@@ -74,6 +74,12 @@ class EngineTree:
         self.overlay[rel] = text
         self._parsed.pop(rel, None)
 
+    def files_under(self, rel_dir: str, suffix: str) -> list[str]:
+        """Files directly in `rel_dir` ending with `suffix` (on disk or new in the overlay), sorted."""
+        found = {f"{rel_dir}/{p.name}" for p in (self.root / rel_dir).glob(f"*{suffix}") if p.is_file()}
+        found |= {rel for rel in self.overlay if rel.rpartition("/")[0] == rel_dir and rel.endswith(suffix)}
+        return sorted(found)
+
     def changed(self) -> dict[str, str]:
         """Files whose overlay text differs from the disk, sorted by path."""
         return {rel: text for rel, text in sorted(self.overlay.items()) if self.original(rel) != text}

@@ -25,8 +25,10 @@ from .tree import (
     find_method,
 )
 
-ATTENTION = "vllm/model_executor/models/deepseek_v4/attention.py"
-COMPRESSOR = "vllm/model_executor/models/deepseek_v4/compressor.py"
+# the model moved from model_executor/models/ to a top-level vllm/models/ package
+ATTENTION = ("vllm/models/deepseek_v4/attention.py", "vllm/model_executor/models/deepseek_v4/attention.py")
+COMPRESSOR = ("vllm/models/deepseek_v4/compressor.py", "vllm/model_executor/models/deepseek_v4/compressor.py")
+WRITER = "compress_norm_rope_store_triton"
 BACKEND = "vllm/v1/attention/backends/mla/indexer.py"
 READER = "vllm/model_executor/layers/sparse_attn_indexer.py"
 
@@ -36,8 +38,25 @@ WRITER_ROTATES = False  # vLLM's Triton writer applies no Hadamard transform to 
 ITEMSIZE = {"torch.uint8": 1, "torch.int8": 1, "torch.bfloat16": 2, "torch.float16": 2, "torch.float32": 4}
 
 
+# The KV-cache dtype the audit assumes: FlashMLA's packed fp8_ds_mla cache (vLLM's default DeepSeek-V4
+# backend on Hopper/Blackwell), under which indexer pages align to 576 B; FlashInfer's plain rows
+# align them to 512 B instead.
+CACHE_DTYPE = "fp8_ds_mla"
+
+
 def env(ctx: Ctx) -> dict[str, object]:
-    return {"config.index_head_dim": ctx.spec.head_dim, **ITEMSIZE}
+    fp4 = ctx.mode.native == "mxfp4"
+    return {"config.index_head_dim": ctx.spec.head_dim, "self.use_fp4_kv": fp4,
+            "vllm_config.cache_config.cache_dtype": CACHE_DTYPE, "self.cache_config.cache_dtype": CACHE_DTYPE,
+            **ITEMSIZE}
+
+
+def _method(ctx: Ctx, files: tuple[str, ...], cls_name: str, name: str, what: str):
+    """(parsed, class, method) of `cls_name.name` in whichever of `files` the tree has."""
+    rel = ctx.tree.pick(files, f"class {cls_name}", what, contains=f"class {cls_name}")
+    parsed = ctx.tree.parse(rel)
+    cls = find_class(ctx.tree, parsed, cls_name, what)
+    return parsed, cls, find_method(ctx.tree, parsed, cls, name, what)
 
 
 def _stmt_of(method: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode:
@@ -56,14 +75,11 @@ def _one_call(ctx: Ctx, parsed, scope_node, callee: str, where: str, what: str) 
 
 
 def audit_cache_bytes(ctx: Ctx) -> None:
-    rel = ctx.tree.pick([ATTENTION], "class DeepseekV4Indexer", "indexer cache")
-    parsed = ctx.tree.parse(rel)
-    cls = find_class(ctx.tree, parsed, "DeepseekV4Indexer", "indexer cache")
-    init = find_method(ctx.tree, parsed, cls, "__init__", "indexer cache")
+    parsed, cls, init = _method(ctx, ATTENTION, "DeepseekV4Indexer", "__init__", "indexer cache")
     call = _one_call(ctx, parsed, init, "DeepseekV4IndexerCache", "DeepseekV4Indexer.__init__", "indexer cache")
     head, dtype = _kwarg(call, "head_dim"), _kwarg(call, "dtype")
     if head is None or dtype is None:
-        raise Drift(ctx.tree.path(rel), "DeepseekV4IndexerCache(head_dim=..., dtype=...)", 0, "indexer cache")
+        raise Drift(ctx.tree.path(parsed.rel), "DeepseekV4IndexerCache(head_dim=..., dtype=...)", 0, "indexer cache")
     fn, stmt = Function(init, parsed.scope, cls), _stmt_of(init, call)
     width = ctx.evaluate("indexer cache width", parsed, head.value,
                          lambda: ctx.evaluator().value_at(fn, stmt, head.value))
@@ -79,10 +95,8 @@ def audit_cache_bytes(ctx: Ctx) -> None:
 
 
 def audit_cache_page(ctx: Ctx) -> None:
-    rel = ctx.tree.pick([ATTENTION], "class DeepseekV4IndexerCache", "indexer cache pages")
-    parsed = ctx.tree.parse(rel)
-    cls = find_class(ctx.tree, parsed, "DeepseekV4IndexerCache", "indexer cache pages")
-    method = find_method(ctx.tree, parsed, cls, "get_kv_cache_spec", "indexer cache pages")
+    parsed, cls, method = _method(ctx, ATTENTION, "DeepseekV4IndexerCache", "get_kv_cache_spec",
+                                  "indexer cache pages")
     call = _one_call(ctx, parsed, method, "MLAAttentionSpec", "DeepseekV4IndexerCache.get_kv_cache_spec",
                      "indexer cache pages")
     arg = _kwarg(call, "alignment")
@@ -95,8 +109,10 @@ def audit_cache_page(ctx: Ctx) -> None:
     # vLLM's page, described as a kgen layout: the spec's rows and scales, padded to vLLM's alignment
     engine = compute(spec.model_copy(update={"layout": spec.layout.model_copy(update={"page_align": align})}))
     if engine.page_bytes != ctx.layout.page_bytes:
+        assumed = "" if arg is None or isinstance(arg.value, cst.Integer) else f" (with the {CACHE_DTYPE} KV cache)"
         ctx.report("engine-pool", parsed, arg.value if arg is not None else call, f"vLLM pads indexer pages to a "
-                   f"multiple of {align} B: {engine.page_bytes} B ({engine.page_bytes_formula()}), but {ctx.name} "
+                   f"multiple of {align} B{assumed}: {engine.page_bytes} B ({engine.page_bytes_formula()}), but "
+                   f"{ctx.name} "
                    f"pages are {ctx.layout.page_bytes} B; the cache's page stride is the padded size",
                    f"set layout.page_align: {align} in {ctx.spec_path}")
 
@@ -116,21 +132,33 @@ def audit_dtype_gate(ctx: Ctx) -> None:
 
 
 def audit_writer(ctx: Ctx) -> None:
-    rel = ctx.tree.pick([COMPRESSOR], "class DeepseekCompressor", "indexer writer")
-    parsed = ctx.tree.parse(rel)
-    cls = find_class(ctx.tree, parsed, "DeepseekCompressor", "indexer writer")
-    method = find_method(ctx.tree, parsed, cls, "forward", "indexer writer")
-    call = _one_call(ctx, parsed, method, "compress_norm_rope_store_triton", "DeepseekCompressor.forward",
-                     "indexer writer")
+    parsed, _cls, method = _method(ctx, COMPRESSOR, "DeepseekCompressor", "forward", "indexer writer")
+    call = _writer_call(ctx, parsed, method)
     key = ctx.mode.native or "fp8"
     want = encoding_of(ctx.layout)
     if NATIVE[key] != want:
-        ctx.report("engine-store", parsed, call, f"the indexer writer (compress_norm_rope_store_triton) writes "
+        ctx.report("engine-store", parsed, call, f"the indexer writer ({WRITER}) writes "
                    f"{NATIVE[key]} but {ctx.name} stores {want}", "use a spec of vLLM's encoding")
     if ctx.spec.hadamard != WRITER_ROTATES:
         ctx.report("engine-store", parsed, call, f"vLLM's writer applies no Hadamard rotation but {ctx.name} "
                    "rotates its keys (hadamard: true): same bytes, different numbers",
                    f"set hadamard: false in {ctx.spec_path}")
+
+
+def _writer_call(ctx: Ctx, parsed, method: cst.FunctionDef) -> cst.Call:
+    """The call of the Triton writer in DeepseekCompressor.forward: direct in older versions; newer
+    ones bind it to a local (`compress_norm_rope_store_fn = compress_norm_rope_store_triton` in the
+    indexer branch, another kernel for the 512-wide latent) and call that local once."""
+    direct = calls(method, WRITER)
+    if direct:
+        return _one_call(ctx, parsed, method, WRITER, "DeepseekCompressor.forward", "indexer writer")
+    aliases = {dotted(a.targets[0].target) for a in collect(method, cst.Assign, lambda a: len(a.targets) == 1
+                                                            and dotted(a.value) == WRITER)}
+    found = [c for alias in sorted(a for a in aliases if a) for c in calls(method, alias)]
+    if len(found) != 1:
+        raise Drift(ctx.tree.path(parsed.rel), f"{WRITER}(...), or a local bound to it and called once, in "
+                    "DeepseekCompressor.forward", len(found), "indexer writer")
+    return found[0]
 
 
 def audit_scorer(ctx: Ctx) -> None:
