@@ -52,15 +52,22 @@ def _op(name: str):
     return getattr(ns, name)
 
 
+def _bf16_case(op: str):
+    """(spec, layout) of the bf16 variant the tree is patched with, once kgen's `op` is registered."""
+    from kgen import reference
+    from kgen.layout import compute
+
+    _op(op)
+    spec = reference.load_spec(BF16)
+    return spec, compute(spec)
+
+
 def test_patched_store_writes_the_reference_bytes(kgen_indexer):
     import torch
 
     from kgen import reference
-    from kgen.layout import compute
 
-    _op("norm_rope_store")
-    spec = reference.load_spec(BF16)
-    lay = compute(spec)
+    spec, lay = _bf16_case("norm_rope_store")
     g = torch.Generator().manual_seed(0)
     n, pages, max_pos = 300, 16, 4096
     x = torch.randn(n, spec.head_dim, generator=g) * 3
@@ -83,12 +90,9 @@ def test_patched_scorer_ranks_the_torch_topk(kgen_indexer):
     import torch
 
     from kgen import reference
-    from kgen.layout import compute
     from kgen.score import indexer_logits_torch
 
-    _op("indexer_logits")
-    spec = reference.load_spec(BF16)
-    lay = compute(spec)
+    spec, lay = _bf16_case("indexer_logits")
     g = torch.Generator().manual_seed(1)
     batch, heads, pages_per_seq = 4, 64, 8
     seq_lens = torch.tensor([512, 300, 64, 1], dtype=torch.int32)
