@@ -376,12 +376,19 @@ def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate
 
 
 HOST_CALLS = 200  # calls per timed loop: few enough that the launch queue never fills
-HOST_LOOPS = 9
+HOST_LOOPS = 15
+
+
+def _no_op(*_args: Any) -> None:
+    return None
 
 
 def host_cost(torch, spec: Spec, args: tuple) -> dict:
     """Host microseconds per call of each way to launch the kernel (median of HOST_LOOPS loops of
-    HOST_CALLS calls, no sync inside a loop; the device runs behind, asynchronously):
+    HOST_CALLS calls, no sync inside a loop; the device runs behind, asynchronously). The ways take
+    turns loop by loop, so a slow phase of the host (the H200's host CPU runs the same Python up to
+    ~1.8x slower at times) weighs on every way alike; `python_call` (an empty Python function of the
+    op's arguments) shows how fast the host ran:
       op               torch.ops.kgen.norm_rope_store(variant string, ...) (what an engine calls): the
                        dispatcher into the native kernel (kgen.native: check + cuLaunchKernelEx in C++)
                        when it is installed ("native" says), else into the Python kernel
@@ -392,7 +399,8 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
       raw_bindings     the same through cuda.bindings' cuLaunchKernelEx (KGEN_LAUNCHER=bindings)
       runtime_prepared kgen.runtime's prepared launch (cuda.bindings, its CUlaunchConfig object)
       dispatch_floor   an empty op of the same schema: torch's dispatcher into Python alone
-      custom_op_floor  an empty torch.library.custom_op of the same schema (why kgen does not use it)"""
+      custom_op_floor  an empty torch.library.custom_op of the same schema (why kgen does not use it)
+      python_call      an empty Python function called with the same arguments (the host's speed)"""
     from . import launcher, ops
 
     name = ops.variant_name(spec)
@@ -402,7 +410,8 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
             "python_api": lambda: ops.norm_rope_store(spec, *args),
             "raw_launcher": ops.prepare(spec, *args),
             "dispatch_floor": lambda: _empty_op(torch)(name, *args),
-            "custom_op_floor": lambda: _empty_op(torch, custom=True)(name, *args)}
+            "custom_op_floor": lambda: _empty_op(torch, custom=True)(name, *args),
+            "python_call": lambda: _no_op(name, *args)}
     try:
         dev = args[0].get_device()
         k = v.kernels[dev]
@@ -426,22 +435,26 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
     out: dict = {"calls_per_loop": HOST_CALLS, "loops": HOST_LOOPS, "launcher": loaded.get("backend"),
                  "native": native.status()}
     before = kernel.counts() if kernel is not None else None
+    timed = {}
     for way, fn in ways.items():
         if isinstance(fn, Exception):
             out[way] = {"error": f"{type(fn).__name__}: {fn}"[:300]}
-            continue
-        for _ in range(20):
-            fn()
-        loops = []
-        for _ in range(HOST_LOOPS):
+        else:
+            timed[way] = fn
+            for _ in range(20):
+                fn()
+    loops: dict[str, list[float]] = {way: [] for way in timed}
+    for _ in range(HOST_LOOPS):
+        for way, fn in timed.items():
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(HOST_CALLS):
                 fn()
-            loops.append((time.perf_counter() - t0) / HOST_CALLS * 1e6)
-        torch.cuda.synchronize()
-        out[way] = round(statistics.median(loops), 3)
-        out[f"{way}_min"] = round(min(loops), 3)
+            loops[way].append((time.perf_counter() - t0) / HOST_CALLS * 1e6)
+    torch.cuda.synchronize()
+    for way, times in loops.items():
+        out[way] = round(statistics.median(times), 3)
+        out[f"{way}_min"] = round(min(times), 3)
     if kernel is not None and before is not None:  # calls of the loops above that the native kernel launched
         after = kernel.counts()
         out["native_calls"] = {"launched": after[0] - before[0], "declined": after[1] - before[1]}
