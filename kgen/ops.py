@@ -33,7 +33,8 @@ custom_op wraps every call in Python autograd, ADInplaceOrView and alias-check l
 The op has no autograd formula (it writes uint8 bytes) and bumps the cache's version counter itself.
 On the first CUDA load, `kgen.native` installs a C++ kernel at norm_rope_store's CUDA key that runs the
 same table's check and the launch without entering Python (5.9-6.4 us per call instead of 13.6-14.9 in
-the H200 host's fast phases); every call it declines goes to `torch.ops.kgen._norm_rope_store_checked`, the Python kernel.
+the H200 host's fast phases); every call it declines goes to `torch.ops.kgen._norm_rope_store_checked`,
+the Python kernel.
 Another op is added with `define_op` (schema, fake, CPU impl) and `implement(name, "cuda", fn)`.
 """
 
