@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .diagnostics import KgenError, Problem, failure_json, print_json, print_problems
+from .diagnostics import KgenError, Problem, failure_json, print_json, print_problems, report_each
 
 # ---------------------------------------------------------------------------------------------
 # command bodies (no CLI framework): each returns the exit code
@@ -40,25 +40,21 @@ def validate_command(paths: list[Path], as_json: bool = False) -> int:
     """`kgen validate`: every problem of every path; exit 0 all valid, 1 any invalid, 2 unreadable."""
     from .validate import validate_path
 
-    code, results = 0, []
-    for path in paths:
-        try:
-            r = validate_path(path)
-        except KgenError as e:
-            code = max(code, e.exit_code)
-            results.append({"path": str(path), "valid": False, "errors": [p.to_json() for p in e.problems],
-                            "warnings": [], "variants": []})
-            if not as_json:
-                print_problems(e.problems)
-            continue
-        results.append(r.to_json())
-        code = max(code, 0 if r.valid else 1)
+    def one(path: Path) -> tuple[int, list[dict]]:
+        r = validate_path(path)
         if not as_json:
             print_problems(r.problems)
             summary = ", ".join(f"{c.spec.name} {c.layout.bytes_per_token} B/token, {c.layout.page_bytes} B/page"
                                 for c in r.variants if c.layout is not None)
             state = "ok" if r.valid else f"{len(r.errors)} error(s)"
             print(f"{path}: {state}" + (f" ({summary})" if summary else ""))
+        return (0 if r.valid else 1), [r.to_json()]
+
+    def failed(path: Path, problems: list[Problem]) -> dict:
+        return {"path": str(path), "valid": False, "errors": [p.to_json() for p in problems], "warnings": [],
+                "variants": []}
+
+    code, results = report_each(paths, one, failed, as_json)
     if as_json:
         print_json({"results": results})
     return code

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -117,3 +118,23 @@ def failure_json(problems: list[Problem], **empty) -> dict:
     """The `--json` document of a command that failed before producing results: the command's own
     keys, empty (`results=[]`, `layouts=[]`), plus every problem."""
     return {**empty, "errors": [p.to_json() for p in problems]}
+
+
+def report_each(paths: Iterable[Path], one: Callable[[Path], tuple[int, list[dict]]],
+                failed: Callable[[Path, list[Problem]], dict], as_json: bool) -> tuple[int, list[dict]]:
+    """A command that reports every path on its own (`kgen validate`, `kgen audit`): `one(path)` gives
+    its exit code and JSON rows; a path it cannot load (KgenError) becomes the row `failed(path,
+    problems)`, its problems printed unless `as_json`. Returns the worst exit code and every row."""
+    code, rows = 0, []
+    for path in paths:
+        try:
+            path_code, path_rows = one(path)
+        except KgenError as e:
+            code = max(code, e.exit_code)
+            rows.append(failed(path, e.problems))
+            if not as_json:
+                print_problems(e.problems)
+            continue
+        code = max(code, path_code)
+        rows += path_rows
+    return code, rows

@@ -13,15 +13,10 @@ import json
 import sys
 from pathlib import Path
 
-from ..diagnostics import KgenError, Problem
+from ..diagnostics import KgenError, Problem, err, failure_json, print_json, print_problems, report_each
 from ..layout import compute
 from .sites import Adapter, run_audit, run_patch
 from .tree import EngineTree
-
-
-def _err(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
 
 
 def _adapter(engine: str, root: Path) -> Adapter:
@@ -53,32 +48,30 @@ def audit_command(engine: str, root: Path, paths: list[Path], as_json: bool) -> 
         adapter = _adapter(engine, root)
     except KgenError as e:
         return _fail(e, as_json)
-    code, results = 0, []
-    for path in paths:
-        try:
-            variants = _variants(path)
-        except KgenError as e:
-            code = max(code, e.exit_code)
-            results.append({"path": str(path), "variant": None, "ok": False,
-                            "errors": [p.to_json() for p in e.problems]})
-            if not as_json:
-                _print(e.problems)
-            continue
-        for spec, lay in variants:
+
+    def one(path: Path) -> tuple[int, list[dict]]:
+        code, rows = 0, []
+        for spec, lay in _variants(path):
             tree = EngineTree(root)
             try:
                 problems = run_audit(tree, adapter, spec, lay, path)
             except KgenError as e:
                 problems = e.problems
             code = max(code, 1 if problems else 0)
-            results.append({"path": str(path), "variant": spec.name, "ok": not problems,
-                            "bytes_per_token": lay.bytes_per_token, "page_bytes": lay.page_bytes,
-                            "errors": [p.to_json() for p in problems]})
+            rows.append({"path": str(path), "variant": spec.name, "ok": not problems,
+                         "bytes_per_token": lay.bytes_per_token, "page_bytes": lay.page_bytes,
+                         "errors": [p.to_json() for p in problems]})
             if not as_json:
-                _print(problems)
+                print_problems(problems)
                 state = "agrees" if not problems else f"{len(problems)} mismatch(es)"
                 print(f"{path}: {engine} at {root} vs {spec.name} ({lay.bytes_per_token} B/token, "
                       f"{lay.page_bytes} B/page): {state}")
+        return code, rows
+
+    def failed(path: Path, problems: list[Problem]) -> dict:
+        return {"path": str(path), "variant": None, "ok": False, "errors": [p.to_json() for p in problems]}
+
+    code, results = report_each(paths, one, failed, as_json)
     if as_json:
         print(json.dumps({"engine": engine, "root": str(root), "results": results}, indent=2))
     return code
@@ -110,9 +103,9 @@ def patch_command(engine: str, root: Path, path: Path, out: Path | None, apply: 
     elif out is None:
         sys.stdout.write(diff)
     if not as_json:
-        _print(warnings)
+        print_problems(warnings)
         verb = "applied to" if apply else "for"
-        _err(f"kgen patch: {len(changed)} file(s) {verb} {root} ({spec.name})" if changed
+        err(f"kgen patch: {len(changed)} file(s) {verb} {root} ({spec.name})" if changed
              else f"kgen patch: {root} already carries {spec.name}; nothing to do")
     return 0
 
@@ -131,16 +124,11 @@ def plan_warnings(adapter: Adapter, spec, path: Path) -> list[Problem]:
                     "indexer_bf16_plan.yaml does), then run kgen patch again")]
 
 
-def _print(problems: list[Problem]) -> None:
-    for p in problems:
-        _err(p.format())
-
-
 def _fail(e: KgenError, as_json: bool) -> int:
     if as_json:
-        print(json.dumps({"results": [], "errors": [p.to_json() for p in e.problems]}, indent=2))
+        print_json(failure_json(e.problems, results=[]))
     else:
-        _print(e.problems)
+        print_problems(e.problems)
     return e.exit_code
 
 

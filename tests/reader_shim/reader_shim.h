@@ -52,27 +52,6 @@ inline MmaTable* publish(const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   return t;
 }
 
-// PTX m16n8k16 .bf16: A row r, col k: lane 4*(r%8) + (k%8)/2, reg (k/8)*2 + r/8, half k%2.
-// B row k, col n: lane 4*n + (k%8)/2, reg k/8, half k%2. D row r, col n: lane 4*(r%8) + n/2,
-// element (r/8)*2 + n%2.
-inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  MmaTable* t = publish(a, b0, b1);
-  const int lane = static_cast<int>(tl_thread.x & 31u);
-  float out[4];
-  for (int e = 0; e < 4; ++e) {
-    const int r = (lane / 4) + 8 * (e / 2), n = 2 * (lane % 4) + e % 2;
-    float acc = d[e];
-    for (int k = 0; k < 16; ++k) {
-      const uint32_t aw = t->regs[4 * (r % 8) + (k % 8) / 2][(k / 8) * 2 + r / 8];
-      const uint32_t bw = t->regs[4 * n + (k % 8) / 2][4 + k / 8];
-      acc += bf16_value(aw >> (16 * (k % 2))) * bf16_value(bw >> (16 * (k % 2)));
-    }
-    out[e] = acc;
-  }
-  t->bar.arrive_and_wait();  // every lane has read the table before it is written again
-  for (int e = 0; e < 4; ++e) d[e] = out[e];
-}
-
 inline float f16_value(uint32_t bits16) {
   _Float16 h;
   const unsigned short b = static_cast<unsigned short>(bits16 & 0xffffu);
@@ -80,43 +59,39 @@ inline float f16_value(uint32_t bits16) {
   return static_cast<float>(h);
 }
 
-// PTX m16n8k16 .f16: the .bf16 layouts
-inline void mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+// PTX mma.m16n8kK (row.col, fp32 accumulate) on elements of B bits, E = 32/B to a register:
+// A row r, col k: lane 4*(r%8) + (k%4E)/E, reg (k/4E)*2 + r/8, element k%E.
+// B row k, col n: lane 4*n + (k%4E)/E, reg k/4E, element k%E.
+// D row r, col n: lane 4*(r%8) + n/2, element (r/8)*2 + n%2.
+// (m16n8k16 .bf16/.f16: B = 16; m16n8k32 .e4m3: B = 8.) Element e of a register is its bits B*e up.
+template <int K, int B, float (*Value)(uint32_t)>
+inline void mma_m16n8(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  constexpr int E = 32 / B, P = 4 * E;
   MmaTable* t = publish(a, b0, b1);
   const int lane = static_cast<int>(tl_thread.x & 31u);
   float out[4];
   for (int e = 0; e < 4; ++e) {
     const int r = (lane / 4) + 8 * (e / 2), n = 2 * (lane % 4) + e % 2;
     float acc = d[e];
-    for (int k = 0; k < 16; ++k) {
-      const uint32_t aw = t->regs[4 * (r % 8) + (k % 8) / 2][(k / 8) * 2 + r / 8];
-      const uint32_t bw = t->regs[4 * n + (k % 8) / 2][4 + k / 8];
-      acc += f16_value(aw >> (16 * (k % 2))) * f16_value(bw >> (16 * (k % 2)));
+    for (int k = 0; k < K; ++k) {
+      const uint32_t aw = t->regs[4 * (r % 8) + (k % P) / E][(k / P) * 2 + r / 8];
+      const uint32_t bw = t->regs[4 * n + (k % P) / E][4 + k / P];
+      acc += Value(aw >> (B * (k % E))) * Value(bw >> (B * (k % E)));
     }
     out[e] = acc;
   }
-  t->bar.arrive_and_wait();
+  t->bar.arrive_and_wait();  // every lane has read the table before it is written again
   for (int e = 0; e < 4; ++e) d[e] = out[e];
 }
 
-// PTX m16n8k32 .e4m3: A row r, col k: lane 4*(r%8) + (k%16)/4, reg (k/16)*2 + r/8, byte k%4.
-// B row k, col n: lane 4*n + (k%16)/4, reg k/16, byte k%4. D as above.
+inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  mma_m16n8<16, 16, bf16_value>(d, a, b0, b1);
+}
+inline void mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  mma_m16n8<16, 16, f16_value>(d, a, b0, b1);
+}
 inline void mma_m16n8k32_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  MmaTable* t = publish(a, b0, b1);
-  const int lane = static_cast<int>(tl_thread.x & 31u);
-  float out[4];
-  for (int e = 0; e < 4; ++e) {
-    const int r = (lane / 4) + 8 * (e / 2), n = 2 * (lane % 4) + e % 2;
-    float acc = d[e];
-    for (int k = 0; k < 32; ++k) {
-      const uint32_t aw = t->regs[4 * (r % 8) + (k % 16) / 4][(k / 16) * 2 + r / 8];
-      const uint32_t bw = t->regs[4 * n + (k % 16) / 4][4 + k / 16];
-      acc += e4m3_value(aw >> (8 * (k % 4))) * e4m3_value(bw >> (8 * (k % 4)));
-    }
-    out[e] = acc;
-  }
-  t->bar.arrive_and_wait();
-  for (int e = 0; e < 4; ++e) d[e] = out[e];
+  mma_m16n8<32, 8, e4m3_value>(d, a, b0, b1);
 }
 }  // namespace kgen_cpu
 
