@@ -70,52 +70,69 @@ def test_shipped_family(validate):
 
 # -- family-include ------------------------------------------------------------------------------
 
-def test_include_missing(write, validate):
-    write("v0.yaml", _spec("v0"))
-    path, _ = write("f.yaml", _family(["v0.yaml", "nope.yaml"], require=[("bf16", 64)]))
-    r = validate(path)
-    assert _rules(r) == [("family-include", "error", "f.yaml", 5, 5)]
-    assert "'nope.yaml' does not exist" in r.problems[0].message
-    assert [c.spec.name for c in r.variants] == ["v0"]  # the rest is still checked
-
-
-def test_include_dotdot_leaves_directory(write, validate, tmp_path):
+def _outside(write, tmp_path):
     write("outside.yaml", _spec("v1", 128))
     write("fam/v0.yaml", _spec("v0"))
-    path, _ = write("fam/f.yaml", _family(["v0.yaml", "../outside.yaml"], require=[("bf16", 64)]))
+    return "fam/f.yaml", ["v0.yaml", "../outside.yaml"]
+
+
+def _symlink(write, tmp_path):
+    write("outside/v0.yaml", _spec("v0"))
+    (tmp_path / "fam").mkdir()
+    (tmp_path / "fam" / "link.yaml").symlink_to(tmp_path / "outside" / "v0.yaml")
+    return "fam/f.yaml", ["link.yaml"]
+
+
+def _absolute(write, tmp_path):
+    write("v0.yaml", _spec("v0"))
+    return "f.yaml", [str(tmp_path / "v0.yaml")]
+
+
+def _directory(write, tmp_path):
+    (tmp_path / "d.yaml").mkdir()
+    return "f.yaml", ["d.yaml"]
+
+
+def _itself(write, tmp_path):
+    return "f.yaml", ["f.yaml"]
+
+
+def _v0_and(*includes):
+    def setup(write, tmp_path):
+        write("v0.yaml", _spec("v0"))
+        return "f.yaml", ["v0.yaml", *includes]
+    return setup
+
+
+# (id, setup(write, tmp_path) -> (family file, its includes), the bad include's line, message)
+INCLUDE_ERRORS = [
+    ("missing", _v0_and("nope.yaml"), 5, "'nope.yaml' does not exist"),
+    ("dotdot-leaves", _outside, 5, "leaves the family's directory"),
+    ("absolute", _absolute, 4, "absolute path"),
+    ("symlink-escaping", _symlink, 4, "leaves the family's directory"),
+    ("directory", _directory, 4, "is a directory"),
+    ("self", _itself, 4, "include cycle: f.yaml -> f.yaml"),
+    ("twice", _v0_and("./v0.yaml"), 5, "included twice"),  # one fault, one problem: no echo of the copy
+]
+
+
+@pytest.mark.parametrize("setup, line, message", [c[1:] for c in INCLUDE_ERRORS], ids=[c[0] for c in INCLUDE_ERRORS])
+def test_a_bad_include_is_one_located_problem(setup, line, message, write, validate, tmp_path):
+    """Each bad include is one family-include error at its own list item (col 5); the family's other
+    variants are still checked."""
+    name, includes = setup(write, tmp_path)
+    require = [("bf16", 64)] if "v0.yaml" in includes else []
+    path, _ = write(name, _family(includes, require=require))
     r = validate(path)
-    assert _rules(r) == [("family-include", "error", "f.yaml", 5, 5)]
-    assert "leaves the family's directory" in r.problems[0].message
+    assert _rules(r) == [("family-include", "error", "f.yaml", line, 5)], [p.format() for p in r.problems]
+    assert message in r.problems[0].message
+    assert [c.spec.name for c in r.variants] == (["v0"] if "v0.yaml" in includes else [])
 
 
 def test_include_dotdot_that_stays_inside_is_fine(write, validate):
     write("sub/v0.yaml", _spec("v0"))
     path, _ = write("f.yaml", _family(["sub/../sub/v0.yaml"], require=[("bf16", 64)]))
     assert validate(path).valid
-
-
-def test_include_absolute(write, validate, tmp_path):
-    write("v0.yaml", _spec("v0"))
-    path, _ = write("f.yaml", _family([str(tmp_path / "v0.yaml")], require=[]))
-    r = validate(path)
-    assert _rules(r) == [("family-include", "error", "f.yaml", 4, 5)]
-    assert "absolute path" in r.problems[0].message
-
-
-def test_include_symlink_escaping(write, validate, tmp_path):
-    write("outside/v0.yaml", _spec("v0"))
-    (tmp_path / "fam").mkdir()
-    (tmp_path / "fam" / "link.yaml").symlink_to(tmp_path / "outside" / "v0.yaml")
-    path, _ = write("fam/f.yaml", _family(["link.yaml"], require=[]))
-    assert _rules(validate(path)) == [("family-include", "error", "f.yaml", 4, 5)]
-
-
-def test_include_directory(write, validate, tmp_path):
-    (tmp_path / "d.yaml").mkdir()
-    path, _ = write("f.yaml", _family(["d.yaml"], require=[]))
-    r = validate(path)
-    assert _rules(r) == [("family-include", "error", "f.yaml", 4, 5)]
-    assert "is a directory" in r.problems[0].message
 
 
 def test_include_cycle_between_two_families(write, validate, tmp_path):
@@ -128,22 +145,6 @@ def test_include_cycle_between_two_families(write, validate, tmp_path):
         errors = [x[:3] for x in _rules(r) if x[1] == "error"]  # (b's require is empty: v0 unused, a warning)
         assert errors == [("family-include", "error", other)], [p.format() for p in r.problems]
         assert f"include cycle: {top} -> {other} -> {top}" in r.problems[0].message
-
-
-def test_include_self(write, validate):
-    path, _ = write("f.yaml", _family(["f.yaml"], require=[]))
-    r = validate(path)
-    assert _rules(r) == [("family-include", "error", "f.yaml", 4, 5)]
-    assert "include cycle: f.yaml -> f.yaml" in r.problems[0].message
-
-
-def test_include_twice(write, validate):
-    write("v0.yaml", _spec("v0"))
-    path, _ = write("f.yaml", _family(["v0.yaml", "./v0.yaml"], require=[("bf16", 64)]))
-    r = validate(path)
-    # one fault, one problem: no family-names / dispatch-unique echo of the second copy
-    assert _rules(r) == [("family-include", "error", "f.yaml", 5, 5)]
-    assert "included twice" in r.problems[0].message
 
 
 def test_nested_family(write, validate):

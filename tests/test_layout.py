@@ -199,17 +199,28 @@ def test_byte_ownership(data):
                                        | ({"scale"} if lay.scale_unit else set()))
 
 
+def _validate_as_file(data: dict, name: str = "s.yaml"):
+    """(path, kgen.validate's result) of `data` written as a YAML file; the result is None when the run
+    ended early, which only a file-level YAML problem may do (asserted)."""
+    from kgen.diagnostics import KgenError
+    from kgen.validate import validate_path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / name
+        path.write_text(to_yaml(data)[0])
+        try:
+            return path, validate_path(path)
+        except KgenError as e:
+            assert all(p.rule.startswith(("yaml-", "file-")) for p in e.problems), [p.format() for p in e.problems]
+            return path, None
+
+
 @settings(max_examples=60)
 @given(valid_specs(max_page_size=64))
 def test_accepted_specs_round_trip_through_yaml(data):
     """What valid_specs() draws stays valid when written as a file (what compile/GPU tests do)."""
-    from kgen.validate import validate_path
-
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "s.yaml"
-        path.write_text(to_yaml(data)[0])
-        r = validate_path(path)
-    assert r.valid, [p.format() for p in r.problems]
+    _, r = _validate_as_file(data)
+    assert r is not None and r.valid, r and [p.format() for p in r.problems]
     assert r.variants[0].spec == Spec.model_validate(data)
 
 
@@ -244,17 +255,9 @@ def test_any_spec_dict_validates_or_yields_problems(data):
 @settings(max_examples=150)
 @given(spec_dicts())
 def test_any_spec_file_validates_or_yields_located_problems(data):
-    from kgen.diagnostics import KgenError
-    from kgen.validate import validate_path
-
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "s.yaml"
-        path.write_text(to_yaml(data)[0])
-        try:
-            r = validate_path(path)
-        except KgenError as e:  # only file-level YAML problems may end a run early
-            assert all(p.rule.startswith(("yaml-", "file-")) for p in e.problems)
-            return
+    path, r = _validate_as_file(data)
+    if r is None:
+        return
     assert r.valid == (not r.errors)
     for p in r.problems:
         assert p.file == path and p.line >= 1 and p.col >= 1 and p.message
@@ -285,17 +288,9 @@ def family_dicts(draw):
 @settings(max_examples=100)
 @given(family_dicts())
 def test_any_family_validates_or_yields_located_problems(data):
-    from kgen.diagnostics import KgenError
-    from kgen.validate import validate_path
-
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "f.yaml"
-        path.write_text(to_yaml(data)[0])
-        try:
-            r = validate_path(path)
-        except KgenError as e:
-            assert all(p.rule.startswith(("yaml-", "file-")) for p in e.problems)
-            return
+    _, r = _validate_as_file(data, "f.yaml")
+    if r is None:
+        return
     for p in r.problems:
         assert p.file is not None and p.line >= 1 and p.col >= 1 and p.message
 
