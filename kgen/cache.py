@@ -414,7 +414,7 @@ def _kgen_name(p: Path) -> bool:
     from .toolchain import PROBE_RECORD
 
     name = p.name
-    if name in ("_runs", TMP, PROBE_RECORD, "_native") or name.startswith(".probe-"):
+    if name in ("_runs", TMP, PROBE_RECORD, "_native") or name.startswith(f".{PROBE_RECORD}."):  # + its temp file
         return True
     try:
         return p.is_dir() and not p.is_symlink() and all(

@@ -99,21 +99,13 @@ def _read_probe(key: str) -> tuple[frozenset[int], str] | None:
 
 
 def _write_probe(key: str, archs: frozenset[int], source: str) -> None:
-    import tempfile
+    from .files import write_atomic
 
     f = _probe_file()
     if f is None:
         return
-    try:
-        f.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=f.parent, prefix=".probe-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as out:
-                json.dump({"key": key, "archs": sorted(archs), "source": source}, out)
-            os.replace(tmp, f)  # atomic: concurrent runs never read half a file
-        except BaseException:
-            os.unlink(tmp)
-            raise
+    try:  # atomic: concurrent runs never read half a file
+        write_atomic(f, json.dumps({"key": key, "archs": sorted(archs), "source": source}))
     except OSError:
         pass  # an unwritable cache only costs the probe next time
 
