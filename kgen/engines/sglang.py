@@ -225,13 +225,18 @@ def audit_pool_bytes(ctx: Ctx) -> None:
 
 
 def patch_pool_bytes(ctx: Ctx) -> None:
-    parsed, _cls, method = _bytes_method(ctx)
-    if _kgen_code(ctx, method, parsed):
+    _guard_method(ctx, _bytes_method, f"if self.kgen_indexer:\n    return {PKG}.host.BYTES_PER_TOKEN\n")
+
+
+def _guard_method(ctx: Ctx, find, guard: str) -> None:
+    """Put the flag branch `guard` first in the method `find(ctx)` locates (its last item), after
+    its docstring; a method that already mentions kgen's package is left alone."""
+    parsed, *_, method = find(ctx)
+    if method is None or _kgen_code(ctx, method, parsed):
         return
     parsed = ensure_import(ctx, parsed)
-    parsed, _cls, method = _bytes_method(ctx)
-    stmt = parse_statement(f"if self.kgen_indexer:\n    return {PKG}.host.BYTES_PER_TOKEN\n")
-    insert_statements(ctx, parsed, method, _after_docstring(method), [stmt])
+    parsed, *_, method = find(ctx)
+    insert_statements(ctx, parsed, method, _after_docstring(method), [parse_statement(guard)])
 
 
 def _after_docstring(fn: cst.FunctionDef) -> int:
@@ -317,16 +322,12 @@ def audit_fp8_helpers(ctx: Ctx) -> None:
 
 def patch_fp8_helpers(ctx: Ctx) -> None:
     for name in FP8_HELPERS:
-        parsed, helpers = _fp8_helpers(ctx)
-        method = next((m for m in helpers if m.name.value == name), None)
-        if method is None or _kgen_code(ctx, method, parsed):
-            continue
-        parsed = ensure_import(ctx, parsed)
-        parsed, helpers = _fp8_helpers(ctx)
-        method = next(m for m in helpers if m.name.value == name)
-        stmt = parse_statement(f"if self.kgen_indexer:\n    raise NotImplementedError(\"{name}: the engine's own "
-                               f"indexer layout; with --{FLAG.replace('_', '-')} the keys are {PKG}'s\")\n")
-        insert_statements(ctx, parsed, method, _after_docstring(method), [stmt])
+        def helper(ctx: Ctx, name: str = name):
+            parsed, helpers = _fp8_helpers(ctx)
+            return parsed, next((m for m in helpers if m.name.value == name), None)
+
+        _guard_method(ctx, helper, f"if self.kgen_indexer:\n    raise NotImplementedError(\"{name}: the engine's own "
+                      f"indexer layout; with --{FLAG.replace('_', '-')} the keys are {PKG}'s\")\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -605,13 +606,7 @@ def audit_nonpaged(ctx: Ctx) -> None:
 
 
 def patch_nonpaged(ctx: Ctx) -> None:
-    parsed, _cls, method = _nonpaged(ctx)
-    if _kgen_code(ctx, method, parsed):
-        return
-    parsed = ensure_import(ctx, parsed)
-    parsed, _cls, method = _nonpaged(ctx)
-    stmt = parse_statement(f"if {PKG}.enabled():\n    return False\n")
-    insert_statements(ctx, parsed, method, _after_docstring(method), [stmt])
+    _guard_method(ctx, _nonpaged, f"if {PKG}.enabled():\n    return False\n")
 
 
 # ---------------------------------------------------------------------------------------------
