@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -69,9 +68,7 @@ def test_miss_then_hit(cache, inc, capsys):
     assert not cold.cached and cold.cubin and cold.symbol == "_Z11fake_kernelILi4EEvPf"
     assert cold.registers and cold.spill_bytes == 0
     assert cold.cache_dir.parent == cache.root / "fake_variant" and cold.cache_dir.name.startswith("sm_90a-")
-    t = time.perf_counter()
     warm = compile_rendered(fake(), ARCH, include_dirs=[inc], cache=cache)
-    assert time.perf_counter() - t < 0.1
     assert capsys.readouterr().err == ""  # hits are quiet
     assert warm.cached and warm.cubin == cold.cubin and warm.symbol == cold.symbol
     assert (warm.registers, warm.spill_bytes, warm.log) == (cold.registers, cold.spill_bytes, cold.log)

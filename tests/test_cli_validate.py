@@ -16,6 +16,10 @@ from typer.testing import CliRunner
 from kgen.cli import app
 from strategies import ROOT, SPECS, base_spec, fp8_spec, to_yaml
 
+# Bad input must never make kgen work without bound (a hang, an alias bomb); a generous bound, so a
+# loaded 2-core CI machine cannot fail it. Start-up speed is a benchmark: bench/cli_speed.py.
+HANG_GUARD_S = 15.0
+
 runner = CliRunner()
 
 
@@ -103,7 +107,7 @@ def test_bad_input_is_a_located_line(case, tmp_path, monkeypatch):
     assert "Traceback" not in r.output
     assert _line(efile, line, col, rule) in r.output, r.output
     assert re.search(rf"^{re.escape(efile)}:\d+:\d+: error\[[a-z0-9-]+\]: .+ \(fix: .+\)$", r.output, re.M)
-    assert elapsed < 1.0, f"{name}: {elapsed:.2f} s"
+    assert elapsed < HANG_GUARD_S, f"{name}: {elapsed:.2f} s"  # no unbounded work; not a speed goal
 
 
 @pytest.mark.parametrize("args, code, line", [
@@ -114,7 +118,7 @@ def test_bad_input_is_a_located_line(case, tmp_path, monkeypatch):
     (["layout", "missing.yaml"], 2, "missing.yaml:1:1: error[file-missing]"),
 ])
 def test_real_subprocess(tmp_path, args, code, line):
-    """The installed `kgen` script: exit code, located line on stderr, no traceback, under a second."""
+    """The installed `kgen` script: exit code, located line on stderr, no traceback, no hang."""
     (tmp_path / "bomb.yaml").write_text(BOMB)
     (tmp_path / "latin1.yaml").write_bytes(b"kgen: 1\nname: \xff\n")
     (tmp_path / "cyc.yaml").write_text(_fam("cyc.yaml"))
@@ -124,7 +128,7 @@ def test_real_subprocess(tmp_path, args, code, line):
     assert p.returncode == code, p.stderr
     assert line in p.stderr
     assert "Traceback" not in p.stdout + p.stderr
-    assert elapsed < 1.5, elapsed  # a fresh interpreter; the in-process checks above hold the 1-s line
+    assert elapsed < HANG_GUARD_S, elapsed  # no hang; start-up speed is bench/cli_speed.py's
 
 
 def test_usage_error_is_exit_2():

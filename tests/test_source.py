@@ -64,6 +64,8 @@ BAD = [
     ("too-big", "# " + "x" * MAX_FILE_BYTES + "\n", "file-size", 1, 1, f"at most {MAX_FILE_BYTES} bytes", 1),
 ]
 
+HANG_GUARD_S = 15.0
+
 
 @pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
 def test_bad_yaml_is_one_located_problem(case, write, validate):
@@ -83,7 +85,9 @@ def test_bad_yaml_is_one_located_problem(case, write, validate):
         assert p.col == col, p.format()
     assert part in p.message, p.format()
     assert p.fix
-    assert elapsed < 1.0, f"{name} took {elapsed:.2f} s"  # typically < 0.2 s; CI is 2 busy cores
+    # A guard against unbounded work (an alias bomb or a quadratic parse runs for minutes), not a speed
+    # goal: typically < 0.2 s, and a loaded 2-core CI machine must never make it fail.
+    assert elapsed < HANG_GUARD_S, f"{name} took {elapsed:.2f} s"
 
 
 def test_quoted_brackets_are_not_nesting(write, validate):
