@@ -471,6 +471,16 @@ PLAN_PROBE = textwrap.dedent('''
 
     from sglang import kgen_indexer
     from sglang.kernels.ops.attention.dsv4.compress import CompressorDecodePlan, CompressorPrefillPlan
+    from sglang.srt.runtime_context import get_exec
+    kernel = get_exec().kernel
+    flags = [kgen_indexer.enabled()]
+    kernel.enable_kgen_indexer = True
+    flags.append(kgen_indexer.enabled())
+    kernel.enable_deepseek_v4_fp4_indexer = True
+    try:
+        flags.append(kgen_indexer.enabled())
+    except ValueError as e:
+        flags.append(str(e))
     kgen_indexer.store(T("x"), CompressorDecodePlan(4, T("plan_d")), T("w"), T("freqs"), T("out_loc"), T("cache"))
     try:
         kgen_indexer.store(T("x"), CompressorPrefillPlan(4, T("plan_c"), T("plan_w")), T("w"), T("freqs"),
@@ -478,13 +488,14 @@ PLAN_PROBE = textwrap.dedent('''
         prefill = "stored"
     except NotImplementedError as e:
         prefill = str(e)
-    print(json.dumps({"calls": calls, "prefill": prefill}))
+    print(json.dumps({"calls": calls, "prefill": prefill, "flags": flags}))
 ''')
 
 
 def test_patched_store_hands_the_op_the_decode_plan_rows(tree):
     """SGLang passes its plan as a NamedTuple (rows at index 1): kgen's store gives its op the
-    DecodePlan rows, and refuses a prefill CompressPlan (out_loc by ragged id) by name."""
+    DecodePlan rows, and refuses a prefill CompressPlan (out_loc by ragged id) by name. The flag
+    reads the engine's config bag, and refuses to be on together with the fp4 indexer flag."""
     root = patched(tree("sglang_v3"), PLAN)
     r = subprocess.run([PY, "-c", PLAN_PROBE, str(root)], capture_output=True, text=True, check=False, timeout=60,
                        env={"PATH": "/usr/bin:/bin"})
@@ -493,6 +504,7 @@ def test_patched_store_hands_the_op_the_decode_plan_rows(tree):
     spec = str(root / "python/sglang/kgen_indexer/spec.yaml")
     assert out["calls"] == [[repr(spec), "x", "w", "None", "freqs", "plan_d", "out_loc", "cache"]]
     assert "CompressPlan is not supported" in out["prefill"]
+    assert out["flags"][:2] == [False, True] and "--enable-deepseek-v4-fp4-indexer" in out["flags"][2]
 
 
 def test_drift_in_one_site_leaves_the_others_audited(tree):

@@ -613,8 +613,9 @@ def patch_nonpaged(ctx: Ctx) -> None:
 # kgen's files in the engine tree
 
 
-def _flag_read(ctx: Ctx) -> tuple[str, str]:
-    """How SGLang reads a server flag, taken from the pool's own fp4 read: (import line, expression)."""
+def _flag_read(ctx: Ctx) -> tuple[str, str, str]:
+    """How SGLang reads a server flag, taken from the pool's own fp4 read: (import line, kgen's flag
+    expression, the fp4 flag's expression)."""
     parsed, _cls, _init, anchor = _fp4_read(ctx)
     expr = code_of(parsed, anchor.value)
     if not expr.endswith(f".{FP4_FLAG}"):
@@ -626,7 +627,7 @@ def _flag_read(ctx: Ctx) -> tuple[str, str]:
         raise Drift(ctx.tree.path(parsed.rel), f"the import of {root}", 0, "server flag access")
     module, name = parsed.scope.imports[root]
     line = f"from {module} import {name}" + (f" as {root}" if name != root else "")
-    return line, expr[: -len(FP4_FLAG)] + FLAG
+    return line, expr[: -len(FP4_FLAG)] + FLAG, expr
 
 
 INIT_TEMPLATE = '''"""kgen variant {name} wired into SGLang's DeepSeek-V4 indexer by `kgen patch`.
@@ -649,8 +650,14 @@ VARIANT = host.NAME
 
 
 def enabled() -> bool:
-    """--enable-kgen-indexer: store and score the indexer keys as kgen's variant."""
-    return bool({flag_expr})
+    """--enable-kgen-indexer: store and score the indexer keys as kgen's variant. The engine's fp4
+    indexer flag picks another key layout (and an fp4 query): the two cannot both be on."""
+    if not {flag_expr}:
+        return False
+    if {fp4_expr}:
+        raise ValueError("--enable-kgen-indexer ({name}) and --enable-deepseek-v4-fp4-indexer choose two "
+                         "different indexer key layouts: enable one of them")
+    return True
 
 
 def _ops():
@@ -688,12 +695,13 @@ def logits(q, kv_cache, weights, seq_lens, page_table, metadata, max_seq_len, cl
 def bundle(ctx: Ctx) -> dict[str, str]:
     from .bundle import variant_files
 
-    flag_import, flag_expr = _flag_read(ctx)
+    flag_import, flag_expr, fp4_expr = _flag_read(ctx)
     from .sites import takes_decode_plan
 
     plan_kind = ("DecodePlan (the spec reads it directly)" if takes_decode_plan(ctx.spec)
                  else "DecodePlan (the spec must read a DecodePlan: see kgen validate)")
-    init = INIT_TEMPLATE.format(name=ctx.name, flag_import=flag_import, flag_expr=flag_expr, plan_kind=plan_kind)
+    init = INIT_TEMPLATE.format(name=ctx.name, flag_import=flag_import, flag_expr=flag_expr, fp4_expr=fp4_expr,
+                                plan_kind=plan_kind)
     return {f"{PKG_DIR}/__init__.py": init, **variant_files(ctx, PKG_DIR)}
 
 
