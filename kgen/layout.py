@@ -322,14 +322,28 @@ def threads_per_block(spec: Spec) -> int:
     return spec.launch.warps_per_block * WARP
 
 
-def tokens_per_block(spec: Spec) -> int:
-    """One warp per token at a time, each warp owning `tokens_per_warp` consecutive tokens."""
-    return spec.launch.warps_per_block * spec.launch.tokens_per_warp
+def uses_large_shape(spec: Spec, num_tokens: int) -> bool:
+    """Whether a launch over `num_tokens` takes the large-N shape (`launch.large_min_tokens`). The kernel
+    decides the same from its num_tokens (kLargeMinTokens), so host and kernel always agree."""
+    m = spec.launch.large_min_tokens
+    return m > 0 and num_tokens >= m
+
+
+def tokens_per_warp(spec: Spec, num_tokens: int | None = None) -> int:
+    """Tokens each warp owns in a launch over `num_tokens` (None: the small-N shape, `tokens_per_warp`)."""
+    if num_tokens is not None and uses_large_shape(spec, num_tokens):
+        return spec.launch.large_tokens_per_warp
+    return spec.launch.tokens_per_warp
+
+
+def tokens_per_block(spec: Spec, num_tokens: int | None = None) -> int:
+    """One warp per token at a time, each warp owning `tokens_per_warp(spec, num_tokens)` consecutive tokens."""
+    return spec.launch.warps_per_block * tokens_per_warp(spec, num_tokens)
 
 
 def launch_shape(spec: Spec, num_tokens: int) -> tuple[int, int]:
-    """(blocks, threads per block) of a launch over `num_tokens`."""
-    return max(1, -(-num_tokens // tokens_per_block(spec))), threads_per_block(spec)
+    """(blocks, threads per block) of a launch over `num_tokens`; the block is the same at every N."""
+    return max(1, -(-num_tokens // tokens_per_block(spec, num_tokens))), threads_per_block(spec)
 
 
 DECODE_PLAN_BYTES = 16  # SGLang's DecodePlan: uint32 seq_len, int32 write_loc, read_page_0, read_page_1
@@ -412,6 +426,10 @@ def constants(lay: Layout) -> list[Constant]:
         ("ROPE_DIM", r, True), ("WARPS_PER_BLOCK", spec.launch.warps_per_block, True),
         ("TOKENS_PER_WARP", spec.launch.tokens_per_warp, True),
         ("THREADS_PER_BLOCK", threads_per_block(spec), False), ("TOKENS_PER_BLOCK", tokens_per_block(spec), False),
+        # the large-N shape: from LARGE_MIN_TOKENS tokens on (0: never) a warp owns LARGE_TOKENS_PER_WARP
+        # tokens; an engine sizes its grid as launch_shape does, the kernel picks the same path
+        ("LARGE_MIN_TOKENS", spec.launch.large_min_tokens, True),
+        ("LARGE_TOKENS_PER_WARP", spec.launch.large_tokens_per_warp, True),
     ]
     kernel: list[tuple[str, int | str]] = [
         ("VALUES_PER_LANE", Vi),

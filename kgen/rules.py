@@ -36,6 +36,7 @@ PAGE_BYTES_LIMIT = 1 << 31
 HEAD_DIM_RANGE = (32, 1024)
 MAX_THREADS_PER_BLOCK = 1024
 MAX_TOKENS_PER_WARP = 8
+MAX_NUM_TOKENS = 2**31 - 1  # the kernel ABI's int32 num_tokens
 INT64_RANGE = (-(1 << 63), (1 << 63) - 1)  # the rendered config's `long long` constants
 # C++ keywords and alternative tokens (C++20): a name becomes a struct, namespace and directory name
 CXX_KEYWORDS = frozenset("""
@@ -508,6 +509,23 @@ def rule_launch(spec: Spec, lay) -> Iterator[Problem]:
         yield _p("launch", ("launch", "min_blocks_per_sm"), f"min_blocks_per_sm {m} x {w} warps = {m * w} "
                  f"resident warps; an SM holds at most {A.MAX_WARPS_PER_SM}",
                  f"use 0 to {A.MAX_WARPS_PER_SM // max(w, 1)}")
+
+
+@rule("launch-large", "the large-N launch shape is one the kernel can run", twin=True)
+def rule_launch_large(spec: Spec, lay) -> Iterator[Problem]:
+    m, t = spec.launch.large_min_tokens, spec.launch.large_tokens_per_warp
+    if not 0 <= m <= MAX_NUM_TOKENS:
+        yield _p("launch-large", ("launch", "large_min_tokens"), f"large_min_tokens {m} must be in "
+                 f"[0, {MAX_NUM_TOKENS}] (the kernel's num_tokens is an int32; 0: one shape)",
+                 "use 0, or the token count from which the large shape is faster (e.g. 65536)")
+    if not 1 <= t <= MAX_TOKENS_PER_WARP:
+        yield _p("launch-large", ("launch", "large_tokens_per_warp"), f"large_tokens_per_warp {t} must be in "
+                 f"[1, {MAX_TOKENS_PER_WARP}] (registers)", "use 4")
+    elif m > 0 and t == spec.launch.tokens_per_warp:
+        yield _p("launch-large", ("launch", "large_tokens_per_warp"), f"large_tokens_per_warp {t} equals "
+                 "tokens_per_warp: both shapes are the same launch, and the kernel carries a second copy of "
+                 "its code for nothing", "set large_min_tokens to 0, or choose another large_tokens_per_warp",
+                 severity="warning")
 
 
 @rule("launch-occupancy", "min_blocks_per_sm is one each target's SM can hold (else ptxas ignores it)")

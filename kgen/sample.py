@@ -97,6 +97,8 @@ def spec_candidate(c: Chooser, *, name: str, kind: str | None = None, max_page_s
         "launch": {"warps_per_block": c.choice((1, 2, 4, 8, 16, 32)), "tokens_per_warp": c.choice((1, 2, 4))},
         "targets": list(targets),
     }
+    if c.choice((False, True)):  # the per-N shape, switching inside the token counts kgen test runs
+        spec["launch"].update(large_min_tokens=c.choice((7, 300, 4097)), large_tokens_per_warp=c.choice((1, 2, 4, 8)))
     if c.choice((False, True)):
         del spec["launch"]  # the default launch shape
     return spec

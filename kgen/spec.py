@@ -100,6 +100,14 @@ class Launch(_Model):
     pdl: bool = Field(True, description="programmatic dependent launch on sm_90+: the kernel waits for the "
                       "previous kernel in the stream (griddepcontrol.wait) only after its prologue, and the "
                       "launch lets it start early; no effect on older GPUs or on the bytes")
+    large_min_tokens: int = Field(0, description="from this many tokens on, a launch gives each warp "
+                                  "`large_tokens_per_warp` tokens instead of `tokens_per_warp` (same warps per "
+                                  "block, same kernel: it takes the path its num_tokens selects, the host sizes the "
+                                  "grid by the same rule, kgen.layout.launch_shape); 0: one shape for every N. More "
+                                  "tokens per warp keep more DRAM reads in flight at large N but lengthen each "
+                                  "warp's serial work at small N (CUDA-graph latency)")
+    large_tokens_per_warp: int = Field(4, description="tokens per warp from `large_min_tokens` tokens on; "
+                                       "no byte depends on it")
 
 
 class Spec(_Model):

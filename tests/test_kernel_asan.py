@@ -89,6 +89,20 @@ EXPLICIT = {
                          "store": {"dtype": "fp8_e4m3", "scale": "ue8m0", "block": 64, "rope_dtype": "bf16"},
                          "layout": {"page_size": 2, "page_align": 576},
                          "launch": {"warps_per_block": 2, "tokens_per_warp": 3}, "targets": ["sm_90a"]},
+    # the per-N launch shape (launch.large_min_tokens): N = 1, 7 take the small shape (1 token per warp), N = 37
+    # and 129 the large one (4 per warp, a partial last warp and block); both against the reference
+    "large_n_indexer_fp8": {"kgen": 1, "name": "large", "input_dtype": "fp32", "head_dim": 128,
+                            "rope": {"dim": 64, "style": "interleaved", "placement": "last"}, "hadamard": True,
+                            "store": {"dtype": "fp8_e4m3", "scale": "fp32", "block": 128}, "layout": {"page_size": 64},
+                            "launch": {"warps_per_block": 4, "tokens_per_warp": 1, "large_min_tokens": 8,
+                                       "large_tokens_per_warp": 4}, "targets": ["sm_90a"]},
+    "large_n_latent_neox": {"kgen": 1, "name": "large2", "input_dtype": "bf16", "head_dim": 512,
+                            "norm": {"kind": "layernorm", "eps": 1e-05},
+                            "rope": {"dim": 64, "style": "neox", "placement": "first"},
+                            "store": {"dtype": "fp8_e4m3", "scale": "ue8m0", "block": 64, "rope_dtype": "bf16"},
+                            "layout": {"page_size": 2, "page_align": 576},
+                            "launch": {"warps_per_block": 2, "tokens_per_warp": 3, "large_min_tokens": 37,
+                                       "large_tokens_per_warp": 8}, "targets": ["sm_90a"]},
 }
 
 
@@ -96,7 +110,7 @@ EXPLICIT = {
 @pytest.mark.parametrize("name", sorted(EXPLICIT))
 def test_explicit_specs_under_asan(name, tmp_path):
     check(Spec.model_validate(EXPLICIT[name]), tmp_path,
-          tokens=TOKENS if name.startswith(("gpu_", "plan_")) else (1, 37))
+          tokens=TOKENS if name.startswith(("gpu_", "plan_", "large_")) else (1, 37))
 
 
 @needs_asan

@@ -325,3 +325,24 @@ def test_pdl_only_where_the_kernel_waits():
     off = s.model_copy(update={"launch": s.launch.model_copy(update={"pdl": False})})
     assert not uses_pdl(off, (9, 0))
     assert kpdl(s) == 1 and kpdl(off) == 0
+
+
+def test_launch_shape_by_token_count():
+    """The grid follows launch.large_min_tokens exactly where the kernel switches paths (kLargeMinTokens,
+    num_tokens >= it); the block never changes, so a prepared launch keeps its block size at every N."""
+    from kgen.layout import compute, constants, launch_shape, tokens_per_warp
+
+    base = Spec.model_validate({"kgen": 1, "name": "p", "input_dtype": "fp32", "head_dim": 128,
+                                "store": {"dtype": "bf16"}, "layout": {"page_size": 64}, "targets": ["sm_90a"],
+                                "launch": {"warps_per_block": 4, "tokens_per_warp": 1}})
+    big = base.model_copy(update={"launch": base.launch.model_copy(
+        update={"large_min_tokens": 1000, "large_tokens_per_warp": 4})})
+    for n in (1, 64, 999, 1000, 1001, 1 << 20):
+        assert launch_shape(base, n) == (-(-n // 4), 128)
+    assert [tokens_per_warp(big, n) for n in (1, 999, 1000, 1 << 20)] == [1, 1, 4, 4]
+    assert launch_shape(big, 999) == (250, 128)  # 999 tokens, 4 per block
+    assert launch_shape(big, 1000) == (63, 128)  # 1000 tokens, 16 per block: 62.5 -> 63
+    assert launch_shape(big, 0) == (1, 128)
+    k = {c.cxx: c.value for c in constants(compute(big))}
+    assert (k["kLargeMinTokens"], k["kLargeTokensPerWarp"], k["kTokensPerWarp"]) == (1000, 4, 1)
+    assert {c.name for c in constants(compute(big)) if c.host} >= {"LARGE_MIN_TOKENS", "LARGE_TOKENS_PER_WARP"}

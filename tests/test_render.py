@@ -416,6 +416,9 @@ TWIN_CASES = {
     "launch": [(_case(base_spec(), launch__warps_per_block=0), {"launch"}),
                (_case(base_spec(), launch__tokens_per_warp=9), {"launch"}),
                (_case(base_spec(), launch__warps_per_block=8, launch__min_blocks_per_sm=9), {"launch"})],
+    "launch-large": [(_case(base_spec(), launch__large_min_tokens=64, launch__large_tokens_per_warp=9),
+                      {"launch-large"}),
+                     (_case(base_spec(), launch__large_min_tokens=2**31), {"launch-large"})],
     "positions": [(_case(base_spec(), positions__source="decode_plan", positions__compress_ratio=0), {"positions"}),
                   (_case(base_spec(), rope__dim=0, hadamard=False, positions__source="decode_plan"), {"positions"})],
 }
@@ -471,6 +474,8 @@ _MUTATIONS = {
     "layout__scale_stride": st.sampled_from([None, 0, 1, 2, 3, 4, 8, 9, -1]),
     "launch__warps_per_block": st.sampled_from([0, 1, 8, 32, 33]),
     "launch__tokens_per_warp": st.sampled_from([0, 1, 2, 8, 9]),
+    "launch__large_min_tokens": st.sampled_from([0, 1, 4096, 2**31 - 1, 2**31, -1]),
+    "launch__large_tokens_per_warp": st.sampled_from([0, 1, 4, 8, 9]),
 }
 
 

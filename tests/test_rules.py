@@ -165,6 +165,16 @@ CASES = [
      ["tokens_per_warp 9", "[1, 8]"]),
     ("launch-min-blocks", base_spec, _set("launch", {"warps_per_block": 8, "min_blocks_per_sm": 9}), "launch",
      "launch.min_blocks_per_sm", None, ["9 x 8 warps = 72 resident warps", "at most 64"]),
+    ("launch-large-tokens", base_spec, _set("launch", {"large_min_tokens": 65536, "large_tokens_per_warp": 9}),
+     "launch-large", "launch.large_tokens_per_warp", None, ["large_tokens_per_warp 9", "[1, 8]"]),
+    ("launch-large-tokens-zero", base_spec, _set("launch", {"large_tokens_per_warp": 0}), "launch-large",
+     "launch.large_tokens_per_warp", None, ["large_tokens_per_warp 0"]),
+    ("launch-large-min", base_spec, _set("launch", {"large_min_tokens": 2**31}), "launch-large",
+     "launch.large_min_tokens", None, ["large_min_tokens 2147483648", "int32"]),
+    ("launch-large-negative", base_spec, _set("launch", {"large_min_tokens": -1}), "launch-large",
+     "launch.large_min_tokens", None, ["large_min_tokens -1"]),
+    ("launch-large-same", base_spec, _set("launch", {"large_min_tokens": 4096, "large_tokens_per_warp": 2}),
+     "launch-large", "launch.large_tokens_per_warp", None, ["equals tokens_per_warp", "warning"]),
     # -- positions (SGLang's DecodePlan in place of the positions array)
     ("positions-plan-no-rope", base_spec,
      lambda d: (_set("positions", {"source": "decode_plan"})(d), _set("rope.dim", 0)(d)),
@@ -265,6 +275,9 @@ PASSING = [
     ("host-matches", fp8_spec, _set("host", {"bytes_per_token": 132, "page_bytes": 8448})),
     ("launch-edges", base_spec, _set("launch", {"warps_per_block": 32, "tokens_per_warp": 8})),
     ("launch-min-blocks-edge", base_spec, _set("launch", {"warps_per_block": 8, "min_blocks_per_sm": 8})),
+    ("launch-large-edges", base_spec, _set("launch", {"tokens_per_warp": 1, "large_min_tokens": 2**31 - 1,
+                                                      "large_tokens_per_warp": 8})),
+    ("launch-large-off-any-tokens", base_spec, _set("launch", {"large_min_tokens": 0, "large_tokens_per_warp": 2})),
     ("all-targets", base_spec, _set("targets", ["sm_80", "sm_90a", "sm_100a", "sm_120a"])),
 ]
 
@@ -347,7 +360,8 @@ def test_rule_ids_are_stable():
     assert set(RULES) == {
         "name", "targets", "head-dim", "rope-dim", "rope-lanes", "hadamard", "norm-eps", "store-scale",
         "store-block", "store-rope-dtype", "store-amax-floor", "page-size", "page-align", "scale-stride",
-        "layout-align", "page-bytes-limit", "host", "launch", "positions", "launch-occupancy", "int-range"}
+        "layout-align", "page-bytes-limit", "host", "launch", "launch-large", "positions", "launch-occupancy",
+        "int-range"}
     twins = {r.id for r in RULES.values() if r.twin}
     assert "host" not in twins and "name" not in twins and "head-dim" in twins
 

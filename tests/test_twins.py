@@ -50,6 +50,7 @@ MUTATIONS: dict[str, tuple[dict, set[str]]] = {
                       "layout": {"page_size": 1, "scale_stride": 5}}, {"layout-align"}),
     "page-bytes-limit": ({"head_dim": 1024, "layout": {"page_size": 1 << 20}}, {"page-bytes-limit", "page-size"}),
     "launch": ({"launch": {"warps_per_block": 64}}, {"launch"}),
+    "launch-large": ({"launch": {"large_min_tokens": 4096, "large_tokens_per_warp": 9}}, {"launch-large"}),
     "positions": ({"positions": {"source": "decode_plan", "compress_ratio": 0}}, {"positions"}),
 }
 

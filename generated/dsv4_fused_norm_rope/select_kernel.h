@@ -158,11 +158,22 @@ struct Entry {
   const char* name_expression;  // the kernel as NVRTC names it
   const void* kernel;           // the kernel under nvcc (kgen_kernels::<uri>()), else nullptr
   int warps_per_block;
-  int tokens_per_warp;
+  int tokens_per_warp;         // per warp below large_min_tokens tokens
+  long long large_min_tokens;  // from this many tokens on (0: never) a warp owns large_tokens_per_warp
+  int large_tokens_per_warp;   // tokens (grid = ceil(N / (warps_per_block x tokens per warp)) blocks)
   long long page_size;
   long long bytes_per_token;
   long long page_bytes;
 };
+
+// Blocks of a launch over n tokens, of warps_per_block x 32 threads (kgen.layout.launch_shape): the kernel
+// takes its large-N path exactly when n >= large_min_tokens > 0, so the grid is sized by the same rule.
+inline long long launch_blocks(const Entry& e, long long n) {
+  const long long per_warp =
+      e.large_min_tokens > 0 && n >= e.large_min_tokens ? e.large_tokens_per_warp : e.tokens_per_warp;
+  const long long per_block = per_warp * e.warps_per_block;
+  return n > per_block ? (n + per_block - 1) / per_block : 1;
+}
 
 inline constexpr const char* kKeyFields = "input_dtype, head_dim, store.dtype, store.scale, layout.page_size";
 
@@ -220,6 +231,8 @@ inline Entry dsv4_indexer_bf16() {
 #endif
   e.warps_per_block = h::kWarpsPerBlock;
   e.tokens_per_warp = h::kTokensPerWarp;
+  e.large_min_tokens = h::kLargeMinTokens;
+  e.large_tokens_per_warp = h::kLargeTokensPerWarp;
   e.page_size = h::kPageSize;
   e.bytes_per_token = h::kBytesPerToken;
   e.page_bytes = h::kPageBytes;
@@ -246,6 +259,8 @@ inline Entry dsv4_indexer_fp4() {
 #endif
   e.warps_per_block = h::kWarpsPerBlock;
   e.tokens_per_warp = h::kTokensPerWarp;
+  e.large_min_tokens = h::kLargeMinTokens;
+  e.large_tokens_per_warp = h::kLargeTokensPerWarp;
   e.page_size = h::kPageSize;
   e.bytes_per_token = h::kBytesPerToken;
   e.page_bytes = h::kPageBytes;
@@ -272,6 +287,8 @@ inline Entry dsv4_indexer_fp8() {
 #endif
   e.warps_per_block = h::kWarpsPerBlock;
   e.tokens_per_warp = h::kTokensPerWarp;
+  e.large_min_tokens = h::kLargeMinTokens;
+  e.large_tokens_per_warp = h::kLargeTokensPerWarp;
   e.page_size = h::kPageSize;
   e.bytes_per_token = h::kBytesPerToken;
   e.page_bytes = h::kPageBytes;
@@ -298,6 +315,8 @@ inline Entry dsv4_latent_bf16() {
 #endif
   e.warps_per_block = h::kWarpsPerBlock;
   e.tokens_per_warp = h::kTokensPerWarp;
+  e.large_min_tokens = h::kLargeMinTokens;
+  e.large_tokens_per_warp = h::kLargeTokensPerWarp;
   e.page_size = h::kPageSize;
   e.bytes_per_token = h::kBytesPerToken;
   e.page_bytes = h::kPageBytes;
@@ -324,6 +343,8 @@ inline Entry dsv4_latent_fp8_p2() {
 #endif
   e.warps_per_block = h::kWarpsPerBlock;
   e.tokens_per_warp = h::kTokensPerWarp;
+  e.large_min_tokens = h::kLargeMinTokens;
+  e.large_tokens_per_warp = h::kLargeTokensPerWarp;
   e.page_size = h::kPageSize;
   e.bytes_per_token = h::kBytesPerToken;
   e.page_bytes = h::kPageBytes;
@@ -350,6 +371,8 @@ inline Entry dsv4_latent_fp8_p64() {
 #endif
   e.warps_per_block = h::kWarpsPerBlock;
   e.tokens_per_warp = h::kTokensPerWarp;
+  e.large_min_tokens = h::kLargeMinTokens;
+  e.large_tokens_per_warp = h::kLargeTokensPerWarp;
   e.page_size = h::kPageSize;
   e.bytes_per_token = h::kBytesPerToken;
   e.page_bytes = h::kPageBytes;
@@ -376,6 +399,8 @@ inline Entry dsv4_latent_fp8_uniform() {
 #endif
   e.warps_per_block = h::kWarpsPerBlock;
   e.tokens_per_warp = h::kTokensPerWarp;
+  e.large_min_tokens = h::kLargeMinTokens;
+  e.large_tokens_per_warp = h::kLargeTokensPerWarp;
   e.page_size = h::kPageSize;
   e.bytes_per_token = h::kBytesPerToken;
   e.page_bytes = h::kPageBytes;

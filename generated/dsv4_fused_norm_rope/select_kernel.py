@@ -51,6 +51,8 @@ CONSTANTS = {
         'TOKENS_PER_WARP': 2,
         'THREADS_PER_BLOCK': 128,
         'TOKENS_PER_BLOCK': 8,
+        'LARGE_MIN_TOKENS': 0,
+        'LARGE_TOKENS_PER_WARP': 4,
     },
     'dsv4_indexer_fp4': {
         'PAGE_SIZE': 64,
@@ -76,6 +78,8 @@ CONSTANTS = {
         'TOKENS_PER_WARP': 2,
         'THREADS_PER_BLOCK': 128,
         'TOKENS_PER_BLOCK': 8,
+        'LARGE_MIN_TOKENS': 0,
+        'LARGE_TOKENS_PER_WARP': 4,
     },
     'dsv4_indexer_fp8': {
         'PAGE_SIZE': 64,
@@ -101,6 +105,8 @@ CONSTANTS = {
         'TOKENS_PER_WARP': 2,
         'THREADS_PER_BLOCK': 128,
         'TOKENS_PER_BLOCK': 8,
+        'LARGE_MIN_TOKENS': 0,
+        'LARGE_TOKENS_PER_WARP': 4,
     },
     'dsv4_latent_bf16': {
         'PAGE_SIZE': 64,
@@ -126,6 +132,8 @@ CONSTANTS = {
         'TOKENS_PER_WARP': 2,
         'THREADS_PER_BLOCK': 128,
         'TOKENS_PER_BLOCK': 8,
+        'LARGE_MIN_TOKENS': 0,
+        'LARGE_TOKENS_PER_WARP': 4,
     },
     'dsv4_latent_fp8_p2': {
         'PAGE_SIZE': 2,
@@ -151,6 +159,8 @@ CONSTANTS = {
         'TOKENS_PER_WARP': 2,
         'THREADS_PER_BLOCK': 128,
         'TOKENS_PER_BLOCK': 8,
+        'LARGE_MIN_TOKENS': 0,
+        'LARGE_TOKENS_PER_WARP': 4,
     },
     'dsv4_latent_fp8_p64': {
         'PAGE_SIZE': 64,
@@ -176,6 +186,8 @@ CONSTANTS = {
         'TOKENS_PER_WARP': 2,
         'THREADS_PER_BLOCK': 128,
         'TOKENS_PER_BLOCK': 8,
+        'LARGE_MIN_TOKENS': 0,
+        'LARGE_TOKENS_PER_WARP': 4,
     },
     'dsv4_latent_fp8_uniform': {
         'PAGE_SIZE': 64,
@@ -201,6 +213,8 @@ CONSTANTS = {
         'TOKENS_PER_WARP': 2,
         'THREADS_PER_BLOCK': 128,
         'TOKENS_PER_BLOCK': 8,
+        'LARGE_MIN_TOKENS': 0,
+        'LARGE_TOKENS_PER_WARP': 4,
     },
 }
 

@@ -41,6 +41,8 @@ struct dsv4_latent_fp8_uniform {
   static constexpr long long kRopeDim = 64;
   static constexpr long long kWarpsPerBlock = 4;
   static constexpr long long kTokensPerWarp = 2;
+  static constexpr long long kLargeMinTokens = 0;
+  static constexpr long long kLargeTokensPerWarp = 4;
   static constexpr long long kValuesPerLane = 16;
   static constexpr long long kRopeStart = 448;
   static constexpr long long kQuantStart = 0;

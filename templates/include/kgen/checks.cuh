@@ -155,6 +155,13 @@ KGEN_HD constexpr bool launch() {
          C::kMinBlocksPerSm * C::kWarpsPerBlock <= kMaxWarpsPerSm;
 }
 
+constexpr long long kMaxNumTokens = 0x7fffffffLL;  // num_tokens is the ABI's int32
+
+template <class C> KGEN_HD constexpr bool launch_large() {
+  return 0 <= C::kLargeMinTokens && C::kLargeMinTokens <= kMaxNumTokens && 1 <= C::kLargeTokensPerWarp &&
+         C::kLargeTokensPerWarp <= kMaxTokensPerWarp;
+}
+
 constexpr long long kCompressRatioMax = 1 << 16;
 
 template <class C>
@@ -167,7 +174,7 @@ KGEN_HD constexpr bool all_rules() {
   return head_dim<C>() && rope_dim<C>() && rope_lanes<C>() && hadamard<C>() && norm_eps<C>() && store_scale_kind<C>() &&
          store_scale_fp4_block<C>() && store_block<C>() && store_rope_dtype<C>() && store_amax_floor<C>() &&
          page_size<C>() && page_align<C>() && scale_stride<C>() && layout_align<C>() && page_bytes_limit<C>() &&
-         launch<C>() && positions<C>();
+         launch<C>() && launch_large<C>() && positions<C>();
 }
 
 // The kernel's own reading of the spec: the spans it assumes (docs/numerics.md, layout.spans), which
@@ -228,6 +235,8 @@ struct Twins {
   static_assert(launch<C>(),
                 "[launch] warps_per_block must be in [1, 32], tokens_per_warp in [1, 8] and "
                 "min_blocks_per_sm x warps_per_block at most 64 resident warps");
+  static_assert(launch_large<C>(),
+                "[launch-large] large_min_tokens must be in [0, 2^31) and large_tokens_per_warp in [1, 8]");
   static_assert(positions<C>(), "[positions] a decode plan needs rope.dim > 0 and compress_ratio in [1, 65536]");
   static constexpr bool ok = all_rules<C>();
   static_assert(!ok || layout_agrees<C>(),

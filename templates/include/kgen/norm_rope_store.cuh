@@ -3,9 +3,10 @@
 // The arithmetic is docs/numerics.md, step for step; the byte offsets are kgen/layout.py's, handed
 // over by the rendered config (kgen_cfg::<variant>). One warp per token: lane l owns the
 // V = head_dim / 32 contiguous values [l*V, (l+1)*V). A warp owns `kTokensPerWarp` consecutive
-// tokens and issues all their global loads (slot, position, x row, then the freqs rows) before it
-// computes, for memory-level parallelism. No shared memory; every per-lane array is indexed only
-// by compile-time constants (fully unrolled loops), so it lives in registers.
+// tokens (`kLargeTokensPerWarp` from `kLargeMinTokens` tokens on) and issues all their global loads
+// (slot, position, x row, then the freqs rows) before it computes, for memory-level parallelism. No
+// shared memory; every per-lane array is indexed only by compile-time constants (fully unrolled
+// loops), so it lives in registers.
 //
 // ABI: one parameter, the config's `Params` struct (kgen/abi.py's NORM_ROPE_STORE table: the
 // fields, their shapes, the launch shape); every pointer 16-B aligned, no dynamic shared memory.
@@ -20,12 +21,14 @@
 namespace kgen {
 namespace detail {
 
-template <class Cfg>
+// TokensPerWarp: the launch shape's tokens per warp (Cfg::kTokensPerWarp, or kLargeTokensPerWarp on the
+// large-N path); every other parameter of the mapping is the config's.
+template <class Cfg, int TokensPerWarp>
 struct NormRopeStore {
   using In = typename Cfg::In;
 
   static constexpr int V = static_cast<int>(Cfg::kValuesPerLane);
-  static constexpr int T = static_cast<int>(Cfg::kTokensPerWarp);
+  static constexpr int T = TokensPerWarp;
   static constexpr int W = static_cast<int>(Cfg::kWarpsPerBlock);
   static constexpr int H = static_cast<int>(Cfg::kHeadDim);
 
@@ -582,7 +585,18 @@ __global__ void __launch_bounds__(rules::launch_threads<Cfg>(), rules::launch_mi
     norm_rope_store(const __grid_constant__ typename Cfg::Params p) {
   static_assert(sizeof(rules::Twins<Cfg>) > 0, "instantiates the rule twins");
   if constexpr (rules::Twins<Cfg>::run) {
-    detail::NormRopeStore<Cfg>::run(p);
+    // The launch shape by token count (launch.large_min_tokens): num_tokens is the same in every thread,
+    // so the branch never diverges, and the host sized the grid by the same rule (kgen.layout.launch_shape).
+    // Both paths write the same bytes: the shape decides which warp computes a token, not how.
+    constexpr int kSmall = static_cast<int>(Cfg::kTokensPerWarp);
+    constexpr int kLarge = static_cast<int>(Cfg::kLargeTokensPerWarp);
+    if constexpr (Cfg::kLargeMinTokens > 0 && kLarge != kSmall) {
+      if (p.num_tokens >= Cfg::kLargeMinTokens) {
+        detail::NormRopeStore<Cfg, kLarge>::run(p);
+        return;
+      }
+    }
+    detail::NormRopeStore<Cfg, kSmall>::run(p);
   }
 }
 
