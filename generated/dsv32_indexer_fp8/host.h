@@ -34,7 +34,7 @@ inline constexpr long long kWarpsPerBlock = 4;
 inline constexpr long long kTokensPerWarp = 2;
 inline constexpr long long kThreadsPerBlock = 128;
 inline constexpr long long kTokensPerBlock = 8;
-inline constexpr long long kLargeMinTokens = 0;
+inline constexpr long long kLargeMinTokens = 16384;
 inline constexpr long long kLargeTokensPerWarp = 4;
 
 }  // namespace dsv32_indexer_fp8

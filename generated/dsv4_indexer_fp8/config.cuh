@@ -41,7 +41,7 @@ struct dsv4_indexer_fp8 {
   static constexpr long long kRopeDim = 64;
   static constexpr long long kWarpsPerBlock = 4;
   static constexpr long long kTokensPerWarp = 2;
-  static constexpr long long kLargeMinTokens = 0;
+  static constexpr long long kLargeMinTokens = 16384;
   static constexpr long long kLargeTokensPerWarp = 4;
   static constexpr long long kValuesPerLane = 4;
   static constexpr long long kRopeStart = 64;

@@ -30,10 +30,10 @@ inline constexpr long long kBlock = 512;
 inline constexpr long long kPaddingBytes = 0;
 inline constexpr long long kHeadDim = 512;
 inline constexpr long long kRopeDim = 64;
-inline constexpr long long kWarpsPerBlock = 4;
+inline constexpr long long kWarpsPerBlock = 2;
 inline constexpr long long kTokensPerWarp = 2;
-inline constexpr long long kThreadsPerBlock = 128;
-inline constexpr long long kTokensPerBlock = 8;
+inline constexpr long long kThreadsPerBlock = 64;
+inline constexpr long long kTokensPerBlock = 4;
 inline constexpr long long kLargeMinTokens = 0;
 inline constexpr long long kLargeTokensPerWarp = 4;
 

@@ -39,7 +39,7 @@ struct dsv4_latent_fp8_uniform {
   static constexpr long long kBlock = 512;
   static constexpr long long kHeadDim = 512;
   static constexpr long long kRopeDim = 64;
-  static constexpr long long kWarpsPerBlock = 4;
+  static constexpr long long kWarpsPerBlock = 2;
   static constexpr long long kTokensPerWarp = 2;
   static constexpr long long kLargeMinTokens = 0;
   static constexpr long long kLargeTokensPerWarp = 4;
