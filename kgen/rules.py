@@ -37,6 +37,7 @@ HEAD_DIM_RANGE = (32, 1024)
 MAX_THREADS_PER_BLOCK = 1024
 MAX_TOKENS_PER_WARP = 8
 MAX_NUM_TOKENS = 2**31 - 1  # the kernel ABI's int32 num_tokens
+FAST_SCALES = ("none", "fp32")  # numerics fast: scales whose tolerance is stated (docs/numerics.md)
 INT64_RANGE = (-(1 << 63), (1 << 63) - 1)  # the rendered config's `long long` constants
 # C++ keywords and alternative tokens (C++20): a name becomes a struct, namespace and directory name
 CXX_KEYWORDS = frozenset("""
@@ -526,6 +527,24 @@ def rule_launch_large(spec: Spec, lay) -> Iterator[Problem]:
                  "tokens_per_warp: both shapes are the same launch, and the kernel carries a second copy of "
                  "its code for nothing", "set large_min_tokens to 0, or choose another large_tokens_per_warp",
                  severity="warning")
+
+
+@rule("numerics", "the fast numerics mode only where its stated tolerance holds")
+def rule_numerics(spec: Spec, lay) -> Iterator[Problem]:
+    if spec.numerics != "fast":
+        return
+    s = spec.store
+    if s.dtype != "fp8_e4m3" or s.rope_dtype is not None:
+        what = f"store.dtype {s.dtype}" if s.dtype != "fp8_e4m3" else f"kept RoPE dims in {s.rope_dtype}"
+        yield _p("numerics", ("numerics",), f"numerics fast with {what}: a fused multiply-add near a cancellation "
+                 "(RoPE's re*c - im*s ~ 0) changes a tiny result by many ulps, which a 16-bit value keeps (measured: "
+                 "13237 bf16 codes) and only an fp8 code quantized against its block's amax absorbs",
+                 "use numerics: exact, or an fp8_e4m3 store without rope_dtype")
+    elif s.scale not in FAST_SCALES:
+        yield _p("numerics", ("numerics",), f"numerics fast with scale {s.scale}: an amax a few ulps off can cross "
+                 "a power of two, and then every value of its block is one binade (8 codes) away from the "
+                 "reference's, outside the fast mode's tolerance (one code)",
+                 "use numerics: exact, or store.scale fp32")
 
 
 @rule("launch-occupancy", "min_blocks_per_sm is one each target's SM can hold (else ptxas ignores it)")

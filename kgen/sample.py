@@ -84,7 +84,8 @@ def spec_candidate(c: Chooser, *, name: str, kind: str | None = None, max_page_s
     align = c.choice((1, 16, 64, 576, 4096))
     if align != 1:
         layout["page_align"] = align
-    spec = {
+    launch: dict[str, Any] = {"warps_per_block": c.choice((1, 2, 4, 8, 16, 32)), "tokens_per_warp": c.choice((1, 2, 4))}
+    spec: dict[str, Any] = {
         "kgen": 1,
         "name": name,
         "input_dtype": c.choice(("fp32", "bf16", "fp16")),
@@ -94,11 +95,16 @@ def spec_candidate(c: Chooser, *, name: str, kind: str | None = None, max_page_s
         "hadamard": c.choice((False, True)),
         "store": store,
         "layout": layout,
-        "launch": {"warps_per_block": c.choice((1, 2, 4, 8, 16, 32)), "tokens_per_warp": c.choice((1, 2, 4))},
+        "launch": launch,
         "targets": list(targets),
     }
+    from .rules import FAST_SCALES
+
+    if store["dtype"] == "fp8_e4m3" and "rope_dtype" not in store and store["scale"] in FAST_SCALES \
+            and c.choice((False, False, True)):
+        spec["numerics"] = "fast"  # checked against its stated tolerance (kgen.compare)
     if c.choice((False, True)):  # the per-N shape, switching inside the token counts kgen test runs
-        spec["launch"].update(large_min_tokens=c.choice((7, 300, 4097)), large_tokens_per_warp=c.choice((1, 2, 4, 8)))
+        launch.update(large_min_tokens=c.choice((7, 300, 4097)), large_tokens_per_warp=c.choice((1, 2, 4, 8)))
     if c.choice((False, True)):
         del spec["launch"]  # the default launch shape
     return spec

@@ -22,6 +22,7 @@ ScaleKind = Literal["none", "fp32", "fp32_pow2", "ue8m0"]
 HalfDtype = Literal["bf16", "fp16"]
 ScaleMath = Literal["divide", "reciprocal"]
 PositionSource = Literal["array", "decode_plan"]
+Numerics = Literal["exact", "fast"]
 
 
 class _Model(BaseModel):
@@ -125,6 +126,13 @@ class Spec(_Model):
     store: Store
     layout: PageLayout
     host: Host | None = Field(None, description="what the engine allocates; checked against kgen's math")
+    numerics: Numerics = Field("exact", description="exact: the arithmetic of docs/numerics.md, the Torch "
+                               "reference's bytes. fast: fused multiply-adds (sum of squares, RoPE, layernorm), the "
+                               "norm's 1/sqrt as one approximate rsqrt, the Hadamard scale folded into the fp32 "
+                               "scale's multiplier; fewer instructions and registers, bytes within a stated "
+                               "tolerance of the reference (kgen test checks it: every differing value one code "
+                               "away, counted; fp32 scales within 16 ulps); fp8_e4m3 stores with scale none or fp32 "
+                               "and no rope_dtype only (rule numerics)")
     launch: Launch = Field(default_factory=Launch)
     targets: list[str] = Field(description="NVRTC architectures, e.g. sm_90a")
 

@@ -142,3 +142,21 @@ def test_asan_catches_a_kernel_run_on_another_specs_tensors(tmp_path):
     exe = build(old, tmp_path / "old")
     with pytest.raises(AssertionError, match="AddressSanitizer|SEGV"):
         run(new, exe, tmp_path, 7)
+
+
+FAST = {  # numerics fast: fp8 stores with scale fp32 or none (rule numerics)
+    "rmsnorm_interleaved_hadamard_fp32": EXPLICIT["large_n_indexer_fp8"],
+    "layernorm_neox_fp32_blocks": {**EXPLICIT["large_n_latent_neox"], "name": "fast2", "layout": {"page_size": 2},
+                                   "store": {"dtype": "fp8_e4m3", "scale": "fp32", "block": 64,
+                                             "bf16_roundtrip": True}},
+    "none_hadamard_fp8_unscaled": {**EXPLICIT["gpu_hyp_h2ql"], "name": "fast3", "store": {"dtype": "fp8_e4m3"}},
+}
+
+
+@needs_asan
+@pytest.mark.parametrize("name", sorted(FAST))
+def test_fast_numerics_within_tolerance_under_asan(name, tmp_path):
+    """numerics fast: the fused multiply-adds and the folded Hadamard scale keep every value within one
+    code of the exact reference and fp32 scales within kgen.compare.FAST_SCALE_ULPS (interleaved and
+    NeoX RoPE, rmsnorm, layernorm and none, fp32 block scales and unscaled fp8)."""
+    check(Spec.model_validate({**FAST[name], "numerics": "fast"}), tmp_path)

@@ -175,6 +175,12 @@ CASES = [
      "launch.large_min_tokens", None, ["large_min_tokens -1"]),
     ("launch-large-same", base_spec, _set("launch", {"large_min_tokens": 4096, "large_tokens_per_warp": 2}),
      "launch-large", "launch.large_tokens_per_warp", None, ["equals tokens_per_warp", "warning"]),
+    ("numerics-fast-pow2", fp8_spec, _all(_set("numerics", "fast"), _set("store.scale", "ue8m0")), "numerics",
+     "numerics", None, ["numerics fast with scale ue8m0", "binade"]),
+    ("numerics-fast-bf16", base_spec, _set("numerics", "fast"), "numerics", "numerics", None,
+     ["numerics fast with store.dtype bf16", "cancellation"]),
+    ("numerics-fast-kept", packed_latent_spec, _set("numerics", "fast"), "numerics", "numerics", None,
+     ["kept RoPE dims in bf16"]),
     # -- positions (SGLang's DecodePlan in place of the positions array)
     ("positions-plan-no-rope", base_spec,
      lambda d: (_set("positions", {"source": "decode_plan"})(d), _set("rope.dim", 0)(d)),
@@ -277,6 +283,9 @@ PASSING = [
     ("launch-min-blocks-edge", base_spec, _set("launch", {"warps_per_block": 8, "min_blocks_per_sm": 8})),
     ("launch-large-edges", base_spec, _set("launch", {"tokens_per_warp": 1, "large_min_tokens": 2**31 - 1,
                                                       "large_tokens_per_warp": 8})),
+    ("numerics-fast-fp32", fp8_spec, _set("numerics", "fast")),
+    ("numerics-fast-fp8-none", fp8_spec, _all(_set("numerics", "fast"), _set("store.scale", "none"),
+                                               _del("store.block"))),
     ("launch-large-off-any-tokens", base_spec, _set("launch", {"large_min_tokens": 0, "large_tokens_per_warp": 2})),
     ("all-targets", base_spec, _set("targets", ["sm_80", "sm_90a", "sm_100a", "sm_120a"])),
 ]
@@ -360,8 +369,8 @@ def test_rule_ids_are_stable():
     assert set(RULES) == {
         "name", "targets", "head-dim", "rope-dim", "rope-lanes", "hadamard", "norm-eps", "store-scale",
         "store-block", "store-rope-dtype", "store-amax-floor", "page-size", "page-align", "scale-stride",
-        "layout-align", "page-bytes-limit", "host", "launch", "launch-large", "positions", "launch-occupancy",
-        "int-range"}
+        "layout-align", "page-bytes-limit", "host", "launch", "launch-large", "positions", "numerics",
+        "launch-occupancy", "int-range"}
     twins = {r.id for r in RULES.values() if r.twin}
     assert "host" not in twins and "name" not in twins and "head-dim" in twins
 

@@ -725,3 +725,38 @@ def test_gpu_commands_refuse_bad_options_before_the_gpu(args, option):
     r = _kgen(*args, str(BF16), "--json") if args[0] == "test" else None
     if r is not None:  # test --json: the error document on stdout too
         assert r.returncode == 2 and json.loads(r.stdout)["errors"][0]["rule"] == "usage"
+
+
+@pytest.mark.parametrize("name", ["dsv4_indexer_fp8", "dsv4_latent_fp8_uniform"])
+def test_compare_fast_numerics_tolerance(name):
+    """numerics fast: every value one code away passes, however many (the count is reported); two codes
+    fail; an fp32 scale within compare.FAST_SCALE_ULPS ulps passes, one more fails."""
+    spec = ops.resolve_spec(f"{FAMILY}::{name}").model_copy(update={"numerics": "fast"})
+    a, loc = _ref_pair(spec)
+    lay = compute(spec)
+    written = [divmod(int(x), lay.page_size) for x in loc.tolist() if 0 <= x < a.shape[0] * lay.page_size]
+    b = a.clone()
+    width = 2 if spec.store.dtype == "bf16" else 1
+    for page, t in written:  # the lowest bit of every token's first value: one code each, 1/128 of the values
+        b[page, lay.value_offset(t) + lay.quant_row_offset] ^= 1
+    c = compare.compare_caches(spec, b, a, out_loc=loc, tokens=37)
+    assert c.ok, c.reason
+    assert c.diff_values == len(written) and c.max_code_distance == 1
+    assert c.diff_values > compare.QUANT_TOLERANCE * c.written_values  # beyond the exact mode's cap
+    exact = compare.compare_caches(spec.model_copy(update={"numerics": "exact"}), b, a, out_loc=loc, tokens=37)
+    assert not exact.ok
+    page, t = written[0]
+    b2 = a.clone()
+    b2[page, lay.value_offset(t) + lay.quant_row_offset + width - 1] ^= 0x02 if width == 1 else 0x01
+    c = compare.compare_caches(spec, b2, a, out_loc=loc, tokens=37)
+    assert not c.ok and c.max_code_distance >= 2, c.reason
+    if lay.scale_unit == 4:
+        import struct
+
+        off = lay.scale_offset(t, 0)
+        bits = struct.unpack("<I", bytes(a[page, off:off + 4].tolist()))[0]
+        for ulps, ok in ((compare.FAST_SCALE_ULPS, True), (compare.FAST_SCALE_ULPS + 1, False)):
+            b3 = a.clone()
+            b3[page, off:off + 4] = torch.tensor(list(struct.pack("<I", bits + ulps)), dtype=torch.uint8)
+            c = compare.compare_caches(spec, b3, a, out_loc=loc, tokens=37)
+            assert c.ok is ok and c.max_scale_distance == ulps, c.reason

@@ -57,6 +57,7 @@ struct dsv4_indexer_fp8 {
   static constexpr float kInvQuantMax = 0x1.24924a0000000p-9f;
   static constexpr float kHadamardScale = 0x1.6a09e60000000p-4f;
   static constexpr long long kMinBlocksPerSm = 0;
+  static constexpr long long kFastMath = 0;
   static constexpr long long kPdl = 1;
   static constexpr long long kDecodePlan = 0;
   static constexpr long long kCompressRatio = 4;

@@ -47,6 +47,8 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+// the GPU's rsqrtf is approximate (numerics fast); here the rounded 1 / sqrt, within its tolerance
+inline float rsqrtf(float a) { return 1.0f / std::sqrt(a); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 #include <math.h>
 

@@ -68,6 +68,13 @@ struct NormRopeStore {
   static constexpr int kQuantBytes = kNibblePairs ? 1 : static_cast<int>(Cfg::kQuantLaneBits / 8);
 
   static constexpr bool kKept = Cfg::kKeptLanes > 0;
+
+  // numerics: fast (docs/numerics.md, "Fast mode"): fused multiply-adds where exact mode rounds the product
+  // and the sum apart, the norm's 1 / sqrt as one approximate rsqrt, and the Hadamard's scale folded into
+  // the fp32 scale's multiplier (amax of the scaled values is the scaled amax: rounding is monotone)
+  static constexpr bool kFast = Cfg::kFastMath != 0;
+  static constexpr bool kFoldHadamard = kFast && Cfg::kHadamard && Cfg::kScaleKind == ScaleKind::fp32 &&
+                                        !Cfg::kBf16Roundtrip && !(Cfg::kKeptLanes > 0);
   static constexpr int kKeptLane0 = static_cast<int>(Cfg::kKeptLane0);
   static constexpr int kKeptLanes = static_cast<int>(Cfg::kKeptLanes);
   static constexpr int kKeptBytes = kKept ? static_cast<int>(Cfg::kKeptLaneBytes) : 2;
@@ -123,7 +130,7 @@ struct NormRopeStore {
   __device__ static __forceinline__ float warp_sum_squares(const float (&v)[V]) {
     float s = num::mul(v[0], v[0]);
 #pragma unroll
-    for (int k = 1; k < V; ++k) s = num::add(s, num::mul(v[k], v[k]));
+    for (int k = 1; k < V; ++k) s = kFast ? __fmaf_rn(v[k], v[k], s) : num::add(s, num::mul(v[k], v[k]));
     return butterfly_sum(s);
   }
 
@@ -203,7 +210,13 @@ struct NormRopeStore {
       return 1.0f;
     }
   }
-  __device__ static __forceinline__ float norm_r(float op) { return num::rcp(num::sqrt(op)); }
+  __device__ static __forceinline__ float norm_r(float op) {
+    if constexpr (kFast) {
+      return rsqrtf(op);  // approximate (a few ulps); no IEEE sqrt and reciprocal with their slow paths
+    } else {
+      return num::rcp(num::sqrt(op));
+    }
+  }
 
   // ---- one token (warp-uniform: every lane runs it, so the shuffles are full-warp) -----------
   // §2 (second half) to §5: v is the widened x after norm_operand, r its 1 / sqrt(mean + eps)
@@ -215,7 +228,9 @@ struct NormRopeStore {
       for (int k = 0; k < V; ++k) v[k] = num::mul(num::mul(v[k], r), w[k]);
     } else if constexpr (Cfg::kNormKind == NormKind::layernorm) {
 #pragma unroll
-      for (int k = 0; k < V; ++k) v[k] = num::add(num::mul(num::mul(v[k], r), w[k]), b[k]);
+      for (int k = 0; k < V; ++k) {
+        v[k] = kFast ? __fmaf_rn(num::mul(v[k], r), w[k], b[k]) : num::add(num::mul(num::mul(v[k], r), w[k]), b[k]);
+      }
     }
 
     // §3 RoPE
@@ -228,8 +243,13 @@ struct NormRopeStore {
           for (int k = 0; k < V; k += 2) {
             const float re = v[k], im = v[k + 1];
             const float c = __uint_as_float(fr.w[k]), s = __uint_as_float(fr.w[k + 1]);
-            v[k] = num::sub(num::mul(re, c), num::mul(im, s));
-            v[k + 1] = num::add(num::mul(re, s), num::mul(im, c));
+            if constexpr (kFast) {
+              v[k] = __fmaf_rn(re, c, -num::mul(im, s));
+              v[k + 1] = __fmaf_rn(re, s, num::mul(im, c));
+            } else {
+              v[k] = num::sub(num::mul(re, c), num::mul(im, s));
+              v[k + 1] = num::add(num::mul(re, s), num::mul(im, c));
+            }
           }
         }
       } else {
@@ -240,8 +260,12 @@ struct NormRopeStore {
           const float p = __shfl_sync(num::kFullMask, v[k], partner);
           if (in_rope) {
             const float c = __uint_as_float(fr.w[2 * k]), s = __uint_as_float(fr.w[2 * k + 1]);
-            v[k] = lower ? num::sub(num::mul(v[k], c), num::mul(p, s))   // re' = re*c - im*s
-                         : num::add(num::mul(p, s), num::mul(v[k], c));  // im' = re*s + im*c
+            if constexpr (kFast) {
+              v[k] = lower ? __fmaf_rn(v[k], c, -num::mul(p, s)) : __fmaf_rn(p, s, num::mul(v[k], c));
+            } else {
+              v[k] = lower ? num::sub(num::mul(v[k], c), num::mul(p, s))   // re' = re*c - im*s
+                           : num::add(num::mul(p, s), num::mul(v[k], c));  // im' = re*s + im*c
+            }
           }
         }
       }
@@ -273,7 +297,7 @@ struct NormRopeStore {
         }
       }
 #pragma unroll
-      for (int k = 0; k < V; ++k) v[k] = num::mul(v[k], Cfg::kHadamardScale);
+      for (int k = 0; k < V; ++k) v[k] = kFoldHadamard ? v[k] : num::mul(v[k], Cfg::kHadamardScale);
     }
 
     // §5 bf16 round trip, before any amax
@@ -285,7 +309,8 @@ struct NormRopeStore {
 
   // §6 first half: t = max(amax, floor) / QMAX of this lane's scale block (uniform over the block)
   __device__ static __forceinline__ float scale_operand(const float (&v)[V]) {
-    const float a = fmaxf(block_amax(v), Cfg::kAmaxFloor);
+    const float am = block_amax(v);  // with kFoldHadamard: of the unscaled values, scaled here (exactly)
+    const float a = fmaxf(kFoldHadamard ? num::mul(am, Cfg::kHadamardScale) : am, Cfg::kAmaxFloor);
     if constexpr (Cfg::kScaleMath != ScaleMath::divide) {
       return num::mul(a, Cfg::kInvQuantMax);
     } else if constexpr (kDivViaDouble) {
@@ -564,7 +589,7 @@ struct NormRopeStore {
             for (int j = 0; j < kGroup; ++j) inv[j] = num::rcp(ts[j]);
           }
 #pragma unroll
-          for (int j = 0; j < kGroup; ++j) sc[j].mult = inv[j];
+          for (int j = 0; j < kGroup; ++j) sc[j].mult = kFoldHadamard ? num::mul(inv[j], Cfg::kHadamardScale) : inv[j];
         }
       }
 #pragma unroll
