@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Session 2's writer confirmation run on the GPU machine (bench/results/h200-2026-11-30/writer2/README.md),
+# steps in order, each under its own limit (seconds):
+#   1. bench/writer_experiments.py --plan writer3: the shipped per-N launch, exact vs numerics fast -> lab.json
+#   2. kgen test of every shipped variant (byte-exact, N = 1 ... 1M) -> test.json
+#   3. kgen test of the fp8 indexer with numerics: fast (its stated tolerance) -> test_fast.json
+#   4. kgen test --sample 50 --seed 31 (random accepted specs; per-N shapes and fast ones among them) -> sample.json
+#   5. kgen bench of the shipped specs -> bench.json (+ the fast fp8 indexer -> bench_fast.json)
+#   6. ncu of PROFILE_SPECS at 1M tokens -> ncu.txt
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+PY=${KGEN_PY:-python3}
+export KGEN_CACHE_DIR=${KGEN_CACHE_DIR:-/tmp/kgen-cache} PYTHONUNBUFFERED=1 KGEN_BENCH_COMPILE=0
+"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "FATAL: wheels"; exit 3; }
+export PYTHONPATH=/tmp/site:$PWD
+T0=$(date +%s)
+step() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+lim() { timeout -s INT -k 10 "$@"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+SPECS="specs/dsv4.yaml specs/dsv32_indexer.yaml"
+FAST=/tmp/indexer_fp8_fast.yaml
+sed 's/^name: dsv4_indexer_fp8$/name: dsv4_indexer_fp8_fast/' specs/dsv4/indexer_fp8.yaml > $FAST && echo "numerics: fast" >> $FAST
+cp $FAST "$OUT/indexer_fp8_fast.yaml"
+step "lab writer3"
+lim "${T_LAB:-70}" "$PY" bench/writer_experiments.py --plan writer3 --json "$OUT/lab.json" > "$OUT/lab.txt" 2>&1
+echo "lab rc $?"; cut -c1-40,95-400 "$OUT/lab.txt" | tail -40
+step "kgen test $SPECS"
+lim "${T_TEST:-70}" "$PY" -m kgen test $SPECS --json > "$OUT/test.json"; echo "test rc $?"
+step "kgen test $FAST"
+lim "${T_FAST:-30}" "$PY" -m kgen test $FAST --json > "$OUT/test_fast.json"; echo "test fast rc $?"
+step "kgen test --sample 50 --seed 31"
+lim "${T_SAMPLE:-50}" "$PY" -m kgen test --sample 50 --seed 31 --json > "$OUT/sample.json"; echo "sample rc $?"
+step "kgen bench $SPECS"
+KGEN_BENCH_BUDGET_S=$(( ${T_BENCH:-90} - 10 )) lim "${T_BENCH:-90}" "$PY" -m kgen bench $SPECS \
+  --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1; echo "bench rc $?"; tail -30 "$OUT/bench.txt"
+lim "${T_BENCH_FAST:-25}" "$PY" -m kgen bench $FAST --json "$OUT/bench_fast.json" > "$OUT/bench_fast.txt" 2>&1
+echo "bench fast rc $?"; tail -8 "$OUT/bench_fast.txt"
+if [ -n "${PROFILE_SPECS:-}" ]; then
+  step "profile $PROFILE_SPECS"
+  OUT=$OUT KGEN_SKIP_WHEELS=1 timeout -k 10 "${T_PROFILE:-60}" bash scripts/device_run.sh profile > "$OUT/profile.log" 2>&1
+  echo "profile rc $?"
+  grep -E "^---|Registers Per|Achieved Occupancy|Theoretical Occ|DRAM Throughput|Compute \(SM\) Thr|Executed Instructions  |Duration" "$OUT/ncu.txt" | head -30
+fi
+step "summary"
+"$PY" - "$OUT" <<'PYEOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+for name in ("test.json", "test_fast.json", "sample.json"):
+    try:
+        d = json.loads((out / name).read_text())
+        bad = [e for e in d["results"] if not e.get("ok")]
+        print(f"{name}: ok={d['ok']} interrupted={d.get('interrupted')} cases={len(d['results'])} failing={len(bad)} "
+              f"min fraction={min(e.get('fraction', 0) for e in d['results']):.6f}")
+        for e in bad[:5]:
+            print("  FAIL", e.get("variant"), e.get("tokens"), e.get("reason") or e.get("error"))
+        if name == "test_fast.json":
+            for e in d["results"]:
+                print(f"  {e['tokens']:>8} diff values {e.get('diff_values')}/{e.get('written_values')} max codes "
+                      f"{e.get('max_code_distance')} scales {e.get('scale_mismatches')} max ulps {e.get('max_scale_distance')}")
+    except Exception as e:
+        print(name, "unreadable:", e)
+PYEOF
