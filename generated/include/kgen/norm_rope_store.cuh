@@ -73,16 +73,16 @@ struct NormRopeStore {
   // and the sum apart, the norm's 1 / sqrt as one approximate rsqrt, and the Hadamard's scale folded into
   // the fp32 scale's multiplier (amax of the scaled values is the scaled amax: rounding is monotone)
   static constexpr bool kFast = Cfg::kFastMath != 0;
-  static constexpr bool kFoldHadamard = kFast && Cfg::kHadamard && Cfg::kScaleKind == ScaleKind::fp32 &&
-                                        !Cfg::kBf16Roundtrip && !(Cfg::kKeptLanes > 0);
+  static constexpr bool kFoldHadamard =
+      kFast && Cfg::kHadamard && Cfg::kScaleKind == ScaleKind::fp32 && !Cfg::kBf16Roundtrip && !(Cfg::kKeptLanes > 0);
   static constexpr int kKeptLane0 = static_cast<int>(Cfg::kKeptLane0);
   static constexpr int kKeptLanes = static_cast<int>(Cfg::kKeptLanes);
   static constexpr int kKeptBytes = kKept ? static_cast<int>(Cfg::kKeptLaneBytes) : 2;
 
   // Quantizer scale math shortcuts, exact under compile-time conditions (numerics.cuh):
   // t = a / QMAX with a >= amax_floor is a normal fp32, so ceil_log2/exp2i need no subnormal path
-  static constexpr bool kScaleNormal = kScaled && (Cfg::kScaleMath == ScaleMath::divide
-                                                       ? Cfg::kAmaxFloor / Cfg::kQuantMax
+  static constexpr bool kScaleNormal =
+      kScaled && (Cfg::kScaleMath == ScaleMath::divide ? Cfg::kAmaxFloor / Cfg::kQuantMax
                                                        : Cfg::kAmaxFloor * Cfg::kInvQuantMax) >= 0x1p-126f;
   __host__ __device__ static constexpr long long odd_part(long long q) { return q % 2 == 0 ? odd_part(q / 2) : q; }
   // a / QMAX as one double multiply (num::div_via_double): QMAX an integer whose odd part is < 2^26,
@@ -187,7 +187,8 @@ struct NormRopeStore {
   __device__ static __forceinline__ Dst lane_dst(uint8_t* cache, int lane) {
     // lanes outside a span never store through its pointer: they get the span's lane 0 (no
     // out-of-object pointer arithmetic)
-    const int ql = static_cast<unsigned>(lane - kQuantLane0) < static_cast<unsigned>(kQuantLanes) ? lane - kQuantLane0 : 0;
+    const int ql =
+        static_cast<unsigned>(lane - kQuantLane0) < static_cast<unsigned>(kQuantLanes) ? lane - kQuantLane0 : 0;
     const int kl = static_cast<unsigned>(lane - kKeptLane0) < static_cast<unsigned>(kKeptLanes) ? lane - kKeptLane0 : 0;
     Dst d;
     d.q = cache + Cfg::kQuantRowOffset + (kNibblePairs ? (ql >> 1) : ql * kQuantBytes);
@@ -474,8 +475,8 @@ struct NormRopeStore {
     // token indices in 32 bits: a warp that owns no token leaves (whole warp: uniform), so from
     // here on first < num_tokens < 2^31 and first + j < 2^31 + T
     if (num_tokens <= 0 || blockIdx.x > 0x7fffffffu / static_cast<uint32_t>(W * T)) return;
-    const uint32_t first = (blockIdx.x * static_cast<uint32_t>(W) + static_cast<uint32_t>(warp)) *
-                           static_cast<uint32_t>(T);
+    const uint32_t first =
+        (blockIdx.x * static_cast<uint32_t>(W) + static_cast<uint32_t>(warp)) * static_cast<uint32_t>(T);
     const uint32_t ntok = static_cast<uint32_t>(num_tokens);
     if (first >= ntok) return;
     const In* const x_p = x + static_cast<unsigned long long>(first) * H + lane * V;
@@ -509,8 +510,8 @@ struct NormRopeStore {
         // (16 B, 16-B aligned) in place of the position: position = seq_len - R, and only the tokens
         // where the compressor emits a key are written (docs/numerics.md §0)
         const uint4 plan = __ldg(reinterpret_cast<const uint4*>(positions) + my_tok);
-        const bool emit = static_cast<int>(plan.y) >= 0 && static_cast<int>(plan.z) >= 0 && plan.x >= kRatio &&
-                          plan.x % kRatio == 0u;
+        const bool emit =
+            static_cast<int>(plan.y) >= 0 && static_cast<int>(plan.z) >= 0 && plan.x >= kRatio && plan.x % kRatio == 0u;
         my_pos = static_cast<long long>(plan.x) - static_cast<long long>(kRatio);
         if (!emit) my_loc = -1;
       } else if constexpr (kRope) {

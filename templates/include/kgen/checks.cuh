@@ -157,7 +157,8 @@ KGEN_HD constexpr bool launch() {
 
 constexpr long long kMaxNumTokens = 0x7fffffffLL;  // num_tokens is the ABI's int32
 
-template <class C> KGEN_HD constexpr bool launch_large() {
+template <class C>
+KGEN_HD constexpr bool launch_large() {
   return 0 <= C::kLargeMinTokens && C::kLargeMinTokens <= kMaxNumTokens && 1 <= C::kLargeTokensPerWarp &&
          C::kLargeTokensPerWarp <= kMaxTokensPerWarp;
 }
