@@ -75,6 +75,30 @@ def test_eager_op_matches_the_reference(name):
         _assert_same(spec, out, ref, args[5], n)
 
 
+def test_op_switches_to_the_large_launch_shape_byte_exact():
+    """The fp8 indexer's per-N launch (launch.large_min_tokens): through the op, just below, at and above
+    the threshold (the grid of each shape cached by the fast path), the bytes are the reference's."""
+    import torch
+
+    from kgen import ops
+    from kgen.layout import launch_shape
+
+    spec = ops.resolve(FP8).spec
+    m = spec.launch.large_min_tokens
+    assert m > 0 and spec.launch.large_tokens_per_warp != spec.launch.tokens_per_warp
+    for n in (m - 1, m, 2 * m + 3):
+        args, cache = _inputs(spec, n, seed=n)
+        ref = _reference(spec, args, cache)
+        out = cache.clone()
+        for _ in range(2):  # the slow path, then the cached shape
+            out.copy_(cache)
+            torch.ops.kgen.norm_rope_store(FP8, *args, out)
+            _assert_same(spec, out, ref, args[5], n)
+    w = spec.launch.warps_per_block
+    assert launch_shape(spec, m)[0] == -(-m // (w * spec.launch.large_tokens_per_warp))
+    assert launch_shape(spec, m - 1)[0] == -(-(m - 1) // (w * spec.launch.tokens_per_warp))
+
+
 def test_cuda_graph_capture_of_the_op():
     import torch
 
