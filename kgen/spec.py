@@ -93,9 +93,10 @@ class Launch(_Model):
 
     warps_per_block: int = Field(4, description="warps per thread block (one token per warp at a time)")
     tokens_per_warp: int = Field(2, description="tokens a warp loads before it computes (memory "
-                                 "parallelism); the grid shrinks accordingly. 2 is faster than the peer at "
-                                 "every N; 4 moves more bytes at 1M tokens (head_dim 128: 0.81 of copy against "
-                                 "0.77) but adds latency at small N (CUDA graph, 1 token: 1.5 us against 1.2)")
+                                 "parallelism); the grid shrinks accordingly (below `large_min_tokens`, if set). 2 "
+                                 "is faster than the peer at every N; 4 moves more bytes at 1M tokens (head_dim 128: "
+                                 "0.81 of copy against 0.77) but adds latency at small N (CUDA graph, 1 token: 1.5 us "
+                                 "against 1.2): the shipped indexers take 4 from 16384 tokens on")
     min_blocks_per_sm: int = Field(0, description="__launch_bounds__ minimum resident blocks per SM; "
                                    "caps registers at 65536 / (threads x this) for occupancy (0: no hint)")
     pdl: bool = Field(True, description="programmatic dependent launch on sm_90+: the kernel waits for the "
