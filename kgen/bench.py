@@ -321,7 +321,7 @@ class CompileState:
 def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate: CompileState,
                seed: int, positions: str = "random") -> dict:
     from . import ops, reference
-    from .layout import launch_shape
+    from .layout import launch_shape, tokens_per_warp
     from .runtime import load
 
     lay = compute(spec)
@@ -330,7 +330,8 @@ def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate
     loaded = load(spec)
     grid, block = launch_shape(spec, n)
     entry: dict = {"variant": spec.name, "tokens": n, "bytes": bm,
-                   "launch": {"grid": grid, "block": block, "arch": loaded.arch, "registers": loaded.registers(),
+                   "launch": {"grid": grid, "block": block, "tokens_per_warp": tokens_per_warp(spec, n),
+                              "numerics": spec.numerics, "arch": loaded.arch, "registers": loaded.registers(),
                               "spill_bytes": getattr(loaded.compiled, "spill_bytes", None),
                               "spec": spec.launch.model_dump()}}
 
