@@ -128,6 +128,10 @@ class Args:
     tensors: dict[str, Any]
     dims: dict[str, int]
     scalars: dict[str, int | float]
+    # the loaded cubin's target (kgen.runtime sets it): a kernel whose launch shape depends on the
+    # path its arch compiled (the reader's wgmma path on sm_90a) reads it; None: the portable path
+    target: str | None = None
+    tune: dict[str, int] | None = None  # the tuning the loaded kernel was rendered with (None: the default)
 
     def __getattr__(self, name: str) -> Any:
         d = self.__dict__
@@ -159,6 +163,8 @@ class KernelAbi:
     doc: str = ""
     # blocks may also be a (x, y, z) tuple; dynamic shared memory of a launch (bytes)
     shared_bytes: Callable[[Args], int] = lambda a: 0
+    # the launch wants the SM's largest shared-memory carveout (several CTAs of large staging per SM)
+    prefers_shared: Callable[[Args], bool] = lambda a: False
 
     # ---- layout of the struct (the C rules: natural alignment, padded to the largest) ----------
 
@@ -503,6 +509,12 @@ def _reader_launch(a: Args):
     return launch_of(a)
 
 
+def _reader_wgmma(a: Args) -> bool:
+    from .indexer import runs_wgmma
+
+    return runs_wgmma(a.spec, a.target, a.tune)
+
+
 INDEXER_LOGITS = KernelAbi(
     kernel="indexer_logits",
     version=1,
@@ -532,6 +544,7 @@ INDEXER_LOGITS = KernelAbi(
     ),
     grid=lambda a: _reader_launch(a)[:2],
     shared_bytes=lambda a: _reader_launch(a)[2],
+    prefers_shared=lambda a: _reader_wgmma(a),
 )
 
 KERNELS: dict[str, KernelAbi] = {a.kernel: a for a in (NORM_ROPE_STORE, INDEXER_LOGITS)}

@@ -57,6 +57,14 @@ def runs_on(target: str, capability: tuple[int, int]) -> bool:
     return dev_minor >= minor
 
 
+def has_wgmma(target: str) -> bool:
+    """Does a cubin for `target` have the warpgroup tensor-core instructions (wgmma, sm_90a only:
+    they are arch-specific, so neither sm_90 nor any sm_100 target has them)? The reader's kernel
+    compiles its wgmma path under the same condition (__CUDA_ARCH_FEAT_SM90_ALL)."""
+    parsed = parse(target)
+    return parsed is not None and parsed == (9, 0, "a")
+
+
 def pick(capability: tuple[int, int], targets: list[str]) -> str | None:
     """The best of `targets` for a device: an exact match ('a' first: it may use the arch-specific
     instructions, then 'f', then plain), else the compatible one with the highest minor."""

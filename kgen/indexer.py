@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from . import layout as L
+from .arch import has_wgmma
 from .spec import Spec
 
 READER_DTYPES = ("bf16", "fp8_e4m3", "fp4_e2m1")  # q: bf16, fp8 e4m3, bf16 (kgen.score takes these)
@@ -65,8 +66,15 @@ def sm_count(device) -> int:
 def launch_of(args) -> tuple:
     """(grid (x, y, z), threads, dynamic shared bytes) of the checked arguments `args` (kgen.abi.Args)."""
     grid, threads, smem, _ = L.reader_launch(args.spec, int(args.dims["B"]), int(args.dims["next_n"]),
-                                             int(args.dims["max_seq_len"]), sm_count(args.tensors["q"].device))
+                                             int(args.dims["max_seq_len"]), sm_count(args.tensors["q"].device),
+                                             wgmma=runs_wgmma(args.spec, args.target, args.tune), tune=args.tune)
     return grid, threads, smem
+
+
+def runs_wgmma(spec: Spec, target: str | None, tune: dict | None = None) -> bool:
+    """Does the reader rendered with `tune` and compiled for `target` (None: not a GPU cubin, e.g. the
+    CPU emulation) run the wgmma path? The kernel's twin is KGEN_READER_WGMMA and kReaderWgmma."""
+    return target is not None and has_wgmma(target) and L.reader_wg_enabled(L.compute(spec), tune)
 
 
 def check(spec: Spec, q, weights, cache, block_table, seq_lens, max_seq_len, logits=None, *,

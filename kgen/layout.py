@@ -526,11 +526,104 @@ def reader_tokens_per_cta(spec: Spec) -> int:
 # kReaderHeadPasses passes (fewer accumulator registers; the rows stay in registers).
 # By key dtype; chosen on the H200 (bench/results/h200-2026-11-30/reader/run2-f16-widened: no prefetch
 # was fastest or within noise at every (B, keys) for fp8 and bf16; a prefetched tile costs registers).
+# kReaderWgStages: the wgmma path's ring of staged chunks (kReaderWgmma 1: the path runs where it can);
+# kReaderWgL2Prefetch: the L2 prefetch size (0, 128, 256 B) of its key copies. 3 stages, no prefetch:
+# bench/results/h200-2026-11-30/reader2 (2 stages is faster for fp8 below 128 x 64K keys and not there;
+# a 256-B prefetch helps bf16 at 64K keys and slows fp8 at 128 x 64K).
 READER_TUNING_DEFAULTS = {
-    "bf16": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2},
-    "fp8_e4m3": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2},
-    "fp4_e2m1": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2},
+    "bf16": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
+             "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0},
+    "fp8_e4m3": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
+                 "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0},
+    "fp4_e2m1": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
+                 "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0},
 }
+
+
+# The sm_90a path (wgmma, kgen.arch.has_wgmma): a tile of READER_WG_TILE_KEYS consecutive keys is the
+# A operand (M = 64 keys, K-major), q of one token the B operand (N = 64 heads, K-major), both in shared
+# memory in the 128-B swizzled layout wgmma reads (8 rows x 128 B repeat: every operand base 1024-B
+# aligned). A key row's quantized bytes are staged in chunks of READER_WG_CHUNK_BYTES (one swizzle
+# atom's width: 4 k-steps of 32 B, k32 for fp8, k16 for bf16) by cp.async, each stage one chunk of the
+# tile's 64 rows plus a 4-B word per row (the fp32 scale, or 1; NaN for a row whose page is outside
+# the table or cache), kReaderWgStages stages in a ring (a tuning: all of them in flight while the
+# CTA waits for the oldest). Shared memory of a CTA scoring `ntok` tokens: the alignment pad, the
+# stages, and per token its q (chunks x 8 KB) and fp32 weights; above 48 KB the launch opts in.
+READER_WG_TILE_KEYS = 64  # wgmma m64: keys per tile
+READER_WG_CHUNK_BYTES = 128  # one 128-B swizzle atom's width of a key row (and of q's rows)
+READER_WG_ALIGN = 1024  # the 128-B swizzle pattern repeats every 1024 B: operand bases aligned to it
+READER_WG_ROW_INFO_BYTES = 4  # per key row and stage: its scale (fp32) or 1, NaN where the page is bad
+READER_WG_MAX_TOKENS = 2  # query tokens (MTP) a CTA scores from one staging of the keys
+READER_MAX_SMEM_BYTES = 227 * 1024  # dynamic shared memory one CTA may opt in to (sm_90)
+READER_SM_SHARED_BYTES = 228 * 1024  # shared memory of an sm_90 SM; the driver keeps 1 KB per CTA
+READER_CTA_RESERVED_BYTES = 1024
+READER_WG_MAX_CTAS = 16  # CTAs per SM the launch plans for at most (16 x 128 threads: the SM's 2048)
+
+
+def reader_wg_chunks(lay: Layout) -> int:
+    """Staged chunks per key row (0: rows are not whole 128-B atoms)."""
+    return lay.row_bytes // READER_WG_CHUNK_BYTES if lay.row_bytes % READER_WG_CHUNK_BYTES == 0 else 0
+
+
+def reader_wg_smem_bytes(lay: Layout, ntok: int, stages: int) -> int:
+    """Dynamic shared memory of a wgmma-path CTA scoring `ntok` query tokens through `stages` stages."""
+    tile = READER_WG_TILE_KEYS
+    stage = tile * READER_WG_CHUNK_BYTES + tile * READER_WG_ROW_INFO_BYTES
+    token = reader_wg_chunks(lay) * READER_HEADS * READER_WG_CHUNK_BYTES + 4 * READER_HEADS
+    return READER_WG_ALIGN + stages * stage + ntok * token
+
+
+def reader_wg_tokens_per_cta(lay: Layout, stages: int) -> int:
+    """Query tokens a wgmma-path CTA scores together (their q in shared memory): up to
+    READER_WG_MAX_TOKENS, 1 when a row is several chunks (each token would keep its own accumulators
+    across the chunks); 0: one token does not fit."""
+    chunks = reader_wg_chunks(lay)
+    fits = [t for t in range(1, READER_WG_MAX_TOKENS + 1)
+            if reader_wg_smem_bytes(lay, t, stages) <= READER_MAX_SMEM_BYTES]
+    if not chunks or not fits:
+        return 0
+    return 1 if chunks > 1 else max(fits)
+
+
+def reader_wgmma(lay: Layout, stages: int) -> bool:
+    """Can the wgmma path read this layout? bf16 or fp8 keys, rows of whole 128-B chunks at offset 0 of
+    16-B aligned pages (cp.async of 16 B), no scale or one 4-B scale per token at 4-B aligned offsets,
+    and one token's q fitting shared memory. Otherwise the mma.sync path runs on sm_90a too."""
+    spec = lay.spec
+    dtype = spec.store.dtype
+    if dtype not in ("bf16", "fp8_e4m3") or lay.kept_span.size or lay.quant_row_offset:
+        return False
+    if lay.page_bytes % 16 or lay.row_bytes % 16 or not reader_wg_chunks(lay) or stages < 2:
+        return False
+    if lay.blocks_per_token:  # scaled
+        if dtype != "fp8_e4m3" or lay.blocks_per_token != 1 or lay.scale_unit != 4:
+            return False
+        if lay.scale_region_offset % 4 or lay.scale_stride % 4:
+            return False
+    return reader_wg_tokens_per_cta(lay, stages) >= 1
+
+
+def reader_wg_ctas_per_sm(lay: Layout, ntok: int, stages: int) -> int:
+    """CTAs of the wgmma path one SM holds (shared memory bound; the kernel's __launch_bounds__ caps
+    its registers for the one-token count, so registers do not bind first)."""
+    per = reader_wg_smem_bytes(lay, ntok, stages) + READER_CTA_RESERVED_BYTES
+    return max(1, min(READER_WG_MAX_CTAS, READER_SM_SHARED_BYTES // per))
+
+
+def reader_wg_stages(lay: Layout, tune: dict[str, int] | None = None) -> int:
+    """The stages of the wgmma path: the tuning's (READER_TUNING_DEFAULTS by key dtype, `tune` over it)."""
+    return int({**_tuning(lay.spec), **(tune or {})}["kReaderWgStages"])
+
+
+def reader_wg_enabled(lay: Layout, tune: dict[str, int] | None = None) -> bool:
+    """Does the reader rendered with `tune` take the wgmma path where the arch has it? The layout must
+    allow it and the tuning want it (kReaderWgmma 0: the mma.sync path, the bench's comparison)."""
+    merged = {**_tuning(lay.spec), **(tune or {})}
+    return bool(merged["kReaderWgmma"]) and reader_wgmma(lay, int(merged["kReaderWgStages"]))
+
+
+def _tuning(spec: Spec) -> dict[str, int]:
+    return READER_TUNING_DEFAULTS.get(spec.store.dtype, READER_TUNING_DEFAULTS["bf16"])
 
 
 def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[str, object]:
@@ -540,6 +633,8 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
     key_bits = VALUE_BITS[spec.store.dtype]
     chunk_elems = READER_CHUNK_BYTES * 8 // key_bits
     groups = lay.quant_bytes // READER_GROUP_BYTES
+    stages = reader_wg_stages(lay, tune)
+    wg = reader_wg_enabled(lay, tune)
     return {
         "kReaderHeads": READER_HEADS,
         "kReaderWarps": READER_WARPS,
@@ -554,8 +649,15 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         "kReaderKeyVectorBytes": reader_key_vector_bytes(lay),
         "kReaderQTokenBytes": reader_q_token_bytes(spec),
         "kReaderTokensPerCta": reader_tokens_per_cta(spec),
-        **READER_TUNING_DEFAULTS.get(spec.store.dtype, READER_TUNING_DEFAULTS["bf16"]),
+        "kReaderWgTileKeys": READER_WG_TILE_KEYS,
+        "kReaderWgChunkBytes": READER_WG_CHUNK_BYTES,
+        "kReaderWgChunks": reader_wg_chunks(lay) if wg else 0,
+        "kReaderWgAlign": READER_WG_ALIGN,
+        "kReaderWgTokensPerCta": reader_wg_tokens_per_cta(lay, stages) if wg else 0,
+        "kReaderWgMinBlocks": reader_wg_ctas_per_sm(lay, 1, stages) if wg else 0,
+        **_tuning(spec),
         **(tune or {}),
+        "kReaderWgmma": int(wg),  # the tuning's wish, where the path reads the layout
     }
 
 
@@ -576,12 +678,35 @@ def reader_keys_per_cta(batch: int, token_groups: int, max_seq_len: int, sm_coun
     return per
 
 
-def reader_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_count: int
-                  ) -> tuple[tuple[int, int, int], int, int, int]:
+def reader_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_count: int, *, wgmma: bool = False,
+                  tune: dict[str, int] | None = None) -> tuple[tuple[int, int, int], int, int, int]:
     """((grid x, y, z), threads, dynamic shared bytes, keys per CTA) of an indexer_logits launch:
-    x splits the context, y is the sequence, z the groups of query tokens."""
+    x splits the context, y is the sequence, z the groups of query tokens. `wgmma`: the cubin runs the
+    sm_90a path (kgen.indexer.runs_wgmma); `tune`: the tuning it was rendered with."""
+    if wgmma:
+        return reader_wg_launch(spec, batch, next_n, max_seq_len, sm_count, tune)
     tpc = reader_tokens_per_cta(spec)
     groups = -(-next_n // tpc)
     per = reader_keys_per_cta(batch, groups, max_seq_len, sm_count)
     grid = (max(1, -(-max_seq_len // per)), batch, groups)
     return grid, reader_threads(), min(tpc, next_n) * reader_q_token_bytes(spec), per
+
+
+def reader_wg_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_count: int,
+                     tune: dict[str, int] | None = None) -> tuple[tuple[int, int, int], int, int, int]:
+    """The wgmma path's launch: one wave. The CTAs an SM holds at once times the SMs, split evenly over
+    the (sequence, token group) pairs; each CTA's slice of the context whole 64-key tiles (the kernel
+    derives the same slice from gridDim.x). A DRAM-bound kernel gains nothing from a second wave but a
+    tail."""
+    lay = compute(spec)
+    stages = reader_wg_stages(lay, tune)
+    tpc = reader_wg_tokens_per_cta(lay, stages)
+    ntok = min(tpc, next_n)
+    groups = -(-next_n // tpc)
+    slots = max(1, sm_count) * reader_wg_ctas_per_sm(lay, ntok, stages)
+    tile = READER_WG_TILE_KEYS
+    tiles = max(1, -(-max_seq_len // tile))
+    split = max(1, min(tiles, slots // max(1, batch * groups)))
+    per = -(-tiles // split) * tile
+    grid = (max(1, -(-max_seq_len // per)), batch, groups)
+    return grid, reader_threads(), reader_wg_smem_bytes(lay, ntok, stages), per

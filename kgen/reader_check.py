@@ -28,12 +28,12 @@ from .spec import Spec
 TOPK = 512
 ERROR_BOUND = 1e-3  # of max |logit|
 HEADS = L.READER_HEADS
-BENCH_SHAPES = ((1, 4096), (1, 65536), (32, 4096), (32, 65536), (128, 65536))
+BENCH_SHAPES = ((1, 4096), (1, 65536), (1, 262144), (32, 4096), (32, 65536), (128, 4096), (128, 65536))
 BYTE_MODEL = ("per key: layout.bytes_per_token read (its row and scales as stored) + 4 B of fp32 logit written; "
               "q, weights and the block table not counted. GB/s = bytes / time / 1e9")
 # DeepGEMM fp8_paged_mqa_logits on the H200 (bench-method.md: same inputs shape, same method)
-PEER_US = {(1, 4096): (6.8, 3.4), (1, 65536): (9.6, 4.5), (32, 4096): (12.6, 5.7), (32, 65536): (81.3, 73.1),
-           (128, 65536): (283.2, 274.5)}
+PEER_US = {(1, 4096): (6.8, 3.4), (1, 65536): (9.6, 4.5), (1, 262144): (18.4, 8.1), (32, 4096): (12.6, 5.7),
+           (32, 65536): (81.3, 73.1), (128, 4096): (28.9, 21.9), (128, 65536): (283.2, 274.5)}
 
 
 @dataclass
@@ -199,7 +199,7 @@ def tuned_kernel(spec: Spec, tune: dict | None):
         function, oc = RT._load_kernel(ck)
         _tuned[key] = RT.LoadedKernel(spec=spec, layout=base.layout, arch=base.arch, device_index=base.device_index,
                                       device_name=base.device_name, compiled=ck, kernel=function, object_code=oc,
-                                      abi=INDEXER_LOGITS)
+                                      abi=INDEXER_LOGITS, tune=dict(tune))
     return _tuned[key]
 
 

@@ -20,6 +20,7 @@ torch and cuda.core are imported lazily: importing this module costs nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import sys
 import threading
@@ -149,6 +150,9 @@ def current_stream_handle() -> int:
     return int(torch_or_none().cuda.current_stream().cuda_stream)
 
 
+DEFAULT_SHARED_BYTES = 48 * 1024  # dynamic shared memory a launch gets without opting in
+
+
 class LaunchError(KgenError, RuntimeError):
     """The driver refused a launch."""
 
@@ -174,6 +178,8 @@ class PreparedLaunch:
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block, 1, 1
         cfg.sharedMemBytes = args.abi.shared_bytes(args)
+        if cfg.sharedMemBytes > DEFAULT_SHARED_BYTES or args.abi.prefers_shared(args):
+            loaded.allow_shared_bytes(cfg.sharedMemBytes, carveout=args.abi.prefers_shared(args))
         attrs = []
         if programmatic_stream_serialization:
             a = drv.CUlaunchAttribute()
@@ -187,6 +193,7 @@ class PreparedLaunch:
         self._success = drv.CUresult.CUDA_SUCCESS
 
     def fill(self, args: Args) -> None:
+        args = self._loaded._targeted(args)
         if args.grid() != (self.grid, self.block):
             raise ValueError("fill: another launch shape; prepare a new launch")
         self.params.fill(args.values())
@@ -217,6 +224,8 @@ class LoadedKernel:
     kernel: Any  # cuda.core Kernel
     object_code: Any = None
     abi: KernelAbi = NORM_ROPE_STORE
+    tune: dict[str, int] | None = None  # the reader's tuning overrides it was rendered with (the bench's)
+    _shared_allowed: tuple[int, bool] = (DEFAULT_SHARED_BYTES, False)
 
     @property
     def uri(self) -> str:
@@ -238,17 +247,46 @@ class LoadedKernel:
     def prepare(self, args: Args, *, programmatic_stream_serialization: bool | None = None) -> PreparedLaunch:
         """A launch of `args` (checked by `self.abi`) to call later, any number of times. PDL by default
         exactly when the kernel waits for its predecessor (`pdl`); False forces a plain launch."""
+        args = self._targeted(args)
         pss = self.pdl if programmatic_stream_serialization is None else programmatic_stream_serialization
         if pss and not self.pdl:
             raise ValueError(f"{self.uri}: a PDL launch of a kernel that does not wait for its predecessor "
                              "(launch.pdl off or an arch before sm_90) would race with it")
         return PreparedLaunch(self, args, programmatic_stream_serialization=pss)
 
+    def _targeted(self, args: Args) -> Args:
+        """`args` with this cubin's target, which decides the launch shape of an arch-dependent path."""
+        if args.target == self.arch and args.tune == self.tune:
+            return args
+        return dataclasses.replace(args, target=self.arch, tune=self.tune)
+
     def launch(self, args: Args, stream: int | None = None) -> None:
         """Launch on `stream` (a CUstream value; default: torch's current stream). N == 0: nothing."""
         if args.scalars.get("num_tokens", 1) <= 0:
             return
         self.prepare(args)(stream)
+
+    def allow_shared_bytes(self, nbytes: int, *, carveout: bool = False) -> None:
+        """Opt the kernel in to `nbytes` of dynamic shared memory (above the 48 KB every kernel may use)
+        and, with `carveout`, ask for the largest shared-memory carveout of the SM (several such CTAs
+        per SM); once per setting. A refusal is a LaunchError naming the size."""
+        want = (max(nbytes, self._shared_allowed[0]), carveout or self._shared_allowed[1])
+        if want == self._shared_allowed:
+            return
+        drv = _driver()
+        attrs = [(drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, want[0])]
+        if want[1]:
+            attrs.append((drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100))
+        for attr, value in attrs:
+            (err,) = drv.cuFuncSetAttribute(self.function, attr, int(value))
+            if err != drv.CUresult.CUDA_SUCCESS:  # a context-less CUkernel handle: set it for this device
+                (err,) = drv.cuKernelSetAttribute(attr, int(value), drv.CUkernel(int(self.function)),
+                                                  drv.CUdevice(self.device_index))
+            if err != drv.CUresult.CUDA_SUCCESS:
+                _, text = drv.cuGetErrorString(err)
+                text = text.decode() if isinstance(text, bytes) else str(text)
+                raise LaunchError([Problem("launch", f"{self.uri}: {attr.name} = {value} refused: {err!r} ({text})")])
+        self._shared_allowed = want
 
     def registers(self) -> int | None:
         try:

@@ -167,6 +167,62 @@ def test_reader_launch_covers_every_logit(B, next_n, keys):
         assert gx >= 32  # a short context is split over many SMs
 
 
+@pytest.mark.parametrize("key", ["fp8", "bf16", "dsv32"])
+@pytest.mark.parametrize("B,next_n,keys", [(1, 1, 4096), (1, 1, 65536), (1, 1, 262144), (32, 1, 4096),
+                                           (128, 1, 65536), (3, 7, 1000), (2, 2, 1), (1, 1, 63), (500, 3, 70000)])
+def test_wgmma_launch_covers_every_logit_in_one_wave(key, B, next_n, keys):
+    spec = spec_of(key)
+    lay = L.compute(spec)
+    stages = L.reader_wg_stages(lay)
+    assert L.reader_wgmma(lay, stages) and L.reader_wg_enabled(lay)
+    (gx, gy, gz), threads, smem, per = L.reader_launch(spec, B, next_n, keys, 132, wgmma=True)
+    tile = L.READER_WG_TILE_KEYS
+    tpc = L.reader_wg_tokens_per_cta(lay, stages)
+    assert threads == 128 and per % tile == 0 and gy == B and gz == -(-next_n // tpc)
+    # the kernel's slice: ceil(tiles / gx) whole tiles; together they cover the context
+    tiles = -(-keys // tile)
+    kernel_per = -(-tiles // gx) * tile
+    assert gx * kernel_per >= keys and kernel_per <= per and (gx - 1) * kernel_per < max(keys, 1)
+    ntok = min(tpc, next_n)
+    assert smem == L.reader_wg_smem_bytes(lay, ntok, stages) <= L.READER_MAX_SMEM_BYTES
+    slots = 132 * L.reader_wg_ctas_per_sm(lay, ntok, stages)
+    assert gx * gy * gz <= max(slots, B * gz)  # one wave unless the sequences alone are more CTAs
+    if (B, keys) == (1, 4096):
+        assert gx == 64  # a short context: one tile per CTA, 64 SMs busy
+
+
+def test_wgmma_path_choice():
+    from kgen.arch import has_wgmma
+    from kgen.indexer import runs_wgmma
+
+    assert has_wgmma("sm_90a") and not any(has_wgmma(t) for t in ("sm_90", "sm_100a", "sm_100f", "sm_80", "x"))
+    fp8, bf16, fp4 = spec_of("fp8"), spec_of("bf16"), spec_of("fp4")
+    assert runs_wgmma(fp8, "sm_90a") and runs_wgmma(bf16, "sm_90a")
+    assert not runs_wgmma(fp4, "sm_90a")  # no fp4 wgmma on sm_90: the mma.sync path widens it
+    assert not runs_wgmma(fp8, "sm_90") and not runs_wgmma(fp8, None)  # the CPU emulation: mma.sync
+    # layouts the path cannot stage: ue8m0 scale bytes, rows that are not whole 128-B atoms
+    assert not L.reader_wg_enabled(L.compute(with_(fp8, store={"scale": "ue8m0"})))
+    assert not L.reader_wg_enabled(L.compute(with_(fp8, head_dim=64)))
+    assert not runs_wgmma(fp8, "sm_90a", {"kReaderWgmma": 0})
+    c = L.reader_constants(L.compute(fp8), {"kReaderWgmma": 0})
+    assert c["kReaderWgmma"] == 0 and c["kReaderWgChunks"] == 0 and c["kReaderWgTokensPerCta"] == 0
+
+
+@pytest.mark.parametrize("old,new", [
+    ("kReaderWgChunks = 1;", "kReaderWgChunks = 2;"),
+    ("kReaderWgTokensPerCta = 2;", "kReaderWgTokensPerCta = 3;"),
+    ("kReaderWgMinBlocks = 6;", "kReaderWgMinBlocks = 7;"),
+    ("kReaderWgChunkBytes = 128;", "kReaderWgChunkBytes = 64;"),
+])
+def test_wgmma_constant_twins_fire(old, new, cache):
+    rv = render_reader(spec_of("fp8"))
+    key = "dsv4_indexer_fp8/logits_config.cuh"
+    assert old in rv.files[key]
+    k, log = compile_log(replace(rv, files={**rv.files, key: rv.files[key].replace(old, new)}), cache)
+    assert k is None
+    assert "reader-constants" in ASSERT_RE.findall(log), log[-2000:]
+
+
 # ---------------------------------------------------------------------------------------------
 # argument checks: metadata only, before any launch, each naming its argument
 

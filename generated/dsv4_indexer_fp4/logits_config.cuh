@@ -22,9 +22,18 @@ struct dsv4_indexer_fp4 : kgen_cfg::dsv4_indexer_fp4 {
   static constexpr long long kReaderKeyVectorBytes = 16;
   static constexpr long long kReaderQTokenBytes = 16640;
   static constexpr long long kReaderTokensPerCta = 2;
+  static constexpr long long kReaderWgTileKeys = 64;
+  static constexpr long long kReaderWgChunkBytes = 128;
+  static constexpr long long kReaderWgChunks = 0;
+  static constexpr long long kReaderWgAlign = 1024;
+  static constexpr long long kReaderWgTokensPerCta = 0;
+  static constexpr long long kReaderWgMinBlocks = 0;
   static constexpr long long kReaderPrefetch = 0;
   static constexpr long long kReaderMinBlocks = 0;
   static constexpr long long kReaderHeadPasses = 2;
+  static constexpr long long kReaderWgmma = 0;
+  static constexpr long long kReaderWgStages = 3;
+  static constexpr long long kReaderWgL2Prefetch = 0;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
   // describes it (ABI version 1) and packs the same bytes for every launch.

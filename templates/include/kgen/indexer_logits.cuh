@@ -17,6 +17,11 @@
 // reader's constants (layout.reader_constants). Reader::Twins re-derives every fact the reader
 // relies on from the raw spec values, so writer and reader cannot disagree about a byte.
 //
+// Two paths, one launch shape each (kgen.indexer.runs_wgmma decides on the host, KGEN_READER_WGMMA and
+// kReaderWgmma in the kernel): on sm_90a, for bf16 and fp8 keys whose rows are whole 128-B chunks, the
+// wgmma path (WgLogits below: 64-key tiles staged by cp.async, q . k on wgmma, one wave of CTAs);
+// elsewhere (other archs, fp4 keys, other layouts, the CPU emulation) the mma.sync path described next.
+//
 // Work split: grid (x: slices of the context, y: sequence b, z: groups of query tokens); a CTA scores
 // ceil(max_seq_len / gridDim.x) keys rounded up to whole iterations (kgen.layout.reader_launch).
 // A CTA stages its tokens' q (in the mma fragment order, see below) and weights in shared memory,
@@ -36,6 +41,15 @@
 
 #ifndef KGEN_DYNAMIC_SMEM
 #define KGEN_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
+// The sm_90a path (wgmma + cp.async) is compiled for sm_90a only (the arch-specific feature macro);
+// elsewhere, and under the CPU emulation, the mma.sync path. kgen.arch.has_wgmma is the host's twin:
+// it picks the launch (grid, shared memory) of the path the loaded cubin runs.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(KGEN_CPU_SHIM)
+#define KGEN_READER_WGMMA 1
+#else
+#define KGEN_READER_WGMMA 0
 #endif
 
 namespace kgen {
@@ -79,6 +93,47 @@ template <class C> KGEN_HD constexpr bool layout_agrees() {
          (1ll << C::kPageShift) == C::kPageSize;
 }
 
+// The sm_90a (wgmma) path's facts (kgen/layout.py's reader_wg_* functions), re-derived.
+constexpr long long kWgTileKeys = 64, kWgChunkBytes = 128, kWgAlign = 1024, kWgRowInfoBytes = 4, kWgMaxTokens = 2;
+constexpr long long kMaxSmemBytes = 227 * 1024, kSmSharedBytes = 228 * 1024, kCtaReservedBytes = 1024;
+constexpr long long kWgMaxCtas = 16;
+template <class C> KGEN_HD constexpr long long wg_chunks() {
+  return C::kRowBytes % kWgChunkBytes == 0 ? C::kRowBytes / kWgChunkBytes : 0;
+}
+template <class C> KGEN_HD constexpr long long wg_smem(long long ntok) {
+  return kWgAlign + C::kReaderWgStages * kWgTileKeys * (kWgChunkBytes + kWgRowInfoBytes) +
+         ntok * (wg_chunks<C>() * C::kReaderHeads * kWgChunkBytes + 4 * C::kReaderHeads);
+}
+template <class C> KGEN_HD constexpr long long wg_tokens() {
+  long long t = 0;
+  for (long long n = 1; n <= kWgMaxTokens; ++n) {
+    if (wg_smem<C>(n) <= kMaxSmemBytes) t = n;
+  }
+  return wg_chunks<C>() == 0 ? 0 : wg_chunks<C>() > 1 ? min2(t, 1) : t;
+}
+template <class C> KGEN_HD constexpr bool wg_readable() {
+  const bool scaled = C::kScaleKind != ScaleKind::none;
+  return (C::kStoreDtype == Dtype::bf16 || C::kStoreDtype == Dtype::fp8_e4m3) && C::kKeptDim == 0 &&
+         C::kQuantRowOffset == 0 && C::kPageBytes % 16 == 0 && C::kRowBytes % 16 == 0 && wg_chunks<C>() > 0 &&
+         C::kReaderWgStages >= 2 &&
+         (!scaled || (C::kStoreDtype == Dtype::fp8_e4m3 && C::kBlocksPerToken == 1 && C::kScaleUnit == 4 &&
+                      C::kScaleRegionOffset % 4 == 0 && C::kScaleStride % 4 == 0)) &&
+         wg_tokens<C>() >= 1;
+}
+template <class C> KGEN_HD constexpr long long wg_ctas_per_sm() {
+  const long long n = kSmSharedBytes / (wg_smem<C>(1) + kCtaReservedBytes);
+  return n < 1 ? 1 : min2(n, kWgMaxCtas);
+}
+// kReaderWgmma 0 on a layout the path reads: the mma.sync path on sm_90a too (the bench compares them)
+template <class C> KGEN_HD constexpr bool wg_constants_agree() {
+  const bool wg = C::kReaderWgmma == 1;
+  return (C::kReaderWgmma == 0 || (wg && wg_readable<C>())) && C::kReaderWgTileKeys == kWgTileKeys &&
+         C::kReaderWgChunkBytes == kWgChunkBytes && C::kReaderWgAlign == kWgAlign && C::kReaderWgStages >= 2 &&
+         C::kReaderWgChunks == (wg ? wg_chunks<C>() : 0) && C::kReaderWgTokensPerCta == (wg ? wg_tokens<C>() : 0) &&
+         C::kReaderWgMinBlocks == (wg ? wg_ctas_per_sm<C>() : 0) &&
+         (C::kReaderWgL2Prefetch == 0 || C::kReaderWgL2Prefetch == 128 || C::kReaderWgL2Prefetch == 256);
+}
+
 // The reader's own constants, re-derived.
 template <class C> KGEN_HD constexpr bool constants_agree() {
   const long long chunk_elems = kChunkBytes * 8 / bits_of(C::kStoreDtype);
@@ -99,7 +154,7 @@ template <class C> KGEN_HD constexpr bool constants_agree() {
          (C::kReaderPrefetch == 0 || C::kReaderPrefetch == 1) && C::kReaderMinBlocks >= 0 &&
          C::kReaderHeadPasses >= 1 && (C::kReaderHeads / 8) % C::kReaderHeadPasses == 0 &&
          C::kReaderMinBlocks * C::kReaderWarps <= 64 &&
-         (C::kScaleKind == ScaleKind::none || C::kScaleRegionOffset % C::kScaleUnit == 0);
+         (C::kScaleKind == ScaleKind::none || C::kScaleRegionOffset % C::kScaleUnit == 0) && wg_constants_agree<C>();
 }
 
 template <class C>
@@ -118,6 +173,16 @@ struct Twins {
 struct NoTwins { static constexpr bool run = false; };
 template <bool RulesOk, class C> struct TwinsIf { using type = Twins<C>; };
 template <class C> struct TwinsIf<false, C> { using type = NoTwins; };
+
+// __launch_bounds__' minimum CTAs per SM of the path this compilation runs (wgmma: the CTAs the
+// launch plans per SM, so that registers never bind before shared memory does)
+template <class C> KGEN_HD constexpr int min_blocks() {
+#if KGEN_READER_WGMMA
+  return static_cast<int>(C::kReaderWgmma ? C::kReaderWgMinBlocks : C::kReaderMinBlocks);
+#else
+  return static_cast<int>(C::kReaderMinBlocks);
+#endif
+}
 
 }  // namespace reader
 
@@ -534,15 +599,362 @@ struct IndexerLogits {
   }
 };
 
+
+#if KGEN_READER_WGMMA
+// ---------------------------------------------------------------------------------------------------
+// The sm_90a path. A CTA is one warpgroup. Per tile of 64 consecutive keys (wgmma M = 64: the key rows,
+// K-major, the A operand) and query token (N = 64 heads: q, K-major, the B operand, staged once), the
+// q.k products of one 128-B chunk of the rows are 4 wgmma k-steps of 32 B (m64n64k32 e4m3 for fp8,
+// m64n64k16 bf16 for bf16) into 32 fp32 accumulators per thread. The rows' chunks are staged by
+// cp.async (16 B per thread and row, zero-filled for keys not read) into a ring of kReaderWgStages
+// shared-memory stages, two in flight while one is multiplied; several CTAs per SM hide each other's
+// epilogues. Keys are read in place: every row's page comes from the block table (any page size).
+//
+// Accumulator layout (PTX wgmma, f32 D of m64nN): thread (warp w, gid = lane / 4, tig = lane % 4) holds
+// d[4j + 2i + c] = row 16w + gid + 8i, column (head) 8j + 2tig + c. The sum over heads is per thread
+// (relu, * w), then over the quad's 4 lanes; lanes tig 0 and 1 store rows gid and gid + 8.
+namespace wg {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16 B global -> shared, bypassing L1; `bytes` 0 reads nothing and writes zeros. Prefetch: the L2 fetches
+// the aligned 128 or 256 B around the address (the key rows of a tile are consecutive in their page)
+template <int Prefetch = 0>
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src, uint32_t bytes) {
+  if constexpr (Prefetch == 256) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+  } else if constexpr (Prefetch == 128) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+  } else {
+    static_assert(Prefetch == 0, "L2 prefetch of 0, 128 or 256 B");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+  }
+}
+__device__ __forceinline__ void cp4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+// shared memory written by the generic proxy (cp.async, st.shared) before wgmma (the async proxy) reads it
+__device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void mma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void mma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void mma_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// Shared-memory matrix descriptor of a K-major operand in the 128-B swizzle: start address, leading
+// byte offset 16 (unused by a K-major swizzled operand), stride 1024 B between 8-row groups, mode 1.
+__device__ __forceinline__ unsigned long long desc_sw128(uint32_t addr) {
+  return static_cast<unsigned long long>((addr & 0x3FFFFu) >> 4) | (static_cast<unsigned long long>(1) << 16) |
+         (static_cast<unsigned long long>(1024 >> 4) << 32) | (static_cast<unsigned long long>(1) << 62);
+}
+
+// d (+)= A * B for one 32-B k-step: accumulate = 0 overwrites d
+__device__ __forceinline__ void mma_e4m3(float (&d)[32], unsigned long long a, unsigned long long b, uint32_t accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+__device__ __forceinline__ void mma_bf16(float (&d)[32], unsigned long long a, unsigned long long b, uint32_t accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+// the accumulators are read only after the wait: no instruction may move above it
+__device__ __forceinline__ void keep(float (&d)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+}  // namespace wg
+
+template <class C>
+struct WgLogits {
+  static constexpr int H = static_cast<int>(C::kReaderHeads);
+  static constexpr int kTile = static_cast<int>(C::kReaderWgTileKeys);
+  static constexpr int kChunkBytes = static_cast<int>(C::kReaderWgChunkBytes);
+  static constexpr int kChunks = static_cast<int>(C::kReaderWgChunks);
+  static constexpr int kStages = static_cast<int>(C::kReaderWgStages);
+  static constexpr int kTokens = static_cast<int>(C::kReaderWgTokensPerCta);
+  static constexpr int kAlign = static_cast<int>(C::kReaderWgAlign);
+  static constexpr int kThreads = static_cast<int>(C::kReaderWarps) * 32;
+  static constexpr bool kFp8 = C::kStoreDtype == Dtype::fp8_e4m3;
+  static constexpr bool kScaled = C::kScaleKind != ScaleKind::none;
+  static constexpr int kStageBytes = kTile * kChunkBytes;  // one chunk of the tile's rows
+  static constexpr int kQChunkBytes = H * kChunkBytes;     // one chunk of a token's q rows
+  static constexpr int kColumns = kChunkBytes / 16;        // 16-B columns of a chunk row
+  static constexpr int kLoadRows = kThreads / kColumns;    // rows one pass of the CTA's threads stages
+  static constexpr int kRowsPerThread = kTile / kLoadRows;
+  static constexpr int kSteps = kChunkBytes / 32;  // wgmma k-steps of 32 B (k32 e4m3, k16 bf16)
+  static constexpr long long kRowBytes = C::kRowBytes;
+  static constexpr long long kPageBytes = C::kPageBytes;
+  static constexpr int kPageShift = static_cast<int>(C::kPageShift);
+  static constexpr int kL2Prefetch = static_cast<int>(C::kReaderWgL2Prefetch);
+
+  static_assert(kThreads == 128, "[wgmma] one warpgroup per CTA");
+  static_assert(H == 64 && kTile == 64, "[wgmma] m64n64: 64 keys x 64 heads per instruction");
+  static_assert(kChunkBytes == 128 && kRowBytes == kChunks * kChunkBytes, "[wgmma] rows of whole 128-B swizzle atoms");
+  static_assert(reader::q_bytes(C::kStoreDtype) * C::kHeadDim == kRowBytes, "q rows are key rows' width");
+  static_assert(kStageBytes % kAlign == 0 && kQChunkBytes % kAlign == 0, "[wgmma] operand bases 1024-B aligned");
+  static_assert(kChunks == 1 || kTokens == 1, "several chunks per row: one token's accumulators per CTA");
+  static_assert(kStages >= 2 && kTile % kLoadRows == 0, "staging shape");
+  static_assert(reader::wg_smem<C>(kTokens) <= reader::kMaxSmemBytes, "[wgmma] shared memory within 227 KB");
+
+  // byte offset of 16-B column c of row r in a 128-B swizzled chunk (8 rows x 128 B repeat)
+  __device__ static __forceinline__ uint32_t swizzled(int r, int c) {
+    return static_cast<uint32_t>(r * kChunkBytes + ((c ^ (r & 7)) << 4));
+  }
+
+  struct Smem {
+    unsigned char* keys;  // kStages x kStageBytes
+    unsigned char* q;     // ntok x kChunks x kQChunkBytes
+    float* row_info;      // kStages x kTile: scale (or 1), NaN for a row whose page is bad
+    float* w;             // ntok x H
+  };
+
+  // Where the thread's kRowsPerThread rows of a tile (rows r0 + j * kLoadRows) live. `whole`: the page
+  // of a tile that lies in one page (page_size a multiple of 64) and is read entirely (every key
+  // visible to some token here, inside the slice, the page inside the table and cache): its rows are
+  // consecutive, so the copies need no per-row arithmetic; -1 otherwise, and then `rows` holds each
+  // row's page: the table's entry, -1 for a row not read, -2 for a visible row whose page lies outside
+  // the table or the cache (its logit is NaN). Looked up one tile ahead of the copies, so the table's
+  // latency is not on their path.
+  struct Pages {
+    int whole;
+    int rows[kRowsPerThread];
+  };
+  static constexpr bool kWholePages = C::kPageSize % kTile == 0;
+
+  __device__ static __forceinline__ void lookup(const typename C::Params& p, const int* table, int tile,
+                                                long long key0, int visible_end, int key_end, int r0, Pages& pg) {
+    const int k0 = static_cast<int>(key0) + tile * kTile;
+    pg.whole = -1;
+    if constexpr (kWholePages) {
+      // the entry is loaded before the visibility test: for the first tile its latency overlaps seq_lens'
+      const int c = k0 >> kPageShift;
+      const int page = c < p.max_pages && k0 < key_end ? __ldg(table + c) : -1;
+      if (k0 + kTile <= min(visible_end, key_end) && page >= 0 && page < p.num_pages) {
+        pg.whole = page;
+        return;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; ++j) {
+      const int key = k0 + r0 + j * kLoadRows;
+      pg.rows[j] = -1;
+      if (key < visible_end && key < key_end) {
+        const int c = key >> kPageShift;
+        const int page = c < p.max_pages ? __ldg(table + c) : -1;
+        pg.rows[j] = page >= 0 && page < p.num_pages ? page : -2;
+      }
+    }
+  }
+
+  // Stages chunk kc of tile `tile` (load u) into stage u % kStages: the thread's 16-B column of its
+  // rows, and with the last chunk each row's info word.
+  __device__ static __forceinline__ void issue(const typename C::Params& p, const Smem& sm, int u, long long key0,
+                                               const Pages& pg, int tid) {
+    const int tile = u / kChunks, kc = u % kChunks, s = u % kStages;
+    const int k0 = static_cast<int>(key0) + tile * kTile;
+    const int col = tid % kColumns, r0 = tid / kColumns;
+    // row r0 + j * kLoadRows lands at dst + j * kDstRowStep (the swizzle repeats every 8 rows)
+    const uint32_t dst = wg::smem_addr(sm.keys + s * kStageBytes) + swizzled(r0, col);
+    constexpr uint32_t kDstRowStep = kLoadRows * kChunkBytes;
+    static_assert(kLoadRows % 8 == 0, "a thread's rows share their swizzle phase");
+    const int slot0 = k0 & static_cast<int>(C::kPageSize - 1);
+    float* info = sm.row_info + s * kTile;
+    if (kWholePages && pg.whole >= 0) {
+      const uint8_t* page = p.cache + static_cast<long long>(pg.whole) * kPageBytes;
+      const uint8_t* src = page + (slot0 + r0) * kRowBytes + kc * kChunkBytes + col * 16;
+#pragma unroll
+      for (int j = 0; j < kRowsPerThread; ++j) {
+        wg::cp16<kL2Prefetch>(dst + j * kDstRowStep, src + j * kLoadRows * kRowBytes, 16u);
+      }
+      if (kc == kChunks - 1) {
+        if constexpr (kScaled && C::kScaleStride == 4 && C::kScaleRegionOffset % 16 == 0) {
+          // the tile's 64 scales are 256 consecutive bytes (slot0 is a multiple of 64): 16 copies of 16 B
+          if (tid < kTile / 4) {
+            wg::cp16(wg::smem_addr(info + 4 * tid), page + C::kScaleRegionOffset + (slot0 + 4 * tid) * 4, 16u);
+          }
+        } else if constexpr (kScaled) {
+          if (tid < kTile) wg::cp4(wg::smem_addr(info + tid), page + C::kScaleRegionOffset + (slot0 + tid) * C::kScaleStride);
+        } else {
+          if (tid < kTile) info[tid] = 1.0f;
+        }
+      }
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; ++j) {
+      const int r = r0 + j * kLoadRows;
+      const int slot = (k0 + r) & static_cast<int>(C::kPageSize - 1);
+      const uint8_t* page = pg.rows[j] >= 0 ? p.cache + static_cast<long long>(pg.rows[j]) * kPageBytes : nullptr;
+      const uint8_t* src = page ? page + slot * kRowBytes + kc * kChunkBytes + col * 16 : p.cache;
+      wg::cp16(dst + j * kDstRowStep, src, page ? 16u : 0u);
+      if (kc == kChunks - 1 && col == 0) {
+        if (kScaled && page != nullptr) {
+          wg::cp4(wg::smem_addr(info + r), page + C::kScaleRegionOffset + slot * C::kScaleStride);
+        } else {
+          info[r] = pg.rows[j] == -2 ? __int_as_float(0x7fc00000) : 1.0f;
+        }
+      }
+    }
+  }
+
+  __device__ static void run(const typename C::Params& p) {
+    KGEN_DYNAMIC_SMEM(smem);
+    const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+    const int gid = lane / 4, tig = lane % 4;
+    const int b = blockIdx.y;
+    const int t0 = blockIdx.z * kTokens;
+    const int ntok = min(kTokens, p.next_n - t0);
+    // keys per CTA: the context's tiles split evenly over gridDim.x (kgen.layout.reader_wg_launch)
+    const int tiles = (p.max_seq_len + kTile - 1) / kTile;
+    const int per_cta = (tiles + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x) * kTile;
+    const long long key0 = static_cast<long long>(blockIdx.x) * per_cta;
+    if (key0 >= p.max_seq_len) return;  // the whole CTA, before any barrier
+    const int key_end = static_cast<int>(min(static_cast<long long>(p.max_seq_len), key0 + per_cta));
+    const int ntiles = (key_end - static_cast<int>(key0) + kTile - 1) / kTile;
+    const int nloads = ntiles * kChunks;
+
+    // the carve-up, from a 1024-B aligned base inside the launch's dynamic shared memory (which the
+    // host sized as reader::wg_smem: a launch for the other path would not fit, and stops here)
+    const uint32_t raw = wg::smem_addr(smem);
+    const uint32_t pad = (kAlign - raw % kAlign) % kAlign;
+    uint32_t dynamic_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(dynamic_bytes));
+    if (static_cast<long long>(dynamic_bytes) < reader::wg_smem<C>(ntok) - kAlign + pad) __trap();
+    Smem sm;
+    sm.keys = smem + pad;
+    sm.q = sm.keys + kStages * kStageBytes;
+    sm.row_info = reinterpret_cast<float*>(sm.q + ntok * kChunks * kQChunkBytes);
+    sm.w = sm.row_info + kStages * kTile;
+
+    const int seq_len = __ldg(p.seq_lens + b);
+    const int* table = p.block_table + static_cast<long long>(b) * p.max_pages;
+    const int visible_end = seq_len - p.next_n + t0 + ntok;  // past the last key any token here sees
+    const long long q_token0 = static_cast<long long>(b) * p.next_n + t0;
+    const int r0 = tid / kColumns;
+
+    // q of this CTA's tokens (swizzled, as the B operand) joins the first copy group; the weights
+    // are plain loads (seen after the first barrier)
+    Pages pages;
+    lookup(p, table, 0, key0, visible_end, key_end, r0, pages);
+    for (int i = tid; i < ntok * kChunks * H * kColumns; i += kThreads) {
+      const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
+      const int t = i / (kColumns * H * kChunks);
+      const uint8_t* src = p.q + ((q_token0 + t) * H + h) * kRowBytes + kc * kChunkBytes + col * 16;
+      wg::cp16(wg::smem_addr(sm.q + (t * kChunks + kc) * kQChunkBytes) + swizzled(h, col), src, 16u);
+    }
+    for (int i = tid; i < ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
+    // loads 0 .. kStages - 2 now; load u + kStages - 1 is issued in iteration u, before its wait, into
+    // the stage load u - 1 used: kStages loads in flight while the CTA waits for the oldest
+#pragma unroll
+    for (int u = 0; u < kStages - 1; ++u) {
+      if (u < nloads) {
+        issue(p, sm, u, key0, pages, tid);
+        if (u % kChunks == kChunks - 1) lookup(p, table, u / kChunks + 1, key0, visible_end, key_end, r0, pages);
+      }
+      wg::commit();
+    }
+
+    float acc[32];
+#pragma unroll 1
+    for (int u = 0; u < nloads; ++u) {
+      const int next = u + kStages - 1;
+      if (next < nloads) {
+        if (u > 0) __syncthreads();  // every thread is done with load u - 1's stage (and its row info)
+        issue(p, sm, next, key0, pages, tid);
+        if (next % kChunks == kChunks - 1) {
+          lookup(p, table, next / kChunks + 1, key0, visible_end, key_end, r0, pages);
+        }
+      }
+      wg::commit();
+      wg::wait<kStages - 1>();  // load u has landed (this thread's part) ...
+      wg::fence_async_proxy();
+      __syncthreads();  // ... everyone's
+      const int kc = u % kChunks, s = u % kStages;
+      const int k0 = static_cast<int>(key0) + u / kChunks * kTile;
+      const uint32_t a0 = wg::smem_addr(sm.keys + s * kStageBytes);
+#pragma unroll 1
+      for (int t = 0; t < ntok; ++t) {
+        const int visible_t = seq_len - p.next_n + 1 + t0 + t;  // keys [0, visible_t) are token t's
+        const bool any = k0 < visible_t;  // a tile none of whose keys the token sees costs no mma
+        if (any) {
+          const uint32_t b0 = wg::smem_addr(sm.q + (t * kChunks + kc) * kQChunkBytes);
+          wg::mma_fence();
+#pragma unroll
+          for (int k = 0; k < kSteps; ++k) {
+            const unsigned long long da = wg::desc_sw128(a0 + 32 * k), db = wg::desc_sw128(b0 + 32 * k);
+            const uint32_t accumulate = kc > 0 || k > 0 ? 1u : 0u;
+            if constexpr (kFp8) {
+              wg::mma_e4m3(acc, da, db, accumulate);
+            } else {
+              wg::mma_bf16(acc, da, db, accumulate);
+            }
+          }
+          wg::mma_commit();
+          wg::mma_wait();
+          wg::keep(acc);
+        }
+        if (kc == kChunks - 1) {
+          finish(p, acc, any, sm.w + t * H, sm.row_info + s * kTile, b, t0 + t, k0, key_end, visible_t, warp, gid,
+                 tig);
+        }
+      }
+    }
+  }
+
+  __device__ static __forceinline__ void finish(const typename C::Params& p, const float (&acc)[32], bool any,
+                                                const float* wt, const float* info, int b, int t, int k0,
+                                                int key_end, int visible_t, int warp, int gid, int tig) {
+    float v0 = 0.0f, v1 = 0.0f;  // rows gid and gid + 8 of the warp's 16
+    if (any) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float2 w = *reinterpret_cast<const float2*>(wt + 8 * j + 2 * tig);
+        v0 = fmaf(w.x, fmaxf(acc[4 * j], 0.0f), v0);
+        v0 = fmaf(w.y, fmaxf(acc[4 * j + 1], 0.0f), v0);
+        v1 = fmaf(w.x, fmaxf(acc[4 * j + 2], 0.0f), v1);
+        v1 = fmaf(w.y, fmaxf(acc[4 * j + 3], 0.0f), v1);
+      }
+      v0 += __shfl_xor_sync(num::kFullMask, v0, 1);
+      v0 += __shfl_xor_sync(num::kFullMask, v0, 2);
+      v1 += __shfl_xor_sync(num::kFullMask, v1, 1);
+      v1 += __shfl_xor_sync(num::kFullMask, v1, 2);
+    }
+    if (tig < 2) {
+      const int r = 16 * warp + gid + 8 * tig, key = k0 + r;
+      if (key < key_end) {
+        const float out = key < visible_t ? (tig ? v1 : v0) * info[r] : -__int_as_float(0x7f800000);
+        p.logits[(static_cast<long long>(b) * p.next_n + t) * p.max_seq_len + key] = out;
+      }
+    }
+  }
+};
+#endif  // KGEN_READER_WGMMA
+
 }  // namespace detail
 
 template <class C>
-__global__ void __launch_bounds__(C::kReaderWarps * 32, C::kReaderMinBlocks) indexer_logits(const __grid_constant__ typename C::Params p) {
+__global__ void __launch_bounds__(C::kReaderWarps * 32, reader::min_blocks<C>()) indexer_logits(const __grid_constant__ typename C::Params p) {
   // the writer's rule twins first (a spec no rule accepts has no layout to read), then the reader's
   static_assert(sizeof(rules::Twins<C>) > 0, "instantiates the rule twins");
   static_assert(sizeof(typename reader::TwinsIf<rules::Twins<C>::run, C>::type) > 0, "the reader's twins");
   if constexpr (reader::TwinsIf<rules::Twins<C>::run, C>::type::run) {
+#if KGEN_READER_WGMMA
+    if constexpr (C::kReaderWgmma != 0) {
+      detail::WgLogits<C>::run(p);
+    } else {
+      detail::IndexerLogits<C>::run(p);
+    }
+#else
     detail::IndexerLogits<C>::run(p);
+#endif
   }
 }
 
