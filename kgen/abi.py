@@ -510,9 +510,9 @@ def _reader_launch(a: Args):
 
 
 def _reader_wgmma(a: Args) -> bool:
-    from .indexer import runs_wgmma
+    from .indexer import launch_wgmma
 
-    return runs_wgmma(a.spec, a.target, a.tune)
+    return launch_wgmma(a)
 
 
 INDEXER_LOGITS = KernelAbi(

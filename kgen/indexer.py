@@ -63,18 +63,41 @@ def sm_count(device) -> int:
     return n
 
 
+_launches: dict[tuple, tuple] = {}  # launch_of's memo: (spec, launch, wgmma) by the spec's id and the sizes
+
+
+def _launch_entry(args) -> tuple:
+    spec = args.spec
+    tune = tuple(sorted(args.tune.items())) if args.tune else ()
+    key = (id(spec), args.target, tune, int(args.dims["B"]), int(args.dims["next_n"]), int(args.dims["max_seq_len"]),
+           sm_count(args.tensors["q"].device))
+    hit = _launches.get(key)
+    if hit is not None and hit[0] is spec:  # the memo holds the spec, so its id is not reused meanwhile
+        return hit
+    wgmma = runs_wgmma(spec, args.target, args.tune, args.layout)
+    grid, threads, smem, _ = L.reader_launch(spec, *key[3:], wgmma=wgmma, tune=args.tune, lay=args.layout)
+    if len(_launches) >= 256:
+        _launches.clear()
+    entry = _launches[key] = (spec, (grid, threads, smem), wgmma)
+    return entry
+
+
 def launch_of(args) -> tuple:
-    """(grid (x, y, z), threads, dynamic shared bytes) of the checked arguments `args` (kgen.abi.Args)."""
-    grid, threads, smem, _ = L.reader_launch(args.spec, int(args.dims["B"]), int(args.dims["next_n"]),
-                                             int(args.dims["max_seq_len"]), sm_count(args.tensors["q"].device),
-                                             wgmma=runs_wgmma(args.spec, args.target, args.tune), tune=args.tune)
-    return grid, threads, smem
+    """(grid (x, y, z), threads, dynamic shared bytes) of the checked arguments `args` (kgen.abi.Args),
+    for the path the loaded cubin runs (args.target, args.tune). Memoized per spec object and sizes:
+    the op asks on every call (grid, shared memory, carveout), the layout arithmetic runs once."""
+    return _launch_entry(args)[1]
 
 
-def runs_wgmma(spec: Spec, target: str | None, tune: dict | None = None) -> bool:
+def launch_wgmma(args) -> bool:
+    """Does the launch of `args` run the wgmma path (kgen.abi: the SM's largest shared carveout)?"""
+    return _launch_entry(args)[2]
+
+
+def runs_wgmma(spec: Spec, target: str | None, tune: dict | None = None, lay: L.Layout | None = None) -> bool:
     """Does the reader rendered with `tune` and compiled for `target` (None: not a GPU cubin, e.g. the
     CPU emulation) run the wgmma path? The kernel's twin is KGEN_READER_WGMMA and kReaderWgmma."""
-    return target is not None and has_wgmma(target) and L.reader_wg_enabled(L.compute(spec), tune)
+    return target is not None and has_wgmma(target) and L.reader_wg_enabled(lay or L.compute(spec), tune)
 
 
 def check(spec: Spec, q, weights, cache, block_table, seq_lens, max_seq_len, logits=None, *,

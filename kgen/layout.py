@@ -679,12 +679,14 @@ def reader_keys_per_cta(batch: int, token_groups: int, max_seq_len: int, sm_coun
 
 
 def reader_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_count: int, *, wgmma: bool = False,
-                  tune: dict[str, int] | None = None) -> tuple[tuple[int, int, int], int, int, int]:
+                  tune: dict[str, int] | None = None, lay: Layout | None = None
+                  ) -> tuple[tuple[int, int, int], int, int, int]:
     """((grid x, y, z), threads, dynamic shared bytes, keys per CTA) of an indexer_logits launch:
     x splits the context, y is the sequence, z the groups of query tokens. `wgmma`: the cubin runs the
-    sm_90a path (kgen.indexer.runs_wgmma); `tune`: the tuning it was rendered with."""
+    sm_90a path (kgen.indexer.runs_wgmma); `tune`: the tuning it was rendered with; `lay`: compute(spec)
+    when the caller has it."""
     if wgmma:
-        return reader_wg_launch(spec, batch, next_n, max_seq_len, sm_count, tune)
+        return reader_wg_launch(spec, batch, next_n, max_seq_len, sm_count, tune, lay)
     tpc = reader_tokens_per_cta(spec)
     groups = -(-next_n // tpc)
     per = reader_keys_per_cta(batch, groups, max_seq_len, sm_count)
@@ -693,12 +695,13 @@ def reader_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_coun
 
 
 def reader_wg_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_count: int,
-                     tune: dict[str, int] | None = None) -> tuple[tuple[int, int, int], int, int, int]:
+                     tune: dict[str, int] | None = None, lay: Layout | None = None
+                     ) -> tuple[tuple[int, int, int], int, int, int]:
     """The wgmma path's launch: one wave. The CTAs an SM holds at once times the SMs, split evenly over
     the (sequence, token group) pairs; each CTA's slice of the context whole 64-key tiles (the kernel
     derives the same slice from gridDim.x). A DRAM-bound kernel gains nothing from a second wave but a
     tail."""
-    lay = compute(spec)
+    lay = lay or compute(spec)
     stages = reader_wg_stages(lay, tune)
     tpc = reader_wg_tokens_per_cta(lay, stages)
     ntok = min(tpc, next_n)

@@ -208,6 +208,26 @@ def test_wgmma_path_choice():
     assert c["kReaderWgmma"] == 0 and c["kReaderWgChunks"] == 0 and c["kReaderWgTokensPerCta"] == 0
 
 
+def test_launch_follows_the_loaded_target_and_tuning(monkeypatch):
+    import dataclasses
+
+    monkeypatch.setitem(indexer._sm_counts, 0, 132)
+    spec, args = _case("fp8", lens=(5, 70))
+    checked = indexer.check(spec, *args, require_cuda=False)
+    msl = checked.dims["max_seq_len"]
+    cases = [(None, None, False), ("sm_90a", None, True), ("sm_90a", {"kReaderWgmma": 0}, False),
+             ("sm_90", None, False), ("sm_100a", None, False), ("sm_90a", {"kReaderWgStages": 6}, True)]
+    for target, tune, wg in cases:
+        a = dataclasses.replace(checked, target=target, tune=tune)
+        want = L.reader_launch(spec, 2, 1, msl, 132, wgmma=wg, tune=tune)[:3]
+        for _ in range(2):  # the second time from the memo
+            assert indexer.launch_of(a) == want and a.grid() == want[:2], (target, tune)
+            assert INDEXER_LOGITS.shared_bytes(a) == want[2] and INDEXER_LOGITS.prefers_shared(a) is wg
+    # 6 stages of 8.25 KB: past 48 KB, the launch opts in
+    six = dataclasses.replace(checked, target="sm_90a", tune={"kReaderWgStages": 6})
+    assert INDEXER_LOGITS.shared_bytes(six) > 48 * 1024
+
+
 @pytest.mark.parametrize("old,new", [
     ("kReaderWgChunks = 1;", "kReaderWgChunks = 2;"),
     ("kReaderWgTokensPerCta = 2;", "kReaderWgTokensPerCta = 3;"),
