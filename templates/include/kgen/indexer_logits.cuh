@@ -64,13 +64,20 @@ KGEN_HD constexpr long long bits_of(Dtype d) {
 }
 // the q the caller passes (fp4 keys: bf16); q and keys are widened to a 16-bit tensor-core operand
 // (fp8: f16, else bf16)
-KGEN_HD constexpr Dtype q_dtype(Dtype key) { return key == Dtype::fp4_e2m1 ? Dtype::bf16 : key; }
-KGEN_HD constexpr long long q_bytes(Dtype key) { return bits_of(q_dtype(key)) / 8; }
+KGEN_HD constexpr Dtype q_dtype(Dtype key) {
+  return key == Dtype::fp4_e2m1 ? Dtype::bf16 : key;
+}
+KGEN_HD constexpr long long q_bytes(Dtype key) {
+  return bits_of(q_dtype(key)) / 8;
+}
 constexpr long long kStepElems = 4, kOperandBytes = 2;
-KGEN_HD constexpr long long min2(long long a, long long b) { return a < b ? a : b; }
+KGEN_HD constexpr long long min2(long long a, long long b) {
+  return a < b ? a : b;
+}
 
 // What the reader can score (kgen/indexer.py's support check, twinned).
-template <class C> KGEN_HD constexpr bool supported() {
+template <class C>
+KGEN_HD constexpr bool supported() {
   return C::kLayoutComputed && C::kKeptDim == 0 && C::kQuantDim == C::kHeadDim &&
          (C::kStoreDtype == Dtype::bf16 || C::kStoreDtype == Dtype::fp8_e4m3 || C::kStoreDtype == Dtype::fp4_e2m1) &&
          (C::kStoreDtype != Dtype::fp8_e4m3 || C::kBlocksPerToken <= 1) &&
@@ -79,14 +86,14 @@ template <class C> KGEN_HD constexpr bool supported() {
 }
 
 // The byte facts the reader relies on, re-derived from the raw spec values.
-template <class C> KGEN_HD constexpr bool layout_agrees() {
+template <class C>
+KGEN_HD constexpr bool layout_agrees() {
   const long long row = C::kHeadDim * bits_of(C::kStoreDtype) / 8;
   const long long stride = C::kScaleStrideSet ? C::kScaleStrideRaw : C::kScaleBytes;
   const long long raw_page = C::kPageSize * (row + stride);
   const long long page = (raw_page + C::kPageAlign - 1) / C::kPageAlign * C::kPageAlign;
   return C::kRowBytes == row && C::kQuantRowOffset == 0 && C::kScaleRegionOffset == C::kPageSize * row &&
-         C::kScaleStride == stride && C::kPageBytes == page &&
-         C::kScaleBytes == C::kBlocksPerToken * C::kScaleUnit &&
+         C::kScaleStride == stride && C::kPageBytes == page && C::kScaleBytes == C::kBlocksPerToken * C::kScaleUnit &&
          (C::kScaleKind == ScaleKind::none ? C::kScaleUnit == 0 && C::kBlocksPerToken == 0
                                            : C::kBlocksPerToken == C::kHeadDim / C::kBlock &&
                                                  C::kScaleUnit == (C::kScaleKind == ScaleKind::ue8m0 ? 1 : 4)) &&
@@ -97,21 +104,25 @@ template <class C> KGEN_HD constexpr bool layout_agrees() {
 constexpr long long kWgTileKeys = 64, kWgChunkBytes = 128, kWgAlign = 1024, kWgRowInfoBytes = 4, kWgMaxTokens = 2;
 constexpr long long kMaxSmemBytes = 227 * 1024, kSmSharedBytes = 228 * 1024, kCtaReservedBytes = 1024;
 constexpr long long kWgMaxCtas = 16;
-template <class C> KGEN_HD constexpr long long wg_chunks() {
+template <class C>
+KGEN_HD constexpr long long wg_chunks() {
   return C::kRowBytes % kWgChunkBytes == 0 ? C::kRowBytes / kWgChunkBytes : 0;
 }
-template <class C> KGEN_HD constexpr long long wg_smem(long long ntok) {
+template <class C>
+KGEN_HD constexpr long long wg_smem(long long ntok) {
   return kWgAlign + C::kReaderWgStages * kWgTileKeys * (kWgChunkBytes + kWgRowInfoBytes) +
          ntok * (wg_chunks<C>() * C::kReaderHeads * kWgChunkBytes + 4 * C::kReaderHeads);
 }
-template <class C> KGEN_HD constexpr long long wg_tokens() {
+template <class C>
+KGEN_HD constexpr long long wg_tokens() {
   long long t = 0;
   for (long long n = 1; n <= kWgMaxTokens; ++n) {
     if (wg_smem<C>(n) <= kMaxSmemBytes) t = n;
   }
   return wg_chunks<C>() == 0 ? 0 : wg_chunks<C>() > 1 ? min2(t, 1) : t;
 }
-template <class C> KGEN_HD constexpr bool wg_readable() {
+template <class C>
+KGEN_HD constexpr bool wg_readable() {
   const bool scaled = C::kScaleKind != ScaleKind::none;
   return (C::kStoreDtype == Dtype::bf16 || C::kStoreDtype == Dtype::fp8_e4m3) && C::kKeptDim == 0 &&
          C::kQuantRowOffset == 0 && C::kPageBytes % 16 == 0 && C::kRowBytes % 16 == 0 && wg_chunks<C>() > 0 &&
@@ -120,12 +131,14 @@ template <class C> KGEN_HD constexpr bool wg_readable() {
                       C::kScaleRegionOffset % 4 == 0 && C::kScaleStride % 4 == 0)) &&
          wg_tokens<C>() >= 1;
 }
-template <class C> KGEN_HD constexpr long long wg_ctas_per_sm() {
+template <class C>
+KGEN_HD constexpr long long wg_ctas_per_sm() {
   const long long n = kSmSharedBytes / (wg_smem<C>(1) + kCtaReservedBytes);
   return n < 1 ? 1 : min2(n, kWgMaxCtas);
 }
 // kReaderWgmma 0 on a layout the path reads: the mma.sync path on sm_90a too (the bench compares them)
-template <class C> KGEN_HD constexpr bool wg_constants_agree() {
+template <class C>
+KGEN_HD constexpr bool wg_constants_agree() {
   const bool wg = C::kReaderWgmma == 1;
   return (C::kReaderWgmma == 0 || (wg && wg_readable<C>())) && C::kReaderWgTileKeys == kWgTileKeys &&
          C::kReaderWgChunkBytes == kWgChunkBytes && C::kReaderWgAlign == kWgAlign && C::kReaderWgStages >= 2 &&
@@ -135,7 +148,8 @@ template <class C> KGEN_HD constexpr bool wg_constants_agree() {
 }
 
 // The reader's own constants, re-derived.
-template <class C> KGEN_HD constexpr bool constants_agree() {
+template <class C>
+KGEN_HD constexpr bool constants_agree() {
   const long long chunk_elems = kChunkBytes * 8 / bits_of(C::kStoreDtype);
   const long long step_elems = kStepElems;
   const long long groups = C::kRowBytes / kGroupBytes;
@@ -159,24 +173,36 @@ template <class C> KGEN_HD constexpr bool constants_agree() {
 
 template <class C>
 struct Twins {
-  static_assert(supported<C>(), "[reader-support] indexer_logits reads bf16, fp8 e4m3 (one scale per "
-                                "token) and fp4 e2m1 (ue8m0 per 32) keys with no kept RoPE span, rows a "
-                                "multiple of 64 B and pages 4-B aligned (kgen.indexer.reader_problems)");
-  static_assert(!supported<C>() || layout_agrees<C>(), "[reader-layout] the rendered byte math disagrees with "
-                                                        "the reader's reading of the spec (re-render)");
-  static_assert(!supported<C>() || constants_agree<C>(), "[reader-constants] the rendered reader constants "
-                                                          "disagree with the header (re-render)");
+  static_assert(supported<C>(),
+                "[reader-support] indexer_logits reads bf16, fp8 e4m3 (one scale per "
+                "token) and fp4 e2m1 (ue8m0 per 32) keys with no kept RoPE span, rows a "
+                "multiple of 64 B and pages 4-B aligned (kgen.indexer.reader_problems)");
+  static_assert(!supported<C>() || layout_agrees<C>(),
+                "[reader-layout] the rendered byte math disagrees with "
+                "the reader's reading of the spec (re-render)");
+  static_assert(!supported<C>() || constants_agree<C>(),
+                "[reader-constants] the rendered reader constants "
+                "disagree with the header (re-render)");
   static constexpr bool run = supported<C>() && layout_agrees<C>() && constants_agree<C>();
 };
 
 // The reader's twins only for a spec every rule accepts: one error list, the validator's ids first.
-struct NoTwins { static constexpr bool run = false; };
-template <bool RulesOk, class C> struct TwinsIf { using type = Twins<C>; };
-template <class C> struct TwinsIf<false, C> { using type = NoTwins; };
+struct NoTwins {
+  static constexpr bool run = false;
+};
+template <bool RulesOk, class C>
+struct TwinsIf {
+  using type = Twins<C>;
+};
+template <class C>
+struct TwinsIf<false, C> {
+  using type = NoTwins;
+};
 
 // __launch_bounds__' minimum CTAs per SM of the path this compilation runs (wgmma: the CTAs the
 // launch plans per SM, so that registers never bind before shared memory does)
-template <class C> KGEN_HD constexpr int min_blocks() {
+template <class C>
+KGEN_HD constexpr int min_blocks() {
 #if KGEN_READER_WGMMA
   return static_cast<int>(C::kReaderWgmma ? C::kReaderWgMinBlocks : C::kReaderMinBlocks);
 #else
@@ -254,11 +280,11 @@ struct IndexerLogits {
   static constexpr int kWarps = static_cast<int>(C::kReaderWarps);
   static constexpr int kWarpKeys = static_cast<int>(C::kReaderWarpKeys);
   static constexpr int kMT = kWarpKeys / 16;  // m16 tiles per warp tile
-  static constexpr int kRows = 2 * kMT;      // key rows a lane loads per tile: key r * 8 + gid
+  static constexpr int kRows = 2 * kMT;       // key rows a lane loads per tile: key r * 8 + gid
   static constexpr Dtype kKey = C::kStoreDtype;
   static constexpr bool kFp8 = kKey == Dtype::fp8_e4m3;
   static constexpr bool kFp4 = kKey == Dtype::fp4_e2m1;
-    static constexpr int kGroups = static_cast<int>(C::kReaderGroups);
+  static constexpr int kGroups = static_cast<int>(C::kReaderGroups);
   static constexpr int kInFlight = static_cast<int>(C::kReaderGroupsInFlight);
   static constexpr int kBatches = (kGroups + kInFlight - 1) / kInFlight;
   static constexpr int kStepsPerChunk = static_cast<int>(C::kReaderStepsPerChunk);
@@ -351,8 +377,8 @@ struct IndexerLogits {
     float my_scale;
   };
 
-  __device__ static __forceinline__ Tile locate(const typename C::Params& p, const int* table, int k0,
-                                                int visible_end, int key_end, int gid, int tig) {
+  __device__ static __forceinline__ Tile locate(const typename C::Params& p, const int* table, int k0, int visible_end,
+                                                int key_end, int gid, int tig) {
     Tile t;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -540,9 +566,8 @@ struct IndexerLogits {
   }
 
   __device__ static __forceinline__ void compute_groups(const uint4 (&ch)[kInFlight][kRows],
-                                                        const float (&fp4s)[kInFlight][kRows], int g0,
-                                                        const uint2* qt, int n0, int lane,
-                                                        float (&acc)[kMT][kNTP][4]) {
+                                                        const float (&fp4s)[kInFlight][kRows], int g0, const uint2* qt,
+                                                        int n0, int lane, float (&acc)[kMT][kNTP][4]) {
 #pragma unroll
     for (int gg = 0; gg < kInFlight; ++gg) {
       if (g0 + gg >= kGroups) break;
@@ -563,8 +588,8 @@ struct IndexerLogits {
   }
 
   // v[r] += sum over the lane's heads 8n + 2tig + {0, 1} (n in this pass) of w * relu(dot), row r
-  __device__ static __forceinline__ void accumulate(const float (&acc)[kMT][kNTP][4], const float* wt, int n0,
-                                                    int tig, float (&v)[kRows]) {
+  __device__ static __forceinline__ void accumulate(const float (&acc)[kMT][kNTP][4], const float* wt, int n0, int tig,
+                                                    float (&v)[kRows]) {
 #pragma unroll
     for (int n = 0; n < kNTP; ++n) {
       const float2 w = *reinterpret_cast<const float2*>(wt + 8 * (n0 + n) + 2 * tig);
@@ -599,7 +624,6 @@ struct IndexerLogits {
   }
 };
 
-
 #if KGEN_READER_WGMMA
 // ---------------------------------------------------------------------------------------------------
 // The sm_90a path. A CTA is one warpgroup. Per tile of 64 consecutive keys (wgmma M = 64: the key rows,
@@ -623,9 +647,11 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 template <int Prefetch = 0>
 __device__ __forceinline__ void cp16(uint32_t dst, const void* src, uint32_t bytes) {
   if constexpr (Prefetch == 256) {
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
   } else if constexpr (Prefetch == 128) {
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
   } else {
     static_assert(Prefetch == 0, "L2 prefetch of 0, 128 or 256 B");
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
@@ -634,13 +660,26 @@ __device__ __forceinline__ void cp16(uint32_t dst, const void* src, uint32_t byt
 __device__ __forceinline__ void cp4(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
 }
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 // shared memory written by the generic proxy (cp.async, st.shared) before wgmma (the async proxy) reads it
-__device__ __forceinline__ void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void mma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void mma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void mma_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_async_proxy() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void mma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void mma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void mma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
 
 // Shared-memory matrix descriptor of a K-major operand in the 128-B swizzle: start address, leading
 // byte offset 16 (unused by a K-major swizzled operand), stride 1024 B between 8-row groups, mode 1.
@@ -650,18 +689,26 @@ __device__ __forceinline__ unsigned long long desc_sw128(uint32_t addr) {
 }
 
 // d (+)= A * B for one 32-B k-step: accumulate = 0 overwrites d
-__device__ __forceinline__ void mma_e4m3(float (&d)[32], unsigned long long a, unsigned long long b, uint32_t accumulate) {
+__device__ __forceinline__ void mma_e4m3(float (&d)[32], unsigned long long a, unsigned long long b,
+                                         uint32_t accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(a), "l"(b), "r"(accumulate));
 }
-__device__ __forceinline__ void mma_bf16(float (&d)[32], unsigned long long a, unsigned long long b, uint32_t accumulate) {
+__device__ __forceinline__ void mma_bf16(float (&d)[32], unsigned long long a, unsigned long long b,
+                                         uint32_t accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(a), "l"(b), "r"(accumulate));
 }
 // the accumulators are read only after the wait: no instruction may move above it
@@ -729,8 +776,8 @@ struct WgLogits {
   };
   static constexpr bool kWholePages = C::kPageSize % kTile == 0;
 
-  __device__ static __forceinline__ void lookup(const typename C::Params& p, const int* table, int tile,
-                                                long long key0, int visible_end, int key_end, int r0, Pages& pg) {
+  __device__ static __forceinline__ void lookup(const typename C::Params& p, const int* table, int tile, long long key0,
+                                                int visible_end, int key_end, int r0, Pages& pg) {
     const int k0 = static_cast<int>(key0) + tile * kTile;
     pg.whole = -1;
     if constexpr (kWholePages) {
@@ -781,7 +828,8 @@ struct WgLogits {
             wg::cp16(wg::smem_addr(info + 4 * tid), page + C::kScaleRegionOffset + (slot0 + 4 * tid) * 4, 16u);
           }
         } else if constexpr (kScaled) {
-          if (tid < kTile) wg::cp4(wg::smem_addr(info + tid), page + C::kScaleRegionOffset + (slot0 + tid) * C::kScaleStride);
+          if (tid < kTile)
+            wg::cp4(wg::smem_addr(info + tid), page + C::kScaleRegionOffset + (slot0 + tid) * C::kScaleStride);
         } else {
           if (tid < kTile) info[tid] = 1.0f;
         }
@@ -883,7 +931,7 @@ struct WgLogits {
 #pragma unroll 1
       for (int t = 0; t < ntok; ++t) {
         const int visible_t = seq_len - p.next_n + 1 + t0 + t;  // keys [0, visible_t) are token t's
-        const bool any = k0 < visible_t;  // a tile none of whose keys the token sees costs no mma
+        const bool any = k0 < visible_t;                        // a tile none of whose keys the token sees costs no mma
         if (any) {
           const uint32_t b0 = wg::smem_addr(sm.q + (t * kChunks + kc) * kQChunkBytes);
           wg::mma_fence();
@@ -902,16 +950,15 @@ struct WgLogits {
           wg::keep(acc);
         }
         if (kc == kChunks - 1) {
-          finish(p, acc, any, sm.w + t * H, sm.row_info + s * kTile, b, t0 + t, k0, key_end, visible_t, warp, gid,
-                 tig);
+          finish(p, acc, any, sm.w + t * H, sm.row_info + s * kTile, b, t0 + t, k0, key_end, visible_t, warp, gid, tig);
         }
       }
     }
   }
 
   __device__ static __forceinline__ void finish(const typename C::Params& p, const float (&acc)[32], bool any,
-                                                const float* wt, const float* info, int b, int t, int k0,
-                                                int key_end, int visible_t, int warp, int gid, int tig) {
+                                                const float* wt, const float* info, int b, int t, int k0, int key_end,
+                                                int visible_t, int warp, int gid, int tig) {
     float v0 = 0.0f, v1 = 0.0f;  // rows gid and gid + 8 of the warp's 16
     if (any) {
 #pragma unroll
@@ -941,7 +988,8 @@ struct WgLogits {
 }  // namespace detail
 
 template <class C>
-__global__ void __launch_bounds__(C::kReaderWarps * 32, reader::min_blocks<C>()) indexer_logits(const __grid_constant__ typename C::Params p) {
+__global__ void __launch_bounds__(C::kReaderWarps * 32, reader::min_blocks<C>())
+    indexer_logits(const __grid_constant__ typename C::Params p) {
   // the writer's rule twins first (a spec no rule accepts has no layout to read), then the reader's
   static_assert(sizeof(rules::Twins<C>) > 0, "instantiates the rule twins");
   static_assert(sizeof(typename reader::TwinsIf<rules::Twins<C>::run, C>::type) > 0, "the reader's twins");
