@@ -1,0 +1,67 @@
+"""The machine code of every shipped kernel, one digest per cubin: what a formatting-only change of the
+headers (clang-format) must leave unchanged.
+
+    KGEN_CACHE_DIR=$(mktemp -d) python scripts/cubin_digest.py > before.txt
+    (change the headers)
+    KGEN_CACHE_DIR=$(mktemp -d) python scripts/cubin_digest.py > after.txt && cmp before.txt after.txt
+
+Compiles (NVRTC, no GPU needed) every shipped writer variant and, where a variant is readable, its
+reader under several tunings, for every target. A digest is the sha256 of every ELF section of the
+cubin but the string tables, with the symbol tables' name offsets zeroed: NVRTC names internal
+symbols after its temporary directory, so two compiles of the same source differ there and only there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from pathlib import Path
+
+from kgen.compile import compile_rendered
+from kgen.diagnostics import KgenError
+from kgen.indexer import readable
+from kgen.render import render_reader, render_variant
+from kgen.validate import validate_paths
+
+ROOT = Path(__file__).resolve().parents[1]
+TUNINGS = (None, {"kReaderWgmma": 0}, {"kReaderPrefetch": 1}, {"kReaderHeadPasses": 1}, {"kReaderWgL2Prefetch": 1},
+           {"kReaderMinBlocks": 2})
+SHT_NOBITS = 8
+SYM_BYTES = 24  # Elf64_Sym; st_name is its first 4 bytes
+
+
+def digest(cubin: bytes) -> str:
+    shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names = headers[shstrndx][4]
+    h = hashlib.sha256()
+    for name_at, kind, flags, _addr, offset, size in headers:
+        name = cubin[names + name_at:cubin.index(b"\0", names + name_at)]
+        if name.endswith(b"strtab"):
+            continue
+        body = cubin[offset:offset + size] if kind != SHT_NOBITS else struct.pack("<Q", size)
+        if name.endswith(b"symtab"):
+            body = b"".join(b"\0\0\0\0" + body[i + 4:i + SYM_BYTES] for i in range(0, len(body), SYM_BYTES))
+        h.update(name + b"\0" + struct.pack("<IQ", kind, flags) + body)
+    return h.hexdigest()
+
+
+def main() -> None:
+    specs = {s.name: s for s in validate_paths(sorted((ROOT / "specs").glob("*.yaml"))).specs()}
+    for name, spec in sorted(specs.items()):
+        for arch in spec.targets:
+            print(f"writer {name} {arch} {digest(compile_rendered(render_variant(spec), arch, progress=None).cubin)}")
+            if not readable(spec):
+                continue
+            for tune in TUNINGS:
+                try:
+                    kernel = compile_rendered(render_reader(spec, tune=tune), arch, progress=None)
+                except KgenError as e:  # a tuning this spec or arch does not take
+                    print(f"reader {name} {arch} {tune} refused [{e.problems[0].rule}]")
+                    continue
+                print(f"reader {name} {arch} {tune} {digest(kernel.cubin)}")
+
+
+if __name__ == "__main__":
+    main()
