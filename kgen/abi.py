@@ -34,7 +34,7 @@ from functools import cached_property
 from typing import Any
 
 from .diagnostics import KgenError, Problem
-from .layout import DECODE_PLAN_BYTES, READER_HEADS, Layout, compute, launch_shape
+from .layout import PLAN_BYTES, READER_HEADS, Layout, compute, launch_shape
 from .spec import Spec
 
 ALIGNMENT = 16  # every tensor's data pointer: the kernel's widest vector load/store
@@ -453,7 +453,10 @@ def _rope(spec: Spec) -> bool:
 
 
 def _plan(spec: Spec) -> bool:
-    return spec.positions.source == "decode_plan"
+    return spec.positions.source != "array"
+
+
+_PLAN_ROWS = {"decode_plan": "a DecodePlan per token", "compress_plan": "a CompressPlan per compressed key"}
 
 
 NORM_ROPE_STORE = KernelAbi(
@@ -475,13 +478,13 @@ NORM_ROPE_STORE = KernelAbi(
                lambda s, lay, d: f"[max_pos, {s.rope.dim}]",
                detail=lambda s, lay: "(cos, sin interleaved per pair)",
                present=_rope, absent_why=lambda s: "rope.dim is 0"),
-        # with positions.source decode_plan: SGLang's DecodePlan rows in its place (the kernel reads 16-B
-        # vectors through the same pointer; docs/numerics.md §0)
+        # with positions.source decode_plan / compress_plan: SGLang's DecodePlan / CompressPlan rows in its
+        # place (the kernel reads 16-B vectors through the same pointer; docs/numerics.md §0)
         Tensor("positions", "int64_t", lambda s: "uint8" if _plan(s) else "int64",
-               lambda s, lay: ("N", DECODE_PLAN_BYTES) if _plan(s) else ("N",),
-               "[N] (decode_plan: [N, 16] plan rows); nullptr without RoPE",
-               lambda s, lay, d: (f"[N, {DECODE_PLAN_BYTES}] (a DecodePlan per token) with N = {d.get('N')}"
-                                  if _plan(s) else f"[N] with N = {d.get('N')}"),
+               lambda s, lay: ("N", PLAN_BYTES[s.positions.source]) if _plan(s) else ("N",),
+               "[N] (decode_plan, compress_plan: [N, 16] plan rows); nullptr without RoPE",
+               lambda s, lay, d: (f"[N, {PLAN_BYTES[s.positions.source]}] ({_PLAN_ROWS[s.positions.source]}) "
+                                  f"with N = {d.get('N')}" if _plan(s) else f"[N] with N = {d.get('N')}"),
                present=_rope, absent_why=lambda s: "rope.dim is 0"),
         Tensor("out_loc", "int64_t", lambda s: "int64", lambda s, lay: ("N",),
                "[N] slots; < 0 or >= num_slots: skipped", lambda s, lay, d: f"[N] with N = {d.get('N')}"),

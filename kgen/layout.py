@@ -348,6 +348,15 @@ def launch_shape(spec: Spec, num_tokens: int) -> tuple[int, int]:
 
 DECODE_PLAN_BYTES = 16  # SGLang's DecodePlan: uint32 seq_len, int32 write_loc, read_page_0, read_page_1
 DECODE_PLAN_FIELDS = ("seq_len", "write_loc", "read_page_0", "read_page_1")
+# SGLang's prefill CompressPlan (one row per compressed key, in the compressor's output order; rows
+# past the last key are padding): uint32 seq_len, uint16 ragged_id, uint16 buffer_len, int32
+# read_page_0, int32 read_page_1. The store reads seq_len (position = seq_len - R) and ragged_id
+# (the row of out_loc, which is per query token); the rest is the compressor's.
+COMPRESS_PLAN_BYTES = 16
+COMPRESS_PLAN_FIELDS = (("seq_len", "<u4"), ("ragged_id", "<u2"), ("buffer_len", "<u2"), ("read_page_0", "<i4"),
+                        ("read_page_1", "<i4"))
+COMPRESS_PLAN_INVALID = 0xFFFFFFFF  # seq_len of a padding row (SGLang's CompressPlan::invalid())
+PLAN_BYTES = {"decode_plan": DECODE_PLAN_BYTES, "compress_plan": COMPRESS_PLAN_BYTES}  # by positions.source
 
 PDL_MIN_SM = 90  # griddepcontrol (programmatic dependent launch) exists from sm_90 on
 
@@ -445,6 +454,8 @@ def constants(lay: Layout) -> list[Constant]:
         ("FAST_MATH", int(spec.numerics == "fast")),  # docs/numerics.md "Fast mode"
         ("PDL", int(spec.launch.pdl)),  # griddepcontrol in the kernel (sm_90+); the launch: uses_pdl
         ("DECODE_PLAN", int(spec.positions.source == "decode_plan")),  # positions holds DecodePlan rows
+        ("COMPRESS_PLAN", int(spec.positions.source == "compress_plan")),  # positions holds CompressPlan rows
+        ("COMPRESS_PLAN_INVALID", COMPRESS_PLAN_INVALID),
         ("COMPRESS_RATIO", spec.positions.compress_ratio),
         # the lane mapping of the spans (lane l owns values [l*V, (l+1)*V))
         ("ROPE_LANE0", _q(lay.rope_span.start, Vi)), ("ROPE_LANES", _q(lay.rope_span.size, Vi)),

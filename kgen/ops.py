@@ -130,6 +130,10 @@ def _check_bounds(c: Args) -> None:
         from .reference import plan_positions
 
         positions = plan_positions(c.spec, positions)[0]
+    elif c.spec.positions.source == "compress_plan":  # reference.compress_plan_slots
+        from .reference import compress_plan_slots
+
+        positions = compress_plan_slots(c.spec, positions, c.tensors["out_loc"])[0]
     lo, hi = int(positions.min()), int(positions.max())
     if lo < 0 or hi >= freqs.shape[0]:
         raise ArgumentError(f"positions: values in [{lo}, {hi}] but freqs has {freqs.shape[0]} rows "

@@ -461,15 +461,52 @@ def make_decode_plan(seq_len: torch.Tensor, write_loc: torch.Tensor, read_page_0
     return f.contiguous().view(torch.uint8).reshape(-1, L.DECODE_PLAN_BYTES)
 
 
+def compress_plan_slots(spec: Spec, plan: torch.Tensor, out_loc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions int64 [N], slots int64 [N]) of SGLang's prefill CompressPlan rows (uint8 [N, 16],
+    little-endian kgen.layout's COMPRESS_PLAN_FIELDS), one row per compressed key: row i's position
+    is seq_len - R and its slot out_loc[ragged_id] (out_loc holds a slot per query token, [N] like the
+    plan). A row is skipped (slot -1, position 0) where seq_len is COMPRESS_PLAN_INVALID (padding),
+    seq_len < R or ragged_id >= N (R = positions.compress_ratio)."""
+    if plan.dtype != torch.uint8 or plan.dim() != 2 or plan.shape[1] != L.COMPRESS_PLAN_BYTES:
+        raise ValueError(f"a compress plan is uint8 [N, {L.COMPRESS_PLAN_BYTES}], got {plan.dtype} "
+                         f"{tuple(plan.shape)}")
+    words = plan.contiguous().view(torch.int32).to(torch.int64)  # [N, 4], little-endian int32
+    seq_len = words[:, 0] & 0xFFFFFFFF  # uint32
+    ragged = words[:, 1] & 0xFFFF  # uint16 ragged_id; buffer_len is the high half
+    n, ratio = plan.shape[0], spec.positions.compress_ratio
+    emit = (seq_len != L.COMPRESS_PLAN_INVALID) & (seq_len >= ratio) & (ragged < n)
+    loc = out_loc.to(torch.int64)[torch.where(emit, ragged, torch.zeros_like(ragged)).to(out_loc.device)]
+    slots = torch.where(emit.to(out_loc.device), loc, torch.full_like(loc, -1))
+    return torch.where(emit, seq_len - ratio, torch.zeros_like(seq_len)), slots
+
+
+def make_compress_plan(seq_len: torch.Tensor, ragged_id: torch.Tensor, buffer_len: torch.Tensor,
+                       read_page_0: torch.Tensor, read_page_1: torch.Tensor) -> torch.Tensor:
+    """uint8 [N, 16] CompressPlan rows from the five fields (seq_len COMPRESS_PLAN_INVALID: a padding
+    row); tests and benchmarks, SGLang's planner writes these in an engine."""
+    import numpy as np
+
+    rows = [t.to(torch.int64) for t in (seq_len, ragged_id, buffer_len, read_page_0, read_page_1)]
+    if rows[1].numel() and int(rows[1].max()) > 0xFFFF:  # SGLang's planner packs ragged ids in 16 bits
+        raise ValueError(f"ragged_id {int(rows[1].max())} does not fit the CompressPlan's uint16")
+    arr = np.zeros(rows[0].shape[0], dtype=np.dtype(list(L.COMPRESS_PLAN_FIELDS)))
+    for (name, kind), t in zip(L.COMPRESS_PLAN_FIELDS, rows):
+        arr[name] = t.numpy().astype(np.int64).astype(kind, casting="unsafe")
+    assert arr.dtype.itemsize == L.COMPRESS_PLAN_BYTES
+    return torch.from_numpy(arr.view(np.uint8).copy()).reshape(-1, L.COMPRESS_PLAN_BYTES)
+
+
 def norm_rope_store(spec: Spec, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                     freqs: torch.Tensor, positions: torch.Tensor, out_loc: torch.Tensor,
                     cache: torch.Tensor) -> None:
     """The whole kernel: writes into `cache` (uint8 [num_pages, page_bytes]) in place the bytes
     the CUDA kernel writes for these inputs. With positions.source decode_plan, `positions` is the
-    plan (`plan_positions`)."""
+    plan (`plan_positions`); with compress_plan, the prefill plan (`compress_plan_slots`)."""
     if spec.positions.source == "decode_plan":
         positions, emit = plan_positions(spec, positions)
         out_loc = torch.where(emit.to(out_loc.device), out_loc, torch.full_like(out_loc, -1))
+    elif spec.positions.source == "compress_plan":
+        positions, out_loc = compress_plan_slots(spec, positions, out_loc)
     row, qz = encode(spec, x, weight, bias, freqs, positions)
     store(spec, cache, out_loc, row, qz.scale_bytes)
 
@@ -597,6 +634,41 @@ def decode_plan_for(spec: Spec, positions: torch.Tensor, g: torch.Generator) -> 
     return make_decode_plan(seq, write_loc, page0, page1)
 
 
+def compress_plan_for(spec: Spec, n: int, max_pos: int, g: torch.Generator) -> torch.Tensor:
+    """A prefill CompressPlan over `n` query tokens as SGLang's planner lays it out: the tokens split
+    into a few requests (ragged ids consecutive, request after request), each with a prefix already
+    cached, so that position + extend stays below `max_pos`; a row for every token whose
+    (position + 1) % R == 0 (seq_len = position + 1, buffer_len the compressor's window remainder, the
+    read pages random stand-ins), the rows in an arbitrary order (the planner appends them with an
+    atomic counter), then padding rows up to `n`."""
+    R = spec.positions.compress_ratio
+    window = 2 * R if R == 4 else R  # C4 overlaps two windows (the compressor's; the store ignores it)
+    cuts = sorted(torch.randperm(max(n - 1, 1), generator=g)[: min(3, max(n - 1, 0))].add(1).tolist())
+    bounds = [0, *cuts, n]
+    seq, rid, blen = [], [], []
+    for b0, b1 in zip(bounds, bounds[1:]):
+        extend = b1 - b0
+        prefix = int(torch.randint(0, max(1, max_pos - extend), (1,), generator=g))
+        for j in range(extend):
+            pos = prefix + j
+            if (pos + 1) % R == 0:
+                seq.append(pos + 1)
+                rid.append(b0 + j)
+                blen.append(window - min(j + 1, window))
+    k, pad = len(seq), n - len(seq)
+    order = torch.randperm(k, generator=g)
+
+    def shuffled(v: list[int]) -> torch.Tensor:
+        return torch.tensor(v, dtype=torch.int64).reshape(k)[order]
+
+    pages = torch.randint(0, 1 << 16, (k, 2), generator=g)
+    return make_compress_plan(torch.cat([shuffled(seq), torch.full((pad,), L.COMPRESS_PLAN_INVALID)]),
+                              torch.cat([shuffled(rid), torch.zeros(pad, dtype=torch.int64)]),
+                              torch.cat([shuffled(blen), torch.zeros(pad, dtype=torch.int64)]),
+                              torch.cat([pages[:, 0], torch.full((pad,), -1)]),
+                              torch.cat([pages[:, 1], torch.full((pad,), -1)]))
+
+
 def make_inputs(spec: Spec, n_tokens: int, *, seed: int = 0, device="cpu", max_pos: int = 4096,
                 num_pages: int | None = None, outliers: bool = True, skip_fraction: float = 0.1,
                 overflow_locs: bool = True) -> dict[str, torch.Tensor]:
@@ -604,7 +676,7 @@ def make_inputs(spec: Spec, n_tokens: int, *, seed: int = 0, device="cpu", max_p
     x [N, n] (input_dtype; per-token magnitudes spread over ~2 decades, a few outlier channels x
     10..60 when `outliers`), weight ~ 1 +- 0.1 and bias ~ 0 +- 0.1 (input_dtype), freqs (a real
     theta-10000 table), positions in [0, max_pos) (with positions.source decode_plan: the plan rows,
-    `decode_plan_for`), out_loc (a shuffled subset of the cache's
+    `decode_plan_for`; compress_plan: `compress_plan_for`), out_loc (a shuffled subset of the cache's
     slots, which outnumber the tokens; `skip_fraction` of the tokens get a skipped loc: negative,
     and, with `overflow_locs`, some >= num_slots), cache (poisoned, see `poison_pattern`)."""
     lay = _layout(spec)
@@ -633,6 +705,8 @@ def make_inputs(spec: Spec, n_tokens: int, *, seed: int = 0, device="cpu", max_p
         out_loc[who] = bad
     if spec.positions.source == "decode_plan":
         positions = decode_plan_for(spec, positions, g)
+    elif spec.positions.source == "compress_plan":
+        positions = compress_plan_for(spec, n_tokens, max_pos, g)
 
     return {
         "x": x.to(dt).to(device),

@@ -480,20 +480,22 @@ def rule_host(spec: Spec, lay) -> Iterator[Problem]:
 COMPRESS_RATIO_MAX = 1 << 16
 
 
-@rule("positions", "a decode plan replaces the positions array: it needs RoPE and a sane compress ratio",
-      twin=True)
+@rule("positions", "an engine plan (decode_plan, compress_plan) replaces the positions array: it needs RoPE "
+      "and a sane compress ratio", twin=True)
 def rule_positions(spec: Spec, lay) -> Iterator[Problem]:
     p = spec.positions
-    if p.source == "decode_plan":
+    if p.source != "array":
+        plan = p.source.replace("_", " ")
         if spec.rope.dim <= 0:
-            yield _p("positions", ("positions", "source"), "a decode plan stands in for the positions array, "
+            yield _p("positions", ("positions", "source"), f"a {plan} stands in for the positions array, "
                      "which only RoPE reads (rope.dim is 0)", "set rope.dim, or positions.source: array")
         if not 1 <= p.compress_ratio <= COMPRESS_RATIO_MAX:
             yield _p("positions", ("positions", "compress_ratio"), f"compress_ratio {p.compress_ratio} must be "
                      f"in [1, {COMPRESS_RATIO_MAX}]", "use 4 (DeepSeek-V4's C4 indexer) or 128")
     elif "compress_ratio" in p.model_fields_set:
         yield _p("positions", ("positions", "compress_ratio"), "compress_ratio is only read with "
-                 "positions.source: decode_plan", "remove it, or set source: decode_plan", severity="warning")
+                 "positions.source: decode_plan or compress_plan", "remove it, or set source: decode_plan",
+                 severity="warning")
 
 
 @rule("launch", "the launch shape fits a thread block", twin=True)

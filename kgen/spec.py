@@ -21,7 +21,7 @@ StoreDtype = Literal["bf16", "fp16", "fp8_e4m3", "fp4_e2m1"]
 ScaleKind = Literal["none", "fp32", "fp32_pow2", "ue8m0"]
 HalfDtype = Literal["bf16", "fp16"]
 ScaleMath = Literal["divide", "reciprocal"]
-PositionSource = Literal["array", "decode_plan"]
+PositionSource = Literal["array", "decode_plan", "compress_plan"]
 Numerics = Literal["exact", "fast"]
 
 
@@ -52,9 +52,15 @@ class Positions(_Model):
                                    "position = seq_len - compress_ratio, and the token is written only where "
                                    "seq_len % compress_ratio == 0, seq_len >= compress_ratio, write_loc >= 0 "
                                    "and read_page_0 >= 0 (the compressor emits one key per compress_ratio "
-                                   "tokens; -1 marks a padded entry)")
+                                   "tokens; -1 marks a padded entry); compress_plan: `positions` is SGLang's "
+                                   "prefill CompressPlan, uint8 [N, 16] = {uint32 seq_len, uint16 ragged_id, "
+                                   "uint16 buffer_len, int32 read_page_0, int32 read_page_1}, one row per "
+                                   "compressed key (x row i is key i): position = seq_len - compress_ratio, "
+                                   "the slot is out_loc[ragged_id] (out_loc is per query token), and a row is "
+                                   "skipped where seq_len is 0xFFFFFFFF (padding), seq_len < compress_ratio or "
+                                   "ragged_id >= N")
     compress_ratio: int = Field(4, description="tokens per compressed key (DeepSeek-V4's C4 indexer: 4); "
-                                "only with source decode_plan")
+                                "only with source decode_plan or compress_plan")
 
 
 class Store(_Model):

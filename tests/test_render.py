@@ -420,7 +420,9 @@ TWIN_CASES = {
                       {"launch-large"}),
                      (_case(base_spec(), launch__large_min_tokens=2**31), {"launch-large"})],
     "positions": [(_case(base_spec(), positions__source="decode_plan", positions__compress_ratio=0), {"positions"}),
-                  (_case(base_spec(), rope__dim=0, hadamard=False, positions__source="decode_plan"), {"positions"})],
+                  (_case(base_spec(), rope__dim=0, hadamard=False, positions__source="decode_plan"), {"positions"}),
+                  (_case(base_spec(), rope__dim=0, hadamard=False, positions__source="compress_plan"), {"positions"}),
+                  (_case(base_spec(), positions__source="compress_plan", positions__compress_ratio=0), {"positions"})],
 }
 
 

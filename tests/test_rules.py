@@ -187,6 +187,12 @@ CASES = [
      "positions", "positions.source", None, ["rope.dim is 0"]),
     ("positions-ratio", base_spec, _set("positions", {"source": "decode_plan", "compress_ratio": 0}), "positions",
      "positions.compress_ratio", None, ["compress_ratio 0", "[1, 65536]"]),
+    # (SGLang's prefill CompressPlan: the same rule)
+    ("positions-cplan-no-rope", base_spec,
+     lambda d: (_set("positions", {"source": "compress_plan"})(d), _set("rope.dim", 0)(d)),
+     "positions", "positions.source", None, ["compress plan stands in", "rope.dim is 0"]),
+    ("positions-cplan-ratio", base_spec, _set("positions", {"source": "compress_plan", "compress_ratio": 1 << 17}),
+     "positions", "positions.compress_ratio", None, ["compress_ratio 131072", "[1, 65536]"]),
     ("launch-occupancy-blocks", base_spec, _set("launch", {"warps_per_block": 1, "min_blocks_per_sm": 33}),
      "launch-occupancy", "launch.min_blocks_per_sm", None, ["sm_90a holds at most 32 blocks", "use at most 32"]),
     ("launch-occupancy-warps", base_spec, _all(_set("launch", {"warps_per_block": 8, "min_blocks_per_sm": 8}),

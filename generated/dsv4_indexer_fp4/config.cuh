@@ -60,6 +60,8 @@ struct dsv4_indexer_fp4 {
   static constexpr long long kFastMath = 0;
   static constexpr long long kPdl = 1;
   static constexpr long long kDecodePlan = 0;
+  static constexpr long long kCompressPlan = 0;
+  static constexpr long long kCompressPlanInvalid = 4294967295;
   static constexpr long long kCompressRatio = 4;
   static constexpr long long kRopeLane0 = 16;
   static constexpr long long kRopeLanes = 16;
@@ -83,7 +85,7 @@ struct dsv4_indexer_fp4 {
     const In* weight;                // [head_dim]; nullptr without norm
     const In* bias;                  // [head_dim]; layernorm only
     const float* freqs;              // [max_pos, rope_dim] (cos, sin) pairs; nullptr without RoPE
-    const kgen::int64_t* positions;  // [N] (decode_plan: [N, 16] plan rows); nullptr without RoPE
+    const kgen::int64_t* positions;  // [N] (decode_plan, compress_plan: [N, 16] plan rows); nullptr without RoPE
     const kgen::int64_t* out_loc;    // [N] slots; < 0 or >= num_slots: skipped
     kgen::uint8_t* cache;            // [num_pages, page_bytes]
     kgen::int32_t num_tokens;        // N

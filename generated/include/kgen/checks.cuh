@@ -167,7 +167,10 @@ constexpr long long kCompressRatioMax = 1 << 16;
 
 template <class C>
 KGEN_HD constexpr bool positions() {
-  return !C::kDecodePlan || (C::kRopeDim > 0 && 1 <= C::kCompressRatio && C::kCompressRatio <= kCompressRatioMax);
+  // at most one plan kind (kgen/spec.py's positions.source is one value); either needs RoPE and a ratio
+  return !(C::kDecodePlan && C::kCompressPlan) &&
+         (!(C::kDecodePlan || C::kCompressPlan) ||
+          (C::kRopeDim > 0 && 1 <= C::kCompressRatio && C::kCompressRatio <= kCompressRatioMax));
 }
 
 template <class C>
@@ -238,7 +241,7 @@ struct Twins {
                 "min_blocks_per_sm x warps_per_block at most 64 resident warps");
   static_assert(launch_large<C>(),
                 "[launch-large] large_min_tokens must be in [0, 2^31) and large_tokens_per_warp in [1, 8]");
-  static_assert(positions<C>(), "[positions] a decode plan needs rope.dim > 0 and compress_ratio in [1, 65536]");
+  static_assert(positions<C>(), "[positions] an engine plan needs rope.dim > 0 and compress_ratio in [1, 65536]");
   static constexpr bool ok = all_rules<C>();
   static_assert(!ok || layout_agrees<C>(),
                 "[layout] the rendered byte math disagrees with the kernel's "

@@ -11,7 +11,8 @@
 // ABI: one parameter, the config's `Params` struct (kgen/abi.py's NORM_ROPE_STORE table: the
 // fields, their shapes, the launch shape); every pointer 16-B aligned, no dynamic shared memory.
 // A token whose out_loc is < 0 or >= num_slots is skipped. With positions.source decode_plan the
-// `positions` field points at SGLang's 16-B DecodePlan rows instead (docs/numerics.md §0).
+// `positions` field points at SGLang's 16-B DecodePlan rows instead, with compress_plan at its
+// prefill CompressPlan rows (docs/numerics.md §0).
 #pragma once
 
 #include "checks.cuh"
@@ -42,6 +43,8 @@ struct NormRopeStore {
 
   static constexpr bool kRope = Cfg::kRopeDim > 0;
   static constexpr bool kDecodePlan = Cfg::kDecodePlan != 0;
+  static constexpr bool kCompressPlan = Cfg::kCompressPlan != 0;
+  static constexpr uint32_t kPlanInvalid = static_cast<uint32_t>(Cfg::kCompressPlanInvalid);
   static constexpr uint32_t kRatio = static_cast<uint32_t>(Cfg::kCompressRatio);
   static constexpr bool kNeox = Cfg::kRopeStyle == RopeStyle::neox;
   static constexpr int kRopeDim = static_cast<int>(Cfg::kRopeDim);
@@ -504,18 +507,31 @@ struct NormRopeStore {
     const uint32_t my_tok = first + static_cast<uint32_t>(lane);
     long long my_loc = -1, my_pos = 0;
     if (lane < T && my_tok < ntok) {
-      my_loc = __ldg(out_loc + my_tok);
-      if constexpr (kRope && kDecodePlan) {
-        // SGLang's DecodePlan {uint32 seq_len, int32 write_loc, int32 read_page_0, int32 read_page_1}
-        // (16 B, 16-B aligned) in place of the position: position = seq_len - R, and only the tokens
-        // where the compressor emits a key are written (docs/numerics.md §0)
+      if constexpr (kRope && kCompressPlan) {
+        // SGLang's prefill CompressPlan {uint32 seq_len, uint16 ragged_id, uint16 buffer_len, int32
+        // read_page_0, int32 read_page_1} (16 B): row i is compressed key i (x row i), its slot is
+        // out_loc[ragged_id] (out_loc holds a slot per query token) and position = seq_len - R.
+        // Padding rows (seq_len = invalid) are skipped, and so are rows that would read before freqs
+        // or past out_loc (docs/numerics.md §0)
         const uint4 plan = __ldg(reinterpret_cast<const uint4*>(positions) + my_tok);
-        const bool emit =
-            static_cast<int>(plan.y) >= 0 && static_cast<int>(plan.z) >= 0 && plan.x >= kRatio && plan.x % kRatio == 0u;
+        const uint32_t ragged = plan.y & 0xFFFFu;  // little-endian: the low half of the second word
+        const bool emit = plan.x != kPlanInvalid && plan.x >= kRatio && ragged < ntok;
+        my_loc = emit ? __ldg(out_loc + ragged) : -1;
         my_pos = static_cast<long long>(plan.x) - static_cast<long long>(kRatio);
-        if (!emit) my_loc = -1;
-      } else if constexpr (kRope) {
-        my_pos = __ldg(positions + my_tok);  // positions is nullptr without rope
+      } else {
+        my_loc = __ldg(out_loc + my_tok);
+        if constexpr (kRope && kDecodePlan) {
+          // SGLang's DecodePlan {uint32 seq_len, int32 write_loc, int32 read_page_0, int32 read_page_1}
+          // (16 B, 16-B aligned) in place of the position: position = seq_len - R, and only the tokens
+          // where the compressor emits a key are written (docs/numerics.md §0)
+          const uint4 plan = __ldg(reinterpret_cast<const uint4*>(positions) + my_tok);
+          const bool emit = static_cast<int>(plan.y) >= 0 && static_cast<int>(plan.z) >= 0 && plan.x >= kRatio &&
+                            plan.x % kRatio == 0u;
+          my_pos = static_cast<long long>(plan.x) - static_cast<long long>(kRatio);
+          if (!emit) my_loc = -1;
+        } else if constexpr (kRope) {
+          my_pos = __ldg(positions + my_tok);  // positions is nullptr without rope
+        }
       }
     }
     const bool my_keep = my_loc >= 0 && my_loc < num_slots;
