@@ -482,29 +482,63 @@ PLAN_PROBE = textwrap.dedent('''
     except ValueError as e:
         flags.append(str(e))
     kgen_indexer.store(T("x"), CompressorDecodePlan(4, T("plan_d")), T("w"), T("freqs"), T("out_loc"), T("cache"))
+    kgen_indexer.store(T("x"), CompressorPrefillPlan(4, T("plan_c"), T("plan_w")), T("w"), T("freqs"),
+                       T("out_loc"), T("cache"))
     try:
-        kgen_indexer.store(T("x"), CompressorPrefillPlan(4, T("plan_c"), T("plan_w")), T("w"), T("freqs"),
+        kgen_indexer.store(T("x"), CompressorPrefillPlan(128, T("plan_c"), T("plan_w")), T("w"), T("freqs"),
                            T("out_loc"), T("cache"))
-        prefill = "stored"
-    except NotImplementedError as e:
-        prefill = str(e)
-    print(json.dumps({"calls": calls, "prefill": prefill, "flags": flags}))
+        ratio = "stored"
+    except ValueError as e:
+        ratio = str(e)
+    print(json.dumps({"calls": calls, "ratio": ratio, "flags": flags}))
 ''')
 
 
-def test_patched_store_hands_the_op_the_decode_plan_rows(tree):
+def test_patched_store_hands_the_op_the_engines_plan_rows(tree):
     """SGLang passes its plan as a NamedTuple (rows at index 1): kgen's store gives its op the
-    DecodePlan rows, and refuses a prefill CompressPlan (out_loc by ragged id) by name. The flag
-    reads the engine's config bag, and refuses to be on together with the fp4 indexer flag."""
+    DecodePlan rows of a decode step with the variant, and the CompressPlan rows of a prefill step
+    (out_loc by ragged id) with the variant's prefill twin; a plan of another compress ratio is
+    refused by name. The flag reads the engine's config bag, and refuses to be on together with the
+    fp4 indexer flag."""
     root = patched(tree("sglang_v3"), PLAN)
     r = subprocess.run([PY, "-c", PLAN_PROBE, str(root)], capture_output=True, text=True, check=False, timeout=60,
                        env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    spec = str(root / "python/sglang/kgen_indexer/spec.yaml")
-    assert out["calls"] == [[repr(spec), "x", "w", "None", "freqs", "plan_d", "out_loc", "cache"]]
-    assert "CompressPlan is not supported" in out["prefill"]
+    pkg = root / "python/sglang/kgen_indexer"
+    spec, prefill = str(pkg / "spec.yaml"), str(pkg / "spec_prefill.yaml")
+    assert out["calls"] == [[repr(spec), "x", "w", "None", "freqs", "plan_d", "out_loc", "cache"],
+                            [repr(prefill), "x", "w", "None", "freqs", "plan_c", "out_loc", "cache"]]
+    assert "compress ratio 4" in out["ratio"] and "has 128" in out["ratio"]
     assert out["flags"][:2] == [False, True] and "--enable-deepseek-v4-fp4-indexer" in out["flags"][2]
+
+
+def test_patched_prefill_spec_is_the_variant_reading_the_compress_plan(tree):
+    """The bundle's prefill twin stores the variant's bytes: resolved by kgen's op from the engine
+    tree, it has the variant's layout and reads CompressPlan rows; on SGLang-shaped prefill plans the
+    op (CPU) writes what the variant's reference writes at the plan's positions and slots."""
+    torch = pytest.importorskip("torch")
+    from kgen import layout as L
+    from kgen import ops
+    from kgen import reference as R
+    from kgen.abi import NORM_ROPE_STORE
+
+    root = patched(tree("sglang_v3"), PLAN)
+    pkg = root / "python/sglang/kgen_indexer"
+    variant, twin = ops.resolve(str(pkg / "spec.yaml")).spec, ops.resolve(str(pkg / "spec_prefill.yaml")).spec
+    assert variant.positions.source == "decode_plan" and twin.positions.source == "compress_plan"
+    assert twin.name == f"{variant.name}_prefill"
+    assert twin.model_dump(exclude={"name", "positions"}) == variant.model_dump(exclude={"name", "positions"})
+    assert L.compute(twin).page_bytes == L.compute(variant).page_bytes
+    inp = R.make_inputs(twin, 129, seed=7)
+    args = tuple(v for k, v in NORM_ROPE_STORE.arguments(twin, inp).items() if k != "cache")
+    got = inp["cache"].clone()
+    ops.norm_rope_store(str(pkg / "spec_prefill.yaml"), *args, got)
+    pos, slots = R.compress_plan_slots(twin, inp["positions"], inp["out_loc"])
+    arr = variant.model_copy(update={"positions": variant.positions.model_copy(update={"source": "array"})})
+    want = inp["cache"].clone()
+    R.norm_rope_store(arr, inp["x"], inp["weight"], None, inp["freqs"], pos, slots, want)
+    assert torch.equal(got, want) and not torch.equal(got, inp["cache"])
 
 
 def test_drift_in_one_site_leaves_the_others_audited(tree):

@@ -646,7 +646,10 @@ import os
 from . import host
 
 SPEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spec.yaml")
+# the same variant reading SGLang's prefill CompressPlan rows (positions.source compress_plan)
+SPEC_PREFILL = {prefill_spec}
 VARIANT = host.NAME
+COMPRESS_RATIO = {ratio}  # tokens per key the plans are read with
 
 
 def enabled() -> bool:
@@ -670,19 +673,25 @@ def _ops():
 
 def store(x, plan, weight, freqs, out_loc, cache) -> None:
     """The engine's fused norm/RoPE/store call, routed to kgen's op with the engine's own tensors
-    and its {plan_kind}."""
+    and its plan rows. Decode: the {plan_kind}. Prefill: the CompressPlan
+    (one row per compressed key, x row i, its slot out_loc[ragged_id]) through SPEC_PREFILL; the
+    WritePlan is the compressor's, not the store's."""
+    spec = SPEC
     rows = getattr(plan, "plan_d", None)  # a CompressorDecodePlan: its [N, 16] DecodePlan rows
-    if rows is None and getattr(plan, "is_decode", True) is False:
-        # a CompressorPrefillPlan: CompressPlan rows address out_loc by ragged id, which kgen's
-        # store does not read
-        raise NotImplementedError("kgen's indexer store reads DecodePlan rows; SGLang's prefill "
-                                  "CompressPlan is not supported yet")
+    if rows is None and getattr(plan, "is_decode", True) is False:  # a CompressorPrefillPlan
+        if SPEC_PREFILL is None:
+            raise NotImplementedError("{name} has no RoPE: kgen has no prefill reading of "
+                                      "SGLang's CompressPlan for it")
+        rows, spec = plan.plan_c, SPEC_PREFILL
+    if getattr(plan, "compress_ratio", COMPRESS_RATIO) != COMPRESS_RATIO:
+        raise ValueError(f"kgen's {{VARIANT}} reads plans of compress ratio {{COMPRESS_RATIO}}, "
+                         f"the engine's plan has {{plan.compress_ratio}}")
     plan = plan if rows is None else rows  # older trees hand the plan rows themselves
     if freqs.is_complex():
         import torch
 
         freqs = torch.view_as_real(freqs).flatten(-2)  # (cos, sin) pairs: a view, no copy
-    _ops().norm_rope_store(SPEC, x, weight, None, freqs, plan, out_loc, cache)
+    _ops().norm_rope_store(spec, x, weight, None, freqs, plan, out_loc, cache)
 
 
 def logits(q, kv_cache, weights, seq_lens, page_table, metadata, max_seq_len, clean_logits):
@@ -700,8 +709,13 @@ def bundle(ctx: Ctx) -> dict[str, str]:
 
     plan_kind = ("DecodePlan (the spec reads it directly)" if takes_decode_plan(ctx.spec)
                  else "DecodePlan (the spec must read a DecodePlan: see kgen validate)")
+    from .bundle import PREFILL_SPEC, prefill_twin
+
+    prefill_spec = (f'os.path.join(os.path.dirname(SPEC), "{PREFILL_SPEC}")' if prefill_twin(ctx.spec) is not None
+                    else "None")
     init = INIT_TEMPLATE.format(name=ctx.name, flag_import=flag_import, flag_expr=flag_expr, fp4_expr=fp4_expr,
-                                plan_kind=plan_kind)
+                                plan_kind=plan_kind, prefill_spec=prefill_spec,
+                                ratio=ctx.spec.positions.compress_ratio)
     return {f"{PKG_DIR}/__init__.py": init, **variant_files(ctx, PKG_DIR)}
 
 
