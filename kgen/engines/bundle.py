@@ -42,7 +42,7 @@ def variant_files(ctx: Ctx, package_dir: str) -> dict[str, str]:
 
         files[f"{package_dir}/{PREFILL_SPEC}"] = spec_yaml(twin)
         for rel, text in render_variant(twin).files.items():
-            if not rel.endswith("host.py"):
+            if rel.endswith(("/kernel.cu", "/config.cuh")):  # its store kernel; the host and reader are the variant's
                 files[f"{package_dir}/kernel/{rel}"] = text
     for rel, text in header_files().items():
         files[f"{package_dir}/kernel/{rel}"] = text
