@@ -636,15 +636,16 @@ def decode_plan_for(spec: Spec, positions: torch.Tensor, g: torch.Generator) -> 
 
 def compress_plan_for(spec: Spec, n: int, max_pos: int, g: torch.Generator) -> torch.Tensor:
     """A prefill CompressPlan over `n` query tokens as SGLang's planner lays it out: the tokens split
-    into a few requests (ragged ids consecutive, request after request), each with a prefix already
+    into requests (ragged ids consecutive, request after request), each with a prefix already
     cached, so that position + extend stays below `max_pos`; a row for every token whose
     (position + 1) % R == 0 (seq_len = position + 1, buffer_len the compressor's window remainder, the
     read pages random stand-ins), the rows in an arbitrary order (the planner appends them with an
     atomic counter), then padding rows up to `n`."""
     R = spec.positions.compress_ratio
     window = 2 * R if R == 4 else R  # C4 overlaps two windows (the compressor's; the store ignores it)
-    cuts = sorted(torch.randperm(max(n - 1, 1), generator=g)[: min(3, max(n - 1, 0))].add(1).tolist())
-    bounds = [0, *cuts, n]
+    bounds, cap = [0], max(1, min(max_pos, n // 2))  # requests of 1..cap tokens: a few, none past max_pos
+    while bounds[-1] < n:
+        bounds.append(min(n, bounds[-1] + int(torch.randint(1, cap + 1, (1,), generator=g))))
     seq, rid, blen = [], [], []
     for b0, b1 in zip(bounds, bounds[1:]):
         extend = b1 - b0

