@@ -13,8 +13,9 @@ table. From that table come:
   contiguity, 16-byte alignment, device, each failure naming the argument;
 * the loaded-kernel check (`KernelAbi.check_loaded`: one parameter of sizeof(Params) bytes) and the
   version recorded with every compiled cubin (`KernelAbi.manifest`);
-* the CPU emulation of a launch (tests/cpu_shim/run.cc reads a packed buffer and a pointer map
-  written by `cpu_launch_files`, so it knows nothing of any kernel's fields).
+* the CPU emulation of a launch (the CPU runners, tests/cpu_shim/run.cc for the writer and
+  tests/reader_shim/run_reader.cc for the reader, read through tests/cpu_shim/launch_files.h a packed
+  buffer and a pointer map written by `write_launch_files`, so they know nothing of any kernel's fields).
 
 A table field is a tensor (a pointer in the struct) or a scalar. A tensor's shape mixes sizes the
 spec fixes (ints) and symbolic sizes (strs such as "N") that the first tensor having them binds;
@@ -408,13 +409,13 @@ class ParamBuffer:
 
 
 # ---------------------------------------------------------------------------------------------
-# the CPU emulation of a launch (tests/cpu_shim/run.cc)
+# the CPU emulation of a launch (tests/cpu_shim/launch_files.h reads these files for both CPU runners)
 
 
 def cpu_launch_files(args: Args, directory, buffers: Mapping[str, bytes]) -> list[str]:
-    """Write what tests/cpu_shim/run.cc needs to emulate the launch of `args` in `directory`: the
-    packed Params (`params.bin`, pointers 0), one file per tensor (its bytes; empty = nullptr) and
-    `pointers.txt` (`offset name written` per tensor field: where the runner patches in the host
+    """Write what the writer's CPU runner (tests/cpu_shim/run.cc) needs to emulate the launch of `args`
+    in `directory`: the packed Params (`params.bin`, pointers 0), one file per tensor (its bytes;
+    empty = nullptr) and `pointers.txt` (`offset name written` per tensor field: where the runner patches in the host
     address of that file's copy, and which buffers it writes back as `<name>.out`). Returns the
     runner's arguments after the directory: blocks, threads per block."""
     write_launch_files(args, directory, buffers)
