@@ -415,9 +415,9 @@ class ParamBuffer:
 def cpu_launch_files(args: Args, directory, buffers: Mapping[str, bytes]) -> list[str]:
     """Write what the writer's CPU runner (tests/cpu_shim/run.cc) needs to emulate the launch of `args`
     in `directory`: the packed Params (`params.bin`, pointers 0), one file per tensor (its bytes;
-    empty = nullptr) and `pointers.txt` (`offset name written` per tensor field: where the runner patches in the host
-    address of that file's copy, and which buffers it writes back as `<name>.out`). Returns the
-    runner's arguments after the directory: blocks, threads per block."""
+    empty = nullptr) and `pointers.txt` (`offset name written` per tensor field: where the runner
+    patches in the host address of that file's copy, and which buffers it writes back as
+    `<name>.out`). Returns the runner's arguments after the directory: blocks, threads per block."""
     write_launch_files(args, directory, buffers)
     blocks, threads = args.grid()
     return [str(blocks), str(threads)]
