@@ -9,20 +9,13 @@
 #   6. ncu of PROFILE_SPECS at 1M tokens -> ncu.txt
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/device-out}
-mkdir -p "$OUT"
-PY=${KGEN_PY:-python3}
-export KGEN_CACHE_DIR=${KGEN_CACHE_DIR:-/tmp/kgen-cache} PYTHONUNBUFFERED=1 KGEN_BENCH_COMPILE=0
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "FATAL: wheels"; exit 3; }
-export PYTHONPATH=/tmp/site:$PWD
-T0=$(date +%s)
-step() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+source scripts/device_env.sh
+export KGEN_BENCH_COMPILE=0
 lim() { timeout -s INT -k 10 "$@"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 SPECS="specs/dsv4.yaml specs/dsv32_indexer.yaml"
 FAST=/tmp/indexer_fp8_fast.yaml
-sed 's/^name: dsv4_indexer_fp8$/name: dsv4_indexer_fp8_fast/' specs/dsv4/indexer_fp8.yaml > $FAST && echo "numerics: fast" >> $FAST
+fast_fp8_spec "$FAST"
 cp $FAST "$OUT/indexer_fp8_fast.yaml"
 step "lab writer3"
 lim "${T_LAB:-70}" "$PY" bench/writer_experiments.py --plan writer3 --json "$OUT/lab.json" > "$OUT/lab.txt" 2>&1

@@ -5,17 +5,9 @@
 #   3. pytest -m gpu (shipped variants through the op at N up to 65536, CUDA graphs, PDL)      -> pytest.txt
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/device-out}
-mkdir -p "$OUT"
-PY=${KGEN_PY:-python3}
-export KGEN_CACHE_DIR=${KGEN_CACHE_DIR:-/tmp/kgen-cache} PYTHONUNBUFFERED=1
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "FATAL: wheels"; exit 3; }
-export PYTHONPATH=/tmp/site:$PWD
-T0=$(date +%s)
-step() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+source scripts/device_env.sh
 FAST=/tmp/indexer_fp8_fast.yaml
-sed 's/^name: dsv4_indexer_fp8$/name: dsv4_indexer_fp8_fast/' specs/dsv4/indexer_fp8.yaml > $FAST && echo "numerics: fast" >> $FAST
+fast_fp8_spec "$FAST"
 step "kgen test --sample 50 --seed 31"
 timeout -s INT -k 10 "${T_SAMPLE:-70}" "$PY" -m kgen test --sample 50 --seed 31 --json > "$OUT/sample.json"; echo "sample rc $?"
 if [ "${T_FAST:-30}" != 0 ]; then

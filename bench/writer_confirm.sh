@@ -10,15 +10,8 @@
 #   6. ncu of PROFILE_SPECS at 1M tokens -> ncu.txt
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/device-out}
-mkdir -p "$OUT"
-PY=${KGEN_PY:-python3}
-export KGEN_CACHE_DIR=${KGEN_CACHE_DIR:-/tmp/kgen-cache} PYTHONUNBUFFERED=1 KGEN_BENCH_COMPILE=0
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "FATAL: wheels"; exit 3; }
-export PYTHONPATH=/tmp/site:$PWD
-T0=$(date +%s)
-step() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+source scripts/device_env.sh
+export KGEN_BENCH_COMPILE=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 SPECS="specs/dsv4.yaml specs/dsv32_indexer.yaml"
 step "kgen test $SPECS"

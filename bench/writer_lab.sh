@@ -7,13 +7,7 @@
 #    histograms of PROFILE_SPECS at 1M tokens -> $OUT/ncu.txt, $OUT/*.sass
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/device-out}
-mkdir -p "$OUT"
-PY=${KGEN_PY:-python3}
-export KGEN_CACHE_DIR=${KGEN_CACHE_DIR:-/tmp/kgen-cache} PYTHONUNBUFFERED=1
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "FATAL: wheels"; exit 3; }
-export PYTHONPATH=/tmp/site:$PWD
+source scripts/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 timeout -s INT -k 10 "${T_LAB:-300}" "$PY" bench/writer_experiments.py ${OLD_INCLUDE:+--old-include "$OLD_INCLUDE"} \
   --plan "${PLAN:-full}" --json "$OUT/lab.json" 2>&1 | tee "$OUT/lab.txt" | tail -n "${TAIL:-400}"

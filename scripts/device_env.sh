@@ -1,0 +1,22 @@
+# The shared start of the device-side lab scripts (bench/writer_*.sh, scripts/reader_device_*.sh), sourced
+# from the repository root (or its copy under .dev/): install the carried wheels (`make wheels` -> .whl/,
+# or WHL=DIR) into /tmp/site, put this source tree first on PYTHONPATH (kgen runs from the tree, never
+# pip-installed), and define OUT, PY, step and fast_fp8_spec. scripts/device_run.sh, the main GPU job,
+# does the same with a fallback site and per-step status; it stays self-contained (docs/gpu.md).
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+PY=${KGEN_PY:-python3}
+export KGEN_CACHE_DIR=${KGEN_CACHE_DIR:-/tmp/kgen-cache} PYTHONUNBUFFERED=1
+if [ -z "${KGEN_SKIP_WHEELS:-}" ]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${WHL:-.whl}"/*.whl \
+    || { echo "FATAL: installing the carried wheels failed"; exit 3; }
+fi
+export PYTHONPATH=/tmp/site:$PWD
+T0=$(date +%s)
+
+step() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+
+# fast_fp8_spec PATH: the shipped fp8 indexer renamed dsv4_indexer_fp8_fast, with `numerics: fast`.
+fast_fp8_spec() {
+  sed 's/^name: dsv4_indexer_fp8$/name: dsv4_indexer_fp8_fast/' specs/dsv4/indexer_fp8.yaml > "$1" && echo "numerics: fast" >> "$1"
+}
