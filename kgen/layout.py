@@ -538,14 +538,16 @@ def reader_tokens_per_cta(spec: Spec) -> int:
 # By key dtype; chosen on the H200 (bench/results/h200-2026-11-30/reader/run2-f16-widened: no prefetch
 # was fastest or within noise at every (B, keys) for fp8 and bf16; a prefetched tile costs registers).
 # kReaderWgStages: the wgmma path's ring of staged chunks (kReaderWgmma 1: the path runs where it can);
-# kReaderWgL2Prefetch: the L2 prefetch size (0, 128, 256 B) of its key copies. 3 stages, no prefetch:
-# bench/results/h200-2026-11-30/reader2 (2 stages is faster for fp8 below 128 x 64K keys and not there;
-# a 256-B prefetch helps bf16 at 64K keys and slows fp8 at 128 x 64K).
+# kReaderWgL2Prefetch: the L2 prefetch size (0, 128, 256 B) of its key copies. 4 stages (an even ring:
+# two 64-key tiles of fp8, one whole bf16 tile, per pipeline step), no prefetch:
+# bench/results/h200-2026-11-30/reader3 (4 faster than 3 at 32 x 64K and 128 x 64K for both; 2 stages is
+# faster for fp8 below 128 x 64K keys and not there) and reader2 (a 256-B prefetch helps bf16 at 64K
+# keys and slows fp8 at 128 x 64K).
 READER_TUNING_DEFAULTS = {
     "bf16": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
-             "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0},
+             "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0},
     "fp8_e4m3": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
-                 "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0},
+                 "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0},
     "fp4_e2m1": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
                  "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0},
 }

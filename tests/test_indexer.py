@@ -231,7 +231,7 @@ def test_launch_follows_the_loaded_target_and_tuning(monkeypatch):
 @pytest.mark.parametrize("old,new", [
     ("kReaderWgChunks = 1;", "kReaderWgChunks = 2;"),
     ("kReaderWgTokensPerCta = 2;", "kReaderWgTokensPerCta = 3;"),
-    ("kReaderWgMinBlocks = 6;", "kReaderWgMinBlocks = 7;"),
+    ("kReaderWgMinBlocks = 5;", "kReaderWgMinBlocks = 6;"),
     ("kReaderWgChunkBytes = 128;", "kReaderWgChunkBytes = 64;"),
 ])
 def test_wgmma_constant_twins_fire(old, new, cache):

@@ -27,12 +27,12 @@ struct dsv4_indexer_bf16 : kgen_cfg::dsv4_indexer_bf16 {
   static constexpr long long kReaderWgChunks = 2;
   static constexpr long long kReaderWgAlign = 1024;
   static constexpr long long kReaderWgTokensPerCta = 1;
-  static constexpr long long kReaderWgMinBlocks = 5;
+  static constexpr long long kReaderWgMinBlocks = 4;
   static constexpr long long kReaderPrefetch = 0;
   static constexpr long long kReaderMinBlocks = 0;
   static constexpr long long kReaderHeadPasses = 2;
   static constexpr long long kReaderWgmma = 1;
-  static constexpr long long kReaderWgStages = 3;
+  static constexpr long long kReaderWgStages = 4;
   static constexpr long long kReaderWgL2Prefetch = 0;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py

@@ -631,8 +631,10 @@ struct IndexerLogits {
 // q.k products of one 128-B chunk of the rows are 4 wgmma k-steps of 32 B (m64n64k32 e4m3 for fp8,
 // m64n64k16 bf16 for bf16) into 32 fp32 accumulators per thread. The rows' chunks are staged by
 // cp.async (16 B per thread and row, zero-filled for keys not read) into a ring of kReaderWgStages
-// shared-memory stages, two in flight while one is multiplied; several CTAs per SM hide each other's
-// epilogues. Keys are read in place: every row's page comes from the block table (any page size).
+// shared-memory stages; one pipeline step (one barrier pair, one cp.async group) covers kStepLoads of
+// them: two tiles of 128-B rows, or a whole tile of longer rows, when the ring holds two such steps
+// (an even ring of 4 or more), else one chunk. Several CTAs per SM hide each other's epilogues. Keys
+// are read in place: every row's page comes from the block table (any page size).
 //
 // Accumulator layout (PTX wgmma, f32 D of m64nN): thread (warp w, gid = lane / 4, tig = lane % 4) holds
 // d[4j + 2i + c] = row 16w + gid + 8i, column (head) 8j + 2tig + c. The sum over heads is per thread
@@ -683,9 +685,15 @@ __device__ __forceinline__ void mma_wait() {
 
 // Shared-memory matrix descriptor of a K-major operand in the 128-B swizzle: start address, leading
 // byte offset 16 (unused by a K-major swizzled operand), stride 1024 B between 8-row groups, mode 1.
-__device__ __forceinline__ unsigned long long desc_sw128(uint32_t addr) {
-  return static_cast<unsigned long long>((addr & 0x3FFFFu) >> 4) | (static_cast<unsigned long long>(1) << 16) |
-         (static_cast<unsigned long long>(1024 >> 4) << 32) | (static_cast<unsigned long long>(1) << 62);
+// Kept as its two words: the low one (the address field, addr / 16 in 14 bits, and the leading byte
+// offset) and the constant high one (stride, mode). An operand `bytes` further on is the low word plus
+// bytes / 16: a shared address stays below 256 KB, so the field never carries; the main loop adds a
+// stage's and a k-step's offsets to one low word instead of re-deriving each descriptor.
+__device__ __forceinline__ uint32_t desc_sw128_lo(uint32_t addr) {
+  return ((addr & 0x3FFFFu) >> 4) | (1u << 16);
+}
+__device__ __forceinline__ unsigned long long desc_sw128_of(uint32_t lo) {
+  return (static_cast<unsigned long long>((1024 >> 4) | (1u << 30)) << 32) | lo;
 }
 
 // d (+)= A * B for one 32-B k-step: accumulate = 0 overwrites d
@@ -741,6 +749,13 @@ struct WgLogits {
   static constexpr long long kPageBytes = C::kPageBytes;
   static constexpr int kPageShift = static_cast<int>(C::kPageShift);
   static constexpr int kL2Prefetch = static_cast<int>(C::kReaderWgL2Prefetch);
+  // Loads per pipeline step (each step pays one pair of barriers, one commit and one wait, and its
+  // loads' tiles share them): two 64-key tiles when a tile is one load (128-B rows) and the ring holds
+  // two steps or more; a whole tile when it is several loads and the ring holds two tiles; else one load.
+  static constexpr int kStepLoads = kChunks == 1 ? (kStages % 2 == 0 && kStages >= 4 ? 2 : 1)
+                                                 : (kStages % kChunks == 0 && kStages >= 2 * kChunks ? kChunks : 1);
+  static constexpr int kStepTiles = kChunks == 1 ? kStepLoads : 1;  // tiles whose pages are looked up ahead
+  static constexpr int kRingSteps = kStages / kStepLoads;
 
   static_assert(kThreads == 128, "[wgmma] one warpgroup per CTA");
   static_assert(H == 64 && kTile == 64, "[wgmma] m64n64: 64 keys x 64 heads per instruction");
@@ -749,6 +764,8 @@ struct WgLogits {
   static_assert(kStageBytes % kAlign == 0 && kQChunkBytes % kAlign == 0, "[wgmma] operand bases 1024-B aligned");
   static_assert(kChunks == 1 || kTokens == 1, "several chunks per row: one token's accumulators per CTA");
   static_assert(kStages >= 2 && kTile % kLoadRows == 0, "staging shape");
+  static_assert(kStages % kStepLoads == 0 && kRingSteps >= 2 && (kStepLoads % kChunks == 0 || kStepLoads == 1),
+                "a step's loads are whole tiles (or one load) and the ring holds two steps or more");
   static_assert(reader::wg_smem<C>(kTokens) <= reader::kMaxSmemBytes, "[wgmma] shared memory within 227 KB");
 
   // byte offset of 16-B column c of row r in a 128-B swizzled chunk (8 rows x 128 B repeat)
@@ -889,9 +906,11 @@ struct WgLogits {
     const int r0 = tid / kColumns;
 
     // q of this CTA's tokens (swizzled, as the B operand) joins the first copy group; the weights
-    // are plain loads (seen after the first barrier)
-    Pages pages;
-    lookup(p, table, 0, key0, visible_end, key_end, r0, pages);
+    // are plain loads (seen after the first barrier). pages[i]: tile i of the next step to issue (the
+    // table is read one step ahead of the copies)
+    Pages pages[kStepTiles];
+#pragma unroll
+    for (int i = 0; i < kStepTiles; ++i) lookup(p, table, i, key0, visible_end, key_end, r0, pages[i]);
     for (int i = tid; i < ntok * kChunks * H * kColumns; i += kThreads) {
       const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
       const int t = i / (kColumns * H * kChunks);
@@ -899,66 +918,83 @@ struct WgLogits {
       wg::cp16(wg::smem_addr(sm.q + (t * kChunks + kc) * kQChunkBytes) + swizzled(h, col), src, 16u);
     }
     for (int i = tid; i < ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
-    // loads 0 .. kStages - 2 now; load u + kStages - 1 is issued in iteration u, before its wait, into
-    // the stage load u - 1 used: kStages loads in flight while the CTA waits for the oldest
+    // step v's loads are v * kStepLoads ..; steps 0 .. kRingSteps - 2 now; step v + kRingSteps - 1 is
+    // issued in iteration v, before its wait, into the stages step v - 1 used: kRingSteps steps in
+    // flight while the CTA waits for the oldest
+    const int nsteps = (nloads + kStepLoads - 1) / kStepLoads;
+    const auto issue_step = [&](int step) {
 #pragma unroll
-    for (int u = 0; u < kStages - 1; ++u) {
-      if (u < nloads) {
-        issue(p, sm, u, key0, pages, tid);
-        if (u % kChunks == kChunks - 1) lookup(p, table, u / kChunks + 1, key0, visible_end, key_end, r0, pages);
+      for (int g = 0; g < kStepLoads; ++g) {
+        const int u = step * kStepLoads + g;
+        if (u < nloads) {
+          issue(p, sm, u, key0, pages[g / kChunks], tid);
+          if (u % kChunks == kChunks - 1) {
+            lookup(p, table, u / kChunks + kStepTiles, key0, visible_end, key_end, r0, pages[g / kChunks]);
+          }
+        }
       }
+    };
+#pragma unroll
+    for (int v = 0; v < kRingSteps - 1; ++v) {
+      if (v < nsteps) issue_step(v);
       wg::commit();
     }
 
+    const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.keys)), q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
+    float* const logits_t0 = p.logits + q_token0 * p.max_seq_len;
     float acc[32];
 #pragma unroll 1
-    for (int u = 0; u < nloads; ++u) {
-      const int next = u + kStages - 1;
-      if (next < nloads) {
-        if (u > 0) __syncthreads();  // every thread is done with load u - 1's stage (and its row info)
-        issue(p, sm, next, key0, pages, tid);
-        if (next % kChunks == kChunks - 1) {
-          lookup(p, table, next / kChunks + 1, key0, visible_end, key_end, r0, pages);
-        }
+    for (int v = 0; v < nsteps; ++v) {
+      const int next = v + kRingSteps - 1;
+      if (next < nsteps) {
+        if (v > 0) __syncthreads();  // every thread is done with step v - 1's stages (and their row info)
+        issue_step(next);
       }
       wg::commit();
-      wg::wait<kStages - 1>();  // load u has landed (this thread's part) ...
+      wg::wait<kRingSteps - 1>();  // step v has landed (this thread's part) ...
       wg::fence_async_proxy();
       __syncthreads();  // ... everyone's
-      const int kc = u % kChunks, s = u % kStages;
-      const int k0 = static_cast<int>(key0) + u / kChunks * kTile;
-      const uint32_t a0 = wg::smem_addr(sm.keys + s * kStageBytes);
-#pragma unroll 1
-      for (int t = 0; t < ntok; ++t) {
-        const int visible_t = seq_len - p.next_n + 1 + t0 + t;  // keys [0, visible_t) are token t's
-        const bool any = k0 < visible_t;                        // a tile none of whose keys the token sees costs no mma
-        if (any) {
-          const uint32_t b0 = wg::smem_addr(sm.q + (t * kChunks + kc) * kQChunkBytes);
-          wg::mma_fence();
 #pragma unroll
-          for (int k = 0; k < kSteps; ++k) {
-            const unsigned long long da = wg::desc_sw128(a0 + 32 * k), db = wg::desc_sw128(b0 + 32 * k);
-            const uint32_t accumulate = kc > 0 || k > 0 ? 1u : 0u;
-            if constexpr (kFp8) {
-              wg::mma_e4m3(acc, da, db, accumulate);
-            } else {
-              wg::mma_bf16(acc, da, db, accumulate);
+      for (int g = 0; g < kStepLoads; ++g) {
+        const int u = v * kStepLoads + g;
+        if (kStepLoads > 1 && u >= nloads) break;
+        const int kc = u % kChunks, s = u % kStages;
+        const int k0 = static_cast<int>(key0) + u / kChunks * kTile;
+        const uint32_t a_lo = keys_lo + s * (kStageBytes / 16);
+#pragma unroll 1
+        for (int t = 0; t < ntok; ++t) {
+          const int visible_t = seq_len - p.next_n + 1 + t0 + t;  // keys [0, visible_t) are token t's
+          const bool any = k0 < visible_t;  // a tile none of whose keys the token sees costs no mma
+          if (any) {
+            const uint32_t b_lo = q_lo + (t * kChunks + kc) * (kQChunkBytes / 16);
+            wg::mma_fence();
+#pragma unroll
+            for (int k = 0; k < kSteps; ++k) {
+              const unsigned long long da = wg::desc_sw128_of(a_lo + 2 * k), db = wg::desc_sw128_of(b_lo + 2 * k);
+              const uint32_t accumulate = kc > 0 || k > 0 ? 1u : 0u;
+              if constexpr (kFp8) {
+                wg::mma_e4m3(acc, da, db, accumulate);
+              } else {
+                wg::mma_bf16(acc, da, db, accumulate);
+              }
             }
+            wg::mma_commit();
+            wg::mma_wait();
+            wg::keep(acc);
           }
-          wg::mma_commit();
-          wg::mma_wait();
-          wg::keep(acc);
-        }
-        if (kc == kChunks - 1) {
-          finish(p, acc, any, sm.w + t * H, sm.row_info + s * kTile, b, t0 + t, k0, key_end, visible_t, warp, gid, tig);
+          if (kc == kChunks - 1) {
+            finish(acc, any, sm.w + t * H, sm.row_info + s * kTile,
+                   logits_t0 + static_cast<long long>(t) * p.max_seq_len, k0, key_end, visible_t, warp, gid, tig);
+          }
         }
       }
     }
   }
 
-  __device__ static __forceinline__ void finish(const typename C::Params& p, const float (&acc)[32], bool any,
-                                                const float* wt, const float* info, int b, int t, int k0, int key_end,
-                                                int visible_t, int warp, int gid, int tig) {
+  // token t's logits row is `out` (logits + (b * next_n + t) * max_seq_len)
+  __device__ static __forceinline__ void finish(const float (&acc)[32], bool any, const float* wt, const float* info,
+                                                float* out, int k0, int key_end, int visible_t, int warp, int gid,
+                                                int tig) {
     float v0 = 0.0f, v1 = 0.0f;  // rows gid and gid + 8 of the warp's 16
     if (any) {
 #pragma unroll
@@ -977,8 +1013,8 @@ struct WgLogits {
     if (tig < 2) {
       const int r = 16 * warp + gid + 8 * tig, key = k0 + r;
       if (key < key_end) {
-        const float out = key < visible_t ? (tig ? v1 : v0) * info[r] : -__int_as_float(0x7f800000);
-        p.logits[(static_cast<long long>(b) * p.next_n + t) * p.max_seq_len + key] = out;
+        const float logit = key < visible_t ? (tig ? v1 : v0) * info[r] : -__int_as_float(0x7f800000);
+        out[key] = logit;
       }
     }
   }
