@@ -39,6 +39,7 @@ from .tree import (
     find_class,
     find_classes_with,
     find_method,
+    one,
 )
 
 POOL = "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
@@ -183,11 +184,9 @@ def _pool(ctx: Ctx, cls_name: str = "DeepSeekV4IndexerPool"):
 def _fp4_read(ctx: Ctx):
     parsed, cls = _pool(ctx)
     init = find_method(ctx.tree, parsed, cls, "__init__", "indexer pool flags")
-    found = assignments(init, "self.use_fp4_indexer")
-    if len(found) != 1:
-        raise Drift(ctx.tree.path(parsed.rel), "DeepSeekV4IndexerPool.__init__: self.use_fp4_indexer = ...",
-                    len(found), "indexer pool flags")
-    return parsed, cls, init, found[0]
+    anchor = one(assignments(init, "self.use_fp4_indexer"), ctx.tree, parsed,
+                 "DeepSeekV4IndexerPool.__init__: self.use_fp4_indexer = ...", "indexer pool flags")
+    return parsed, cls, init, anchor
 
 
 def audit_pool_flag(ctx: Ctx) -> None:
@@ -250,16 +249,14 @@ def _after_docstring(fn: cst.FunctionDef) -> int:
 def audit_pool_page(ctx: Ctx) -> None:
     parsed, cls = _pool(ctx)
     method = find_method(ctx.tree, parsed, cls, "_create_buffer", "indexer pool pages")
-    found = assignments(method, "page_bytes")
-    if len(found) != 1:
-        raise Drift(ctx.tree.path(parsed.rel), "DeepSeekV4IndexerPool._create_buffer: page_bytes = ...",
-                    len(found), "indexer pool pages")
+    anchor = one(assignments(method, "page_bytes"), ctx.tree, parsed,
+                 "DeepSeekV4IndexerPool._create_buffer: page_bytes = ...", "indexer pool pages")
     lay = ctx.layout
     # pages of the spec's size here: a page-size disagreement is the page-size site's finding
-    got = ctx.evaluate("indexer page bytes", parsed, found[0], lambda: ctx.evaluator().value_at(
-        Function(method, parsed.scope, cls), found[0], found[0].value, {"self.page_size": lay.page_size}))
+    got = ctx.evaluate("indexer page bytes", parsed, anchor, lambda: ctx.evaluator().value_at(
+        Function(method, parsed.scope, cls), anchor, anchor.value, {"self.page_size": lay.page_size}))
     if got is not None and got != lay.page_bytes:
-        ctx.report("engine-pool", parsed, found[0], f"the indexer pool allocates pages of {got} B "
+        ctx.report("engine-pool", parsed, anchor, f"the indexer pool allocates pages of {got} B "
                    f"({_mode_text(ctx)}) but {ctx.name} pages are {lay.page_bytes} B ({lay.page_bytes_formula()})",
                    ctx.patch_fix)
 
@@ -339,11 +336,9 @@ def _budget(ctx: Ctx):
     parsed = ctx.tree.parse(rel)
     cls = find_class(ctx.tree, parsed, "DSV4PoolConfigurator", "memory budget")
     method = find_method(ctx.tree, parsed, cls, "_get_bytes_per_full_token", "memory budget")
-    found = assignments(method, "indexer_bytes")
-    if len(found) != 1:
-        raise Drift(ctx.tree.path(parsed.rel), "DSV4PoolConfigurator._get_bytes_per_full_token: indexer_bytes = ...",
-                    len(found), "memory budget")
-    return parsed, cls, method, found[0]
+    anchor = one(assignments(method, "indexer_bytes"), ctx.tree, parsed,
+                 "DSV4PoolConfigurator._get_bytes_per_full_token: indexer_bytes = ...", "memory budget")
+    return parsed, cls, method, anchor
 
 
 def audit_budget(ctx: Ctx) -> None:
@@ -370,11 +365,9 @@ def _store(ctx: Ctx):
     parsed = ctx.tree.parse(rel)
     cls = find_class(ctx.tree, parsed, "CompressorBackendMixin", "indexer store")
     method = find_method(ctx.tree, parsed, cls, "_forward_compress_all_in_one", "indexer store")
-    found = calls(method, "compress_norm_rope_store")
-    if len(found) != 1:
-        raise Drift(ctx.tree.path(parsed.rel), "compress_norm_rope_store(...) in "
-                    "CompressorBackendMixin._forward_compress_all_in_one", len(found), "indexer store")
-    return parsed, cls, method, found[0]
+    call = one(calls(method, "compress_norm_rope_store"), ctx.tree, parsed,
+               "compress_norm_rope_store(...) in CompressorBackendMixin._forward_compress_all_in_one", "indexer store")
+    return parsed, cls, method, call
 
 
 def audit_store(ctx: Ctx) -> None:
@@ -497,11 +490,9 @@ def _reader(ctx: Ctx):
 
 def _view_width(ctx: Ctx):
     parsed, cls, method = _reader(ctx)
-    found = assignments(method, "head_dim_with_sf")
-    if len(found) != 1:
-        raise Drift(ctx.tree.path(parsed.rel), "C4IndexerBackendMixin.forward_c4_indexer: head_dim_with_sf = ...",
-                    len(found), "indexer reader view")
-    return parsed, cls, method, found[0]
+    anchor = one(assignments(method, "head_dim_with_sf"), ctx.tree, parsed,
+                 "C4IndexerBackendMixin.forward_c4_indexer: head_dim_with_sf = ...", "indexer reader view")
+    return parsed, cls, method, anchor
 
 
 def audit_reader(ctx: Ctx) -> None:
