@@ -31,12 +31,7 @@ KGEN_BENCH_BUDGET_S=$(( ${T_BENCH:-90} - 10 )) lim "${T_BENCH:-90}" "$PY" -m kge
   --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1; echo "bench rc $?"; tail -30 "$OUT/bench.txt"
 lim "${T_BENCH_FAST:-25}" "$PY" -m kgen bench $FAST --json "$OUT/bench_fast.json" > "$OUT/bench_fast.txt" 2>&1
 echo "bench fast rc $?"; tail -8 "$OUT/bench_fast.txt"
-if [ -n "${PROFILE_SPECS:-}" ]; then
-  step "profile $PROFILE_SPECS"
-  OUT=$OUT KGEN_SKIP_WHEELS=1 timeout -k 10 "${T_PROFILE:-60}" bash scripts/device_run.sh profile > "$OUT/profile.log" 2>&1
-  echo "profile rc $?"
-  grep -E "^---|Registers Per|Achieved Occupancy|Theoretical Occ|DRAM Throughput|Compute \(SM\) Thr|Executed Instructions  |Duration" "$OUT/ncu.txt" | head -30
-fi
+profile_step 60
 step "summary"
 "$PY" - "$OUT" <<'PYEOF'
 import json, sys

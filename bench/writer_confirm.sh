@@ -30,12 +30,7 @@ KGEN_GPU_SAMPLES=${KGEN_GPU_SAMPLES:-4} timeout -s INT -k 10 "${T_PYTEST:-120}" 
 step "lab run2"
 timeout -s INT -k 10 "${T_LAB:-90}" "$PY" bench/writer_experiments.py --plan run2 --json "$OUT/lab.json" > "$OUT/lab.txt" 2>&1
 echo "lab rc $?"; cut -c1-30,95-230 "$OUT/lab.txt" | tail -60
-if [ -n "${PROFILE_SPECS:-}" ]; then
-  step "profile $PROFILE_SPECS"
-  OUT=$OUT KGEN_SKIP_WHEELS=1 timeout -k 10 "${T_PROFILE:-80}" bash scripts/device_run.sh profile > "$OUT/profile.log" 2>&1
-  echo "profile rc $?"
-  grep -E "^---|Registers Per|Achieved Occupancy|DRAM Throughput|Compute \(SM\) Thr|Executed Instructions  |Duration" "$OUT/ncu.txt" | head -30
-fi
+profile_step 80
 step "summary"
 "$PY" - "$OUT" <<'PYEOF'
 import json, sys

@@ -20,3 +20,14 @@ step() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
 fast_fp8_spec() {
   sed 's/^name: dsv4_indexer_fp8$/name: dsv4_indexer_fp8_fast/' specs/dsv4/indexer_fp8.yaml > "$1" && echo "numerics: fast" >> "$1"
 }
+
+# profile_step DEFAULT_LIMIT: with PROFILE_SPECS set, scripts/device_run.sh's ncu profile of those specs at 1M
+# tokens (-> $OUT/ncu.txt) under T_PROFILE (default DEFAULT_LIMIT) seconds, and its headline lines.
+profile_step() {
+  [ -n "${PROFILE_SPECS:-}" ] || return 0
+  step "profile $PROFILE_SPECS"
+  OUT=$OUT KGEN_SKIP_WHEELS=1 timeout -k 10 "${T_PROFILE:-$1}" bash scripts/device_run.sh profile > "$OUT/profile.log" 2>&1
+  echo "profile rc $?"
+  grep -E "^---|Registers Per|Achieved Occupancy|Theoretical Occ|DRAM Throughput|Compute \(SM\) Thr|Executed Instructions  |Duration" \
+    "$OUT/ncu.txt" | head -30
+}
