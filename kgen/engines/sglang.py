@@ -175,6 +175,13 @@ def patch_flag(ctx: Ctx) -> None:
 # the pool: flag read, bytes per token, page bytes, page size
 
 
+def _method(ctx: Ctx, rel: str, cls_name: str, method_name: str, what: str):
+    """(parsed file, class, method) of the anchor `cls_name.method_name` in the engine file `rel`."""
+    parsed = ctx.tree.parse(ctx.tree.pick([rel], f"class {cls_name}", what))
+    cls = find_class(ctx.tree, parsed, cls_name, what)
+    return parsed, cls, find_method(ctx.tree, parsed, cls, method_name, what)
+
+
 def _pool(ctx: Ctx, cls_name: str = "DeepSeekV4IndexerPool"):
     rel = ctx.tree.pick([POOL], f"class {cls_name}", "indexer pool")
     parsed = ctx.tree.parse(rel)
@@ -332,10 +339,8 @@ def patch_fp8_helpers(ctx: Ctx) -> None:
 
 
 def _budget(ctx: Ctx):
-    rel = ctx.tree.pick([CONFIGURATOR], "class DSV4PoolConfigurator", "memory budget")
-    parsed = ctx.tree.parse(rel)
-    cls = find_class(ctx.tree, parsed, "DSV4PoolConfigurator", "memory budget")
-    method = find_method(ctx.tree, parsed, cls, "_get_bytes_per_full_token", "memory budget")
+    parsed, cls, method = _method(ctx, CONFIGURATOR, "DSV4PoolConfigurator", "_get_bytes_per_full_token",
+                                  "memory budget")
     anchor = one(assignments(method, "indexer_bytes"), ctx.tree, parsed,
                  "DSV4PoolConfigurator._get_bytes_per_full_token: indexer_bytes = ...", "memory budget")
     return parsed, cls, method, anchor
@@ -361,10 +366,8 @@ def patch_budget(ctx: Ctx) -> None:
 
 
 def _store(ctx: Ctx):
-    rel = ctx.tree.pick([COMPRESSOR], "class CompressorBackendMixin", "indexer store")
-    parsed = ctx.tree.parse(rel)
-    cls = find_class(ctx.tree, parsed, "CompressorBackendMixin", "indexer store")
-    method = find_method(ctx.tree, parsed, cls, "_forward_compress_all_in_one", "indexer store")
+    parsed, cls, method = _method(ctx, COMPRESSOR, "CompressorBackendMixin", "_forward_compress_all_in_one",
+                                  "indexer store")
     call = one(calls(method, "compress_norm_rope_store"), ctx.tree, parsed,
                "compress_norm_rope_store(...) in CompressorBackendMixin._forward_compress_all_in_one", "indexer store")
     return parsed, cls, method, call
@@ -481,11 +484,7 @@ def audit_kernel(ctx: Ctx) -> None:
 
 
 def _reader(ctx: Ctx):
-    rel = ctx.tree.pick([INDEXER], "class C4IndexerBackendMixin", "indexer reader")
-    parsed = ctx.tree.parse(rel)
-    cls = find_class(ctx.tree, parsed, "C4IndexerBackendMixin", "indexer reader")
-    method = find_method(ctx.tree, parsed, cls, "forward_c4_indexer", "indexer reader")
-    return parsed, cls, method
+    return _method(ctx, INDEXER, "C4IndexerBackendMixin", "forward_c4_indexer", "indexer reader")
 
 
 def _view_width(ctx: Ctx):
