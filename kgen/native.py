@@ -7,7 +7,8 @@ cost": the Python kernel's boxing and ~30 attribute reads cost more than the lau
 * Build: the machine's C++ compiler (`$CXX`, else c++/g++/clang++) against the headers and libraries
   torch ships (no CUDA toolkit, no ninja, no setuptools): about 5-15 s once, then cached as
   `$KGEN_CACHE_DIR/_native/fastop-<hash>.so` (hash of the source, torch's version and build, the
-  compiler). Written atomically; a failed build is remembered for the process, never retried per call.
+  compiler's path and `--version`). Written atomically; a failed build is remembered for the process,
+  never retried per call.
 * Fallback: without a compiler, with torch headers missing, a failed build, a CUDA entry point not
   found (cuLaunchKernelEx, cuCtxGetCurrent, torch's aoti_torch_get_current_cuda_stream), or
   KGEN_NATIVE=0, `install` returns None and says why (`status()`): the op keeps its Python CUDA
@@ -57,11 +58,20 @@ def _torch_paths() -> tuple[Path, Path]:
     return root / "include", root / "lib"
 
 
+def _compiler_version(cxx: str) -> str:
+    """`cxx --version` (the toolchain, not only its path, is part of the build key: an upgraded compiler
+    at the same path rebuilds)."""
+    try:
+        return subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
 def _build_key(cxx: str) -> str:
     import torch
 
     h = hashlib.sha256(SOURCE.read_bytes())
-    for part in (torch.__version__, str(getattr(torch.version, "git_version", "")), cxx,
+    for part in (torch.__version__, str(getattr(torch.version, "git_version", "")), cxx, _compiler_version(cxx),
                  str(torch._C._GLIBCXX_USE_CXX11_ABI)):
         h.update(b"\0" + part.encode())
     return h.hexdigest()[:16]

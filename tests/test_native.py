@@ -238,3 +238,17 @@ def test_a_failed_build_says_why_and_leaves_nothing(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="the C..? build failed: -std=c\\+\\+20: fastop.cpp:1: error: no"):
         native.build()
     assert list((tmp_path / "cache" / "_native").iterdir()) == []
+
+
+def test_the_build_key_follows_the_compilers_version(tmp_path):
+    """An upgraded compiler at the same path gets a new library, never the old build's (the key hashes
+    the toolchain, not only its path)."""
+    cxx = tmp_path / "cxx"
+
+    def key_with(version: str) -> str:
+        cxx.write_text(f"#!/bin/sh\necho '{version}'\n")
+        cxx.chmod(0o755)
+        return native._build_key(str(cxx))
+
+    old, same, new = key_with("cc 13.2.0"), key_with("cc 13.2.0"), key_with("cc 14.1.0")
+    assert old == same != new
