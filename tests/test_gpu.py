@@ -257,10 +257,13 @@ def test_bench_smoke(tmp_path):
     assert "floor" in e and data["byte_model"] and data["command"]
 
 
-def _plan_spec(ratio=4):
+def _plan_spec(source: str, ratio: int):
+    """The GPU test spec reading SGLang's plan rows of `source` (decode_plan | compress_plan) in place of
+    positions."""
     base = _spec()
-    return base.model_copy(update={"name": f"gpu_plan_r{ratio}",
-                                   "positions": base.positions.model_copy(update={"source": "decode_plan",
+    name = {"decode_plan": "gpu_plan", "compress_plan": "gpu_cplan"}[source]
+    return base.model_copy(update={"name": f"{name}_r{ratio}",
+                                   "positions": base.positions.model_copy(update={"source": source,
                                                                                   "compress_ratio": ratio})})
 
 
@@ -271,14 +274,7 @@ def test_decode_plan_input_byte_exact(ratio):
     from kgen.gpurun import run_case
 
     for n in (1, 7, 4097, 65536):
-        _assert_ok(run_case(_plan_spec(ratio), n, seed=n))
-
-
-def _compress_plan_spec(ratio=4):
-    base = _spec()
-    return base.model_copy(update={"name": f"gpu_cplan_r{ratio}",
-                                   "positions": base.positions.model_copy(update={"source": "compress_plan",
-                                                                                  "compress_ratio": ratio})})
+        _assert_ok(run_case(_plan_spec("decode_plan", ratio), n, seed=n))
 
 
 @pytest.mark.parametrize("ratio", [4, 128])
@@ -289,7 +285,7 @@ def test_compress_plan_input_byte_exact(ratio):
     from kgen.gpurun import run_case
 
     for n in (1, 7, 4097, 65536):
-        _assert_ok(run_case(_compress_plan_spec(ratio), n, seed=n))
+        _assert_ok(run_case(_plan_spec("compress_plan", ratio), n, seed=n))
 
 
 def test_pdl_waits_for_the_previous_kernel_in_a_graph():
