@@ -346,17 +346,22 @@ def launch_shape(spec: Spec, num_tokens: int) -> tuple[int, int]:
     return max(1, -(-num_tokens // tokens_per_block(spec, num_tokens))), threads_per_block(spec)
 
 
-DECODE_PLAN_BYTES = 16  # SGLang's DecodePlan: uint32 seq_len, int32 write_loc, read_page_0, read_page_1
-DECODE_PLAN_FIELDS = ("seq_len", "write_loc", "read_page_0", "read_page_1")
-# SGLang's prefill CompressPlan (one row per compressed key, in the compressor's output order; rows
-# past the last key are padding): uint32 seq_len, uint16 ragged_id, uint16 buffer_len, int32
-# read_page_0, int32 read_page_1. The store reads seq_len (position = seq_len - R) and ragged_id
-# (the row of out_loc, which is per query token); the rest is the compressor's.
-COMPRESS_PLAN_BYTES = 16
-COMPRESS_PLAN_FIELDS = (("seq_len", "<u4"), ("ragged_id", "<u2"), ("buffer_len", "<u2"), ("read_page_0", "<i4"),
-                        ("read_page_1", "<i4"))
+# SGLang's plan rows that stand in for `positions`, by positions.source: (field, little-endian numpy
+# type) in struct order, the one description the reference's encoder/decoder and the byte sizes use.
+# DecodePlan: one row per decode token. CompressPlan (prefill): one row per compressed key, in the
+# compressor's output order, rows past the last key padding; the store reads seq_len (position =
+# seq_len - R) and ragged_id (the row of out_loc, which is per query token), the rest is the compressor's.
+PLAN_FIELDS = {
+    "decode_plan": (("seq_len", "<u4"), ("write_loc", "<i4"), ("read_page_0", "<i4"), ("read_page_1", "<i4")),
+    "compress_plan": (("seq_len", "<u4"), ("ragged_id", "<u2"), ("buffer_len", "<u2"), ("read_page_0", "<i4"),
+                      ("read_page_1", "<i4")),
+}
+PLAN_BYTES = {source: sum(int(kind[2:]) for _, kind in fields) for source, fields in PLAN_FIELDS.items()}
+DECODE_PLAN_BYTES = PLAN_BYTES["decode_plan"]  # 16
+DECODE_PLAN_FIELDS = tuple(name for name, _ in PLAN_FIELDS["decode_plan"])
+COMPRESS_PLAN_BYTES = PLAN_BYTES["compress_plan"]  # 16
+COMPRESS_PLAN_FIELDS = PLAN_FIELDS["compress_plan"]
 COMPRESS_PLAN_INVALID = 0xFFFFFFFF  # seq_len of a padding row (SGLang's CompressPlan::invalid())
-PLAN_BYTES = {"decode_plan": DECODE_PLAN_BYTES, "compress_plan": COMPRESS_PLAN_BYTES}  # by positions.source
 
 PDL_MIN_SM = 90  # griddepcontrol (programmatic dependent launch) exists from sm_90 on
 

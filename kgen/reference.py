@@ -437,42 +437,69 @@ def encode(spec: Spec, x, weight, bias, freqs, positions) -> tuple[torch.Tensor,
     return pack_row(spec, qz), qz
 
 
+def read_plan(plan: torch.Tensor, source: str) -> dict[str, torch.Tensor]:
+    """Each field of SGLang's plan rows (uint8 [N, PLAN_BYTES[source]], little-endian, kgen.layout's
+    PLAN_FIELDS[source]) as int64 [N], on the plan's device."""
+    what = source.replace("_", " ")
+    if plan.dtype != torch.uint8 or plan.dim() != 2 or plan.shape[1] != L.PLAN_BYTES[source]:
+        raise ValueError(f"a {what} is uint8 [N, {L.PLAN_BYTES[source]}], got {plan.dtype} {tuple(plan.shape)}")
+    b, out, offset = plan.to(torch.int64), {}, 0
+    for name, kind in L.PLAN_FIELDS[source]:
+        size = int(kind[2:])
+        v = b[:, offset]
+        for i in range(1, size):
+            v = v | (b[:, offset + i] << (8 * i))
+        out[name] = torch.where(v >= 1 << (8 * size - 1), v - (1 << 8 * size), v) if kind[1] == "i" else v
+        offset += size
+    return out
+
+
+def make_plan(source: str, **fields: torch.Tensor) -> torch.Tensor:
+    """uint8 [N, PLAN_BYTES[source]] plan rows from their fields (kgen.layout's PLAN_FIELDS[source]);
+    tests and benchmarks, SGLang's planner writes these in an engine. A value outside its field's type
+    is refused (SGLang's planner packs, e.g., ragged ids in 16 bits)."""
+    what = source.replace("_", " ")
+    n = len(next(iter(fields.values())))
+    out, offset = torch.zeros(n, L.PLAN_BYTES[source], dtype=torch.uint8), 0
+    for name, kind in L.PLAN_FIELDS[source]:
+        size, signed = int(kind[2:]), kind[1] == "i"
+        v = fields[name].to(torch.int64).reshape(-1)
+        lo, hi = (-(1 << (8 * size - 1)), 1 << (8 * size - 1)) if signed else (0, 1 << 8 * size)
+        if v.numel() and (int(v.min()) < lo or int(v.max()) >= hi):
+            bad = int(v.min()) if int(v.min()) < lo else int(v.max())
+            raise ValueError(f"{name} {bad} does not fit the {what}'s {'int' if signed else 'uint'}{8 * size}")
+        v = v & ((1 << 8 * size) - 1)
+        for i in range(size):
+            out[:, offset + i] = (v >> (8 * i)) & 0xFF
+        offset += size
+    return out
+
+
 def plan_positions(spec: Spec, plan: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(positions int64 [N], emit bool [N]) of SGLang's DecodePlan rows (uint8 [N, 16], little-endian
-    {uint32 seq_len, int32 write_loc, int32 read_page_0, int32 read_page_1}, kgen.layout's
-    DECODE_PLAN_FIELDS): position = seq_len - R; a token is written only where seq_len % R == 0,
-    seq_len >= R, write_loc >= 0 and read_page_0 >= 0 (R = positions.compress_ratio). Positions of
-    tokens that are not written are clamped to 0 (their freqs row is never used)."""
-    if plan.dtype != torch.uint8 or plan.dim() != 2 or plan.shape[1] != L.DECODE_PLAN_BYTES:
-        raise ValueError(f"a decode plan is uint8 [N, {L.DECODE_PLAN_BYTES}], got {plan.dtype} {tuple(plan.shape)}")
-    words = plan.contiguous().view(torch.int32).to(torch.int64)  # [N, 4], little-endian int32
-    seq_len = words[:, 0] & 0xFFFFFFFF  # uint32
-    ratio = spec.positions.compress_ratio
-    emit = (words[:, 1] >= 0) & (words[:, 2] >= 0) & (seq_len >= ratio) & (seq_len % ratio == 0)
+    """(positions int64 [N], emit bool [N]) of SGLang's DecodePlan rows (`read_plan`): position =
+    seq_len - R; a token is written only where seq_len % R == 0, seq_len >= R, write_loc >= 0 and
+    read_page_0 >= 0 (R = positions.compress_ratio). Positions of tokens that are not written are
+    clamped to 0 (their freqs row is never used)."""
+    f = read_plan(plan, "decode_plan")
+    seq_len, ratio = f["seq_len"], spec.positions.compress_ratio
+    emit = (f["write_loc"] >= 0) & (f["read_page_0"] >= 0) & (seq_len >= ratio) & (seq_len % ratio == 0)
     return torch.where(emit, seq_len - ratio, torch.zeros_like(seq_len)), emit
 
 
 def make_decode_plan(seq_len: torch.Tensor, write_loc: torch.Tensor, read_page_0: torch.Tensor,
                      read_page_1: torch.Tensor) -> torch.Tensor:
-    """uint8 [N, 16] DecodePlan rows from the four fields (tests and benchmarks; SGLang's planner
-    writes these in an engine)."""
-    f = torch.stack([t.to(torch.int64) for t in (seq_len, write_loc, read_page_0, read_page_1)], dim=1)
-    f = torch.where(f >= 2**31, f - 2**32, f).to(torch.int32)  # seq_len is a uint32: same bits
-    return f.contiguous().view(torch.uint8).reshape(-1, L.DECODE_PLAN_BYTES)
+    """uint8 [N, 16] DecodePlan rows from the four fields (`make_plan`)."""
+    return make_plan("decode_plan", seq_len=seq_len, write_loc=write_loc, read_page_0=read_page_0,
+                     read_page_1=read_page_1)
 
 
 def compress_plan_slots(spec: Spec, plan: torch.Tensor, out_loc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(positions int64 [N], slots int64 [N]) of SGLang's prefill CompressPlan rows (uint8 [N, 16],
-    little-endian kgen.layout's COMPRESS_PLAN_FIELDS), one row per compressed key: row i's position
-    is seq_len - R and its slot out_loc[ragged_id] (out_loc holds a slot per query token, [N] like the
-    plan). A row is skipped (slot -1, position 0) where seq_len is COMPRESS_PLAN_INVALID (padding),
-    seq_len < R or ragged_id >= N (R = positions.compress_ratio)."""
-    if plan.dtype != torch.uint8 or plan.dim() != 2 or plan.shape[1] != L.COMPRESS_PLAN_BYTES:
-        raise ValueError(f"a compress plan is uint8 [N, {L.COMPRESS_PLAN_BYTES}], got {plan.dtype} "
-                         f"{tuple(plan.shape)}")
-    words = plan.contiguous().view(torch.int32).to(torch.int64)  # [N, 4], little-endian int32
-    seq_len = words[:, 0] & 0xFFFFFFFF  # uint32
-    ragged = words[:, 1] & 0xFFFF  # uint16 ragged_id; buffer_len is the high half
+    """(positions int64 [N], slots int64 [N]) of SGLang's prefill CompressPlan rows (`read_plan`), one
+    row per compressed key: row i's position is seq_len - R and its slot out_loc[ragged_id] (out_loc
+    holds a slot per query token, [N] like the plan). A row is skipped (slot -1, position 0) where
+    seq_len is COMPRESS_PLAN_INVALID (padding), seq_len < R or ragged_id >= N (R = positions.compress_ratio)."""
+    f = read_plan(plan, "compress_plan")
+    seq_len, ragged = f["seq_len"], f["ragged_id"]
     n, ratio = plan.shape[0], spec.positions.compress_ratio
     emit = (seq_len != L.COMPRESS_PLAN_INVALID) & (seq_len >= ratio) & (ragged < n)
     loc = out_loc.to(torch.int64)[torch.where(emit, ragged, torch.zeros_like(ragged)).to(out_loc.device)]
@@ -482,18 +509,10 @@ def compress_plan_slots(spec: Spec, plan: torch.Tensor, out_loc: torch.Tensor) -
 
 def make_compress_plan(seq_len: torch.Tensor, ragged_id: torch.Tensor, buffer_len: torch.Tensor,
                        read_page_0: torch.Tensor, read_page_1: torch.Tensor) -> torch.Tensor:
-    """uint8 [N, 16] CompressPlan rows from the five fields (seq_len COMPRESS_PLAN_INVALID: a padding
-    row); tests and benchmarks, SGLang's planner writes these in an engine."""
-    import numpy as np
-
-    rows = [t.to(torch.int64) for t in (seq_len, ragged_id, buffer_len, read_page_0, read_page_1)]
-    if rows[1].numel() and int(rows[1].max()) > 0xFFFF:  # SGLang's planner packs ragged ids in 16 bits
-        raise ValueError(f"ragged_id {int(rows[1].max())} does not fit the CompressPlan's uint16")
-    arr = np.zeros(rows[0].shape[0], dtype=np.dtype(list(L.COMPRESS_PLAN_FIELDS)))
-    for (name, kind), t in zip(L.COMPRESS_PLAN_FIELDS, rows):
-        arr[name] = t.numpy().astype(np.int64).astype(kind, casting="unsafe")
-    assert arr.dtype.itemsize == L.COMPRESS_PLAN_BYTES
-    return torch.from_numpy(arr.view(np.uint8).copy()).reshape(-1, L.COMPRESS_PLAN_BYTES)
+    """uint8 [N, 16] CompressPlan rows from the five fields (`make_plan`; seq_len COMPRESS_PLAN_INVALID:
+    a padding row)."""
+    return make_plan("compress_plan", seq_len=seq_len, ragged_id=ragged_id, buffer_len=buffer_len,
+                     read_page_0=read_page_0, read_page_1=read_page_1)
 
 
 def norm_rope_store(spec: Spec, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
