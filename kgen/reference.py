@@ -51,7 +51,7 @@ __all__ = [
     "load_spec", "constants", "sqrt_rn", "warp_sum", "norm", "rope", "hadamard", "bf16_roundtrip", "prequant",
     "ceil_log2", "pow2", "block_scales", "e4m3_sat_rne", "e2m1_codes", "pack_nibbles",
     "quantize", "pack_row", "token_byte_columns", "store", "norm_rope_store",
-    "decode", "poison_pattern", "rope_freqs", "sample_rows", "make_inputs",
+    "decode", "decode_pages", "poison_pattern", "rope_freqs", "sample_rows", "make_inputs",
 ]
 
 WARP = L.WARP
@@ -549,21 +549,40 @@ def decode(spec: Spec | L.Layout, cache: torch.Tensor, locs: torch.Tensor,
     24, so the product fits a double's 53); in fp32 a code times an fp32 (non power-of-two) scale is
     rounded once."""
     lay = _layout(spec)
-    spec = lay.spec
     _check_cache(lay, cache)
-    s = spec.store
     valid, page, slot = _slots(lay, cache, locs)
     cols = token_byte_columns(lay).to(cache.device)
     page_c = torch.where(valid, page, torch.zeros_like(page))
     slot_c = torch.where(valid, slot, torch.zeros_like(slot))
-    data = cache[page_c[:, None], cols[slot_c]]  # [n, row + scale bytes]
+    values, scales = _decode_token_bytes(lay, cache[page_c[:, None], cols[slot_c]], dtype)
+    nan = torch.tensor(float("nan"), device=cache.device)
+    values = torch.where(valid[:, None], values, nan)
+    scales = torch.where(valid[:, None], scales, nan)
+    return values, scales
+
+
+def decode_pages(spec: Spec | L.Layout, pages: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Every slot of the pages given (uint8 [n, page_bytes]), in page order: values [n * P, head_dim]
+    exactly as `decode` gives them for those slots. A page at a time: one gather by the [P, bytes]
+    column table instead of a byte index per token, so a whole sequence decodes at about the cost
+    of a copy (the Torch scorers read with it)."""
+    lay = _layout(spec)
+    _check_cache(lay, pages)
+    cols = token_byte_columns(lay).to(pages.device)
+    values, _ = _decode_token_bytes(lay, pages[:, cols].reshape(-1, lay.written_bytes_per_token), dtype)
+    return values
+
+
+def _decode_token_bytes(lay: L.Layout, data: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """`decode` of the bytes tokens own (uint8 [n, row + scale bytes], `token_byte_columns` order)."""
+    s = lay.spec.store
     n_tok = data.shape[0]
     row, sb = data[:, :lay.row_bytes], data[:, lay.row_bytes:]
     parts = {r.name: row[:, r.offset:r.end] for r in lay.row_parts()}
     G = lay.blocks_per_token if lay.scale_unit else 0
 
     if G == 0:
-        scales = torch.zeros((n_tok, 0), dtype=torch.float32, device=cache.device)
+        scales = torch.zeros((n_tok, 0), dtype=torch.float32, device=data.device)
     elif s.scale == "ue8m0":
         scales = pow2(sb.to(torch.int32) - 127)
     else:
@@ -583,15 +602,12 @@ def decode(spec: Spec | L.Layout, cache: torch.Tensor, locs: torch.Tensor,
         qv = torch.nn.functional.pad(qv, (0, pad)).reshape(n_tok, G, B)
         qv = (qv.to(dtype) * scales.to(dtype)[..., None]).reshape(n_tok, G * B)[:, :lay.quant_span.size]
 
-    values = torch.empty((n_tok, spec.head_dim), dtype=dtype, device=cache.device)
+    values = torch.empty((n_tok, lay.spec.head_dim), dtype=dtype, device=data.device)
     values[:, lay.quant_span.start:lay.quant_span.end] = qv
     if lay.kept_span.size:
         assert s.rope_dtype is not None  # layout.spans: a kept span exists only with rope_dtype set
         kv = parts["rope"].contiguous().view(_HALF[s.rope_dtype]).to(dtype)
         values[:, lay.kept_span.start:lay.kept_span.end] = kv
-    nan = torch.tensor(float("nan"), device=cache.device)
-    values = torch.where(valid[:, None], values, nan)
-    scales = torch.where(valid[:, None], scales, nan)
     return values, scales
 
 

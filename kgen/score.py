@@ -58,7 +58,8 @@ from .ops import resolve_spec
 from .spec import Spec
 
 __all__ = ["CHUNK_BYTES", "LogitsChecked", "Q_DTYPES", "check_logits_arguments", "dense_logits",
-           "gather_keys", "indexer_logits_torch", "key_chunk", "sequence_logits", "visible_lengths"]
+           "gather_keys", "indexer_logits_batched", "indexer_logits_torch", "key_chunk", "sequence_logits",
+           "visible_lengths"]
 
 Q_DTYPES = ("bfloat16", "float8_e4m3fn")
 CHUNK_BYTES = 256 << 20  # budget of one [rows, heads, keys] intermediate
@@ -249,9 +250,7 @@ def gather_keys(variant: Spec | Layout | str | os.PathLike, cache: torch.Tensor,
     if num_keys == 0:
         return torch.empty((0, lay.spec.head_dim), dtype=dtype, device=cache.device)
     local = cache[pages[:n_pages].to(device=cache.device, dtype=torch.int64)]  # [n_pages, page_bytes]
-    locs = torch.arange(num_keys, dtype=torch.int64, device=cache.device)  # slot s of `local` = key s
-    values, _ = R.decode(lay, local, locs, dtype=dtype)
-    return values
+    return R.decode_pages(lay, local, dtype=dtype)[:num_keys]  # slot s of `local` = key s
 
 
 def key_chunk(variant: Spec | Layout | str | os.PathLike, rows: int, heads: int,
@@ -306,4 +305,36 @@ def indexer_logits_torch(variant: Spec | Layout | str | os.PathLike, q, weights,
         part = sequence_logits(c.layout, q[b], weights[rows], cache, block_table[b], n, accum=accum, chunk_keys=step)
         seen = torch.arange(n, device=dev)[None, :] < visible[rows, None]
         out[rows, :n] = torch.where(seen, part.to(torch.float32), float("-inf"))
+    return out
+
+
+def indexer_logits_batched(variant: Spec | Layout | str | os.PathLike, q, weights, cache, block_table, seq_lens,
+                           max_seq_len: int, *, key_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """The same logits, computed the way an engine writes a scorer in Torch: one gather of every
+    sequence's pages, one decode (`reference.decode_pages`), one batched matmul in `key_dtype`, relu,
+    the weighted head sum as a second (fp32) matmul, then the visibility mask. `kgen bench` times it
+    beside the kernel as the Torch baseline; it is not the reference (`indexer_logits_torch` is).
+
+    Rounding: each dequantized key value is rounded once from fp32 to `key_dtype`, and the matmul
+    returns each q . k rounded to `key_dtype` (bf16: about 2^-9 relative each); the head sum is fp32.
+    Memory: the decoded keys and a [B, next_n * heads, max_seq_len] product are materialized at once
+    (no chunking: that is the point of the baseline)."""
+    c = check_logits_arguments(variant, q, weights, cache, block_table, seq_lens, max_seq_len)
+    assert c.seq_lens is not None
+    B, N, H = c.batch, c.next_n, c.heads
+    P = c.layout.page_size
+    n_pages = min(c.max_pages, -(-max_seq_len // P))
+    S = min(max_seq_len, n_pages * P)
+    # entries past a sequence's last page may be anything (checked entries are the ones read): clamp
+    # them into the cache, the mask below drops what they would give
+    table = block_table[:, :n_pages].to(torch.int64).clamp(0, c.num_pages - 1)
+    keys = R.decode_pages(c.layout, cache[table.reshape(-1)]).to(key_dtype)
+    keys = keys.view(B, n_pages * P, -1)[:, :S]
+    dots = torch.matmul(q.to(key_dtype).reshape(B, N * H, -1), keys.transpose(1, 2))  # [B, N * H, S]
+    heads = dots.float().relu_().view(B, N, H, S)
+    with _exact_fp32_matmul():
+        scored = torch.matmul(weights.to(torch.float32).view(B, N, 1, H), heads).view(B * N, S)
+    seen = torch.arange(S, device=q.device)[None, :] < visible_lengths(c.seq_lens, N).to(q.device)[:, None]
+    out = torch.full((B * N, max_seq_len), float("-inf"), dtype=torch.float32, device=q.device)
+    out[:, :S] = torch.where(seen, scored, float("-inf"))
     return out

@@ -18,7 +18,13 @@ torch = pytest.importorskip("torch")
 
 from kgen import reference as R  # noqa: E402
 from kgen.diagnostics import KgenError  # noqa: E402
-from kgen.score import check_logits_arguments, dense_logits, indexer_logits_torch, visible_lengths  # noqa: E402
+from kgen.score import (  # noqa: E402
+    check_logits_arguments,
+    dense_logits,
+    indexer_logits_batched,
+    indexer_logits_torch,
+    visible_lengths,
+)
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 P = 64
@@ -151,6 +157,42 @@ def test_logits_match_first_principles(name, next_n, q_dtype):
     # the expected visibility itself: row b*N + j sees keys s <= seq_len - N + j
     counts = (~invisible).sum(dim=1)
     assert torch.equal(counts, visible_lengths(SEQ_LENS, next_n))
+
+
+@pytest.mark.parametrize("name", list(INDEXER))
+def test_decode_pages_is_decode_of_every_slot(name):
+    spec = R.load_spec(SPECS / INDEXER[name])
+    cache, table = write_sequences(spec, [3 * P + 7, P - 2], num_pages=6, seed=11)
+    # sequence 0's pages out of order: its last page holds 7 keys, the rest of it poison
+    pages = cache[table[0, [3, 0, 2, 1]].long()]
+    want, _ = R.decode(spec, pages, torch.arange(4 * P))
+    got = R.decode_pages(spec, pages)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    assert torch.isfinite(got[P:]).all()  # the three full pages
+
+
+@pytest.mark.parametrize("name", list(INDEXER))
+@pytest.mark.parametrize("next_n,q_dtype", [(1, torch.float8_e4m3fn), (2, torch.bfloat16)])
+def test_batched_torch_path_within_its_stated_rounding(name, next_n, q_dtype):
+    spec = R.load_spec(SPECS / INDEXER[name])
+    cache, table = write_sequences(spec, SEQ_LENS, num_pages=16, seed=5 + next_n)
+    g = torch.Generator().manual_seed(3 * next_n)
+    B, H = len(SEQ_LENS), 4
+    q = (torch.randn(B, next_n, H, D, generator=g) * 2).to(q_dtype)
+    weights = torch.randn(B * next_n, H, generator=g)
+    lens = torch.tensor(SEQ_LENS, dtype=torch.int32)
+    max_seq_len = max(SEQ_LENS) + 9
+    want, mag = expected_logits(name, cache, table, SEQ_LENS, q, weights, max_seq_len)
+    invisible = torch.isneginf(want)
+    for key_dtype, bound in ((torch.bfloat16, 2.0**-7), (torch.float32, 1e-6)):
+        got = indexer_logits_batched(spec, q, weights, cache, table, lens, max_seq_len, key_dtype=key_dtype)
+        assert got.dtype == torch.float32 and got.shape == (B * next_n, max_seq_len)
+        assert torch.equal(torch.isneginf(got), invisible)
+        # bf16: each key value and each q . k rounded once (2^-9 relative each) -> within 2^-7 of the
+        # sum's magnitude; fp32 keys: the plain fp32 accumulation bound of the reference test
+        err = (got.double() - want).masked_fill(invisible, 0).abs()
+        assert (err <= bound * mag).all(), (key_dtype, float((err / mag.clamp(min=1e-30)).max()))
+    assert (err > 0).any() or name == "bf16"  # it is an fp32 computation, not the float64 one
 
 
 def test_visibility_rule_small_cases():
