@@ -279,8 +279,11 @@ def bench_case(torch, timer, spec: Spec, batch: int, keys: int, copy_gbps: float
         # the Torch baseline: the scorer as an engine writes it in Torch (one gather, one matmul)
         from .score import indexer_logits_batched
 
-        out[0]["torch_path"] = _with_bw(timer.cold(lambda: indexer_logits_batched(spec, *args), warmup=1, lo=3, hi=3),
-                                        nbytes, copy_gbps)
+        try:  # the baseline failing (e.g. out of memory) must not lose the kernel's figures
+            out[0]["torch_path"] = _with_bw(timer.cold(lambda: indexer_logits_batched(spec, *args), warmup=1, lo=3,
+                                                       hi=3), nbytes, copy_gbps)
+        except Exception as ex:  # noqa: BLE001
+            out[0]["torch_path"] = {"error": f"{type(ex).__name__}: {ex}"[:500]}
     return out
 
 
@@ -395,7 +398,8 @@ def bench_line(e: dict) -> str:
         text += (f"  | DeepGEMM fp8 {p['cold']:.1f} / {p['graph']:.1f} us:"
                  f" x{p['cold'] / c['us']:.2f} / x{p['graph'] / g['us']:.2f}")
     if "torch_path" in e:
-        text += f"  | torch path {e['torch_path']['us']:.0f} us"
+        t = e["torch_path"]
+        text += f"  | torch path {t['us']:.0f} us" if "us" in t else f"  | torch path ERROR {t['error']}"
     return text
 
 
