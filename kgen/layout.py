@@ -557,6 +557,31 @@ READER_TUNING_DEFAULTS = {
                  "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0},
 }
 
+# The wgmma path's ring chosen per launch (kgen.indexer picks the cubin; each is rendered, and twinned, from
+# the one spec). Where a key dtype has an entry (shallow stages, staged keys per SM), a launch that stages
+# fewer keys per SM than that (B x token groups x max_seq_len keys over the SMs) runs `shallow` stages; at or
+# above it, the default (READER_TUNING_DEFAULTS). fp8 on the H200, CUDA-graph times, both rings in one
+# process (bench/results/h200-2026-11-30/reader4): 2 stages (8 CTAs per SM, one tile per pipeline step)
+# are faster from 1 x 256K to 64 x 64K keys (64 x 64K, 31.8K keys per SM: 155.0 against 163.0 us), 4 stages
+# (5 CTAs per SM, two tiles per step) at 128 x 64K (63.6K per SM: 319.7 against 340.0 us); the threshold
+# sits between the two. bf16 has none: 4 stages are as fast or faster at every shape (reader3).
+READER_WG_SHAPE_STAGES: dict[str, tuple[int, int]] = {"fp8_e4m3": (2, 49152)}
+
+
+def reader_wg_shape_tune(lay: Layout, tune: dict[str, int] | None, batch: int, next_n: int, max_seq_len: int,
+                         sm_count: int) -> dict[str, int] | None:
+    """The tuning a wgmma-path launch of this shape runs: `tune` itself where it fixes kReaderWgStages or
+    the key dtype has no shape rule (READER_WG_SHAPE_STAGES), else `tune` plus this shape's stages (the
+    result None: the shipped default)."""
+    rule = READER_WG_SHAPE_STAGES.get(lay.spec.store.dtype)
+    if rule is None or (tune and "kReaderWgStages" in tune):
+        return tune
+    shallow, min_keys_per_sm = rule
+    groups = -(-max(1, next_n) // max(1, reader_wg_tokens_per_cta(lay, reader_wg_stages(lay, tune))))
+    if batch * groups * max_seq_len >= min_keys_per_sm * max(1, sm_count):
+        return tune
+    return {**(tune or {}), "kReaderWgStages": shallow}
+
 
 # The sm_90a path (wgmma, kgen.arch.has_wgmma): a tile of READER_WG_TILE_KEYS consecutive keys is the
 # A operand (M = 64 keys, K-major), q of one token the B operand (N = 64 heads, K-major), both in shared

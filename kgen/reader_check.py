@@ -177,41 +177,12 @@ def compare(variant: str, case: str, got, want, *, topk: int = TOPK) -> LogitsRe
     return r
 
 
-_tuned: dict = {}
-
-
-def tuned_kernel(spec: Spec, tune: dict | None):
-    """The reader of `spec` with layout.READER_TUNING_DEFAULTS overridden by `tune`, loaded on the
-    current GPU (None: the shipped default, through kgen.runtime.load)."""
-    from .runtime import load
-
-    if not tune:
-        return None
-    key = (spec.model_dump_json(), tuple(sorted(tune.items())))
-    if key not in _tuned:
-        from . import runtime as RT
-        from .abi import INDEXER_LOGITS
-        from .compile import compile_rendered
-        from .render import render_reader
-
-        base = load(spec, kernel="indexer_logits")  # arch check, device
-        ck = compile_rendered(render_reader(spec, tune=tune), base.arch, progress=None)
-        function, oc = RT._load_kernel(ck)
-        _tuned[key] = RT.LoadedKernel(spec=spec, layout=base.layout, arch=base.arch, device_index=base.device_index,
-                                      device_name=base.device_name, compiled=ck, kernel=function, object_code=oc,
-                                      abi=INDEXER_LOGITS, tune=dict(tune))
-    return _tuned[key]
-
-
 def launcher(spec: Spec, args: tuple, tune: dict | None = None, *, check_bounds: bool = False):
-    """(launch, logits) of the (tuned) reader on `args`."""
-    from .indexer import check, prepare
+    """(launch, logits) of the reader on `args`: the shipped choice (kgen.indexer.prepare: the cubin of
+    this launch shape) with `tune`'s layout.READER_TUNING_DEFAULTS overrides (None: the shipped default)."""
+    from .indexer import prepare
 
-    loaded = tuned_kernel(spec, tune)
-    if loaded is None:
-        return prepare(spec, *args, check_bounds=check_bounds)
-    a = check(spec, *args, check_bounds=check_bounds)
-    return loaded.prepare(a), a.tensors["logits"]
+    return prepare(spec, *args, check_bounds=check_bounds, tune=tune)
 
 
 def run_case(spec: Spec, seq_lens: list[int], *, next_n: int = 1, seed: int = 0, name: str = "",
@@ -403,6 +374,17 @@ def bench_line(e: dict) -> str:
     return text
 
 
+def ring_tunes(spec: Spec, tune: dict | None) -> list[dict | None]:
+    """`tune` and, where the launch picks the ring by shape (layout.reader_wg_shape_tune), the tuning of
+    its small shapes: the cubins a run of `tune` may load."""
+    from .indexer import readable
+
+    if not readable(spec) or not L.reader_wg_enabled(L.compute(spec), tune):
+        return [tune]
+    small = L.reader_wg_shape_tune(L.compute(spec), tune, 1, 1, 1, 1)
+    return [tune] if small == tune else [tune, small]
+
+
 def precompile(jobs: list[tuple[Spec, dict | None]], say=print) -> None:
     """Render every (spec, tuning) serially, then NVRTC-compile the cache misses in threads."""
     import time
@@ -417,6 +399,7 @@ def precompile(jobs: list[tuple[Spec, dict | None]], say=print) -> None:
     info = device_info()
     major, minor = (int(x) for x in info["capability"].split("."))
     cap = (major, minor)
+    jobs = [(s, t2) for s, t in jobs for t2 in ring_tunes(s, t)]
     rendered = [(render_reader(s, tune=t), check_arch(cap, list(s.targets), variant=s.name)) for s, t in jobs]
 
     def one(job):
@@ -447,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tunes", default="[null]", help="JSON list of tunings (null: the default) to compare")
+    ap.add_argument("--bench-shapes", help="bench: B x keys list (default: BENCH_SHAPES, DeepGEMM's table)")
     a = ap.parse_args(argv)
     from .indexer import readable
     from .validate import validate_paths
@@ -458,8 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.mode == "test":
         res = test_specs(specs, seed=a.seed)
         res += test_specs(samples, seed=a.seed, quick=True)
-        for tune in (t for t in tunes if t):  # each alternative on one ragged MTP case per variant
-            res += test_specs(specs, seed=a.seed, tune=tune, cases=(3,))
+        for tune in (t for t in tunes if t):  # each alternative on the 70000-key and a ragged MTP case per variant
+            res += test_specs(specs, seed=a.seed, tune=tune, cases=(2, 3))
         out: dict[str, Any] = {"results": [r.to_json() for r in res]}
         ok = all(r.ok for r in res)
         print(f"{sum(r.ok for r in res)} passed, {sum(not r.ok for r in res)} failed")
@@ -478,7 +462,9 @@ def main(argv: list[str] | None = None) -> int:
                 profiled.append(f"{spec.name} {b}x{k}")
                 print(f"profiled {spec.name} {b} x {k}")
     else:
-        out = bench_specs(specs, tunes=tunes)
+        shapes = BENCH_SHAPES if not a.bench_shapes else tuple(
+            tuple(int(x) for x in shape.split("x")) for shape in a.bench_shapes.split(","))
+        out = bench_specs(specs, shapes, tunes=tunes)
         ok = all("error" not in e for e in out["results"])
     if a.json:
         a.json.write_text(json.dumps(out, indent=1, default=str))

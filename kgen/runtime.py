@@ -296,7 +296,7 @@ class LoadedKernel:
             return getattr(self.compiled, "registers", None)
 
 
-_by_spec: dict[tuple[str, int, str], LoadedKernel] = {}  # (spec, device, kernel)
+_by_spec: dict[tuple, LoadedKernel] = {}  # (spec, device, kernel, tuning)
 _by_uri: dict[tuple[str, str, int, str], LoadedKernel] = {}  # (uri, arch, device, sha256 of the cubin)
 _lock = threading.Lock()
 
@@ -316,16 +316,17 @@ def device_info(index: int | None = None) -> dict:
 
 
 def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False,
-         kernel: str = NORM_ROPE_STORE.kernel) -> LoadedKernel:
+         kernel: str = NORM_ROPE_STORE.kernel, tune: dict[str, int] | None = None) -> LoadedKernel:
     """The kernel of `spec` loaded on a torch device (default: the current one).
 
     Order: GPU present -> arch check against spec.targets -> compile_variant (cache hit: no NVRTC)
-    -> module load. Cached in-process per (spec, device) and per (uri, arch, device, cubin): a spec
-    with the same name but other content never gets another spec's kernel.
+    -> module load. Cached in-process per (spec, device, kernel, tune) and per (uri, arch, device, cubin):
+    a spec with the same name but other content never gets another spec's kernel. `tune`: the reader's
+    layout.READER_TUNING_DEFAULTS overrides it is rendered with (kgen.indexer's per-shape ring, the bench).
     """
     torch = require_gpu()
     idx = torch.cuda.current_device() if device_index is None else device_index
-    skey = (spec_key(spec), idx, kernel)
+    skey = (spec_key(spec), idx, kernel, tuple(sorted(tune.items())) if tune else ())
     hit = _by_spec.get(skey)
     if hit is not None:
         return hit
@@ -341,11 +342,13 @@ def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False,
 
         kabi = KERNELS[kernel]
         if kabi is NORM_ROPE_STORE:
+            if tune:
+                raise ValueError(f"{kernel} has no tuning")
             ck = compile_variant(spec, arch)
         else:  # the read side (kgen.indexer): its own rendered instantiation
             from .render import render_reader
 
-            ck = compile_rendered(render_reader(spec), arch)
+            ck = compile_rendered(render_reader(spec, tune=tune), arch)
         if verbose or not getattr(ck, "cached", True):
             sys.stderr.write(f"kgen: {spec.name} for {arch}: "
                              f"{'cache hit' if getattr(ck, 'cached', False) else 'compiled'}"
@@ -361,7 +364,8 @@ def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False,
             kabi.check_manifest(getattr(ck, "abi", None), ck.uri)
             kabi.check_loaded(function, ck.uri)
             loaded = LoadedKernel(spec=spec, layout=compute(spec), arch=arch, device_index=idx,
-                                  device_name=name, compiled=ck, kernel=function, object_code=oc, abi=kabi)
+                                  device_name=name, compiled=ck, kernel=function, object_code=oc, abi=kabi,
+                                  tune=dict(tune) if tune else None)
             _by_uri[ukey] = loaded
         _by_spec[skey] = loaded
         return loaded

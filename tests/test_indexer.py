@@ -97,9 +97,12 @@ def test_reader_config_is_the_writers_config_plus_reader_constants():
 
 @pytest.mark.parametrize("key", sorted(INDEXER))
 def test_shipped_reader_compiles_for_sm90a_without_spills(key, cache):
-    k, log = compile_log(render_reader(spec_of(key)), cache)
-    assert k is not None, log[-3000:]
-    assert k.spill_bytes == 0 and 0 < k.registers <= 255, log
+    # every cubin a shipped launch may load: the default and the ring of small launch shapes
+    for tune in rc.ring_tunes(spec_of(key), None):
+        k, log = compile_log(render_reader(spec_of(key), tune=tune), cache)
+        assert k is not None, log[-3000:]
+        assert k.spill_bytes == 0 and 0 < k.registers <= 255, (tune, log)
+        assert "serialized" not in log, (tune, log)  # ptxas kept the wgmma asynchronous
 
 
 def test_reader_support_twin_fires_for_an_unreadable_spec(cache):
@@ -226,6 +229,48 @@ def test_launch_follows_the_loaded_target_and_tuning(monkeypatch):
     # 6 stages of 8.25 KB: past 48 KB, the launch opts in
     six = dataclasses.replace(checked, target="sm_90a", tune={"kReaderWgStages": 6})
     assert INDEXER_LOGITS.shared_bytes(six) > 48 * 1024
+
+
+def test_ring_by_launch_shape():
+    fp8, bf16 = L.compute(spec_of("fp8")), L.compute(spec_of("bf16"))
+    shallow, per_sm = L.READER_WG_SHAPE_STAGES["fp8_e4m3"]
+    assert L.reader_wg_stages(fp8) == 4 and shallow == 2
+    # fp8: the shallow ring below `per_sm` staged keys per SM, the default from there on
+    assert L.reader_wg_shape_tune(fp8, None, 1, 1, 262144, 132) == {"kReaderWgStages": 2}
+    assert L.reader_wg_shape_tune(fp8, None, 32, 1, 65536, 132) == {"kReaderWgStages": 2}
+    assert L.reader_wg_shape_tune(fp8, None, 64, 1, 65536, 132) == {"kReaderWgStages": 2}
+    assert L.reader_wg_shape_tune(fp8, None, 128, 1, 65536, 132) is None
+    edge = per_sm * 132
+    assert L.reader_wg_shape_tune(fp8, None, 1, 1, edge, 132) is None
+    assert L.reader_wg_shape_tune(fp8, None, 1, 1, edge - 1, 132) == {"kReaderWgStages": 2}
+    # MTP tokens share one staging of the keys (2 per CTA): next_n 2 stages what next_n 1 does
+    assert L.reader_wg_shape_tune(fp8, None, 1, 2, edge, 132) is None
+    assert L.reader_wg_shape_tune(fp8, None, 1, 3, edge // 2, 132) is None
+    # fewer SMs: fewer keys make an SM's share
+    assert L.reader_wg_shape_tune(fp8, None, 32, 1, 65536, 16) is None
+    # a tuning that fixes the ring keeps it; other overrides keep the rule
+    assert L.reader_wg_shape_tune(fp8, {"kReaderWgStages": 4}, 1, 1, 4096, 132) == {"kReaderWgStages": 4}
+    assert L.reader_wg_shape_tune(fp8, {"kReaderWgL2Prefetch": 256}, 1, 1, 4096, 132) == {
+        "kReaderWgL2Prefetch": 256, "kReaderWgStages": 2}
+    # bf16 has no rule
+    assert L.reader_wg_shape_tune(bf16, None, 1, 1, 4096, 132) is None
+    assert rc.ring_tunes(spec_of("bf16"), None) == [None]
+    assert rc.ring_tunes(spec_of("fp8"), None) == [None, {"kReaderWgStages": 2}]
+    assert rc.ring_tunes(spec_of("fp4"), None) == [None]  # the mma.sync path: no ring
+
+
+def test_launch_tune_follows_the_arch_and_the_shape(monkeypatch):
+    monkeypatch.setitem(indexer._sm_counts, 0, 132)
+    spec, args = _case("fp8", lens=(5, 70))
+    a = indexer.check(spec, *args, require_cuda=False)
+    assert indexer.launch_tune(a, "sm_90a") == {"kReaderWgStages": 2}  # a small launch: the shallow ring
+    assert indexer.launch_tune(a, "sm_90a") == {"kReaderWgStages": 2}  # memoized
+    assert indexer.launch_tune(a, "sm_90a", {"kReaderWgStages": 4}) == {"kReaderWgStages": 4}
+    assert indexer.launch_tune(a, "sm_90") is None  # the mma.sync path has no ring
+    assert indexer.launch_tune(a, "sm_90a", {"kReaderWgmma": 0}) == {"kReaderWgmma": 0}
+    monkeypatch.setitem(indexer._sm_counts, 0, 1)  # one SM: 2 x 70 keys are still below its share
+    spec_b, args_b = _case("bf16", lens=(5, 70))
+    assert indexer.launch_tune(indexer.check(spec_b, *args_b, require_cuda=False), "sm_90a") is None
 
 
 @pytest.mark.parametrize("old,new", [
