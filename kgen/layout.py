@@ -456,6 +456,7 @@ def constants(lay: Layout) -> list[Constant]:
         ("INV_QUANT_MAX", float_hex(1.0 / QUANT_MAX.get(s.dtype, 1.0))),
         ("HADAMARD_SCALE", float_hex(had_scale)),
         ("MIN_BLOCKS_PER_SM", spec.launch.min_blocks_per_sm),
+        ("STAGE_TOKENS", spec.launch.stage_tokens),  # x/freqs loads one group ahead (0: all at once)
         ("FAST_MATH", int(spec.numerics == "fast")),  # docs/numerics.md "Fast mode"
         ("PDL", int(spec.launch.pdl)),  # griddepcontrol in the kernel (sm_90+); the launch: uses_pdl
         ("DECODE_PLAN", int(spec.positions.source == "decode_plan")),  # positions holds DecodePlan rows

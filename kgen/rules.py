@@ -507,6 +507,11 @@ def rule_launch(spec: Spec, lay) -> Iterator[Problem]:
     if not 1 <= t <= MAX_TOKENS_PER_WARP:
         yield _p("launch", ("launch", "tokens_per_warp"), f"tokens_per_warp {t} must be in "
                  f"[1, {MAX_TOKENS_PER_WARP}] (registers)", "use 1 or 2")
+    k = spec.launch.stage_tokens
+    if not 0 <= k <= MAX_TOKENS_PER_WARP:
+        yield _p("launch", ("launch", "stage_tokens"), f"stage_tokens {k} must be in [0, {MAX_TOKENS_PER_WARP}] "
+                 "(0: no staging; a group of more tokens than a warp owns is no stage)",
+                 "use 0, or a divisor of large_tokens_per_warp (e.g. 2 of 8)")
     m = spec.launch.min_blocks_per_sm
     if m < 0 or (1 <= w and m * w > A.MAX_WARPS_PER_SM):
         yield _p("launch", ("launch", "min_blocks_per_sm"), f"min_blocks_per_sm {m} x {w} warps = {m * w} "

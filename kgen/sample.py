@@ -105,6 +105,9 @@ def spec_candidate(c: Chooser, *, name: str, kind: str | None = None, max_page_s
         spec["numerics"] = "fast"  # checked against its stated tolerance (kgen.compare)
     if c.choice((False, True)):  # the per-N shape, switching inside the token counts kgen test runs
         launch.update(large_min_tokens=c.choice((7, 300, 4097)), large_tokens_per_warp=c.choice((1, 2, 4, 8)))
+        stage = c.choice((0, 0, 1, 3))  # the large shape's tokens loaded in staged groups (launch.stage_tokens)
+        if stage:
+            launch["stage_tokens"] = stage
     if c.choice((False, True)):
         del spec["launch"]  # the default launch shape
     return spec

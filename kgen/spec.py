@@ -102,7 +102,8 @@ class Launch(_Model):
                                  "parallelism); the grid shrinks accordingly (below `large_min_tokens`, if set). 2 "
                                  "is faster than the peer at every N; 4 moves more bytes at 1M tokens (head_dim 128: "
                                  "0.81 of copy against 0.77) but adds latency at small N (CUDA graph, 1 token: 1.5 us "
-                                 "against 1.2): the shipped indexers take 4 from 16384 tokens on")
+                                 "against 1.2): the shipped indexers take 8 (loaded in stages of 2, `stage_tokens`) "
+                                 "from 16384 tokens on")
     min_blocks_per_sm: int = Field(0, description="__launch_bounds__ minimum resident blocks per SM; "
                                    "caps registers at 65536 / (threads x this) for occupancy (0: no hint)")
     pdl: bool = Field(True, description="programmatic dependent launch on sm_90+: the kernel waits for the "
@@ -116,6 +117,12 @@ class Launch(_Model):
                                   "warp's serial work at small N (CUDA-graph latency)")
     large_tokens_per_warp: int = Field(4, description="tokens per warp from `large_min_tokens` tokens on; "
                                        "no byte depends on it")
+    stage_tokens: int = Field(0, description="0: a warp issues the loads of all its tokens before it computes "
+                              "any. k >= 1: it loads all its tokens' slots and positions first, then their x and "
+                              "freqs rows in groups of k, each group's loads issued before the previous group "
+                              "computes (a software pipeline: the next group's DRAM round trip overlaps this "
+                              "group's math; two groups' rows in registers). Takes effect in a launch shape whose "
+                              "tokens per warp exceed k; no byte depends on it")
 
 
 class Spec(_Model):

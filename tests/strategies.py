@@ -240,7 +240,8 @@ def spec_dicts(draw) -> dict:
             "bytes_per_token": _field(_ints), "page_bytes": _field(_ints)})))),
         "launch": draw(_field(st.fixed_dictionaries({}, optional={
             "warps_per_block": _field(_ints), "tokens_per_warp": _field(_ints),
-            "large_min_tokens": _field(_ints), "large_tokens_per_warp": _field(_ints)}))),
+            "large_min_tokens": _field(_ints), "large_tokens_per_warp": _field(_ints),
+            "stage_tokens": _field(_ints)}))),
         "targets": draw(_field(st.lists(st.sampled_from(TARGETS + ["sm_1000", "compute_90", "sm_90x"]),
                                         max_size=4))),
     }

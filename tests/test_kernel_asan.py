@@ -103,6 +103,22 @@ EXPLICIT = {
                             "layout": {"page_size": 2, "page_align": 576},
                             "launch": {"warps_per_block": 2, "tokens_per_warp": 3, "large_min_tokens": 37,
                                        "large_tokens_per_warp": 8}, "targets": ["sm_90a"]},
+    # launch.stage_tokens: the large shape's 8 tokens per warp in groups of 3 (3 + 3 + 2, each group's loads
+    # one group ahead), a partial last warp at N = 37 and 129; the small shape (2 per warp) is no stage
+    "large_n_staged_dsv32": {"kgen": 1, "name": "staged", "input_dtype": "bf16", "head_dim": 128,
+                             "norm": {"kind": "layernorm", "eps": 1e-06},
+                             "rope": {"dim": 64, "style": "neox", "placement": "first"}, "hadamard": True,
+                             "store": {"dtype": "fp8_e4m3", "scale": "fp32_pow2", "block": 128},
+                             "layout": {"page_size": 64},
+                             "launch": {"warps_per_block": 4, "tokens_per_warp": 2, "large_min_tokens": 8,
+                                        "large_tokens_per_warp": 8, "stage_tokens": 3}, "targets": ["sm_90a"]},
+    "large_n_staged_latent": {"kgen": 1, "name": "staged2", "input_dtype": "fp32", "head_dim": 512,
+                              "rope": {"dim": 64, "style": "interleaved", "placement": "last"},
+                              "store": {"dtype": "fp8_e4m3", "scale": "ue8m0", "block": 64, "bf16_roundtrip": True,
+                                        "rope_dtype": "bf16"},
+                              "layout": {"page_size": 64, "scale_stride": 8, "page_align": 576},
+                              "launch": {"warps_per_block": 2, "tokens_per_warp": 4, "stage_tokens": 1},
+                              "targets": ["sm_90a"]},
 }
 
 

@@ -415,6 +415,7 @@ TWIN_CASES = {
                           {"page-bytes-limit"})],
     "launch": [(_case(base_spec(), launch__warps_per_block=0), {"launch"}),
                (_case(base_spec(), launch__tokens_per_warp=9), {"launch"}),
+               (_case(base_spec(), launch__stage_tokens=9), {"launch"}),
                (_case(base_spec(), launch__warps_per_block=8, launch__min_blocks_per_sm=9), {"launch"})],
     "launch-large": [(_case(base_spec(), launch__large_min_tokens=64, launch__large_tokens_per_warp=9),
                       {"launch-large"}),
@@ -478,6 +479,7 @@ _MUTATIONS = {
     "launch__tokens_per_warp": st.sampled_from([0, 1, 2, 8, 9]),
     "launch__large_min_tokens": st.sampled_from([0, 1, 4096, 2**31 - 1, 2**31, -1]),
     "launch__large_tokens_per_warp": st.sampled_from([0, 1, 4, 8, 9]),
+    "launch__stage_tokens": st.sampled_from([-1, 0, 1, 3, 8, 9]),
 }
 
 

@@ -4,7 +4,9 @@
 // over by the rendered config (kgen_cfg::<variant>). One warp per token: lane l owns the
 // V = head_dim / 32 contiguous values [l*V, (l+1)*V). A warp owns `kTokensPerWarp` consecutive
 // tokens (`kLargeTokensPerWarp` from `kLargeMinTokens` tokens on) and issues all their global loads
-// (slot, position, x row, then the freqs rows) before it computes, for memory-level parallelism. No
+// (slot, position, x row, then the freqs rows) before it computes, for memory-level parallelism; with
+// `kStageTokens` it loads the slots and positions of all of them first, then x and freqs rows in groups
+// of that many tokens, each group's issued before the previous group computes (a software pipeline). No
 // shared memory; every per-lane array is indexed only by compile-time constants (fully unrolled
 // loops), so it lives in registers.
 //
@@ -259,18 +261,22 @@ struct NormRopeStore {
       } else {
         const bool lower = rl < kRopeHalf;
         const int partner = in_rope ? (lower ? lane + kRopeHalf : lane - kRopeHalf) : lane;
+        // Branch-free: every lane computes (lanes outside the span on zero freqs) and keeps the result
+        // only in the span, which saves a divergent branch per element. The lower partner (re) writes
+        // re*c - im*s = v*c + (-1)*(p*s), the upper (im) re*s + im*c = v*c + (+1)*(p*s) (IEEE addition
+        // commutes): one fma by +-1 on the two rounded products, bit-identical to the sub / add.
+        const float sign = lower ? -1.0f : 1.0f;
 #pragma unroll
         for (int k = 0; k < V; ++k) {  // both partners read element k before either rewrites it
           const float p = __shfl_sync(num::kFullMask, v[k], partner);
-          if (in_rope) {
-            const float c = __uint_as_float(fr.w[2 * k]), s = __uint_as_float(fr.w[2 * k + 1]);
-            if constexpr (kFast) {
-              v[k] = lower ? __fmaf_rn(v[k], c, -num::mul(p, s)) : __fmaf_rn(p, s, num::mul(v[k], c));
-            } else {
-              v[k] = lower ? num::sub(num::mul(v[k], c), num::mul(p, s))   // re' = re*c - im*s
-                           : num::add(num::mul(p, s), num::mul(v[k], c));  // im' = re*s + im*c
-            }
+          const float c = __uint_as_float(fr.w[2 * k]), s = __uint_as_float(fr.w[2 * k + 1]);
+          float rot;
+          if constexpr (kFast) {
+            rot = lower ? __fmaf_rn(v[k], c, -num::mul(p, s)) : __fmaf_rn(p, s, num::mul(v[k], c));
+          } else {
+            rot = num::add_signed(num::mul(v[k], c), sign, num::mul(p, s));
           }
+          v[k] = in_rope ? rot : v[k];
         }
       }
     }
@@ -424,7 +430,7 @@ struct NormRopeStore {
   }
 
   // Register budget. The warp's tokens are loaded in groups of kGroup (all loads of a group before
-  // any of its math): kGroup == T unless the words in flight would not fit the registers
+  // any of its math): kGroup == T (launch.stage_tokens, if set) unless the words in flight would not fit the registers
   // __launch_bounds__ leaves (head_dim 1024, or 1024-thread blocks); the norm weights stay in
   // registers across tokens when they fit too, else each token re-reads them (L1 hits).
   static constexpr int kRegs = 65536 / (W * 32) < 255 ? 65536 / (W * 32) : 255;
@@ -432,9 +438,17 @@ struct NormRopeStore {
   static constexpr int kWeightRegs = (kNorm ? V : 0) + (kLayerNorm ? V : 0);
   static constexpr int kWorkRegs = V + 8;
   static constexpr int kTokenRegs = XWords::kCount + (kRope ? FWords::kCount : 0) + 2;
-  static constexpr bool kHoldWeights = kWeightRegs + kWorkRegs + kTokenRegs <= kAvail;
-  static constexpr int kFit = (kAvail - kWorkRegs - (kHoldWeights ? kWeightRegs : 0)) / kTokenRegs;
-  static constexpr int kGroup = kFit < 1 ? 1 : (kFit > T ? T : kFit);
+  // launch.stage_tokens (k > 0, fewer than the warp's tokens): groups of k, each group's loads issued
+  // one group ahead (two groups' words live at once)
+  static constexpr int kStage = static_cast<int>(Cfg::kStageTokens);
+  static constexpr bool kStaged = kStage > 0 && kStage < T;
+  static constexpr int kLive = kStaged ? 2 : 1;
+  static constexpr bool kHoldWeights = kWeightRegs + kWorkRegs + kLive * kTokenRegs <= kAvail;
+  static constexpr int kFit = (kAvail - kWorkRegs - (kHoldWeights ? kWeightRegs : 0)) / (kLive * kTokenRegs);
+  static constexpr int kWant = kStaged ? kStage : T;
+  static constexpr int kGroup = kFit < 1 ? 1 : (kFit > kWant ? kWant : kFit);
+  static constexpr int kGroups = (T + kGroup - 1) / kGroup;
+  static constexpr int kAhead = kStaged && kGroups > 1 ? 1 : 0;  // groups loaded before the current one computes
   static_assert(T <= 32, "a warp's tokens are handed out one per lane");
 
   __device__ static __forceinline__ void load_weights(const In* __restrict__ weight, const In* __restrict__ bias,
@@ -545,17 +559,14 @@ struct NormRopeStore {
     float w[V], b[V];  // norm weight and bias: once per warp when they fit (kHoldWeights)
     if constexpr (kHoldWeights) load_weights(weight, bias, lane, w, b);
 
-#pragma unroll
-    for (int g0 = 0; g0 < T; g0 += kGroup) {
-      // phase 1: the x rows of the group's tokens (no dependency: issued first)
-      XWords xr[kGroup];
+    // phase 1 of a group: the x rows of its tokens (no dependency: issued first), then phase 2: the
+    // freqs rows (they wait for the positions); only for tokens that are stored
+    auto load_group = [&](int g0, XWords(&xr)[kGroup], FWords(&fr)[kGroup]) {
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) {
         mem::zero(xr[j]);
         if (g0 + j < T && first + (g0 + j) < ntok) mem::load_nc<kInBytes>(x_p + (g0 + j) * H, xr[j]);
       }
-      // phase 2: freqs rows (they wait for the positions); only for tokens that are stored
-      FWords fr[kGroup];
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) {
         mem::zero(fr[j]);
@@ -564,10 +575,12 @@ struct NormRopeStore {
           if (in_rope && frow != ~0ull) mem::load_nc<kFreqBytes>(f_p + frow, fr[j]);
         }
       }
+    };
 
-      // phase 3: compute every token, store the kept ones. The math runs unconditionally so that
-      // its shuffles sit in code the compiler knows is converged: behind a branch on the loaded
-      // slot they become WARPSYNC/collective sequences (measured: ~2x the instructions).
+    // phase 3 of a group: compute every token, store the kept ones. The math runs unconditionally so
+    // that its shuffles sit in code the compiler knows is converged: behind a branch on the loaded
+    // slot they become WARPSYNC/collective sequences (measured: ~2x the instructions).
+    auto compute_group = [&](int g0, const XWords(&xr)[kGroup], const FWords(&fr)[kGroup]) {
       float v[kGroup][V];
       float op[kGroup];
 #pragma unroll
@@ -615,6 +628,22 @@ struct NormRopeStore {
         const uint32_t t = g0 + j < T ? __shfl_sync(num::kFullMask, my_t, src) : ~0u;
         const unsigned long long page_off = shfl_u64(my_page, src);
         store(v[j], sc[j], page_off, t, t != ~0u, lane, dst);
+      }
+    };
+
+    // The warp's groups in order. Without staging (kAhead 0) a group's loads are issued right before
+    // it computes; with launch.stage_tokens (kAhead 1) group s + 1's loads are issued before group s
+    // computes, so their DRAM round trip (the freqs rows' after the positions', which all came in one
+    // load above) overlaps group s's math: a software pipeline over two register buffers. Fully
+    // unrolled, so every buffer index is a compile-time constant.
+    XWords xr[kAhead + 1][kGroup];
+    FWords fr[kAhead + 1][kGroup];
+#pragma unroll
+    for (int s = 0; s < kGroups + kAhead; ++s) {
+      if (s < kGroups) load_group(s * kGroup, xr[s % (kAhead + 1)], fr[s % (kAhead + 1)]);
+      if (s >= kAhead) {
+        const int c = s - kAhead;
+        compute_group(c * kGroup, xr[c % (kAhead + 1)], fr[c % (kAhead + 1)]);
       }
     }
   }

@@ -151,8 +151,8 @@ KGEN_HD constexpr bool page_bytes_limit() {
 template <class C>
 KGEN_HD constexpr bool launch() {
   return 1 <= C::kWarpsPerBlock && C::kWarpsPerBlock <= kMaxWarpsPerBlock && 1 <= C::kTokensPerWarp &&
-         C::kTokensPerWarp <= kMaxTokensPerWarp && 0 <= C::kMinBlocksPerSm &&
-         C::kMinBlocksPerSm * C::kWarpsPerBlock <= kMaxWarpsPerSm;
+         C::kTokensPerWarp <= kMaxTokensPerWarp && 0 <= C::kStageTokens && C::kStageTokens <= kMaxTokensPerWarp &&
+         0 <= C::kMinBlocksPerSm && C::kMinBlocksPerSm * C::kWarpsPerBlock <= kMaxWarpsPerSm;
 }
 
 constexpr long long kMaxNumTokens = 0x7fffffffLL;  // num_tokens is the ABI's int32
@@ -237,7 +237,7 @@ struct Twins {
                 "aligned for the lanes' vector stores");
   static_assert(page_bytes_limit<C>(), "[page-bytes-limit] a page must be smaller than 2^31 bytes");
   static_assert(launch<C>(),
-                "[launch] warps_per_block must be in [1, 32], tokens_per_warp in [1, 8] and "
+                "[launch] warps_per_block must be in [1, 32], tokens_per_warp in [1, 8], stage_tokens in [0, 8] and "
                 "min_blocks_per_sm x warps_per_block at most 64 resident warps");
   static_assert(launch_large<C>(),
                 "[launch-large] large_min_tokens must be in [0, 2^31) and large_tokens_per_warp in [1, 8]");
