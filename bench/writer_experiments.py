@@ -117,6 +117,87 @@ def main() -> int:
                 ("dsv4_indexer_fp8", {"large_min_tokens": 0}, "nfast", BIG)]
         for s in ("dsv32_indexer_fp8", "dsv4_indexer_bf16", "dsv4_latent_bf16", "dsv4_latent_fp8_uniform"):
             plan += [(s, {}, "new", BIG), (s, {}, "nfast", BIG)]
+    if args.plan == "writer4":  # session 3: launch.stage_tokens (a software pipeline over a warp's token groups)
+        # and the branch-free NeoX RoPE (dsv32), against the shipped launch; `old` = main's headers (--old-include).
+        # The staged indexer rows take the large path from 4096 tokens so that N = 4096 is checked against the
+        # reference too.
+        chk = (4096, 65536, 1048576)
+        fp8, d32, lat = "dsv4_indexer_fp8", "dsv32_indexer_fp8", "dsv4_latent_fp8_p64"
+        plan = [(fp8, {}, "new", chk)]
+        for t, k, extra in ((8, 1, {}), (8, 2, {}), (8, 4, {}), (4, 2, {}), (4, 1, {}),
+                            (8, 2, {"min_blocks_per_sm": 8}), (8, 1, {"warps_per_block": 8})):
+            plan.append((fp8, {"large_min_tokens": 4096, "large_tokens_per_warp": t, "stage_tokens": k, **extra}, "new",
+                         chk))
+        if args.old_include is not None:
+            plan.append((d32, {}, "old", chk))
+        plan.append((d32, {}, "new", chk))
+        plan.append((d32, {"min_blocks_per_sm": 7}, "new", chk))
+        for t, k in ((8, 2), (8, 1), (4, 1)):
+            plan.append((d32, {"large_min_tokens": 4096, "large_tokens_per_warp": t, "stage_tokens": k}, "new", chk))
+        plan.append((lat, {}, "new", chk))
+        for w, t, k, mb in ((2, 4, 1, 0), (2, 8, 1, 0), (2, 4, 1, 10), (2, 8, 1, 10), (4, 4, 1, 0)):
+            plan.append((lat, {"warps_per_block": w, "tokens_per_warp": t, "stage_tokens": k,
+                               **({"min_blocks_per_sm": mb} if mb else {})}, "new", chk))
+        for s in ("dsv4_indexer_fp4", "dsv4_indexer_bf16"):
+            plan.append((s, {}, "new", BIG))
+            plan.append((s, {"large_tokens_per_warp": 8, "stage_tokens": 2}, "new", BIG))
+    if args.plan == "writer5":  # session 3, lab run 2: register caps (min_blocks_per_sm) on the staged shapes
+        chk = (4096, 65536, 1048576)
+        fp8, d32 = "dsv4_indexer_fp8", "dsv32_indexer_fp8"
+        plan = [(fp8, {}, "new", (16384, 65536, 262144, 1048576))]
+        for t, k, extra in ((8, 2, {"min_blocks_per_sm": 8}), (8, 2, {"min_blocks_per_sm": 9}),
+                            (8, 2, {"min_blocks_per_sm": 10}), (8, 1, {"min_blocks_per_sm": 10}),
+                            (8, 4, {"min_blocks_per_sm": 8}), (4, 2, {"min_blocks_per_sm": 10}),
+                            (8, 2, {"warps_per_block": 8, "min_blocks_per_sm": 4}),
+                            (8, 2, {"warps_per_block": 2, "min_blocks_per_sm": 16})):
+            plan.append((fp8, {"large_tokens_per_warp": t, "stage_tokens": k, **extra}, "new",
+                         (16384, 65536, 262144, 1048576)))
+        plan.append((d32, {}, "new", chk))
+        for extra in ({"min_blocks_per_sm": 7}, {"min_blocks_per_sm": 8},
+                      {"large_tokens_per_warp": 8, "stage_tokens": 1, "min_blocks_per_sm": 8},
+                      {"large_tokens_per_warp": 8, "stage_tokens": 2, "min_blocks_per_sm": 7},
+                      {"large_tokens_per_warp": 8, "stage_tokens": 1, "min_blocks_per_sm": 9}):
+            plan.append((d32, extra, "new", chk))
+        for lat in ("dsv4_latent_fp8_p64", "dsv4_latent_fp8_p2", "dsv4_latent_fp8_uniform", "dsv4_latent_bf16"):
+            plan.append((lat, {}, "new", (64, 4096, 65536, 1048576)))
+            shapes = ((4, 1, 10), (8, 1, 10)) if lat != "dsv4_latent_fp8_p64" else (
+                (4, 1, 10), (8, 1, 10), (4, 1, 11), (2, 1, 10), (4, 2, 10))
+            for t, k, mb in shapes:
+                plan.append((lat, {"tokens_per_warp": t, "stage_tokens": k, "min_blocks_per_sm": mb}, "new",
+                             (64, 4096, 65536, 1048576)))
+        for s in ("dsv4_indexer_fp4", "dsv4_indexer_bf16"):
+            plan.append((s, {}, "new", BIG))
+            plan.append((s, {"large_tokens_per_warp": 8, "stage_tokens": 2, "min_blocks_per_sm": 8}, "new", BIG))
+            plan.append((s, {"large_tokens_per_warp": 8, "stage_tokens": 1, "min_blocks_per_sm": 10}, "new", BIG))
+    if args.plan == "writer7":  # session 3, lab run 3: shapes without register spills, the per-N threshold, small N
+        chk = (4096, 65536, 1048576)
+        d32, lat, lbf = "dsv32_indexer_fp8", "dsv4_latent_fp8_p64", "dsv4_latent_bf16"
+        plan = [(d32, {"large_tokens_per_warp": 4, "stage_tokens": 0, "min_blocks_per_sm": 7}, "new", chk)]
+        for t, k, mb in ((8, 2, 7), (6, 2, 7), (8, 2, 6), (4, 2, 7)):
+            plan.append((d32, {"large_tokens_per_warp": t, "stage_tokens": k, "min_blocks_per_sm": mb}, "new", chk))
+        small = (1, 64, 4096, 16384, 65536, 1048576)
+        was = {"tokens_per_warp": 2, "large_min_tokens": 0, "stage_tokens": 0, "min_blocks_per_sm": 0}
+        plan.append((lbf, was, "new", small))
+        for t, mb in ((4, 0), (4, 10), (8, 0)):
+            plan.append((lbf, {"tokens_per_warp": 1, "large_min_tokens": 16384, "large_tokens_per_warp": t,
+                               "stage_tokens": 1, "min_blocks_per_sm": mb}, "new", small))
+        plan.append((lat, was, "new", small))
+        plan.append((lat, {}, "new", small))
+        plan.append((lat, {"large_tokens_per_warp": 8}, "new", small))
+        plan.append(("dsv4_indexer_fp8", {}, "new", (1, 64, 4096, 16384, 32768, 65536)))
+        plan.append(("dsv4_indexer_fp8", {"large_min_tokens": 32768}, "new", (1, 64, 4096, 16384, 32768, 65536)))
+    if args.plan == "writer6":  # session 3, confirmation: main's kernel and launch (`old`) against the shipped specs
+        every = (1, 64, 4096, 16384, 65536, 1048576)
+        was_indexer = {"large_min_tokens": 16384, "large_tokens_per_warp": 4, "stage_tokens": 0, "min_blocks_per_sm": 0}
+        was_latent = {"warps_per_block": 2, "tokens_per_warp": 2, "large_min_tokens": 0, "stage_tokens": 0,
+                      "min_blocks_per_sm": 0}
+        plan = []
+        for s in ("dsv4_indexer_fp8", "dsv4_latent_fp8_p64", "dsv32_indexer_fp8", "dsv4_indexer_fp4",
+                  "dsv4_indexer_bf16", "dsv4_latent_fp8_p2", "dsv4_latent_fp8_uniform", "dsv4_latent_bf16"):
+            was = was_latent if "latent" in s else was_indexer
+            if args.old_include is not None:
+                plan.append((s, was, "old", every))
+            plan.append((s, {}, "new", every))
     if args.plan == "full":
         plan.append(("dsv4_indexer_fp8", {"pdl": False}, "new", (1, 64, 4096)))
         for w, t, mb in ((8, 1, 0), (8, 4, 0), (8, 8, 0), (4, 2, 0), (4, 4, 0), (16, 2, 0), (8, 1, 8), (4, 1, 16),
@@ -137,7 +218,7 @@ def main() -> int:
         sp = specs[sname]
         if not launch:
             return sp
-        suffix = "_".join(f"{k[0]}{int(v)}" for k, v in sorted(launch.items()))
+        suffix = "_".join(f"{''.join(w[0] for w in k.split('_'))}{int(v)}" for k, v in sorted(launch.items()))
         return sp.model_copy(update={"name": f"{sname}_{suffix}", "launch": sp.launch.model_copy(update=launch)})
 
     arch = A.check(cap, list(next(iter(specs.values())).targets))

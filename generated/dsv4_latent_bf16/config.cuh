@@ -57,6 +57,7 @@ struct dsv4_latent_bf16 {
   static constexpr float kInvQuantMax = 0x1.0000000000000p+0f;
   static constexpr float kHadamardScale = 0x1.6a09e60000000p-5f;
   static constexpr long long kMinBlocksPerSm = 0;
+  static constexpr long long kStageTokens = 0;
   static constexpr long long kFastMath = 0;
   static constexpr long long kPdl = 1;
   static constexpr long long kDecodePlan = 0;

@@ -40,9 +40,9 @@ struct dsv4_latent_fp8_uniform {
   static constexpr long long kHeadDim = 512;
   static constexpr long long kRopeDim = 64;
   static constexpr long long kWarpsPerBlock = 2;
-  static constexpr long long kTokensPerWarp = 2;
-  static constexpr long long kLargeMinTokens = 0;
-  static constexpr long long kLargeTokensPerWarp = 4;
+  static constexpr long long kTokensPerWarp = 1;
+  static constexpr long long kLargeMinTokens = 16384;
+  static constexpr long long kLargeTokensPerWarp = 8;
   static constexpr long long kValuesPerLane = 16;
   static constexpr long long kRopeStart = 448;
   static constexpr long long kQuantStart = 0;
@@ -57,6 +57,7 @@ struct dsv4_latent_fp8_uniform {
   static constexpr float kInvQuantMax = 0x1.24924a0000000p-9f;
   static constexpr float kHadamardScale = 0x1.6a09e60000000p-5f;
   static constexpr long long kMinBlocksPerSm = 0;
+  static constexpr long long kStageTokens = 1;
   static constexpr long long kFastMath = 0;
   static constexpr long long kPdl = 1;
   static constexpr long long kDecodePlan = 0;

@@ -31,11 +31,11 @@ inline constexpr long long kPaddingBytes = 0;
 inline constexpr long long kHeadDim = 512;
 inline constexpr long long kRopeDim = 64;
 inline constexpr long long kWarpsPerBlock = 2;
-inline constexpr long long kTokensPerWarp = 2;
+inline constexpr long long kTokensPerWarp = 1;
 inline constexpr long long kThreadsPerBlock = 64;
-inline constexpr long long kTokensPerBlock = 4;
-inline constexpr long long kLargeMinTokens = 0;
-inline constexpr long long kLargeTokensPerWarp = 4;
+inline constexpr long long kTokensPerBlock = 2;
+inline constexpr long long kLargeMinTokens = 16384;
+inline constexpr long long kLargeTokensPerWarp = 8;
 
 }  // namespace dsv4_latent_fp8_uniform
 }  // namespace kgen_host
