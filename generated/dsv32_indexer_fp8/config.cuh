@@ -42,7 +42,7 @@ struct dsv32_indexer_fp8 {
   static constexpr long long kWarpsPerBlock = 4;
   static constexpr long long kTokensPerWarp = 2;
   static constexpr long long kLargeMinTokens = 16384;
-  static constexpr long long kLargeTokensPerWarp = 6;
+  static constexpr long long kLargeTokensPerWarp = 8;
   static constexpr long long kValuesPerLane = 4;
   static constexpr long long kRopeStart = 0;
   static constexpr long long kQuantStart = 0;
@@ -56,7 +56,7 @@ struct dsv32_indexer_fp8 {
   static constexpr float kQuantMax = 0x1.c000000000000p+8f;
   static constexpr float kInvQuantMax = 0x1.24924a0000000p-9f;
   static constexpr float kHadamardScale = 0x1.6a09e60000000p-4f;
-  static constexpr long long kMinBlocksPerSm = 7;
+  static constexpr long long kMinBlocksPerSm = 6;
   static constexpr long long kStageTokens = 2;
   static constexpr long long kFastMath = 0;
   static constexpr long long kPdl = 1;

@@ -35,7 +35,7 @@ inline constexpr long long kTokensPerWarp = 2;
 inline constexpr long long kThreadsPerBlock = 128;
 inline constexpr long long kTokensPerBlock = 8;
 inline constexpr long long kLargeMinTokens = 16384;
-inline constexpr long long kLargeTokensPerWarp = 6;
+inline constexpr long long kLargeTokensPerWarp = 8;
 
 }  // namespace dsv32_indexer_fp8
 }  // namespace kgen_host
