@@ -77,6 +77,20 @@ def write_pages(spec: Spec, num_pages: int, *, seed: int, device: str = "cuda", 
     P = lay.page_size
     base_pages = max(1, min(num_pages, max_written // P))
     n = base_pages * P
+    base = torch.zeros((base_pages, lay.page_bytes), dtype=torch.uint8, device=device)
+    R.norm_rope_store(spec, *writer_inputs(spec, n, seed=seed, device=device), torch.arange(n, device=device), base)
+    if base_pages == num_pages:
+        return base
+    reps = -(-num_pages // base_pages)
+    return base.repeat(reps, 1)[:num_pages].contiguous()
+
+
+def writer_inputs(spec: Spec, n: int, *, seed: int, device: str = "cuda") -> tuple:
+    """(x, weight, bias, freqs, positions) of `n` random tokens for the spec's writer (None where the
+    spec has no such input)."""
+    torch = _torch()
+    from . import reference as R
+
     g = torch.Generator(device="cpu").manual_seed(seed)
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.input_dtype]
     D = spec.head_dim
@@ -92,12 +106,7 @@ def write_pages(spec: Spec, num_pages: int, *, seed: int, device: str = "cuda", 
     if spec.rope.dim:
         freqs = R.rope_freqs(4096, spec.rope.dim, device=device)
         positions = torch.randint(0, 4096, (n,), generator=g).to(device)
-    base = torch.zeros((base_pages, lay.page_bytes), dtype=torch.uint8, device=device)
-    R.norm_rope_store(spec, x, weight, bias, freqs, positions, torch.arange(n, device=device), base)
-    if base_pages == num_pages:
-        return base
-    reps = -(-num_pages // base_pages)
-    return base.repeat(reps, 1)[:num_pages].contiguous()
+    return x, weight, bias, freqs, positions
 
 
 def make_case(spec: Spec, seq_lens: list[int], *, next_n: int = 1, seed: int = 0, device: str = "cuda",

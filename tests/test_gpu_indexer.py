@@ -61,3 +61,30 @@ def test_torch_op_runs_the_kernel_on_cuda_tensors():
 
     r = rc.compare(spec.name, "op", got, indexer_logits_torch(spec, *args, accum=torch.float64))
     assert r.ok, r
+
+
+def test_reader_started_early_waits_for_the_writer_before_it():
+    # The writer lets the next grid start right after its own PDL wait; the reader, launched with the
+    # same attribute (kgen.layout.uses_pdl), must wait before it reads a key. Each round rewrites every
+    # page of the cache with the writer kernel and scores it at once on the same stream: a reader that
+    # read before the writer finished would see the previous round's keys (or zeros).
+    import kgen.ops as ops
+    from kgen.layout import compute
+    from kgen.score import indexer_logits_torch
+
+    spec = load_spec(SPECS / "dsv4/indexer_fp8.yaml")
+    n = 1 << 16
+    q, weights, cache, table, seq_lens, msl = rc.make_case(spec, [n], seed=5, extra_pages=0, max_seq_len=n)
+    from kgen.runtime import load
+
+    assert load(spec).pdl and load(spec, kernel="indexer_logits").pdl  # both launched with the attribute
+    P = compute(spec).page_size
+    slots = (table[0, : n // P, None].long() * P + torch.arange(P, device="cuda")).reshape(-1)
+    for r in range(4):
+        cache.zero_()
+        ops.norm_rope_store(spec, *rc.writer_inputs(spec, n, seed=10 + r), slots, cache)
+        got = ops.indexer_logits(spec, q, weights, cache, table, seq_lens, msl)
+        torch.cuda.synchronize()
+        want = indexer_logits_torch(spec, q, weights, cache, table, seq_lens, msl, accum=torch.float64)
+        res = rc.compare(spec.name, f"round {r}", got, want)
+        assert res.ok, res
