@@ -85,7 +85,7 @@ def write_pages(spec: Spec, num_pages: int, *, seed: int, device: str = "cuda", 
     return base.repeat(reps, 1)[:num_pages].contiguous()
 
 
-def writer_inputs(spec: Spec, n: int, *, seed: int, device: str = "cuda") -> tuple:
+def writer_inputs(spec: Spec, n: int, *, seed: int, device: str = "cuda") -> tuple[Any, Any, Any, Any, Any]:
     """(x, weight, bias, freqs, positions) of `n` random tokens for the spec's writer (None where the
     spec has no such input)."""
     torch = _torch()

@@ -37,6 +37,7 @@
 #pragma once
 
 #include "checks.cuh"
+#include "memory.cuh"
 #include "numerics.cuh"
 
 #ifndef KGEN_DYNAMIC_SMEM
@@ -198,6 +199,19 @@ template <class C>
 struct TwinsIf<false, C> {
   using type = NoTwins;
 };
+
+// Programmatic dependent launch: where the spec asks for it (C::kPdl), the launch sets the programmatic
+// stream serialization attribute (kgen.layout.uses_pdl, as for the writer), so this grid may start while
+// the kernel before it (the writer storing the keys this one reads, or a top-k still reading the last
+// logits) runs on. Nothing before this call reads an input or writes an output; after it, the grids
+// before this one are complete and their memory visible. The next grid may start its own prologue now.
+template <class C>
+__device__ __forceinline__ void wait_for_predecessor() {
+  if constexpr (C::kPdl != 0) {
+    mem::pdl_wait();
+    mem::pdl_launch_dependents();
+  }
+}
 
 // __launch_bounds__' minimum CTAs per SM of the path this compilation runs (wgmma: the CTAs the
 // launch plans per SM, so that registers never bind before shared memory does)
@@ -437,6 +451,7 @@ struct IndexerLogits {
     uint2* qs = reinterpret_cast<uint2*>(smem);
     float* ws = reinterpret_cast<float*>(smem + static_cast<size_t>(ntok) * kQSlots * 8);
 
+    reader::wait_for_predecessor<C>();  // before the first read of an input
     const int seq_len = __ldg(p.seq_lens + b);
     const int* table = p.block_table + static_cast<long long>(b) * p.max_pages;
     // the last key any of this CTA's tokens can see
@@ -899,6 +914,7 @@ struct WgLogits {
     sm.row_info = reinterpret_cast<float*>(sm.q + ntok * kChunks * kQChunkBytes);
     sm.w = sm.row_info + kStages * kTile;
 
+    reader::wait_for_predecessor<C>();  // before the first read of an input
     const int seq_len = __ldg(p.seq_lens + b);
     const int* table = p.block_table + static_cast<long long>(b) * p.max_pages;
     const int visible_end = seq_len - p.next_n + t0 + ntok;  // past the last key any token here sees
