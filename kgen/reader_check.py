@@ -10,7 +10,7 @@ and weights; the kernel's logits against kgen.score's Torch path evaluated in fl
 
 Speed (`bench_case`): B sequences of `keys` keys each (next_n = 1), random block tables over a
 cache of exactly the pages needed (filled by repeating reference-written pages), cold (256 MiB
-memset before each call) and graph (20 launches in a CUDA graph), as bench-method.md measures
+memset before each call) and graph (20 launches in a CUDA graph), as docs/gpu.md measures
 DeepGEMM's fp8_paged_mqa_logits. Byte model: per key, the key's bytes (row + scales as stored,
 layout.bytes_per_token) read and 4 B of logit written.
 """
@@ -31,7 +31,7 @@ HEADS = L.READER_HEADS
 BENCH_SHAPES = ((1, 4096), (1, 65536), (1, 262144), (32, 4096), (32, 65536), (128, 4096), (128, 65536))
 BYTE_MODEL = ("per key: layout.bytes_per_token read (its row and scales as stored) + 4 B of fp32 logit written; "
               "q, weights and the block table not counted. GB/s = bytes / time / 1e9")
-# DeepGEMM fp8_paged_mqa_logits on the H200 (bench-method.md: same inputs shape, same method)
+# DeepGEMM fp8_paged_mqa_logits on the H200, cold / graph us (docs/gpu.md, "Peers' recorded figures")
 PEER_US = {(1, 4096): (6.8, 3.4), (1, 65536): (9.6, 4.5), (1, 262144): (18.4, 8.1), (32, 4096): (12.6, 5.7),
            (32, 65536): (81.3, 73.1), (128, 4096): (28.9, 21.9), (128, 65536): (283.2, 274.5)}
 
@@ -250,7 +250,7 @@ def bench_case(torch, timer, spec: Spec, batch: int, keys: int, copy_gbps: float
         entry = {"variant": spec.name, "tune": tune or "default", "batch": batch, "keys": keys, "bytes": nbytes,
                  "cold": _with_bw(timer.cold(launch, lo=20), nbytes, copy_gbps),
                  "graph": _with_bw(timer.warm(launch), nbytes, copy_gbps)}
-        peer = PEER_US.get((batch, keys))
+        peer = PEER_US.get((batch, keys)) if spec.store.dtype == "fp8_e4m3" else None  # the peer reads fp8 only
         if peer:
             entry["deepgemm_fp8_us"] = {"cold": peer[0], "graph": peer[1]}
         out.append(entry)

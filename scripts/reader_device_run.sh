@@ -3,7 +3,7 @@
 #   run(command="WHL=../../.whl bash .dev/reader/scripts/reader_device_run.sh", carry=[".dev/reader", ".whl"])
 # Correctness (shipped readable variants, 20 random readable specs, the alternative tunings on one MTP
 # case each; the reader's GPU pytest: CUDA-graph replay, the torch op), then speed (fp8 and bf16
-# keys at every (B, keys) of bench-method.md's DeepGEMM table, each tuning on the same inputs).
+# keys at every (B, keys) of the DeepGEMM table in docs/gpu.md, each tuning on the same inputs).
 # TUNES: a JSON list of layout.READER_TUNING_DEFAULTS overrides (null: the shipped default);
 # {"kReaderWgmma": 0} is the mma.sync path on the same sm_90a GPU. SPECS_BENCH: the variants benched.
 cd "$(dirname "$0")/.."  # the repository root (or its copy under .dev/)
