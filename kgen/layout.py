@@ -548,7 +548,8 @@ def reader_tokens_per_cta(spec: Spec) -> int:
 # two 64-key tiles of fp8, one whole bf16 tile, per pipeline step), no prefetch:
 # bench/results/h200-2026-11-30/reader3 (4 faster than 3 at 32 x 64K and 128 x 64K for both; 2 stages is
 # faster for fp8 below 128 x 64K keys and not there) and reader2 (a 256-B prefetch helps bf16 at 64K
-# keys and slows fp8 at 128 x 64K).
+# keys and slows fp8 at 128 x 64K). fp4's 3 stages are not measured yet: the fewest that still give 4 CTAs
+# per SM (the converted operand and q take 32 KB of each CTA; 2 stages give 5 CTAs, 4 stages 4).
 READER_TUNING_DEFAULTS = {
     "bf16": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
              "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0},
@@ -593,6 +594,10 @@ def reader_wg_shape_tune(lay: Layout, tune: dict[str, int] | None, batch: int, n
 # the table or cache), kReaderWgStages stages in a ring (a tuning: all of them in flight while the
 # CTA waits for the oldest). Shared memory of a CTA scoring `ntok` tokens: the alignment pad, the
 # stages, and per token its q (chunks x 8 KB) and fp32 weights; above 48 KB the launch opts in.
+# fp4 keys (e2m1, a ue8m0 scale per READER_WG_FP4_BLOCK values) are widened to the bf16 operand in
+# shared memory: each stage holds a tile's packed rows and their scale bytes as stored (plus the row
+# word), and one more buffer (the operand's chunks x 8 KB, 1024-B aligned) the tile converted to bf16,
+# which the bf16 wgmma m64n64k16 reads; the operand's chunks are those of the bf16 row (head_dim x 2 B).
 READER_WG_TILE_KEYS = 64  # wgmma m64: keys per tile
 READER_WG_CHUNK_BYTES = 128  # one 128-B swizzle atom's width of a key row (and of q's rows)
 READER_WG_ALIGN = 1024  # the 128-B swizzle pattern repeats every 1024 B: operand bases aligned to it
@@ -602,18 +607,37 @@ READER_MAX_SMEM_BYTES = 227 * 1024  # dynamic shared memory one CTA may opt in t
 READER_SM_SHARED_BYTES = 228 * 1024  # shared memory of an sm_90 SM; the driver keeps 1 KB per CTA
 READER_CTA_RESERVED_BYTES = 1024
 READER_WG_MAX_CTAS = 16  # CTAs per SM the launch plans for at most (16 x 128 threads: the SM's 2048)
+READER_WG_FP4_BLOCK = 32  # fp4 values per ue8m0 scale the wgmma path converts (one 16-B operand piece: 8)
+
+
+def reader_wg_operand_row_bytes(lay: Layout) -> int:
+    """Bytes of one key row as the wgmma A operand: as stored (bf16, fp8), widened to bf16 (fp4)."""
+    if lay.spec.store.dtype == "fp4_e2m1":
+        return lay.spec.head_dim * READER_OPERAND_BYTES
+    return lay.row_bytes
+
+
+def reader_wg_fp4_stage_bytes(lay: Layout) -> int:
+    """fp4 keys: bytes of one stage's packed rows and scale bytes (the row words follow the stages)."""
+    return READER_WG_TILE_KEYS * (lay.row_bytes + lay.scale_bytes)
 
 
 def reader_wg_chunks(lay: Layout) -> int:
-    """Staged chunks per key row (0: rows are not whole 128-B atoms)."""
-    return lay.row_bytes // READER_WG_CHUNK_BYTES if lay.row_bytes % READER_WG_CHUNK_BYTES == 0 else 0
+    """128-B operand chunks per key row (0: operand rows are not whole 128-B atoms); bf16 and fp8 stage
+    them as stored, fp4 converts its packed rows into them."""
+    row = reader_wg_operand_row_bytes(lay)
+    return row // READER_WG_CHUNK_BYTES if row % READER_WG_CHUNK_BYTES == 0 else 0
 
 
 def reader_wg_smem_bytes(lay: Layout, ntok: int, stages: int) -> int:
     """Dynamic shared memory of a wgmma-path CTA scoring `ntok` query tokens through `stages` stages."""
     tile = READER_WG_TILE_KEYS
-    stage = tile * READER_WG_CHUNK_BYTES + tile * READER_WG_ROW_INFO_BYTES
     token = reader_wg_chunks(lay) * READER_HEADS * READER_WG_CHUNK_BYTES + 4 * READER_HEADS
+    if lay.spec.store.dtype == "fp4_e2m1":
+        stage = reader_wg_fp4_stage_bytes(lay) + tile * READER_WG_ROW_INFO_BYTES
+        operand = reader_wg_chunks(lay) * tile * READER_WG_CHUNK_BYTES
+        return READER_WG_ALIGN + operand + stages * stage + ntok * token
+    stage = tile * READER_WG_CHUNK_BYTES + tile * READER_WG_ROW_INFO_BYTES
     return READER_WG_ALIGN + stages * stage + ntok * token
 
 
@@ -632,14 +656,21 @@ def reader_wg_tokens_per_cta(lay: Layout, stages: int) -> int:
 def reader_wgmma(lay: Layout, stages: int) -> bool:
     """Can the wgmma path read this layout? bf16 or fp8 keys, rows of whole 128-B chunks at offset 0 of
     16-B aligned pages (cp.async of 16 B), no scale or one 4-B scale per token at 4-B aligned offsets,
-    and one token's q fitting shared memory. Otherwise the mma.sync path runs on sm_90a too."""
+    and one token's q fitting shared memory; or fp4 keys with a ue8m0 scale per READER_WG_FP4_BLOCK
+    values, rows of whole 16-B pieces, a token's scale bytes whole 4-B words at 4-B aligned offsets.
+    Otherwise the mma.sync path runs on sm_90a too."""
     spec = lay.spec
     dtype = spec.store.dtype
-    if dtype not in ("bf16", "fp8_e4m3") or lay.kept_span.size or lay.quant_row_offset:
+    if dtype not in ("bf16", "fp8_e4m3", "fp4_e2m1") or lay.kept_span.size or lay.quant_row_offset:
         return False
     if lay.page_bytes % 16 or lay.row_bytes % 16 or not reader_wg_chunks(lay) or stages < 2:
         return False
-    if lay.blocks_per_token:  # scaled
+    if dtype == "fp4_e2m1":
+        if spec.store.scale != "ue8m0" or lay.block != READER_WG_FP4_BLOCK or lay.scale_unit != 1:
+            return False
+        if lay.scale_bytes % 4 or lay.scale_region_offset % 4 or lay.scale_stride % 4:
+            return False
+    elif lay.blocks_per_token:  # scaled
         if dtype != "fp8_e4m3" or lay.blocks_per_token != 1 or lay.scale_unit != 4:
             return False
         if lay.scale_region_offset % 4 or lay.scale_stride % 4:

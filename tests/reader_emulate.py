@@ -16,13 +16,15 @@ SHIM = ROOT / "tests" / "reader_shim"
 WRITER_SHIM = ROOT / "tests" / "cpu_shim"
 
 
-def build(spec: Spec, work: Path, *, sanitize: bool = False, tune: dict | None = None) -> Path:
+def build(spec: Spec, work: Path, *, sanitize: bool = False, tune: dict | None = None, wgmma: bool = False) -> Path:
+    """`wgmma`: the sm_90a path (KGEN_CPU_SHIM_WGMMA: its primitives emulated), else the mma.sync path."""
     work.mkdir(parents=True, exist_ok=True)
     rv = render_reader(spec, tune=tune)
     for rel, text in rv.files.items():
         (work / Path(rel).name).write_text(text)
     exe = work / "run_reader"
     flags = ["-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"] if sanitize else []
+    flags += ["-DKGEN_CPU_SHIM_WGMMA"] if wgmma else []
     r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-w", *flags,
                         "-include", str(SHIM / "reader_shim.h"), "-I", str(SHIM), "-I", str(WRITER_SHIM),
                         "-I", str(include_dirs()[0]), f'-DKGEN_KERNEL_CU="{work / "indexer_logits.cu"}"',
@@ -32,8 +34,10 @@ def build(spec: Spec, work: Path, *, sanitize: bool = False, tune: dict | None =
     return exe
 
 
-def launch(spec: Spec, exe: Path, work: Path, args: tuple, *, sm_count: int = 4, check_bounds: bool = True):
-    """The kernel's logits for `args` (kgen.reader_check.make_case's tuple, CPU tensors)."""
+def launch(spec: Spec, exe: Path, work: Path, args: tuple, *, sm_count: int = 4, check_bounds: bool = True,
+           wgmma: bool = False, tune: dict | None = None):
+    """The kernel's logits for `args` (kgen.reader_check.make_case's tuple, CPU tensors); `wgmma` and
+    `tune` as the executable was built (the launch shape of that path and tuning)."""
     import torch
 
     from kgen import indexer
@@ -41,7 +45,8 @@ def launch(spec: Spec, exe: Path, work: Path, args: tuple, *, sm_count: int = 4,
     from kgen.abi import write_launch_files
 
     a = indexer.check(spec, *args, require_cuda=False, check_bounds=check_bounds)
-    grid, threads, smem, _ = L.reader_launch(spec, a.dims["B"], a.dims["next_n"], a.dims["max_seq_len"], sm_count)
+    grid, threads, smem, _ = L.reader_launch(spec, a.dims["B"], a.dims["next_n"], a.dims["max_seq_len"], sm_count,
+                                             wgmma=wgmma, tune=tune)
     data = {k: t.contiguous().view(torch.uint8).numpy().tobytes() for k, t in a.tensors.items() if t is not None}
     d = work / "launch"
     write_launch_files(a, d, data)

@@ -6,6 +6,7 @@ kernel source run by the CPU emulation (tests/reader_shim) against kgen.score's 
 from __future__ import annotations
 
 import re
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from kgen import reader_check as rc  # noqa: E402
 from kgen.abi import INDEXER_LOGITS, ArgumentError  # noqa: E402
 from kgen.diagnostics import KgenError  # noqa: E402
 from kgen.reference import load_spec  # noqa: E402
-from kgen.render import render_reader, render_variant  # noqa: E402
+from kgen.render import include_dirs, render_reader, render_variant  # noqa: E402
 from kgen.score import indexer_logits_torch  # noqa: E402
 from kgen.spec import Spec  # noqa: E402
 from strategies import ROOT  # noqa: E402
@@ -170,7 +171,7 @@ def test_reader_launch_covers_every_logit(B, next_n, keys):
         assert gx >= 32  # a short context is split over many SMs
 
 
-@pytest.mark.parametrize("key", ["fp8", "bf16", "dsv32"])
+@pytest.mark.parametrize("key", ["fp8", "bf16", "dsv32", "fp4"])
 @pytest.mark.parametrize("B,next_n,keys", [(1, 1, 4096), (1, 1, 65536), (1, 1, 262144), (32, 1, 4096),
                                            (128, 1, 65536), (3, 7, 1000), (2, 2, 1), (1, 1, 63), (500, 3, 70000)])
 def test_wgmma_launch_covers_every_logit_in_one_wave(key, B, next_n, keys):
@@ -201,7 +202,18 @@ def test_wgmma_path_choice():
     assert has_wgmma("sm_90a") and not any(has_wgmma(t) for t in ("sm_90", "sm_100a", "sm_100f", "sm_80", "x"))
     fp8, bf16, fp4 = spec_of("fp8"), spec_of("bf16"), spec_of("fp4")
     assert runs_wgmma(fp8, "sm_90a") and runs_wgmma(bf16, "sm_90a")
-    assert not runs_wgmma(fp4, "sm_90a")  # no fp4 wgmma on sm_90: the mma.sync path widens it
+    # fp4: its packed rows are staged as stored and widened in shared memory to the bf16 operand (2 chunks
+    # of 128 B per key, as bf16 keys), one more 1024-B aligned buffer beside the stages
+    assert runs_wgmma(fp4, "sm_90a") and not runs_wgmma(fp4, "sm_100a") and not runs_wgmma(fp4, None)
+    lay4 = L.compute(fp4)
+    assert L.reader_wg_chunks(lay4) == L.reader_wg_chunks(L.compute(bf16)) == 2
+    assert L.reader_wg_smem_bytes(lay4, 1, 3) == 1024 + 2 * 8192 + 3 * (64 * (64 + 4) + 64 * 4) + 2 * 8192 + 4 * 64
+    assert L.reader_wg_tokens_per_cta(lay4, 3) == 1 and L.reader_wg_ctas_per_sm(lay4, 1, 3) == 4
+    c4 = L.reader_constants(lay4)
+    assert c4["kReaderWgmma"] == 1 and c4["kReaderWgChunks"] == 2 and c4["kReaderWgMinBlocks"] == 4
+    # fp4 layouts the path cannot stage: scale bytes of a token not whole 4-B words at 4-B aligned offsets
+    odd = with_(fp4, layout={"scale_stride": 6})
+    assert not L.reader_wg_enabled(L.compute(odd))
     assert not runs_wgmma(fp8, "sm_90") and not runs_wgmma(fp8, None)  # the CPU emulation: mma.sync
     # layouts the path cannot stage: ue8m0 scale bytes, rows that are not whole 128-B atoms
     assert not L.reader_wg_enabled(L.compute(with_(fp8, store={"scale": "ue8m0"})))
@@ -273,19 +285,36 @@ def test_launch_tune_follows_the_arch_and_the_shape(monkeypatch):
     assert indexer.launch_tune(indexer.check(spec_b, *args_b, require_cuda=False), "sm_90a") is None
 
 
-@pytest.mark.parametrize("old,new", [
-    ("kReaderWgChunks = 1;", "kReaderWgChunks = 2;"),
-    ("kReaderWgTokensPerCta = 2;", "kReaderWgTokensPerCta = 3;"),
-    ("kReaderWgMinBlocks = 5;", "kReaderWgMinBlocks = 6;"),
-    ("kReaderWgChunkBytes = 128;", "kReaderWgChunkBytes = 64;"),
+@pytest.mark.parametrize("variant,old,new", [
+    ("fp8", "kReaderWgChunks = 1;", "kReaderWgChunks = 2;"),
+    ("fp8", "kReaderWgTokensPerCta = 2;", "kReaderWgTokensPerCta = 3;"),
+    ("fp8", "kReaderWgMinBlocks = 5;", "kReaderWgMinBlocks = 6;"),
+    ("fp8", "kReaderWgChunkBytes = 128;", "kReaderWgChunkBytes = 64;"),
+    # fp4: the operand's chunks are the bf16 widening of head_dim, the shared memory has the operand buffer
+    ("fp4", "kReaderWgChunks = 2;", "kReaderWgChunks = 1;"),
+    ("fp4", "kReaderWgMinBlocks = 4;", "kReaderWgMinBlocks = 5;"),
 ])
-def test_wgmma_constant_twins_fire(old, new, cache):
-    rv = render_reader(spec_of("fp8"))
-    key = "dsv4_indexer_fp8/logits_config.cuh"
+def test_wgmma_constant_twins_fire(variant, old, new, cache):
+    rv = render_reader(spec_of(variant))
+    key = f"{spec_of(variant).name}/logits_config.cuh"
     assert old in rv.files[key]
     k, log = compile_log(replace(rv, files={**rv.files, key: rv.files[key].replace(old, new)}), cache)
     assert k is None
     assert "reader-constants" in ASSERT_RE.findall(log), log[-2000:]
+
+
+def test_fp4_operand_conversion_matches_the_mma_sync_widening(tmp_path):
+    # the wgmma path widens fp4 by byte permutes and a bf16x2 multiply (e2m1x8_bf16), the mma.sync path
+    # (checked against the Torch path below) by float arithmetic (e2m1x2_bf16): the header's own two
+    # functions on the CPU, every scale byte x every code byte in every position of the word, bit for bit
+    shim = ROOT / "tests" / "reader_shim"
+    exe = tmp_path / "e2m1_convert"
+    r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-w", "-include", str(shim / "reader_shim.h"),
+                        "-I", str(shim), "-I", str(ROOT / "tests" / "cpu_shim"), "-I", str(include_dirs()[0]),
+                        str(shim / "e2m1_convert.cc"), "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip().endswith("0 mismatches in 2097152 values"), run.stdout[-2000:]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,14 +383,15 @@ def test_abi_check_wants_64_heads_and_the_layouts_q_dtype():
 # the real kernel source on the CPU (tests/reader_shim) against the Torch path
 
 
-def emulate(spec: Spec, lens: list[int], next_n: int, tmp: Path, *, tune=None, sanitize=False, table_fix=None):
+def emulate(spec: Spec, lens: list[int], next_n: int, tmp: Path, *, tune=None, sanitize=False, table_fix=None,
+            wgmma=False):
     import reader_emulate as E
 
     args = list(rc.make_case(spec, lens, next_n=next_n, device="cpu", seed=7))
     if table_fix:
         table_fix(args)
-    exe = E.build(spec, tmp, tune=tune, sanitize=sanitize)
-    got, _ = E.launch(spec, exe, tmp, tuple(args), check_bounds=table_fix is None)
+    exe = E.build(spec, tmp, tune=tune, sanitize=sanitize, wgmma=wgmma)
+    got, _ = E.launch(spec, exe, tmp, tuple(args), check_bounds=table_fix is None, wgmma=wgmma, tune=tune)
     return got, args
 
 
@@ -377,6 +407,27 @@ def test_kernel_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, tm
     got, args = emulate(spec, lens, next_n, tmp_path, tune=tune)
     want = indexer_logits_torch(spec, *args, accum=torch.float64)
     r = rc.compare(spec.name, "emulated", got, want)
+    assert r.ok, r
+    assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
+
+
+@pytest.mark.parametrize("key,lens,next_n,tune", [
+    ("fp4", [1, 63, 64, 65, 300], 1, None),
+    ("fp4", [2, 130, 700], 3, {"kReaderWgStages": 4}),
+    ("fp4", [129, 1000], 2, {"kReaderWgStages": 2}),
+    ("bf16", [1, 65, 257], 2, None),
+    ("fp8", [1, 64, 200], 3, None),
+    ("fp8", [5, 300], 1, {"kReaderWgStages": 2}),
+])
+def test_wgmma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, tmp_path):
+    # the sm_90a path's source, its primitives emulated (cp.async copies at once, wgmma per thread from
+    # the descriptors' 128-B swizzled layout): staging, the fp4 conversion, the pipeline's indexing and
+    # the epilogue against the Torch path (not the hardware's ordering: tests/test_gpu_indexer.py)
+    spec = spec_of(key)
+    assert L.reader_wg_enabled(L.compute(spec), tune)
+    got, args = emulate(spec, lens, next_n, tmp_path, tune=tune, wgmma=True)
+    want = indexer_logits_torch(spec, *args, accum=torch.float64)
+    r = rc.compare(spec.name, "emulated wgmma", got, want)
     assert r.ok, r
     assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
 

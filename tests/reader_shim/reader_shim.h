@@ -24,6 +24,7 @@ namespace kgen_cpu {
 struct Cta {
   std::barrier<> bar;
   unsigned char* smem;
+  size_t smem_bytes = 0;  // the launch's dynamic shared memory
   explicit Cta(int threads) : bar(threads), smem(nullptr) {}
 };
 struct MmaTable {
@@ -109,7 +110,74 @@ inline __half2_raw __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t x, __nv_fp8_i
   return {kgen_e4m3_to_f16_bits(x & 0xffu), kgen_e4m3_to_f16_bits((x >> 8) & 0xffu)};
 }
 
+// PTX prmt (default mode) for selectors whose nibbles are below 8: byte n of the result is byte
+// (s >> 4n) & 7 of the 8 bytes y:x
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long both = (static_cast<unsigned long long>(y) << 32) | x;
+  unsigned r = 0;
+  for (int n = 0; n < 4; ++n) r |= static_cast<unsigned>((both >> (8 * ((s >> (4 * n)) & 7u))) & 0xffu) << (8 * n);
+  return r;
+}
+
 #define gridDim (kgen_cpu::tl_grid)
 #define blockDim (kgen_cpu::tl_block_dim)
 inline void __syncthreads() { kgen_cpu::tl_cta->bar.arrive_and_wait(); }
 inline float2 operator*(float2 a, float b) { return {a.x * b, a.y * b}; }
+
+// The sm_90a path's primitives (kgen::detail::wg, compiled in with KGEN_CPU_SHIM_WGMMA). A shared address is
+// the offset into the CTA's buffer; cp.async copies at once (zeros past `bytes`), so commit / wait and the
+// fences have nothing left to order. wgmma m64n64 (one warpgroup, A and B K-major in shared memory, 128-B
+// swizzle) is computed by each thread for its own 32 accumulators, from the PTX ISA's layouts: D element
+// d[4j + 2i + c] of thread (warp w, lane = 4 gid + tig) is row 16w + gid + 8i, column 8j + 2tig + c;
+// operand row r, byte b of a k-step lies at start + (r / 8) * stride + (r % 8) * 128 + b, with address
+// bits [4, 7) XORed with bits [7, 10) (the swizzle); fp32 sums of the k-step's products.
+namespace kgen_cpu::wg_emulation {
+inline uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(static_cast<const unsigned char*>(p) - tl_cta->smem);
+}
+inline void copy(uint32_t dst, const void* src, uint32_t n, uint32_t bytes) {
+  if (bytes > n || dst % n || dst + n > tl_cta->smem_bytes) std::abort();
+  if (bytes) std::memcpy(tl_cta->smem + dst, src, bytes);
+  std::memset(tl_cta->smem + dst + bytes, 0, n - bytes);
+}
+template <int Prefetch = 0>
+inline void cp16(uint32_t dst, const void* src, uint32_t bytes) { copy(dst, src, 16, bytes); }
+inline void cp4(uint32_t dst, const void* src) { copy(dst, src, 4, 4); }
+inline void cp4z(uint32_t dst, const void* src, uint32_t bytes) { copy(dst, src, 4, bytes); }
+inline void commit() {}
+template <int N>
+inline void wait() {}
+inline void fence_async_proxy() {}
+inline void mma_fence() {}
+inline void mma_commit() {}
+inline void mma_wait() {}
+inline uint32_t dynamic_smem_size() { return static_cast<uint32_t>(tl_cta->smem_bytes); }
+
+inline const unsigned char* operand_byte(unsigned long long desc, int row, int byte) {
+  if ((desc >> 62) != 1u) std::abort();  // the 128-B swizzle
+  const uint32_t start = static_cast<uint32_t>(desc & 0x3fffu) << 4;
+  const uint32_t stride = static_cast<uint32_t>((desc >> 32) & 0x3fffu) << 4;
+  uint32_t a = start + static_cast<uint32_t>(row / 8) * stride + static_cast<uint32_t>(row % 8) * 128u + byte;
+  a ^= ((a >> 7) & 7u) << 4;
+  if (a >= tl_cta->smem_bytes) std::abort();
+  return tl_cta->smem + a;
+}
+template <int ElemBytes, class Value>
+inline void mma(float (&d)[32], unsigned long long da, unsigned long long db, uint32_t accumulate, Value value) {
+  const int tid = static_cast<int>(tl_thread.x & 127u), warp = tid / 32, gid = tid % 32 / 4, tig = tid % 4;
+  for (int j = 0; j < 8; ++j)
+    for (int i = 0; i < 2; ++i)
+      for (int c = 0; c < 2; ++c) {
+        const int m = 16 * warp + gid + 8 * i, n = 8 * j + 2 * tig + c;
+        float sum = accumulate ? d[4 * j + 2 * i + c] : 0.0f;
+        for (int b = 0; b < 32; b += ElemBytes) sum += value(operand_byte(da, m, b)) * value(operand_byte(db, n, b));
+        d[4 * j + 2 * i + c] = sum;
+      }
+}
+inline void mma_bf16(float (&d)[32], unsigned long long da, unsigned long long db, uint32_t accumulate) {
+  mma<2>(d, da, db, accumulate, [](const unsigned char* p) { return bf16_value(p[0] | (p[1] << 8)); });
+}
+inline void mma_e4m3(float (&d)[32], unsigned long long da, unsigned long long db, uint32_t accumulate) {
+  mma<1>(d, da, db, accumulate, [](const unsigned char* p) { return e4m3_value(p[0]); });
+}
+}  // namespace kgen_cpu::wg_emulation

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
         kgen_cpu::Cta cta(threads);
         std::vector<unsigned char> smem(smem_bytes + 16);
         cta.smem = smem.data();
+        cta.smem_bytes = smem_bytes;
         std::vector<std::unique_ptr<kgen_cpu::Warp>> warps;
         std::vector<std::unique_ptr<kgen_cpu::MmaTable>> tables;
         for (int w = 0; w < threads / 32; ++w) {
