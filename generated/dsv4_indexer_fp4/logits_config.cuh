@@ -24,14 +24,14 @@ struct dsv4_indexer_fp4 : kgen_cfg::dsv4_indexer_fp4 {
   static constexpr long long kReaderTokensPerCta = 2;
   static constexpr long long kReaderWgTileKeys = 64;
   static constexpr long long kReaderWgChunkBytes = 128;
-  static constexpr long long kReaderWgChunks = 0;
+  static constexpr long long kReaderWgChunks = 2;
   static constexpr long long kReaderWgAlign = 1024;
-  static constexpr long long kReaderWgTokensPerCta = 0;
-  static constexpr long long kReaderWgMinBlocks = 0;
+  static constexpr long long kReaderWgTokensPerCta = 1;
+  static constexpr long long kReaderWgMinBlocks = 4;
   static constexpr long long kReaderPrefetch = 0;
   static constexpr long long kReaderMinBlocks = 0;
   static constexpr long long kReaderHeadPasses = 2;
-  static constexpr long long kReaderWgmma = 0;
+  static constexpr long long kReaderWgmma = 1;
   static constexpr long long kReaderWgStages = 3;
   static constexpr long long kReaderWgL2Prefetch = 0;
 

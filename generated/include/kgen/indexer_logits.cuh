@@ -19,8 +19,10 @@
 //
 // Two paths, one launch shape each (kgen.indexer.runs_wgmma decides on the host, KGEN_READER_WGMMA and
 // kReaderWgmma in the kernel): on sm_90a, for bf16 and fp8 keys whose rows are whole 128-B chunks, the
-// wgmma path (WgLogits below: 64-key tiles staged by cp.async, q . k on wgmma, one wave of CTAs);
-// elsewhere (other archs, fp4 keys, other layouts, the CPU emulation) the mma.sync path described next.
+// wgmma path (WgLogits below: 64-key tiles staged by cp.async, q . k on wgmma, one wave of CTAs), and for
+// fp4 keys (ue8m0 per 32) the same path with each staged tile widened to a bf16 operand in shared memory
+// (WgFp4Logits); elsewhere (other archs, other layouts, the CPU emulation unless built with
+// KGEN_CPU_SHIM_WGMMA) the mma.sync path described next.
 //
 // Work split: grid (x: slices of the context, y: sequence b, z: groups of query tokens); a CTA scores
 // ceil(max_seq_len / gridDim.x) keys rounded up to whole iterations (kgen.layout.reader_launch).
@@ -47,7 +49,7 @@
 // The sm_90a path (wgmma + cp.async) is compiled for sm_90a only (the arch-specific feature macro);
 // elsewhere, and under the CPU emulation, the mma.sync path. kgen.arch.has_wgmma is the host's twin:
 // it picks the launch (grid, shared memory) of the path the loaded cubin runs.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(KGEN_CPU_SHIM)
+#if (defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(KGEN_CPU_SHIM)) || defined(KGEN_CPU_SHIM_WGMMA)
 #define KGEN_READER_WGMMA 1
 #else
 #define KGEN_READER_WGMMA 0
@@ -105,14 +107,33 @@ KGEN_HD constexpr bool layout_agrees() {
 constexpr long long kWgTileKeys = 64, kWgChunkBytes = 128, kWgAlign = 1024, kWgRowInfoBytes = 4, kWgMaxTokens = 2;
 constexpr long long kMaxSmemBytes = 227 * 1024, kSmSharedBytes = 228 * 1024, kCtaReservedBytes = 1024;
 constexpr long long kWgMaxCtas = 16;
+// fp4 values per ue8m0 scale the path converts (a function, not a namespace-scope constant: those are
+// emitted into every cubin's global data, and the bf16 and fp8 cubins stay as they were)
+KGEN_HD constexpr long long wg_fp4_block() {
+  return 32;
+}
+// a key row as the A operand: as stored (bf16, fp8), widened to bf16 (fp4)
+template <class C>
+KGEN_HD constexpr long long wg_operand_row() {
+  return C::kStoreDtype == Dtype::fp4_e2m1 ? C::kHeadDim * kOperandBytes : C::kRowBytes;
+}
 template <class C>
 KGEN_HD constexpr long long wg_chunks() {
-  return C::kRowBytes % kWgChunkBytes == 0 ? C::kRowBytes / kWgChunkBytes : 0;
+  return wg_operand_row<C>() % kWgChunkBytes == 0 ? wg_operand_row<C>() / kWgChunkBytes : 0;
+}
+// fp4: a stage is the tile's packed rows and their scale bytes as stored
+template <class C>
+KGEN_HD constexpr long long wg_fp4_stage() {
+  return kWgTileKeys * (C::kRowBytes + C::kScaleBytes);
 }
 template <class C>
 KGEN_HD constexpr long long wg_smem(long long ntok) {
-  return kWgAlign + C::kReaderWgStages * kWgTileKeys * (kWgChunkBytes + kWgRowInfoBytes) +
-         ntok * (wg_chunks<C>() * C::kReaderHeads * kWgChunkBytes + 4 * C::kReaderHeads);
+  const long long token = ntok * (wg_chunks<C>() * C::kReaderHeads * kWgChunkBytes + 4 * C::kReaderHeads);
+  if (C::kStoreDtype == Dtype::fp4_e2m1) {
+    return kWgAlign + wg_chunks<C>() * kWgTileKeys * kWgChunkBytes +
+           C::kReaderWgStages * (wg_fp4_stage<C>() + kWgTileKeys * kWgRowInfoBytes) + token;
+  }
+  return kWgAlign + C::kReaderWgStages * kWgTileKeys * (kWgChunkBytes + kWgRowInfoBytes) + token;
 }
 template <class C>
 KGEN_HD constexpr long long wg_tokens() {
@@ -125,11 +146,14 @@ KGEN_HD constexpr long long wg_tokens() {
 template <class C>
 KGEN_HD constexpr bool wg_readable() {
   const bool scaled = C::kScaleKind != ScaleKind::none;
-  return (C::kStoreDtype == Dtype::bf16 || C::kStoreDtype == Dtype::fp8_e4m3) && C::kKeptDim == 0 &&
+  const bool fp4 = C::kStoreDtype == Dtype::fp4_e2m1;
+  return (C::kStoreDtype == Dtype::bf16 || C::kStoreDtype == Dtype::fp8_e4m3 || fp4) && C::kKeptDim == 0 &&
          C::kQuantRowOffset == 0 && C::kPageBytes % 16 == 0 && C::kRowBytes % 16 == 0 && wg_chunks<C>() > 0 &&
          C::kReaderWgStages >= 2 &&
-         (!scaled || (C::kStoreDtype == Dtype::fp8_e4m3 && C::kBlocksPerToken == 1 && C::kScaleUnit == 4 &&
-                      C::kScaleRegionOffset % 4 == 0 && C::kScaleStride % 4 == 0)) &&
+         (fp4 ? C::kScaleKind == ScaleKind::ue8m0 && C::kBlock == wg_fp4_block() && C::kScaleUnit == 1 &&
+                    C::kScaleBytes % 4 == 0 && C::kScaleRegionOffset % 4 == 0 && C::kScaleStride % 4 == 0
+              : !scaled || (C::kStoreDtype == Dtype::fp8_e4m3 && C::kBlocksPerToken == 1 && C::kScaleUnit == 4 &&
+                            C::kScaleRegionOffset % 4 == 0 && C::kScaleStride % 4 == 0)) &&
          wg_tokens<C>() >= 1;
 }
 template <class C>
@@ -271,6 +295,44 @@ __device__ __forceinline__ float e2m1_value(uint32_t code, float half_scale) {
 __device__ __forceinline__ uint32_t e2m1x2_bf16(uint32_t byte, float scale) {
   const float half_scale = scale * 0.5f;
   return num::bf16_bits(e2m1_value(byte, half_scale)) | (num::bf16_bits(e2m1_value(byte >> 4, half_scale)) << 16);
+}
+
+// A ue8m0 scale byte e as a bf16x2 word holding 2^(e - 127) twice: bf16 shares fp32's exponent field, so
+// e << 7 for e in [1, 254]; e = 0 is the subnormal 2^-127 (0x0040); e = 255, not a number, NaN.
+__device__ __forceinline__ uint32_t ue8m0_bf16x2(uint32_t e) {
+  const uint32_t h = e == 0u ? 0x0040u : e == 255u ? 0x7fc0u : e << 7;
+  return h | (h << 16);
+}
+// Eight e2m1 codes (a 32-bit word; value i is nibble i: the low nibble of a byte is the even element) as
+// four bf16x2 words (value 2i in the low half of word i) times `scale2` (ue8m0_bf16x2). The magnitudes
+// {0, 0.5, 1, 1.5, 2, 3, 4, 6} are looked up by byte permutes in tables of their bf16 bytes (the code's
+// low 3 bits select a byte of two table words), the sign bits moved to bits 15 and 31; the products
+// with a power of two are exact in bf16 (at most 3 significant bits; the smallest, 2^-128, is a bf16
+// subnormal), as in e2m1x2_bf16.
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+#if defined(KGEN_CPU_SHIM)
+  const uint32_t lo = num::bf16_bits(kgen_cpu::bf16_value(a) * kgen_cpu::bf16_value(b));
+  const uint32_t hi = num::bf16_bits(kgen_cpu::bf16_value(a >> 16) * kgen_cpu::bf16_value(b >> 16));
+  return lo | (hi << 16);
+#else
+  uint32_t d;  // fma with -0: the product alone, rounded once (exactly here), signed zeros kept
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
+#endif
+}
+__device__ __forceinline__ uint4 e2m1x8_bf16(uint32_t codes, uint32_t scale2) {
+  constexpr uint32_t kLo0 = 0xC0800000u, kLo1 = 0xC0804000u;  // low bytes of codes 0-3, 4-7
+  constexpr uint32_t kHi0 = 0x3F3F3F00u, kHi1 = 0x40404040u;  // high bytes
+  const uint32_t mags = codes & 0x77777777u, mags_hi = mags >> 16, shifted = codes << 4;
+  const uint32_t lo_a = __byte_perm(kLo0, kLo1, mags), hi_a = __byte_perm(kHi0, kHi1, mags);
+  const uint32_t lo_b = __byte_perm(kLo0, kLo1, mags_hi), hi_b = __byte_perm(kHi0, kHi1, mags_hi);
+  // word i: the sign of value 2i (bit 8i + 3: bit 7 of byte i of `shifted`) to bit 15, of value 2i + 1
+  // (bit 8i + 7) to bit 31
+  const uint32_t w0 = __byte_perm(lo_a, hi_a, 0x5140) | (__byte_perm(shifted, codes, 0x4000) & 0x80008000u);
+  const uint32_t w1 = __byte_perm(lo_a, hi_a, 0x7362) | (__byte_perm(shifted, codes, 0x5010) & 0x80008000u);
+  const uint32_t w2 = __byte_perm(lo_b, hi_b, 0x5140) | (__byte_perm(shifted, codes, 0x6020) & 0x80008000u);
+  const uint32_t w3 = __byte_perm(lo_b, hi_b, 0x7362) | (__byte_perm(shifted, codes, 0x7030) & 0x80008000u);
+  return make_uint4(bf16x2_mul(w0, scale2), bf16x2_mul(w1, scale2), bf16x2_mul(w2, scale2), bf16x2_mul(w3, scale2));
 }
 
 template <int Bytes>
@@ -656,6 +718,12 @@ struct IndexerLogits {
 // (relu, * w), then over the quad's 4 lanes; lanes tig 0 and 1 store rows gid and gid + 8.
 namespace wg {
 
+#if defined(KGEN_CPU_SHIM)
+// The CPU emulation of this path (tests/reader_shim, built with KGEN_CPU_SHIM_WGMMA): the same primitives
+// in software (shared addresses as offsets into the CTA's buffer, copies done at once, wgmma computed by
+// each thread from the descriptors' swizzled layout).
+using namespace kgen_cpu::wg_emulation;
+#else
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -677,6 +745,10 @@ __device__ __forceinline__ void cp16(uint32_t dst, const void* src, uint32_t byt
 __device__ __forceinline__ void cp4(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
 }
+// 4 B global -> shared; `bytes` 0 reads nothing and writes zeros
+__device__ __forceinline__ void cp4z(uint32_t dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
@@ -697,6 +769,13 @@ __device__ __forceinline__ void mma_commit() {
 __device__ __forceinline__ void mma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+// the launch's dynamic shared memory
+__device__ __forceinline__ uint32_t dynamic_smem_size() {
+  uint32_t bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(bytes));
+  return bytes;
+}
+#endif
 
 // Shared-memory matrix descriptor of a K-major operand in the 128-B swizzle: start address, leading
 // byte offset 16 (unused by a K-major swizzled operand), stride 1024 B between 8-row groups, mode 1.
@@ -711,6 +790,7 @@ __device__ __forceinline__ unsigned long long desc_sw128_of(uint32_t lo) {
   return (static_cast<unsigned long long>((1024 >> 4) | (1u << 30)) << 32) | lo;
 }
 
+#if !defined(KGEN_CPU_SHIM)
 // d (+)= A * B for one 32-B k-step: accumulate = 0 overwrites d
 __device__ __forceinline__ void mma_e4m3(float (&d)[32], unsigned long long a, unsigned long long b,
                                          uint32_t accumulate) {
@@ -734,10 +814,47 @@ __device__ __forceinline__ void mma_bf16(float (&d)[32], unsigned long long a, u
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(a), "l"(b), "r"(accumulate));
 }
+#endif
+
+// The epilogue of a 64-key tile (the accumulators of m64n64, 64 heads; WgLogits and WgFp4Logits): token
+// t's logits row is `out` (logits + (b * next_n + t) * max_seq_len)
+__device__ __forceinline__ void finish(const float (&acc)[32], bool any, const float* wt, const float* info, float* out,
+                                       int k0, int key_end, int visible_t, int warp, int gid, int tig) {
+  float v0 = 0.0f, v1 = 0.0f;  // rows gid and gid + 8 of the warp's 16
+  if (any) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 w = *reinterpret_cast<const float2*>(wt + 8 * j + 2 * tig);
+      v0 = fmaf(w.x, fmaxf(acc[4 * j], 0.0f), v0);
+      v0 = fmaf(w.y, fmaxf(acc[4 * j + 1], 0.0f), v0);
+      v1 = fmaf(w.x, fmaxf(acc[4 * j + 2], 0.0f), v1);
+      v1 = fmaf(w.y, fmaxf(acc[4 * j + 3], 0.0f), v1);
+    }
+    v0 += __shfl_xor_sync(num::kFullMask, v0, 1);
+    v0 += __shfl_xor_sync(num::kFullMask, v0, 2);
+    v1 += __shfl_xor_sync(num::kFullMask, v1, 1);
+    v1 += __shfl_xor_sync(num::kFullMask, v1, 2);
+  }
+  if (tig < 2) {
+    const int r = 16 * warp + gid + 8 * tig, key = k0 + r;
+    if (key < key_end) {
+      const float logit = key < visible_t ? (tig ? v1 : v0) * info[r] : -__int_as_float(0x7f800000);
+      out[key] = logit;
+    }
+  }
+}
+
+// byte offset of 16-B column c of row r in a 128-B swizzled chunk (8 rows x 128 B repeat)
+__device__ __forceinline__ uint32_t swizzled128(int r, int c) {
+  return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
+}
+
 // the accumulators are read only after the wait: no instruction may move above it
 __device__ __forceinline__ void keep(float (&d)[32]) {
+#if !defined(KGEN_CPU_SHIM)
 #pragma unroll
   for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#endif
 }
 
 }  // namespace wg
@@ -905,8 +1022,7 @@ struct WgLogits {
     // host sized as reader::wg_smem: a launch for the other path would not fit, and stops here)
     const uint32_t raw = wg::smem_addr(smem);
     const uint32_t pad = (kAlign - raw % kAlign) % kAlign;
-    uint32_t dynamic_bytes;
-    asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(dynamic_bytes));
+    const uint32_t dynamic_bytes = wg::dynamic_smem_size();
     if (static_cast<long long>(dynamic_bytes) < reader::wg_smem<C>(ntok) - kAlign + pad) __trap();
     Smem sm;
     sm.keys = smem + pad;
@@ -999,38 +1115,277 @@ struct WgLogits {
             wg::keep(acc);
           }
           if (kc == kChunks - 1) {
-            finish(acc, any, sm.w + t * H, sm.row_info + s * kTile,
-                   logits_t0 + static_cast<long long>(t) * p.max_seq_len, k0, key_end, visible_t, warp, gid, tig);
+            wg::finish(acc, any, sm.w + t * H, sm.row_info + s * kTile,
+                       logits_t0 + static_cast<long long>(t) * p.max_seq_len, k0, key_end, visible_t, warp, gid, tig);
           }
         }
       }
     }
   }
+};
 
-  // token t's logits row is `out` (logits + (b * next_n + t) * max_seq_len)
-  __device__ static __forceinline__ void finish(const float (&acc)[32], bool any, const float* wt, const float* info,
-                                                float* out, int k0, int key_end, int visible_t, int warp, int gid,
-                                                int tig) {
-    float v0 = 0.0f, v1 = 0.0f;  // rows gid and gid + 8 of the warp's 16
-    if (any) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float2 w = *reinterpret_cast<const float2*>(wt + 8 * j + 2 * tig);
-        v0 = fmaf(w.x, fmaxf(acc[4 * j], 0.0f), v0);
-        v0 = fmaf(w.y, fmaxf(acc[4 * j + 1], 0.0f), v0);
-        v1 = fmaf(w.x, fmaxf(acc[4 * j + 2], 0.0f), v1);
-        v1 = fmaf(w.y, fmaxf(acc[4 * j + 3], 0.0f), v1);
+// fp4 keys on the sm_90a path: the rows are staged as stored (packed e2m1 and their ue8m0 scale bytes, a
+// ring of kReaderWgStages tiles by cp.async), each tile converted by the CTA into one bf16 A operand in
+// the 128-B swizzled layout the bf16 keys are staged in (e2m1x8_bf16: exact), then the same m64n64k16 bf16
+// wgmma against q (bf16, the B operand) and the same epilogue (wg::finish). One pipeline step is one
+// tile: its copies land (barrier), it is converted (barrier), multiplied.
+template <class C>
+struct WgFp4Logits {
+  static constexpr int H = static_cast<int>(C::kReaderHeads);
+  static constexpr int kTile = static_cast<int>(C::kReaderWgTileKeys);
+  static constexpr int kChunkBytes = static_cast<int>(C::kReaderWgChunkBytes);
+  static constexpr int kChunks = static_cast<int>(C::kReaderWgChunks);  // 128-B chunks of a bf16 operand row
+  static constexpr int kStages = static_cast<int>(C::kReaderWgStages);
+  static constexpr int kTokens = static_cast<int>(C::kReaderWgTokensPerCta);
+  static constexpr int kAlign = static_cast<int>(C::kReaderWgAlign);
+  static constexpr int kThreads = static_cast<int>(C::kReaderWarps) * 32;
+  static constexpr int kRowBytes = static_cast<int>(C::kRowBytes);      // packed e2m1 of one key
+  static constexpr int kScaleBytes = static_cast<int>(C::kScaleBytes);  // its ue8m0 bytes, one per kBlock values
+  static constexpr int kBlock = static_cast<int>(C::kBlock);
+  static constexpr long long kPageBytes = C::kPageBytes;
+  static constexpr int kPageShift = static_cast<int>(C::kPageShift);
+  static constexpr int kL2Prefetch = static_cast<int>(C::kReaderWgL2Prefetch);
+  static constexpr int kOperandChunkBytes = kTile * kChunkBytes;  // one chunk of the converted tile
+  static constexpr int kQChunkBytes = H * kChunkBytes;            // one chunk of a token's q rows
+  static constexpr int kColumns = kChunkBytes / 16;               // 16-B columns of an operand chunk row
+  static constexpr int kChunkValues = kChunkBytes / 2;            // bf16 values of one operand chunk row
+  static constexpr int kPackedChunkBytes = kChunkValues / 2;      // their packed bytes (two per byte)
+  static constexpr int kPieceValues = 8;                          // values of one 16-B operand column
+  static constexpr int kPieces = kRowBytes / 16;                  // 16-B copies of a packed row
+  static constexpr int kLoadRows = kThreads / kPieces;            // rows one pass of the threads stages
+  static constexpr int kRowsPerThread = kTile / kLoadRows;
+  static constexpr int kConvertRounds = kTile * kChunks * kColumns / kThreads;  // operand columns per thread
+  static constexpr int kPackedStageBytes = kTile * kRowBytes;
+  static constexpr int kStageBytes = static_cast<int>(reader::wg_fp4_stage<C>());
+  static constexpr int kSteps = kChunkBytes / 32;  // m64n64k16 bf16 k-steps of 32 B per chunk
+
+  static_assert(C::kStoreDtype == Dtype::fp4_e2m1 && C::kScaleKind == ScaleKind::ue8m0 && C::kScaleUnit == 1,
+                "[wgmma-fp4] e2m1 keys, one ue8m0 byte per block");
+  static_assert(kThreads == 128, "[wgmma-fp4] one warpgroup per CTA");
+  static_assert(H == 64 && kTile == 64, "[wgmma-fp4] m64n64: 64 keys x 64 heads per instruction");
+  static_assert(kChunkBytes == 128 && kChunks * kChunkBytes == C::kHeadDim * reader::kOperandBytes &&
+                    kChunks * kPackedChunkBytes == kRowBytes,
+                "[wgmma-fp4] operand rows are the packed rows widened to bf16, whole 128-B swizzle atoms");
+  static_assert(reader::q_bytes(C::kStoreDtype) * C::kHeadDim == kChunks * kChunkBytes, "q rows are operand rows");
+  static_assert(kBlock == reader::wg_fp4_block() && kBlock % kPieceValues == 0 && kChunkValues % kBlock == 0 &&
+                    kScaleBytes * kBlock == C::kHeadDim,
+                "[wgmma-fp4] an operand column lies in one scale block");
+  static_assert(kRowBytes % 16 == 0 && kThreads % kPieces == 0 && kTile % kLoadRows == 0 && kLoadRows % 8 == 0,
+                "[wgmma-fp4] staging: whole 16-B pieces, whole passes of the threads");
+  static_assert(kScaleBytes % 4 == 0 && C::kScaleRegionOffset % 4 == 0 && C::kScaleStride % 4 == 0,
+                "[wgmma-fp4] a token's scale bytes are whole 4-B words");
+  static_assert(kStageBytes % 16 == 0 && kPackedStageBytes % 16 == 0, "[wgmma-fp4] stages 16-B aligned");
+  static_assert((kTile * kChunks * kColumns) % kThreads == 0, "[wgmma-fp4] conversion: whole rounds");
+  static_assert(kOperandChunkBytes % kAlign == 0 && kQChunkBytes % kAlign == 0, "[wgmma] operand bases 1024-B aligned");
+  static_assert(kChunks == 1 || kTokens == 1, "several chunks per row: one token's accumulators per CTA");
+  static_assert(kStages >= 2, "staging shape");
+  static_assert(reader::wg_smem<C>(kTokens) <= reader::kMaxSmemBytes, "[wgmma] shared memory within 227 KB");
+
+  struct Smem {
+    unsigned char* operand;  // kChunks x kOperandChunkBytes: the converted tile
+    unsigned char* q;        // ntok x kChunks x kQChunkBytes
+    unsigned char* stages;   // kStages x kStageBytes: packed rows, then their scale bytes
+    float* row_info;         // kStages x kTile: 1, NaN for a row whose page is bad
+    float* w;                // ntok x H
+  };
+
+  // As WgLogits::Pages: `whole` the page of a tile read entirely from one page, else each row's page
+  // (-1 not read, -2 visible but outside the table or cache).
+  struct Pages {
+    int whole;
+    int rows[kRowsPerThread];
+  };
+  static constexpr bool kWholePages = C::kPageSize % kTile == 0;
+
+  __device__ static __forceinline__ void lookup(const typename C::Params& p, const int* table, int tile, long long key0,
+                                                int visible_end, int key_end, int r0, Pages& pg) {
+    const int k0 = static_cast<int>(key0) + tile * kTile;
+    pg.whole = -1;
+    if constexpr (kWholePages) {
+      const int c = k0 >> kPageShift;
+      const int page = c < p.max_pages && k0 < key_end ? __ldg(table + c) : -1;
+      if (k0 + kTile <= min(visible_end, key_end) && page >= 0 && page < p.num_pages) {
+        pg.whole = page;
+        return;
       }
-      v0 += __shfl_xor_sync(num::kFullMask, v0, 1);
-      v0 += __shfl_xor_sync(num::kFullMask, v0, 2);
-      v1 += __shfl_xor_sync(num::kFullMask, v1, 1);
-      v1 += __shfl_xor_sync(num::kFullMask, v1, 2);
     }
-    if (tig < 2) {
-      const int r = 16 * warp + gid + 8 * tig, key = k0 + r;
-      if (key < key_end) {
-        const float logit = key < visible_t ? (tig ? v1 : v0) * info[r] : -__int_as_float(0x7f800000);
-        out[key] = logit;
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; ++j) {
+      const int key = k0 + r0 + j * kLoadRows;
+      pg.rows[j] = -1;
+      if (key < visible_end && key < key_end) {
+        const int c = key >> kPageShift;
+        const int page = c < p.max_pages ? __ldg(table + c) : -1;
+        pg.rows[j] = page >= 0 && page < p.num_pages ? page : -2;
+      }
+    }
+  }
+
+  // Stages tile `tile` into stage tile % kStages: the thread's 16-B piece of its rows, the rows' scale
+  // bytes, each row's info word.
+  __device__ static __forceinline__ void issue(const typename C::Params& p, const Smem& sm, int tile, long long key0,
+                                               const Pages& pg, int tid) {
+    const int s = tile % kStages;
+    const int k0 = static_cast<int>(key0) + tile * kTile;
+    const int piece = tid % kPieces, r0 = tid / kPieces;
+    unsigned char* stage = sm.stages + s * kStageBytes;
+    const uint32_t dst = wg::smem_addr(stage) + r0 * kRowBytes + piece * 16;
+    const uint32_t scales = wg::smem_addr(stage + kPackedStageBytes);
+    const int slot0 = k0 & static_cast<int>(C::kPageSize - 1);
+    float* info = sm.row_info + s * kTile;
+    if (kWholePages && pg.whole >= 0) {
+      const uint8_t* page = p.cache + static_cast<long long>(pg.whole) * kPageBytes;
+      const uint8_t* src = page + (slot0 + r0) * kRowBytes + piece * 16;
+#pragma unroll
+      for (int j = 0; j < kRowsPerThread; ++j) {
+        wg::cp16<kL2Prefetch>(dst + j * kLoadRows * kRowBytes, src + j * kLoadRows * kRowBytes, 16u);
+      }
+      const uint8_t* scale_src = page + C::kScaleRegionOffset + slot0 * C::kScaleStride;
+      if constexpr (C::kScaleStride == kScaleBytes && C::kScaleRegionOffset % 16 == 0 &&
+                    (kTile * kScaleBytes) % 16 == 0) {
+        // the tile's scale bytes are consecutive (slot0 is a multiple of 64): 16-B copies
+        for (int i = tid; i < kTile * kScaleBytes / 16; i += kThreads)
+          wg::cp16(scales + 16 * i, scale_src + 16 * i, 16u);
+      } else {
+        constexpr int kWords = kScaleBytes / 4;
+        for (int i = tid; i < kTile * kWords; i += kThreads) {
+          const int r = i / kWords, wd = i % kWords;
+          wg::cp4z(scales + r * kScaleBytes + 4 * wd, scale_src + r * C::kScaleStride + 4 * wd, 4u);
+        }
+      }
+      if (tid < kTile) info[tid] = 1.0f;
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; ++j) {
+      const int r = r0 + j * kLoadRows;
+      const int slot = (k0 + r) & static_cast<int>(C::kPageSize - 1);
+      const uint8_t* page = pg.rows[j] >= 0 ? p.cache + static_cast<long long>(pg.rows[j]) * kPageBytes : nullptr;
+      wg::cp16(dst + j * kLoadRows * kRowBytes, page ? page + slot * kRowBytes + piece * 16 : p.cache, page ? 16u : 0u);
+      // the row's scale words (zeros for a row not read)
+      for (int wd = piece; wd < kScaleBytes / 4; wd += kPieces) {
+        const uint8_t* src = page ? page + C::kScaleRegionOffset + slot * C::kScaleStride + 4 * wd : p.cache;
+        wg::cp4z(scales + r * kScaleBytes + 4 * wd, src, page ? 4u : 0u);
+      }
+      if (piece == 0) info[r] = pg.rows[j] == -2 ? __int_as_float(0x7fc00000) : 1.0f;
+    }
+  }
+
+  // The staged tile of stage s as the bf16 A operand: thread tid writes 16-B column tid % kColumns of
+  // kConvertRounds (row, chunk) pairs; a warp's reads are 128 consecutive packed bytes, each group of
+  // 8 lanes stores one swizzled 128-B row.
+  __device__ static __forceinline__ void convert(const Smem& sm, int s, int tid) {
+    const unsigned char* stage = sm.stages + s * kStageBytes;
+    const unsigned char* scales = stage + kPackedStageBytes;
+    const int col = tid % kColumns;
+#pragma unroll
+    for (int j = 0; j < kConvertRounds; ++j) {
+      const int idx = tid / kColumns + j * (kThreads / kColumns);
+      const int kc = idx % kChunks, r = idx / kChunks;
+      const uint32_t codes =
+          *reinterpret_cast<const uint32_t*>(stage + r * kRowBytes + kc * kPackedChunkBytes + col * (kPieceValues / 2));
+      const uint32_t e = scales[r * kScaleBytes + (kc * kChunkValues + col * kPieceValues) / kBlock];
+      *reinterpret_cast<uint4*>(sm.operand + kc * kOperandChunkBytes + wg::swizzled128(r, col)) =
+          e2m1x8_bf16(codes, ue8m0_bf16x2(e));
+    }
+  }
+
+  __device__ static void run(const typename C::Params& p) {
+    KGEN_DYNAMIC_SMEM(smem);
+    const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+    const int gid = lane / 4, tig = lane % 4;
+    const int b = blockIdx.y;
+    const int t0 = blockIdx.z * kTokens;
+    const int ntok = min(kTokens, p.next_n - t0);
+    // keys per CTA: the context's tiles split evenly over gridDim.x (kgen.layout.reader_wg_launch)
+    const int tiles = (p.max_seq_len + kTile - 1) / kTile;
+    const int per_cta = (tiles + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x) * kTile;
+    const long long key0 = static_cast<long long>(blockIdx.x) * per_cta;
+    if (key0 >= p.max_seq_len) return;  // the whole CTA, before any barrier
+    const int key_end = static_cast<int>(min(static_cast<long long>(p.max_seq_len), key0 + per_cta));
+    const int ntiles = (key_end - static_cast<int>(key0) + kTile - 1) / kTile;
+
+    // the carve-up (reader::wg_smem), from a 1024-B aligned base: the operand and q first (aligned)
+    const uint32_t raw = wg::smem_addr(smem);
+    const uint32_t pad = (kAlign - raw % kAlign) % kAlign;
+    const uint32_t dynamic_bytes = wg::dynamic_smem_size();
+    if (static_cast<long long>(dynamic_bytes) < reader::wg_smem<C>(ntok) - kAlign + pad) __trap();
+    Smem sm;
+    sm.operand = smem + pad;
+    sm.q = sm.operand + kChunks * kOperandChunkBytes;
+    sm.stages = sm.q + ntok * kChunks * kQChunkBytes;
+    sm.row_info = reinterpret_cast<float*>(sm.stages + kStages * kStageBytes);
+    sm.w = sm.row_info + kStages * kTile;
+
+    reader::wait_for_predecessor<C>();  // before the first read of an input
+    const int seq_len = __ldg(p.seq_lens + b);
+    const int* table = p.block_table + static_cast<long long>(b) * p.max_pages;
+    const int visible_end = seq_len - p.next_n + t0 + ntok;  // past the last key any token here sees
+    const long long q_token0 = static_cast<long long>(b) * p.next_n + t0;
+    const int r0 = tid / kPieces;
+
+    // q (bf16, swizzled as the B operand) joins the first copy group; the table is read one tile ahead
+    Pages pages;
+    lookup(p, table, 0, key0, visible_end, key_end, r0, pages);
+    for (int i = tid; i < ntok * kChunks * H * kColumns; i += kThreads) {
+      const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
+      const int t = i / (kColumns * H * kChunks);
+      const uint8_t* src = p.q + ((q_token0 + t) * H + h) * (kChunks * kChunkBytes) + kc * kChunkBytes + col * 16;
+      wg::cp16(wg::smem_addr(sm.q + (t * kChunks + kc) * kQChunkBytes) + wg::swizzled128(h, col), src, 16u);
+    }
+    for (int i = tid; i < ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
+    const auto issue_tile = [&](int tile) {
+      issue(p, sm, tile, key0, pages, tid);
+      lookup(p, table, tile + 1, key0, visible_end, key_end, r0, pages);
+    };
+    // tiles 0 .. kStages - 2 now; tile v + kStages - 1 in iteration v, into the stage tile v - 1 used
+#pragma unroll
+    for (int v = 0; v < kStages - 1; ++v) {
+      if (v < ntiles) issue_tile(v);
+      wg::commit();
+    }
+
+    const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.operand)),
+                   q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
+    float* const logits_t0 = p.logits + q_token0 * p.max_seq_len;
+    float acc[32];
+#pragma unroll 1
+    for (int v = 0; v < ntiles; ++v) {
+      const int next = v + kStages - 1;
+      if (next < ntiles) {
+        if (v > 0) __syncthreads();  // every thread is done with tile v - 1's stage and row info
+        issue_tile(next);
+      }
+      wg::commit();
+      wg::wait<kStages - 1>();  // tile v has landed (this thread's part) ...
+      const int s = v % kStages;
+      __syncthreads();  // ... everyone's; and every warp's wgmma of tile v - 1 is done with the operand
+      convert(sm, s, tid);
+      wg::fence_async_proxy();  // the operand, written by st.shared, is read by wgmma
+      __syncthreads();
+      const int k0 = static_cast<int>(key0) + v * kTile;
+#pragma unroll 1
+      for (int t = 0; t < ntok; ++t) {
+        const int visible_t = seq_len - p.next_n + 1 + t0 + t;  // keys [0, visible_t) are token t's
+        const bool any = k0 < visible_t;                        // a tile none of whose keys the token sees costs no mma
+        if (any) {
+          wg::mma_fence();
+#pragma unroll
+          for (int kc = 0; kc < kChunks; ++kc) {
+            const uint32_t a_lo = keys_lo + kc * (kOperandChunkBytes / 16);
+            const uint32_t b_lo = q_lo + (t * kChunks + kc) * (kQChunkBytes / 16);
+#pragma unroll
+            for (int k = 0; k < kSteps; ++k) {
+              wg::mma_bf16(acc, wg::desc_sw128_of(a_lo + 2 * k), wg::desc_sw128_of(b_lo + 2 * k),
+                           kc > 0 || k > 0 ? 1u : 0u);
+            }
+          }
+          wg::mma_commit();
+          wg::mma_wait();
+          wg::keep(acc);
+        }
+        wg::finish(acc, any, sm.w + t * H, sm.row_info + s * kTile,
+                   logits_t0 + static_cast<long long>(t) * p.max_seq_len, k0, key_end, visible_t, warp, gid, tig);
       }
     }
   }
@@ -1047,7 +1402,9 @@ __global__ void __launch_bounds__(C::kReaderWarps * 32, reader::min_blocks<C>())
   static_assert(sizeof(typename reader::TwinsIf<rules::Twins<C>::run, C>::type) > 0, "the reader's twins");
   if constexpr (reader::TwinsIf<rules::Twins<C>::run, C>::type::run) {
 #if KGEN_READER_WGMMA
-    if constexpr (C::kReaderWgmma != 0) {
+    if constexpr (C::kReaderWgmma != 0 && C::kStoreDtype == Dtype::fp4_e2m1) {
+      detail::WgFp4Logits<C>::run(p);
+    } else if constexpr (C::kReaderWgmma != 0) {
       detail::WgLogits<C>::run(p);
     } else {
       detail::IndexerLogits<C>::run(p);
