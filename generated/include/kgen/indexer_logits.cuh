@@ -849,6 +849,46 @@ __device__ __forceinline__ uint32_t swizzled128(int r, int c) {
   return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
 }
 
+// Where a thread's kRowsPerThread rows of a 64-key tile (rows r0 + j * kLoadRows) live (both staging
+// paths). `whole`: the page of a tile that lies in one page (page_size a multiple of 64) and is read
+// entirely (every key visible to some token here, inside the slice, the page inside the table and
+// cache): its rows are consecutive, so the copies need no per-row arithmetic; -1 otherwise, and then
+// `rows` holds each row's page: the table's entry, -1 for a row not read, -2 for a visible row whose
+// page lies outside the table or the cache (its logit is NaN). Looked up one step ahead of the copies,
+// so the table's latency is not on their path.
+template <class C, int kLoadRows, int kRowsPerThread>
+struct TilePages {  // (no static data members: they would be emitted into the cubin's global data)
+  int whole;
+  int rows[kRowsPerThread];
+
+  KGEN_HD static constexpr bool whole_pages() { return C::kPageSize % C::kReaderWgTileKeys == 0; }
+  __device__ __forceinline__ void lookup(const typename C::Params& p, const int* table, int tile, long long key0,
+                                         int visible_end, int key_end, int r0) {
+    constexpr int kTile = static_cast<int>(C::kReaderWgTileKeys), kPageShift = static_cast<int>(C::kPageShift);
+    const int k0 = static_cast<int>(key0) + tile * kTile;
+    whole = -1;
+    if constexpr (whole_pages()) {
+      // the entry is loaded before the visibility test: for the first tile its latency overlaps seq_lens'
+      const int c = k0 >> kPageShift;
+      const int page = c < p.max_pages && k0 < key_end ? __ldg(table + c) : -1;
+      if (k0 + kTile <= min(visible_end, key_end) && page >= 0 && page < p.num_pages) {
+        whole = page;
+        return;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; ++j) {
+      const int key = k0 + r0 + j * kLoadRows;
+      rows[j] = -1;
+      if (key < visible_end && key < key_end) {
+        const int c = key >> kPageShift;
+        const int page = c < p.max_pages ? __ldg(table + c) : -1;
+        rows[j] = page >= 0 && page < p.num_pages ? page : -2;
+      }
+    }
+  }
+};
+
 // the accumulators are read only after the wait: no instruction may move above it
 __device__ __forceinline__ void keep(float (&d)[32]) {
 #if !defined(KGEN_CPU_SHIM)
@@ -901,9 +941,7 @@ struct WgLogits {
   static_assert(reader::wg_smem<C>(kTokens) <= reader::kMaxSmemBytes, "[wgmma] shared memory within 227 KB");
 
   // byte offset of 16-B column c of row r in a 128-B swizzled chunk (8 rows x 128 B repeat)
-  __device__ static __forceinline__ uint32_t swizzled(int r, int c) {
-    return static_cast<uint32_t>(r * kChunkBytes + ((c ^ (r & 7)) << 4));
-  }
+  __device__ static __forceinline__ uint32_t swizzled(int r, int c) { return wg::swizzled128(r, c); }
 
   struct Smem {
     unsigned char* keys;  // kStages x kStageBytes
@@ -912,42 +950,12 @@ struct WgLogits {
     float* w;             // ntok x H
   };
 
-  // Where the thread's kRowsPerThread rows of a tile (rows r0 + j * kLoadRows) live. `whole`: the page
-  // of a tile that lies in one page (page_size a multiple of 64) and is read entirely (every key
-  // visible to some token here, inside the slice, the page inside the table and cache): its rows are
-  // consecutive, so the copies need no per-row arithmetic; -1 otherwise, and then `rows` holds each
-  // row's page: the table's entry, -1 for a row not read, -2 for a visible row whose page lies outside
-  // the table or the cache (its logit is NaN). Looked up one tile ahead of the copies, so the table's
-  // latency is not on their path.
-  struct Pages {
-    int whole;
-    int rows[kRowsPerThread];
-  };
+  using Pages = wg::TilePages<C, kLoadRows, kRowsPerThread>;
   static constexpr bool kWholePages = C::kPageSize % kTile == 0;
 
   __device__ static __forceinline__ void lookup(const typename C::Params& p, const int* table, int tile, long long key0,
                                                 int visible_end, int key_end, int r0, Pages& pg) {
-    const int k0 = static_cast<int>(key0) + tile * kTile;
-    pg.whole = -1;
-    if constexpr (kWholePages) {
-      // the entry is loaded before the visibility test: for the first tile its latency overlaps seq_lens'
-      const int c = k0 >> kPageShift;
-      const int page = c < p.max_pages && k0 < key_end ? __ldg(table + c) : -1;
-      if (k0 + kTile <= min(visible_end, key_end) && page >= 0 && page < p.num_pages) {
-        pg.whole = page;
-        return;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kRowsPerThread; ++j) {
-      const int key = k0 + r0 + j * kLoadRows;
-      pg.rows[j] = -1;
-      if (key < visible_end && key < key_end) {
-        const int c = key >> kPageShift;
-        const int page = c < p.max_pages ? __ldg(table + c) : -1;
-        pg.rows[j] = page >= 0 && page < p.num_pages ? page : -2;
-      }
-    }
+    pg.lookup(p, table, tile, key0, visible_end, key_end, r0);
   }
 
   // Stages chunk kc of tile `tile` (load u) into stage u % kStages: the thread's 16-B column of its
@@ -1143,7 +1151,6 @@ struct WgFp4Logits {
   static constexpr int kScaleBytes = static_cast<int>(C::kScaleBytes);  // its ue8m0 bytes, one per kBlock values
   static constexpr int kBlock = static_cast<int>(C::kBlock);
   static constexpr long long kPageBytes = C::kPageBytes;
-  static constexpr int kPageShift = static_cast<int>(C::kPageShift);
   static constexpr int kL2Prefetch = static_cast<int>(C::kReaderWgL2Prefetch);
   static constexpr int kOperandChunkBytes = kTile * kChunkBytes;  // one chunk of the converted tile
   static constexpr int kQChunkBytes = H * kChunkBytes;            // one chunk of a token's q rows
@@ -1189,37 +1196,8 @@ struct WgFp4Logits {
     float* w;                // ntok x H
   };
 
-  // As WgLogits::Pages: `whole` the page of a tile read entirely from one page, else each row's page
-  // (-1 not read, -2 visible but outside the table or cache).
-  struct Pages {
-    int whole;
-    int rows[kRowsPerThread];
-  };
-  static constexpr bool kWholePages = C::kPageSize % kTile == 0;
-
-  __device__ static __forceinline__ void lookup(const typename C::Params& p, const int* table, int tile, long long key0,
-                                                int visible_end, int key_end, int r0, Pages& pg) {
-    const int k0 = static_cast<int>(key0) + tile * kTile;
-    pg.whole = -1;
-    if constexpr (kWholePages) {
-      const int c = k0 >> kPageShift;
-      const int page = c < p.max_pages && k0 < key_end ? __ldg(table + c) : -1;
-      if (k0 + kTile <= min(visible_end, key_end) && page >= 0 && page < p.num_pages) {
-        pg.whole = page;
-        return;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kRowsPerThread; ++j) {
-      const int key = k0 + r0 + j * kLoadRows;
-      pg.rows[j] = -1;
-      if (key < visible_end && key < key_end) {
-        const int c = key >> kPageShift;
-        const int page = c < p.max_pages ? __ldg(table + c) : -1;
-        pg.rows[j] = page >= 0 && page < p.num_pages ? page : -2;
-      }
-    }
-  }
+  using Pages = wg::TilePages<C, kLoadRows, kRowsPerThread>;  // the rows' pages (as WgLogits)
+  static constexpr bool kWholePages = Pages::whole_pages();
 
   // Stages tile `tile` into stage tile % kStages: the thread's 16-B piece of its rows, the rows' scale
   // bytes, each row's info word.
@@ -1326,7 +1304,7 @@ struct WgFp4Logits {
 
     // q (bf16, swizzled as the B operand) joins the first copy group; the table is read one tile ahead
     Pages pages;
-    lookup(p, table, 0, key0, visible_end, key_end, r0, pages);
+    pages.lookup(p, table, 0, key0, visible_end, key_end, r0);
     for (int i = tid; i < ntok * kChunks * H * kColumns; i += kThreads) {
       const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
       const int t = i / (kColumns * H * kChunks);
@@ -1336,7 +1314,7 @@ struct WgFp4Logits {
     for (int i = tid; i < ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
     const auto issue_tile = [&](int tile) {
       issue(p, sm, tile, key0, pages, tid);
-      lookup(p, table, tile + 1, key0, visible_end, key_end, r0, pages);
+      pages.lookup(p, table, tile + 1, key0, visible_end, key_end, r0);
     };
     // tiles 0 .. kStages - 2 now; tile v + kStages - 1 in iteration v, into the stage tile v - 1 used
 #pragma unroll
