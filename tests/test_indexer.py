@@ -442,15 +442,17 @@ def test_kernel_source_on_cpu_for_random_readable_specs(tmp_path):
         assert r.ok, (spec.model_dump(), r)
 
 
-def test_kernel_reads_nothing_outside_the_cache_under_asan(tmp_path):
+@pytest.mark.parametrize("key,wgmma", [("fp8", False), ("fp4", True)])
+def test_kernel_reads_nothing_outside_the_cache_under_asan(key, wgmma, tmp_path):
     """A visible key whose table entry lies outside the cache is not read: its logit is NaN (ASan
-    would report a read outside the buffers), every other logit as the Torch path."""
-    spec = spec_of("fp8")
+    would report a read outside the buffers), every other logit as the Torch path. `wgmma`: the sm_90a
+    path's source (fp4: its rows staged one by one, their scale words zero-filled where not read)."""
+    spec = spec_of(key)
 
     def corrupt(args):
         args[3][1, 1] = 10 ** 6  # page 1 of sequence 1 (keys 64..127)
 
-    got, args = emulate(spec, [70, 150], 1, tmp_path, sanitize=True, table_fix=corrupt)
+    got, args = emulate(spec, [70, 150], 1, tmp_path, sanitize=True, table_fix=corrupt, wgmma=wgmma)
     assert torch.isnan(got[1, 64:128]).all() and not torch.isnan(got[1, :64]).any()
     fixed = [a.clone() if hasattr(a, "clone") else a for a in args]
     fixed[3][1, 1] = fixed[3][0, 0]  # any valid page: only the NaN columns differ
