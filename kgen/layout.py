@@ -670,6 +670,11 @@ def reader_wgmma(lay: Layout, stages: int) -> bool:
             return False
         if lay.scale_bytes % 4 or lay.scale_region_offset % 4 or lay.scale_stride % 4:
             return False
+        # a packed row's 16-B pieces split the CTA's threads into passes of whole 8-row swizzle groups
+        pieces = lay.row_bytes // 16
+        threads = reader_threads()
+        if threads % pieces or (threads // pieces) % 8 or READER_WG_TILE_KEYS % (threads // pieces):
+            return False
     elif lay.blocks_per_token:  # scaled
         if dtype != "fp8_e4m3" or lay.blocks_per_token != 1 or lay.scale_unit != 4:
             return False

@@ -214,6 +214,9 @@ def test_wgmma_path_choice():
     # fp4 layouts the path cannot stage: scale bytes of a token not whole 4-B words at 4-B aligned offsets
     odd = with_(fp4, layout={"scale_stride": 6})
     assert not L.reader_wg_enabled(L.compute(odd))
+    # head_dim 384: a packed row is 12 pieces of 16 B, which do not split 128 threads into whole passes
+    assert L.reader_wg_enabled(L.compute(with_(fp4, head_dim=256)))
+    assert not L.reader_wg_enabled(L.compute(with_(fp4, head_dim=384)))
     assert not runs_wgmma(fp8, "sm_90") and not runs_wgmma(fp8, None)  # the CPU emulation: mma.sync
     # layouts the path cannot stage: ue8m0 scale bytes, rows that are not whole 128-B atoms
     assert not L.reader_wg_enabled(L.compute(with_(fp8, store={"scale": "ue8m0"})))
@@ -430,6 +433,23 @@ def test_wgmma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, tmp
     r = rc.compare(spec.name, "emulated wgmma", got, want)
     assert r.ok, r
     assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
+
+
+def test_wgmma_source_on_cpu_for_random_fp4_specs(tmp_path):
+    # the fp4 staging's other branches: pages smaller than a tile (rows staged one by one), scale strides
+    # other than 4 B, head_dim 256 (4 operand chunks, 8 scale bytes per key)
+    sampled = [s for s in rc.sample_readable(60, seed=1) if s.store.dtype == "fp4_e2m1"
+               and L.reader_wg_enabled(L.compute(s))]
+    small = next(s for s in sampled if s.layout.page_size < L.READER_WG_TILE_KEYS)
+    wide = next(s for s in sampled if s.head_dim == 256)
+    strided = with_(spec_of("fp4"), layout={"scale_stride": 8})  # a tile's scale words not consecutive
+    specs = [small, wide, strided]
+    assert all(L.reader_wg_enabled(L.compute(s)) for s in specs)
+    for i, spec in enumerate(specs):
+        got, args = emulate(spec, [3, spec.layout.page_size + 1, 200], 2, tmp_path / str(i), wgmma=True)
+        want = indexer_logits_torch(spec, *args, accum=torch.float64)
+        r = rc.compare(spec.name, "emulated wgmma", got, want)
+        assert r.ok and r.relative_error < 1e-5, (spec.model_dump(), r)
 
 
 def test_kernel_source_on_cpu_for_random_readable_specs(tmp_path):

@@ -121,6 +121,12 @@ template <class C>
 KGEN_HD constexpr long long wg_chunks() {
   return wg_operand_row<C>() % kWgChunkBytes == 0 ? wg_operand_row<C>() / kWgChunkBytes : 0;
 }
+// fp4: a packed row's 16-B pieces split the CTA's threads into passes of whole 8-row swizzle groups
+template <class C>
+KGEN_HD constexpr bool wg_fp4_passes_fit() {
+  const long long threads = C::kReaderWarps * 32, pieces = C::kRowBytes / 16;
+  return pieces > 0 && threads % pieces == 0 && (threads / pieces) % 8 == 0 && kWgTileKeys % (threads / pieces) == 0;
+}
 // fp4: a stage is the tile's packed rows and their scale bytes as stored
 template <class C>
 KGEN_HD constexpr long long wg_fp4_stage() {
@@ -151,7 +157,8 @@ KGEN_HD constexpr bool wg_readable() {
          C::kQuantRowOffset == 0 && C::kPageBytes % 16 == 0 && C::kRowBytes % 16 == 0 && wg_chunks<C>() > 0 &&
          C::kReaderWgStages >= 2 &&
          (fp4 ? C::kScaleKind == ScaleKind::ue8m0 && C::kBlock == wg_fp4_block() && C::kScaleUnit == 1 &&
-                    C::kScaleBytes % 4 == 0 && C::kScaleRegionOffset % 4 == 0 && C::kScaleStride % 4 == 0
+                    C::kScaleBytes % 4 == 0 && C::kScaleRegionOffset % 4 == 0 && C::kScaleStride % 4 == 0 &&
+                    wg_fp4_passes_fit<C>()
               : !scaled || (C::kStoreDtype == Dtype::fp8_e4m3 && C::kBlocksPerToken == 1 && C::kScaleUnit == 4 &&
                             C::kScaleRegionOffset % 4 == 0 && C::kScaleStride % 4 == 0)) &&
          wg_tokens<C>() >= 1;
