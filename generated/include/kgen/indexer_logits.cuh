@@ -856,6 +856,45 @@ __device__ __forceinline__ uint32_t swizzled128(int r, int c) {
   return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
 }
 
+// The keys one CTA scores: the context's tiles split evenly over gridDim.x (kgen.layout.reader_wg_launch).
+// A CTA with key0 >= max_seq_len has none and returns before any barrier.
+template <int kTile>
+struct CtaKeys {
+  long long key0;
+  int key_end;  // past the CTA's last key
+  int ntiles;   // its 64-key tiles
+  __device__ __forceinline__ explicit CtaKeys(int max_seq_len) {
+    const int tiles = (max_seq_len + kTile - 1) / kTile;
+    const int per_cta = (tiles + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x) * kTile;
+    key0 = static_cast<long long>(blockIdx.x) * per_cta;
+    key_end = static_cast<int>(min(static_cast<long long>(max_seq_len), key0 + per_cta));
+    ntiles = (key_end - static_cast<int>(key0) + kTile - 1) / kTile;
+  }
+};
+
+// The 1024-B aligned base of the carve-up inside the launch's dynamic shared memory, which the host
+// sized as reader::wg_smem<C>(ntok): a launch sized for another path would not fit, and stops here.
+template <class C>
+__device__ __forceinline__ unsigned char* aligned_smem(unsigned char* smem, int ntok) {
+  constexpr uint32_t kAlign = static_cast<uint32_t>(C::kReaderWgAlign);
+  const uint32_t pad = (kAlign - smem_addr(smem) % kAlign) % kAlign;
+  if (static_cast<long long>(dynamic_smem_size()) < reader::wg_smem<C>(ntok) - kAlign + pad) __trap();
+  return smem + pad;
+}
+
+// q of the CTA's ntok tokens (rows of kQRowBytes per head in global memory) into shared memory as the
+// swizzled B operand, chunk by chunk (kQChunkBytes = H x 128 B each), in the caller's open copy group.
+template <int H, int kChunks, int kThreads, long long kQRowBytes>
+__device__ __forceinline__ void stage_q(const uint8_t* q, unsigned char* sq, long long q_token0, int ntok, int tid) {
+  constexpr int kColumns = 128 / 16, kQChunkBytes = H * 128;
+  for (int i = tid; i < ntok * kChunks * H * kColumns; i += kThreads) {
+    const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
+    const int t = i / (kColumns * H * kChunks);
+    const uint8_t* src = q + ((q_token0 + t) * H + h) * kQRowBytes + kc * 128 + col * 16;
+    cp16(smem_addr(sq + (t * kChunks + kc) * kQChunkBytes) + swizzled128(h, col), src, 16u);
+  }
+}
+
 // Where a thread's kRowsPerThread rows of a 64-key tile (rows r0 + j * kLoadRows) live (both staging
 // paths). `whole`: the page of a tile that lies in one page (page_size a multiple of 64) and is read
 // entirely (every key visible to some token here, inside the slice, the page inside the table and
@@ -1024,23 +1063,13 @@ struct WgLogits {
     const int b = blockIdx.y;
     const int t0 = blockIdx.z * kTokens;
     const int ntok = min(kTokens, p.next_n - t0);
-    // keys per CTA: the context's tiles split evenly over gridDim.x (kgen.layout.reader_wg_launch)
-    const int tiles = (p.max_seq_len + kTile - 1) / kTile;
-    const int per_cta = (tiles + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x) * kTile;
-    const long long key0 = static_cast<long long>(blockIdx.x) * per_cta;
-    if (key0 >= p.max_seq_len) return;  // the whole CTA, before any barrier
-    const int key_end = static_cast<int>(min(static_cast<long long>(p.max_seq_len), key0 + per_cta));
-    const int ntiles = (key_end - static_cast<int>(key0) + kTile - 1) / kTile;
-    const int nloads = ntiles * kChunks;
+    const wg::CtaKeys<kTile> cta(p.max_seq_len);
+    if (cta.key0 >= p.max_seq_len) return;  // the whole CTA, before any barrier
+    const long long key0 = cta.key0;
+    const int key_end = cta.key_end, nloads = cta.ntiles * kChunks;
 
-    // the carve-up, from a 1024-B aligned base inside the launch's dynamic shared memory (which the
-    // host sized as reader::wg_smem: a launch for the other path would not fit, and stops here)
-    const uint32_t raw = wg::smem_addr(smem);
-    const uint32_t pad = (kAlign - raw % kAlign) % kAlign;
-    const uint32_t dynamic_bytes = wg::dynamic_smem_size();
-    if (static_cast<long long>(dynamic_bytes) < reader::wg_smem<C>(ntok) - kAlign + pad) __trap();
     Smem sm;
-    sm.keys = smem + pad;
+    sm.keys = wg::aligned_smem<C>(smem, ntok);
     sm.q = sm.keys + kStages * kStageBytes;
     sm.row_info = reinterpret_cast<float*>(sm.q + ntok * kChunks * kQChunkBytes);
     sm.w = sm.row_info + kStages * kTile;
@@ -1058,12 +1087,7 @@ struct WgLogits {
     Pages pages[kStepTiles];
 #pragma unroll
     for (int i = 0; i < kStepTiles; ++i) lookup(p, table, i, key0, visible_end, key_end, r0, pages[i]);
-    for (int i = tid; i < ntok * kChunks * H * kColumns; i += kThreads) {
-      const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
-      const int t = i / (kColumns * H * kChunks);
-      const uint8_t* src = p.q + ((q_token0 + t) * H + h) * kRowBytes + kc * kChunkBytes + col * 16;
-      wg::cp16(wg::smem_addr(sm.q + (t * kChunks + kc) * kQChunkBytes) + swizzled(h, col), src, 16u);
-    }
+    wg::stage_q<H, kChunks, kThreads, kRowBytes>(p.q, sm.q, q_token0, ntok, tid);  // q rows are key rows' width
     for (int i = tid; i < ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
     // step v's loads are v * kStepLoads ..; steps 0 .. kRingSteps - 2 now; step v + kRingSteps - 1 is
     // issued in iteration v, before its wait, into the stages step v - 1 used: kRingSteps steps in
@@ -1282,21 +1306,13 @@ struct WgFp4Logits {
     const int b = blockIdx.y;
     const int t0 = blockIdx.z * kTokens;
     const int ntok = min(kTokens, p.next_n - t0);
-    // keys per CTA: the context's tiles split evenly over gridDim.x (kgen.layout.reader_wg_launch)
-    const int tiles = (p.max_seq_len + kTile - 1) / kTile;
-    const int per_cta = (tiles + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x) * kTile;
-    const long long key0 = static_cast<long long>(blockIdx.x) * per_cta;
-    if (key0 >= p.max_seq_len) return;  // the whole CTA, before any barrier
-    const int key_end = static_cast<int>(min(static_cast<long long>(p.max_seq_len), key0 + per_cta));
-    const int ntiles = (key_end - static_cast<int>(key0) + kTile - 1) / kTile;
+    const wg::CtaKeys<kTile> cta(p.max_seq_len);
+    if (cta.key0 >= p.max_seq_len) return;  // the whole CTA, before any barrier
+    const long long key0 = cta.key0;
+    const int key_end = cta.key_end, ntiles = cta.ntiles;
 
-    // the carve-up (reader::wg_smem), from a 1024-B aligned base: the operand and q first (aligned)
-    const uint32_t raw = wg::smem_addr(smem);
-    const uint32_t pad = (kAlign - raw % kAlign) % kAlign;
-    const uint32_t dynamic_bytes = wg::dynamic_smem_size();
-    if (static_cast<long long>(dynamic_bytes) < reader::wg_smem<C>(ntok) - kAlign + pad) __trap();
-    Smem sm;
-    sm.operand = smem + pad;
+    Smem sm;  // the carve-up (reader::wg_smem): the operand and q first (1024-B aligned)
+    sm.operand = wg::aligned_smem<C>(smem, ntok);
     sm.q = sm.operand + kChunks * kOperandChunkBytes;
     sm.stages = sm.q + ntok * kChunks * kQChunkBytes;
     sm.row_info = reinterpret_cast<float*>(sm.stages + kStages * kStageBytes);
@@ -1312,12 +1328,7 @@ struct WgFp4Logits {
     // q (bf16, swizzled as the B operand) joins the first copy group; the table is read one tile ahead
     Pages pages;
     pages.lookup(p, table, 0, key0, visible_end, key_end, r0);
-    for (int i = tid; i < ntok * kChunks * H * kColumns; i += kThreads) {
-      const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
-      const int t = i / (kColumns * H * kChunks);
-      const uint8_t* src = p.q + ((q_token0 + t) * H + h) * (kChunks * kChunkBytes) + kc * kChunkBytes + col * 16;
-      wg::cp16(wg::smem_addr(sm.q + (t * kChunks + kc) * kQChunkBytes) + wg::swizzled128(h, col), src, 16u);
-    }
+    wg::stage_q<H, kChunks, kThreads, kChunks * kChunkBytes>(p.q, sm.q, q_token0, ntok, tid);  // bf16 q rows
     for (int i = tid; i < ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
     const auto issue_tile = [&](int tile) {
       issue(p, sm, tile, key0, pages, tid);
