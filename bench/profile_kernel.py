@@ -1,4 +1,4 @@
-"""Launch one variant's kernel a few times at N tokens, for `ncu` (scripts/profile_device.sh).
+"""Launch one variant's kernel a few times at N tokens, for `ncu` (`scripts/device_run.sh profile`).
 
     python3 bench/profile_kernel.py specs/dsv4/indexer_fp8.yaml --tokens 1048576
 
