@@ -11,14 +11,16 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import strategies` from any test file
 
-from strategies import ROOT, to_yaml  # noqa: E402
+from strategies import to_yaml  # noqa: E402
 
 settings.register_profile("kgen", max_examples=200, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "kgen"))
 
-KGEN = ROOT / ".venv" / "bin" / "kgen"
-PYTHON = ROOT / ".venv" / "bin" / "python"
+# the console script and interpreter of the environment running the tests: the project's .venv under
+# `make test`, and whatever venv a git worktree borrows (its PYTHONPATH, inherited, picks the code)
+PYTHON = Path(sys.executable)
+KGEN = PYTHON.parent / "kgen"
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import KGEN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -92,7 +93,7 @@ def test_generated_is_reproduced_byte_for_byte(tmp_path):
 
 def test_cli_render_matches_generated(tmp_path):
     out = tmp_path / "cli"
-    r = subprocess.run([str(ROOT / ".venv/bin/kgen"), "render", *map(str, SPECS), "-o", str(out)],
+    r = subprocess.run([str(KGEN), "render", *map(str, SPECS), "-o", str(out)],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert tree(out) == tree(GENERATED)
@@ -116,7 +117,7 @@ def test_invalid_spec_writes_nothing(tmp_path):
         render_paths([*SPECS, tmp_path / "bad.yaml"], out)
     assert not out.exists()
     assert any(p.rule == "store-scale" and p.line is not None for p in e.value.problems)
-    r = subprocess.run([str(ROOT / ".venv/bin/kgen"), "render", *map(str, SPECS), str(tmp_path / "bad.yaml"),
+    r = subprocess.run([str(KGEN), "render", *map(str, SPECS), str(tmp_path / "bad.yaml"),
                         "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 1 and "error[store-scale]" in r.stderr and "Traceback" not in r.stderr
     assert not out.exists()
