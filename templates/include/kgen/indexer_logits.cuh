@@ -798,29 +798,35 @@ __device__ __forceinline__ unsigned long long desc_sw128_of(uint32_t lo) {
 }
 
 #if !defined(KGEN_CPU_SHIM)
+// The operands of one m64n64 wgmma with fp32 accumulators d[32] (%0-%31), descriptors a, b (%32, %33) and
+// the accumulate flag (%34): both instructions below take the same list.
+#define KGEN_WGMMA_M64N64_OPERANDS                                                                              \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),  \
+    "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),        \
+    "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),       \
+    "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                      \
+  : "l"(a), "l"(b), "r"(accumulate)
+#define KGEN_WGMMA_ACCUMULATORS                                                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31}"
+
 // d (+)= A * B for one 32-B k-step: accumulate = 0 overwrites d
 __device__ __forceinline__ void mma_e4m3(float (&d)[32], unsigned long long a, unsigned long long b,
                                          uint32_t accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(a), "l"(b), "r"(accumulate));
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " KGEN_WGMMA_ACCUMULATORS
+      ", %32, %33, p, 1, 1;\n}\n" KGEN_WGMMA_M64N64_OPERANDS);
 }
 __device__ __forceinline__ void mma_bf16(float (&d)[32], unsigned long long a, unsigned long long b,
                                          uint32_t accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(a), "l"(b), "r"(accumulate));
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " KGEN_WGMMA_ACCUMULATORS
+      ", %32, %33, p, 1, 1, 0, 0;\n}\n" KGEN_WGMMA_M64N64_OPERANDS);
 }
+#undef KGEN_WGMMA_M64N64_OPERANDS
+#undef KGEN_WGMMA_ACCUMULATORS
 #endif
 
 // The epilogue of a 64-key tile (the accumulators of m64n64, 64 heads; WgLogits and WgFp4Logits): token
