@@ -11,8 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh
 export KGEN_BENCH_COMPILE=0
-lim() { timeout -s INT -k 10 "$@"; }
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+gpu_clocks
 SPECS="specs/dsv4.yaml specs/dsv32_indexer.yaml"
 FAST=/tmp/indexer_fp8_fast.yaml
 fast_fp8_spec "$FAST"
@@ -33,22 +32,4 @@ lim "${T_BENCH_FAST:-25}" "$PY" -m kgen bench $FAST --json "$OUT/bench_fast.json
 echo "bench fast rc $?"; tail -8 "$OUT/bench_fast.txt"
 profile_step 60
 step "summary"
-"$PY" - "$OUT" <<'PYEOF'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-for name in ("test.json", "test_fast.json", "sample.json"):
-    try:
-        d = json.loads((out / name).read_text())
-        bad = [e for e in d["results"] if not e.get("ok")]
-        print(f"{name}: ok={d['ok']} interrupted={d.get('interrupted')} cases={len(d['results'])} failing={len(bad)} "
-              f"min fraction={min(e.get('fraction', 0) for e in d['results']):.6f}")
-        for e in bad[:5]:
-            print("  FAIL", e.get("variant"), e.get("tokens"), e.get("reason") or e.get("error"))
-        if name == "test_fast.json":
-            for e in d["results"]:
-                print(f"  {e['tokens']:>8} diff values {e.get('diff_values')}/{e.get('written_values')} max codes "
-                      f"{e.get('max_code_distance')} scales {e.get('scale_mismatches')} max ulps {e.get('max_scale_distance')}")
-    except Exception as e:
-        print(name, "unreadable:", e)
-PYEOF
+"$PY" bench/lab_summary.py "$OUT" test.json test_fast.json sample.json

@@ -11,8 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh
 export KGEN_BENCH_COMPILE=0
-lim() { timeout -s INT -k 10 "$@"; }
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+gpu_clocks
 SPECS="specs/dsv4.yaml specs/dsv32_indexer.yaml"
 step "lab writer6"
 lim "${T_LAB:-50}" "$PY" bench/writer_experiments.py ${OLD_INCLUDE:+--old-include "$OLD_INCLUDE"} --plan writer6 \
@@ -27,26 +26,4 @@ profile_step 50
 step "kgen test --sample 50 --seed 31"
 lim "${T_SAMPLE:-45}" "$PY" -m kgen test --sample 50 --seed 31 --json > "$OUT/sample.json"; echo "sample rc $?"
 step "summary"
-"$PY" - "$OUT" <<'PYEOF'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-for name in ("test.json", "sample.json"):
-    try:
-        d = json.loads((out / name).read_text())
-        bad = [e for e in d["results"] if not e.get("ok")]
-        print(f"{name}: ok={d['ok']} interrupted={d.get('interrupted')} cases={len(d['results'])} failing={len(bad)} "
-              f"min fraction={min(e.get('fraction', 0) for e in d['results']):.6f}")
-        for e in bad[:5]:
-            print("  FAIL", e.get("variant"), e.get("tokens"), e.get("reason") or e.get("error"))
-    except Exception as e:
-        print(name, "unreadable:", e)
-try:
-    lab = json.loads((out / "lab.json").read_text())
-    for r in lab["runs"]:
-        print(f"{r['spec']:<24} {r['headers']:<3} N={r['tokens']:<8} regs {r['registers']:<3} cold {r['cold_us']:8.2f} "
-              f"({r['cold_fraction']:.3f}) graph {r['graph_us']:8.2f} ({r['graph_fraction']:.3f}) ref {r['equal_to_reference']} "
-              f"same {r['same_bytes_as_first']}")
-except Exception as e:
-    print("lab.json unreadable:", e)
-PYEOF
+"$PY" bench/lab_summary.py "$OUT" test.json sample.json lab.json

@@ -12,37 +12,24 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh
 export KGEN_BENCH_COMPILE=0
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+gpu_clocks
 SPECS="specs/dsv4.yaml specs/dsv32_indexer.yaml"
 step "kgen test $SPECS"
-timeout -s INT -k 10 "${T_TEST:-100}" "$PY" -m kgen.cli test $SPECS --json > "$OUT/test.json"; echo "test rc $?"
+lim "${T_TEST:-100}" "$PY" -m kgen.cli test $SPECS --json > "$OUT/test.json"; echo "test rc $?"
 step "kgen test --sample 50 --seed 30"
-timeout -s INT -k 10 "${T_SAMPLE:-80}" "$PY" -m kgen.cli test --sample 50 --seed 30 --json > "$OUT/sample.json"; echo "sample rc $?"
+lim "${T_SAMPLE:-80}" "$PY" -m kgen.cli test --sample 50 --seed 30 --json > "$OUT/sample.json"; echo "sample rc $?"
 step "kgen bench $SPECS"
-KGEN_BENCH_BUDGET_S=$(( ${T_BENCH:-150} - 15 )) timeout -s INT -k 10 "${T_BENCH:-150}" "$PY" -m kgen.cli bench $SPECS \
+KGEN_BENCH_BUDGET_S=$(( ${T_BENCH:-150} - 15 )) lim "${T_BENCH:-150}" "$PY" -m kgen.cli bench $SPECS \
   --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1; echo "bench rc $?"; tail -45 "$OUT/bench.txt"
 step "kgen bench --positions consecutive (fp8 indexer)"
-timeout -s INT -k 10 "${T_CONSEC:-40}" "$PY" -m kgen.cli bench specs/dsv4/indexer_fp8.yaml --positions consecutive --tokens 65536 \
+lim "${T_CONSEC:-40}" "$PY" -m kgen.cli bench specs/dsv4/indexer_fp8.yaml --positions consecutive --tokens 65536 \
   --tokens 1048576 --json "$OUT/bench_consecutive.json" > "$OUT/bench_consecutive.txt" 2>&1; echo "consecutive rc $?"
 step "pytest -m gpu"
-KGEN_GPU_SAMPLES=${KGEN_GPU_SAMPLES:-4} timeout -s INT -k 10 "${T_PYTEST:-120}" "$PY" -m pytest -m gpu -q -p no:cacheprovider \
+KGEN_GPU_SAMPLES=${KGEN_GPU_SAMPLES:-4} lim "${T_PYTEST:-120}" "$PY" -m pytest -m gpu -q -p no:cacheprovider \
   ${PYTEST_K:+-k "$PYTEST_K"} --junitxml="$OUT/junit.xml" tests/ > "$OUT/pytest.txt" 2>&1; echo "pytest rc $?"; tail -5 "$OUT/pytest.txt"
 step "lab run2"
-timeout -s INT -k 10 "${T_LAB:-90}" "$PY" bench/writer_experiments.py --plan run2 --json "$OUT/lab.json" > "$OUT/lab.txt" 2>&1
+lim "${T_LAB:-90}" "$PY" bench/writer_experiments.py --plan run2 --json "$OUT/lab.json" > "$OUT/lab.txt" 2>&1
 echo "lab rc $?"; cut -c1-30,95-230 "$OUT/lab.txt" | tail -60
 profile_step 80
 step "summary"
-"$PY" - "$OUT" <<'PYEOF'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-for name in ("test.json", "sample.json"):
-    p = out / name
-    try:
-        d = json.loads(p.read_text())
-        bad = [e for e in d["results"] if not e.get("ok")]
-        print(f"{name}: ok={d['ok']} cases={len(d['results'])} failing={len(bad)} min fraction="
-              f"{min(e.get('fraction', 0) for e in d['results']):.6f}")
-    except Exception as e:
-        print(name, "unreadable:", e)
-PYEOF
+"$PY" bench/lab_summary.py "$OUT" test.json sample.json

@@ -8,7 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+gpu_clocks
 timeout -s INT -k 10 "${T_LAB:-300}" "$PY" bench/writer_experiments.py ${OLD_INCLUDE:+--old-include "$OLD_INCLUDE"} \
   --plan "${PLAN:-full}" --json "$OUT/lab.json" 2>&1 | tee "$OUT/lab.txt" | tail -n "${TAIL:-400}"
 echo "lab rc ${PIPESTATUS[0]}"

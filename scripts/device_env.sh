@@ -15,6 +15,11 @@ export PYTHONPATH=/tmp/site:$PWD
 T0=$(date +%s)
 
 step() { echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+lim() { timeout -s INT -k 10 "$@"; }  # lim SECONDS CMD...: a step under its own time limit
+# the GPU, its clocks, temperature and power at the start of a run (a power-capped clock shows here)
+gpu_clocks() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+}
 
 # fast_fp8_spec PATH: the shipped fp8 indexer renamed dsv4_indexer_fp8_fast, with `numerics: fast`.
 fast_fp8_spec() {
