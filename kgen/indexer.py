@@ -63,35 +63,54 @@ def sm_count(device) -> int:
     return n
 
 
-_launches: dict[tuple, tuple] = {}  # launch_of's memo: (spec, launch, wgmma) by the spec's id and the sizes
+_launches: dict[tuple, tuple] = {}  # launch_of's and launch_tune's memo: key -> (spec, value)
+
+
+def _memo(key: tuple, spec: Spec, compute):
+    """The value _launches holds for `key` (which starts with id(spec)) while it belongs to this spec
+    object: the memo keeps the spec, so its id is not reused meanwhile. Else compute()'s, stored."""
+    hit = _launches.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    if len(_launches) >= 256:
+        _launches.clear()
+    value = compute()
+    _launches[key] = (spec, value)
+    return value
+
+
+def _sizes(args) -> tuple[int, int, int, int]:
+    """(B, next_n, max_seq_len, SMs of q's device): what a reader launch's shape depends on."""
+    return (int(args.dims["B"]), int(args.dims["next_n"]), int(args.dims["max_seq_len"]),
+            sm_count(args.tensors["q"].device))
+
+
+def _tune_key(tune: dict | None) -> tuple:
+    return tuple(sorted(tune.items())) if tune else ()
 
 
 def _launch_entry(args) -> tuple:
-    spec = args.spec
-    tune = tuple(sorted(args.tune.items())) if args.tune else ()
-    key = (id(spec), args.target, tune, int(args.dims["B"]), int(args.dims["next_n"]), int(args.dims["max_seq_len"]),
-           sm_count(args.tensors["q"].device))
-    hit = _launches.get(key)
-    if hit is not None and hit[0] is spec:  # the memo holds the spec, so its id is not reused meanwhile
-        return hit
-    wgmma = runs_wgmma(spec, args.target, args.tune, args.layout)
-    grid, threads, smem, _ = L.reader_launch(spec, *key[3:], wgmma=wgmma, tune=args.tune, lay=args.layout)
-    if len(_launches) >= 256:
-        _launches.clear()
-    entry = _launches[key] = (spec, (grid, threads, smem), wgmma)
-    return entry
+    """((grid, threads, dynamic shared bytes), wgmma) of the checked arguments, memoized."""
+    spec, sizes = args.spec, _sizes(args)
+
+    def compute() -> tuple:
+        wgmma = runs_wgmma(spec, args.target, args.tune, args.layout)
+        grid, threads, smem, _ = L.reader_launch(spec, *sizes, wgmma=wgmma, tune=args.tune, lay=args.layout)
+        return (grid, threads, smem), wgmma
+
+    return _memo((id(spec), "launch", args.target, _tune_key(args.tune), *sizes), spec, compute)
 
 
 def launch_of(args) -> tuple:
     """(grid (x, y, z), threads, dynamic shared bytes) of the checked arguments `args` (kgen.abi.Args),
     for the path the loaded cubin runs (args.target, args.tune). Memoized per spec object and sizes:
     the op asks on every call (grid, shared memory, carveout), the layout arithmetic runs once."""
-    return _launch_entry(args)[1]
+    return _launch_entry(args)[0]
 
 
 def launch_wgmma(args) -> bool:
     """Does the launch of `args` run the wgmma path (kgen.abi: the SM's largest shared carveout)?"""
-    return _launch_entry(args)[2]
+    return _launch_entry(args)[1]
 
 
 def runs_wgmma(spec: Spec, target: str | None, tune: dict | None = None, lay: L.Layout | None = None) -> bool:
@@ -130,18 +149,14 @@ def launch_tune(args, arch: str, tune: dict | None = None) -> dict | None:
     """The tuning (the cubin) the checked call `args` runs on a GPU of `arch`: on the wgmma path the ring
     of its shape (kgen.layout.reader_wg_shape_tune: fewer stages for launches that stage few keys per
     SM), elsewhere `tune` as given. Memoized with the launch shape."""
-    key = ("tune", id(args.spec), arch, tuple(sorted(tune.items())) if tune else (), int(args.dims["B"]),
-           int(args.dims["next_n"]), int(args.dims["max_seq_len"]), sm_count(args.tensors["q"].device))
-    hit = _launches.get(key)
-    if hit is not None and hit[0] is args.spec:
-        return hit[1]
-    picked = tune
-    if runs_wgmma(args.spec, arch, tune, args.layout):
-        picked = L.reader_wg_shape_tune(args.layout, tune, *key[4:])
-    if len(_launches) >= 256:
-        _launches.clear()
-    _launches[key] = (args.spec, picked)
-    return picked
+    spec, sizes = args.spec, _sizes(args)
+
+    def compute() -> dict | None:
+        if not runs_wgmma(spec, arch, tune, args.layout):
+            return tune
+        return L.reader_wg_shape_tune(args.layout, tune, *sizes)
+
+    return _memo((id(spec), "tune", arch, _tune_key(tune), *sizes), spec, compute)
 
 
 def prepare(variant, q, weights, cache, block_table, seq_lens, max_seq_len: int, *, logits=None,
@@ -151,18 +166,15 @@ def prepare(variant, q, weights, cache, block_table, seq_lens, max_seq_len: int,
     the one for this launch shape (launch_tune); `tune`: layout.READER_TUNING_DEFAULTS overrides (the
     bench's comparisons; one that fixes kReaderWgStages fixes the ring at every shape)."""
     from .ops import resolve_spec
-    from .runtime import load
+    from .runtime import device_arch, load
 
     spec = resolve_spec(variant)
     args = check(spec, q, weights, cache, block_table, seq_lens, max_seq_len, logits, check_bounds=check_bounds)
     out = args.tensors["logits"]
     if out.numel() == 0:
         return (lambda stream=None: None), out
-    loaded = load(spec, q.device.index, kernel="indexer_logits", tune=tune)
-    picked = launch_tune(args, loaded.arch, tune)
-    if picked != tune:
-        loaded = load(spec, q.device.index, kernel="indexer_logits", tune=picked)
-    return loaded.prepare(args), out
+    picked = launch_tune(args, device_arch(spec, q.device.index), tune)  # the cubin of this shape: one load
+    return load(spec, q.device.index, kernel="indexer_logits", tune=picked).prepare(args), out
 
 
 def indexer_logits(variant, q, weights, cache, block_table, seq_lens, max_seq_len: int, *,

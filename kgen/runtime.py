@@ -315,6 +315,17 @@ def device_info(index: int | None = None) -> dict:
             "l2_bytes": getattr(props, "L2_cache_size", None)}
 
 
+def device_arch(spec: Spec, device_index: int | None = None) -> str:
+    """The target `spec`'s kernels compile for on a torch device (default: the current one): the
+    device's compute capability checked against spec.targets (kgen.arch.check, whose located error a
+    GPU the spec does not target raises). Nothing is compiled or loaded."""
+    torch = require_gpu()
+    idx = torch.cuda.current_device() if device_index is None else device_index
+    cap = tuple(torch.cuda.get_device_capability(idx))
+    return A.check(cap, list(spec.targets), device_name=f"GPU {idx} ({torch.cuda.get_device_name(idx)})",
+                   variant=spec.name)
+
+
 def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False,
          kernel: str = NORM_ROPE_STORE.kernel, tune: dict[str, int] | None = None) -> LoadedKernel:
     """The kernel of `spec` loaded on a torch device (default: the current one).
@@ -334,9 +345,8 @@ def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False,
         hit = _by_spec.get(skey)
         if hit is not None:
             return hit
-        cap = tuple(torch.cuda.get_device_capability(idx))
         name = torch.cuda.get_device_name(idx)
-        arch = A.check(cap, list(spec.targets), device_name=f"GPU {idx} ({name})", variant=spec.name)
+        arch = device_arch(spec, idx)
         from .abi import KERNELS
         from .compile import compile_rendered, compile_variant
 

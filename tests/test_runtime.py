@@ -637,6 +637,17 @@ def test_load_refuses_wrong_arch_before_compiling(fake_gpu):
     assert "Fake H200" in e.value.problems[0].message and compiled == [] and cc.calls == []
 
 
+def test_device_arch_checks_the_targets_and_loads_nothing(fake_gpu):
+    # kgen.indexer.prepare asks for the arch first, so that it loads only the cubin of the launch's shape
+    cc, compiled = fake_gpu
+    spec = ops.resolve_spec(BF16)
+    assert runtime.device_arch(spec) == runtime.device_arch(spec, 0) == "sm_90a"
+    with pytest.raises(KgenError) as e:
+        runtime.device_arch(spec.model_copy(update={"targets": ["sm_100a", "sm_120a"]}))
+    assert "Fake H200" in e.value.problems[0].message
+    assert compiled == [] and cc.calls == []
+
+
 def test_same_name_other_spec_gets_its_own_kernel(fake_gpu):
     """Hypothesis draws the name "a" for many different specs. The runtime used to share a loaded
     module by (name, arch, device), so the second "a" launched the first one's kernel and launch shape
