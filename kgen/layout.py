@@ -552,11 +552,13 @@ def reader_tokens_per_cta(spec: Spec) -> int:
 # per SM (the converted operand and q take 32 KB of each CTA; 2 stages give 5 CTAs, 4 stages 4).
 READER_TUNING_DEFAULTS = {
     "bf16": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
-             "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0},
+             "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0, "kReaderWgTma": 0, "kReaderWgConsumers": 2},
     "fp8_e4m3": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
-                 "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0},
+                 "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0, "kReaderWgTma": 0,
+                 "kReaderWgConsumers": 2},
     "fp4_e2m1": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
-                 "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0},
+                 "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0, "kReaderWgTma": 0,
+                 "kReaderWgConsumers": 2},
 }
 
 # The wgmma path's ring chosen per launch (kgen.indexer picks the cubin; each is rendered, and twinned, from
@@ -629,25 +631,28 @@ def reader_wg_chunks(lay: Layout) -> int:
     return row // READER_WG_CHUNK_BYTES if row % READER_WG_CHUNK_BYTES == 0 else 0
 
 
-def reader_wg_smem_bytes(lay: Layout, ntok: int, stages: int) -> int:
-    """Dynamic shared memory of a wgmma-path CTA scoring `ntok` query tokens through `stages` stages."""
+def reader_wg_smem_bytes(lay: Layout, ntok: int, stages: int, tma: bool = False) -> int:
+    """Dynamic shared memory of a wgmma-path CTA scoring `ntok` query tokens through `stages` stages
+    (`tma`: the TMA variant's, whose stages also hold their two mbarriers)."""
     tile = READER_WG_TILE_KEYS
     token = reader_wg_chunks(lay) * READER_HEADS * READER_WG_CHUNK_BYTES + 4 * READER_HEADS
     if lay.spec.store.dtype == "fp4_e2m1":
         stage = reader_wg_fp4_stage_bytes(lay) + tile * READER_WG_ROW_INFO_BYTES
         operand = reader_wg_chunks(lay) * tile * READER_WG_CHUNK_BYTES
         return READER_WG_ALIGN + operand + stages * stage + ntok * token
-    stage = tile * READER_WG_CHUNK_BYTES + tile * READER_WG_ROW_INFO_BYTES
+    stage = reader_wg_chunks(lay) * tile * READER_WG_CHUNK_BYTES + tile * READER_WG_ROW_INFO_BYTES
+    if tma:
+        stage += READER_WG_TMA_BARRIER_BYTES
     return READER_WG_ALIGN + stages * stage + ntok * token
 
 
-def reader_wg_tokens_per_cta(lay: Layout, stages: int) -> int:
+def reader_wg_tokens_per_cta(lay: Layout, stages: int, tma: bool = False) -> int:
     """Query tokens a wgmma-path CTA scores together (their q in shared memory): up to
     READER_WG_MAX_TOKENS, 1 when a row is several chunks (each token would keep its own accumulators
     across the chunks); 0: one token does not fit."""
     chunks = reader_wg_chunks(lay)
     fits = [t for t in range(1, READER_WG_MAX_TOKENS + 1)
-            if reader_wg_smem_bytes(lay, t, stages) <= READER_MAX_SMEM_BYTES]
+            if reader_wg_smem_bytes(lay, t, stages, tma) <= READER_MAX_SMEM_BYTES]
     if not chunks or not fits:
         return 0
     return 1 if chunks > 1 else max(fits)
@@ -683,11 +688,13 @@ def reader_wgmma(lay: Layout, stages: int) -> bool:
     return reader_wg_tokens_per_cta(lay, stages) >= 1
 
 
-def reader_wg_ctas_per_sm(lay: Layout, ntok: int, stages: int) -> int:
-    """CTAs of the wgmma path one SM holds (shared memory bound; the kernel's __launch_bounds__ caps
-    its registers for the one-token count, so registers do not bind first)."""
-    per = reader_wg_smem_bytes(lay, ntok, stages) + READER_CTA_RESERVED_BYTES
-    return max(1, min(READER_WG_MAX_CTAS, READER_SM_SHARED_BYTES // per))
+def reader_wg_ctas_per_sm(lay: Layout, ntok: int, stages: int, tma: bool = False, consumers: int = 0) -> int:
+    """CTAs of the wgmma path one SM holds (shared memory bound, and for the TMA variant the SM's threads;
+    the kernel's __launch_bounds__ caps its registers for the one-token count, so registers do not bind
+    first)."""
+    per = reader_wg_smem_bytes(lay, ntok, stages, tma) + READER_CTA_RESERVED_BYTES
+    most = READER_SM_THREADS // reader_wg_tma_threads(consumers) if tma else READER_WG_MAX_CTAS
+    return max(1, min(most, READER_SM_SHARED_BYTES // per))
 
 
 def reader_wg_stages(lay: Layout, tune: dict[str, int] | None = None) -> int:
@@ -700,6 +707,59 @@ def reader_wg_enabled(lay: Layout, tune: dict[str, int] | None = None) -> bool:
     allow it and the tuning want it (kReaderWgmma 0: the mma.sync path, the bench's comparison)."""
     merged = {**_tuning(lay.spec), **(tune or {})}
     return bool(merged["kReaderWgmma"]) and reader_wgmma(lay, int(merged["kReaderWgStages"]))
+
+
+
+# The TMA variant of the sm_90a path (kReaderWgTma 1). One producer warp copies each 64-key tile with
+# one tensor copy (cp.async.bulk.tensor through a tensor map of the cache, encoded on the host per cache
+# tensor, kgen.tma: the copy writes the 128-B swizzle wgmma reads) and the tile's 64 scales with one bulk
+# copy, into a ring of kReaderWgStages stages shared by kReaderWgConsumers warpgroups (tile i is scored by
+# warpgroup i mod consumers); per stage a `full` mbarrier (the copies' bytes have landed) hands it to its
+# warpgroup, an `empty` one (its wgmma has read it) back to the producer. 128 threads no longer issue 16-B
+# copies and wait on barriers per tile, and q is staged once for several warpgroups. It reads a tile as one
+# box, so a tile must lie in one page (page_size a multiple of 64), and fp8 scales as one 256-B copy
+# (one 4-B scale per token, consecutive, at a 16-B aligned offset); else the cp.async variant runs.
+READER_WG_TMA_BARRIER_BYTES = 16  # per stage: the full and the empty mbarrier, 8 B each
+READER_WG_TMA_PRODUCER_THREADS = 32  # one warp, after the consumers' warpgroups
+READER_WG_TMA_MAX_CONSUMERS = 4
+READER_WG_TMA_MAP_BYTES = 128  # a CUtensorMap (64-B aligned)
+READER_SM_THREADS = 2048  # resident threads of an sm_90 SM
+
+
+def reader_wg_tma_layout(lay: Layout) -> bool:
+    """Can the TMA variant read this layout? bf16 or fp8 keys as stored (rows of whole 128-B chunks at
+    offset 0), tiles inside one page (page_size a multiple of 64), pages 16-B aligned (a tensor map's
+    strides), and fp8 with one 4-B scale per token, consecutive at a 16-B aligned offset."""
+    dtype = lay.spec.store.dtype
+    if dtype not in ("bf16", "fp8_e4m3") or lay.kept_span.size or lay.quant_row_offset:
+        return False
+    if lay.page_size % READER_WG_TILE_KEYS or lay.page_bytes % 16 or not reader_wg_chunks(lay):
+        return False
+    if lay.blocks_per_token:
+        return (dtype == "fp8_e4m3" and lay.blocks_per_token == 1 and lay.scale_unit == 4
+                and lay.scale_stride == 4 and lay.scale_region_offset % 16 == 0)
+    return True
+
+
+def reader_wg_tma(lay: Layout, tune: dict[str, int] | None = None) -> bool:
+    """Does the reader rendered with `tune` run the TMA variant where the arch has wgmma?"""
+    merged = {**_tuning(lay.spec), **(tune or {})}
+    return bool(merged["kReaderWgTma"]) and reader_wg_enabled(lay, tune) and reader_wg_tma_layout(lay)
+
+
+def reader_wg_consumers(lay: Layout, tune: dict[str, int] | None = None) -> int:
+    """The TMA variant's consumer warpgroups per CTA (the tuning's)."""
+    return int({**_tuning(lay.spec), **(tune or {})}["kReaderWgConsumers"])
+
+
+def reader_wg_tma_threads(consumers: int) -> int:
+    """Threads of a TMA-variant CTA: its consumer warpgroups and the producer warp."""
+    return consumers * 4 * WARP + READER_WG_TMA_PRODUCER_THREADS
+
+
+def reader_wg_threads(lay: Layout, tune: dict[str, int] | None = None) -> int:
+    """Threads of a wgmma-path CTA (one warpgroup; the TMA variant's consumers and producer)."""
+    return reader_wg_tma_threads(reader_wg_consumers(lay, tune)) if reader_wg_tma(lay, tune) else reader_threads()
 
 
 def _tuning(spec: Spec) -> dict[str, int]:
@@ -715,6 +775,8 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
     groups = lay.quant_bytes // READER_GROUP_BYTES
     stages = reader_wg_stages(lay, tune)
     wg = reader_wg_enabled(lay, tune)
+    tma = reader_wg_tma(lay, tune)
+    consumers = reader_wg_consumers(lay, tune)
     return {
         "kReaderHeads": READER_HEADS,
         "kReaderWarps": READER_WARPS,
@@ -733,11 +795,14 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         "kReaderWgChunkBytes": READER_WG_CHUNK_BYTES,
         "kReaderWgChunks": reader_wg_chunks(lay) if wg else 0,
         "kReaderWgAlign": READER_WG_ALIGN,
-        "kReaderWgTokensPerCta": reader_wg_tokens_per_cta(lay, stages) if wg else 0,
-        "kReaderWgMinBlocks": reader_wg_ctas_per_sm(lay, 1, stages) if wg else 0,
+        "kReaderWgTokensPerCta": reader_wg_tokens_per_cta(lay, stages, tma) if wg else 0,
+        "kReaderWgMinBlocks": reader_wg_ctas_per_sm(lay, 1, stages, tma, consumers) if wg else 0,
+        "kReaderWgTmaBarrierBytes": READER_WG_TMA_BARRIER_BYTES,
+        "kReaderWgTmaProducerThreads": READER_WG_TMA_PRODUCER_THREADS,
         **_tuning(spec),
         **(tune or {}),
         "kReaderWgmma": int(wg),  # the tuning's wish, where the path reads the layout
+        "kReaderWgTma": int(tma),  # likewise
     }
 
 
@@ -783,13 +848,15 @@ def reader_wg_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_c
     tail."""
     lay = lay or compute(spec)
     stages = reader_wg_stages(lay, tune)
-    tpc = reader_wg_tokens_per_cta(lay, stages)
+    tma = reader_wg_tma(lay, tune)
+    consumers = reader_wg_consumers(lay, tune)
+    tpc = reader_wg_tokens_per_cta(lay, stages, tma)
     ntok = min(tpc, next_n)
     groups = -(-next_n // tpc)
-    slots = max(1, sm_count) * reader_wg_ctas_per_sm(lay, ntok, stages)
+    slots = max(1, sm_count) * reader_wg_ctas_per_sm(lay, ntok, stages, tma, consumers)
     tile = READER_WG_TILE_KEYS
     tiles = max(1, -(-max_seq_len // tile))
     split = max(1, min(tiles, slots // max(1, batch * groups)))
     per = -(-tiles // split) * tile
     grid = (max(1, -(-max_seq_len // per)), batch, groups)
-    return grid, reader_threads(), reader_wg_smem_bytes(lay, ntok, stages), per
+    return grid, reader_wg_threads(lay, tune), reader_wg_smem_bytes(lay, ntok, stages, tma), per
