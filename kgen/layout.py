@@ -574,11 +574,11 @@ READER_WG_SHAPE_STAGES: dict[str, tuple[int, int]] = {"fp8_e4m3": (2, 49152)}
 
 def reader_wg_shape_tune(lay: Layout, tune: dict[str, int] | None, batch: int, next_n: int, max_seq_len: int,
                          sm_count: int) -> dict[str, int] | None:
-    """The tuning a wgmma-path launch of this shape runs: `tune` itself where it fixes kReaderWgStages or
-    the key dtype has no shape rule (READER_WG_SHAPE_STAGES), else `tune` plus this shape's stages (the
-    result None: the shipped default)."""
+    """The tuning a wgmma-path launch of this shape runs: `tune` itself where it fixes kReaderWgStages, the
+    key dtype has no shape rule (READER_WG_SHAPE_STAGES) or the TMA variant runs (its ring is the CTA's),
+    else `tune` plus this shape's stages (the result None: the shipped default)."""
     rule = READER_WG_SHAPE_STAGES.get(lay.spec.store.dtype)
-    if rule is None or (tune and "kReaderWgStages" in tune):
+    if rule is None or (tune and "kReaderWgStages" in tune) or reader_wg_tma(lay, tune):
         return tune
     shallow, min_keys_per_sm = rule
     groups = -(-max(1, next_n) // max(1, reader_wg_tokens_per_cta(lay, reader_wg_stages(lay, tune))))
@@ -689,11 +689,13 @@ def reader_wgmma(lay: Layout, stages: int) -> bool:
 
 
 def reader_wg_ctas_per_sm(lay: Layout, ntok: int, stages: int, tma: bool = False, consumers: int = 0) -> int:
-    """CTAs of the wgmma path one SM holds (shared memory bound, and for the TMA variant the SM's threads;
+    """CTAs of the wgmma path one SM holds (shared memory bound, and for the TMA variant register bound;
     the kernel's __launch_bounds__ caps its registers for the one-token count, so registers do not bind
     first)."""
     per = reader_wg_smem_bytes(lay, ntok, stages, tma) + READER_CTA_RESERVED_BYTES
-    most = READER_SM_THREADS // reader_wg_tma_threads(consumers) if tma else READER_WG_MAX_CTAS
+    # the TMA variant's CTAs are large: its threads' registers (planned at READER_WG_TMA_REGISTERS each)
+    # bind before the SM's thread count does
+    most = READER_SM_REGISTERS // (reader_wg_tma_threads(consumers) * READER_WG_TMA_REGISTERS) if tma else READER_WG_MAX_CTAS
     return max(1, min(most, READER_SM_SHARED_BYTES // per))
 
 
@@ -723,7 +725,10 @@ READER_WG_TMA_BARRIER_BYTES = 16  # per stage: the full and the empty mbarrier, 
 READER_WG_TMA_PRODUCER_THREADS = 32  # one warp, after the consumers' warpgroups
 READER_WG_TMA_MAX_CONSUMERS = 4
 READER_WG_TMA_MAP_BYTES = 128  # a CUtensorMap (64-B aligned)
-READER_SM_THREADS = 2048  # resident threads of an sm_90 SM
+READER_SM_REGISTERS = 65536  # 32-bit registers of an sm_90 SM
+# registers per thread a TMA-variant CTA plan leaves (the consumers' 32 accumulators, descriptors, the
+# epilogue; ptxas uses 83 for fp8): __launch_bounds__ then never makes ptxas spill to fit the planned CTAs
+READER_WG_TMA_REGISTERS = 96
 
 
 def reader_wg_tma_layout(lay: Layout) -> bool:
@@ -742,9 +747,14 @@ def reader_wg_tma_layout(lay: Layout) -> bool:
 
 
 def reader_wg_tma(lay: Layout, tune: dict[str, int] | None = None) -> bool:
-    """Does the reader rendered with `tune` run the TMA variant where the arch has wgmma?"""
+    """Does the reader rendered with `tune` run the TMA variant where the arch has wgmma? Its ring must be
+    whole rounds of the consumers (stages a multiple of them): a warpgroup then waits for stage s's next tile
+    only after it read the stage's previous tile itself, so the stage's barrier is never two phases behind the
+    phase it waits for (an mbarrier tells only the current phase from the one before)."""
     merged = {**_tuning(lay.spec), **(tune or {})}
-    return bool(merged["kReaderWgTma"]) and reader_wg_enabled(lay, tune) and reader_wg_tma_layout(lay)
+    consumers = int(merged["kReaderWgConsumers"])
+    return (bool(merged["kReaderWgTma"]) and reader_wg_enabled(lay, tune) and reader_wg_tma_layout(lay)
+            and 1 <= consumers <= READER_WG_TMA_MAX_CONSUMERS and int(merged["kReaderWgStages"]) % consumers == 0)
 
 
 def reader_wg_consumers(lay: Layout, tune: dict[str, int] | None = None) -> int:

@@ -226,6 +226,43 @@ def test_wgmma_path_choice():
     assert c["kReaderWgmma"] == 0 and c["kReaderWgChunks"] == 0 and c["kReaderWgTokensPerCta"] == 0
 
 
+TMA = {"kReaderWgTma": 1, "kReaderWgStages": 8, "kReaderWgConsumers": 2}
+
+
+def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
+    from kgen.indexer import runs_wgmma
+
+    fp8, bf16, dsv32, fp4 = (spec_of(k) for k in ("fp8", "bf16", "dsv32", "fp4"))
+    for s in (fp8, bf16, dsv32):
+        lay = L.compute(s)
+        assert L.reader_wg_tma_layout(lay) and not L.reader_wg_tma(lay)  # readable; off unless tuned on
+        assert L.reader_wg_tma(lay, TMA) and runs_wgmma(s, "sm_90a", TMA)
+    assert not L.reader_wg_tma_layout(L.compute(fp4)) and not L.reader_wg_tma(L.compute(fp4), TMA)
+    # a tile must lie in one page (one box), fp8's 64 scales one 16-B aligned 256-B copy
+    assert not L.reader_wg_tma_layout(L.compute(with_(fp8, layout={"page_size": 32})))
+    assert L.reader_wg_tma_layout(L.compute(with_(fp8, layout={"page_size": 128})))
+    assert not L.reader_wg_tma_layout(L.compute(with_(fp8, layout={"scale_stride": 8})))
+    # where the variant does not read, kReaderWgTma 1 renders the cp.async variant (the constant says so)
+    assert L.reader_constants(L.compute(fp4), TMA)["kReaderWgTma"] == 0
+    assert L.reader_constants(L.compute(fp8), {**TMA, "kReaderWgmma": 0})["kReaderWgTma"] == 0
+
+    lay = L.compute(fp8)
+    # per stage: 64 rows of 128 B, 64 scale words, two 8-B mbarriers; per token q (64 x 128 B) and weights
+    assert L.reader_wg_smem_bytes(lay, 1, 8, tma=True) == 1024 + 8 * (8192 + 256 + 16) + (8192 + 256)
+    assert L.reader_wg_tma_threads(2) == 2 * 128 + 32
+    # large CTAs: registers bind (planned at READER_WG_TMA_REGISTERS each) before shared memory does
+    assert L.reader_wg_ctas_per_sm(lay, 1, 4, tma=True, consumers=2) == 65536 // (288 * L.READER_WG_TMA_REGISTERS)
+    assert L.reader_wg_ctas_per_sm(lay, 1, 16, tma=True, consumers=2) == 1  # 144.9 KB of shared memory
+    c = L.reader_constants(lay, TMA)
+    assert c["kReaderWgTma"] == 1 and c["kReaderWgMinBlocks"] == 2 and c["kReaderWgTokensPerCta"] == 2
+    (gx, gy, gz), threads, smem, per = L.reader_launch(fp8, 128, 1, 65536, 132, wgmma=True, tune=TMA)
+    assert threads == 288 and smem == L.reader_wg_smem_bytes(lay, 1, 8, tma=True) and (gy, gz) == (128, 1)
+    assert gx * gy <= 2 * 132 and gx * per >= 65536
+    # the ring is the CTA's: no shallow ring for small launches
+    assert L.reader_wg_shape_tune(lay, TMA, 1, 1, 4096, 132) == TMA
+    assert L.reader_wg_shape_tune(lay, None, 1, 1, 4096, 132) == {"kReaderWgStages": 2}
+
+
 def test_launch_follows_the_loaded_target_and_tuning(monkeypatch):
     import dataclasses
 
