@@ -852,6 +852,10 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* map, uint3
       "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
+// the tensor map's 128 B fetched ahead of the first copy that reads it
+__device__ __forceinline__ void prefetch_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
 // `bytes` (a multiple of 16, both addresses 16-B aligned) global -> shared, completing on `bar`
 __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
@@ -1379,6 +1383,7 @@ struct WgTmaLogits {
         wg::bar_init(sm.empty(s), 4);  // the consuming warpgroup's four warps
       }
       wg::bar_init_fence();
+      wg::prefetch_map(&p.cache_map);  // a parameter, not an input: before the predecessor completes
     }
     __syncthreads();
 
