@@ -440,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tunes", default="[null]", help="JSON list of tunings (null: the default) to compare")
     ap.add_argument("--bench-shapes", help="bench: B x keys list (default: BENCH_SHAPES, DeepGEMM's table)")
+    ap.add_argument("--tune-cases", default="2,3",
+                    help="test: the correctness cases each alternative tuning runs (indices, or 'all')")
     a = ap.parse_args(argv)
     from .indexer import readable
     from .validate import validate_paths
@@ -451,8 +453,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.mode == "test":
         res = test_specs(specs, seed=a.seed)
         res += test_specs(samples, seed=a.seed, quick=True)
-        for tune in (t for t in tunes if t):  # each alternative on the 70000-key and a ragged MTP case per variant
-            res += test_specs(specs, seed=a.seed, tune=tune, cases=(2, 3))
+        # each alternative on the 70000-key and a ragged MTP case per variant (by default)
+        tune_cases = None if a.tune_cases == "all" else tuple(int(i) for i in a.tune_cases.split(","))
+        for tune in (t for t in tunes if t):
+            res += test_specs(specs, seed=a.seed, tune=tune, cases=tune_cases)
         out: dict[str, Any] = {"results": [r.to_json() for r in res]}
         ok = all(r.ok for r in res)
         print(f"{sum(r.ok for r in res)} passed, {sum(not r.ok for r in res)} failed")
