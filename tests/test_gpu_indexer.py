@@ -88,3 +88,54 @@ def test_reader_started_early_waits_for_the_writer_before_it():
         want = indexer_logits_torch(spec, q, weights, cache, table, seq_lens, msl, accum=torch.float64)
         res = rc.compare(spec.name, f"round {r}", got, want)
         assert res.ok, res
+
+
+# The TMA variant of the sm_90a path (kReaderWgTma): two ring shapes (two CTAs per SM of two consumer
+# warpgroups; one CTA of four), bf16 and fp8 keys, ragged lengths, MTP, and a page outside the cache.
+TMA_TUNES = [{"kReaderWgTma": 1, "kReaderWgStages": 8, "kReaderWgConsumers": 2},
+             {"kReaderWgTma": 1, "kReaderWgStages": 16, "kReaderWgConsumers": 4}]
+
+
+def _runs_tma(spec, tune) -> bool:
+    from kgen import layout as L
+    from kgen.arch import has_wgmma
+    from kgen.runtime import device_arch
+
+    return has_wgmma(device_arch(spec, 0)) and L.reader_wg_tma(L.compute(spec), tune)
+
+
+@pytest.mark.parametrize("tune", TMA_TUNES, ids=["2x2", "1x4"])
+@pytest.mark.parametrize("path", ["dsv4/indexer_fp8.yaml", "indexer_bf16.yaml"])
+@pytest.mark.parametrize("case", [0, 2, 3, 4])
+def test_tma_variant_matches_the_torch_path(path, case, tune):
+    spec = load_spec(SPECS / path)
+    if not _runs_tma(spec, tune):
+        pytest.skip("the TMA variant runs on sm_90a with room for its ring")
+    lens, next_n = rc.correctness_cases(spec)[case]
+    r = rc.run_case(spec, lens, next_n=next_n, tune=tune)
+    assert r.ok, r
+
+
+@pytest.mark.parametrize("path", ["dsv4/indexer_fp8.yaml", "indexer_bf16.yaml"])
+def test_tma_variant_reads_no_page_outside_the_cache(path):
+    """A visible tile whose table entry lies outside the cache is not copied: its logits are NaN, every
+    other logit as the Torch path's (the producer writes the tile's factors instead of copying it)."""
+    from kgen.score import indexer_logits_torch
+
+    spec, tune = load_spec(SPECS / path), TMA_TUNES[0]
+    if not _runs_tma(spec, tune):
+        pytest.skip("the TMA variant runs on sm_90a")
+    args = list(rc.make_case(spec, [70, 150, 300], seed=3))
+    good = args[3][1, 1].item()
+    args[3][1, 1] = 10 ** 6  # page 1 of sequence 1: keys 64..127
+    launch, got = rc.launcher(spec, tuple(args), tune)
+    got.fill_(0.0)
+    launch()
+    torch.cuda.synchronize()
+    assert torch.isnan(got[1, 64:128]).all() and not torch.isnan(got[1, :64]).any()
+    args[3][1, 1] = good
+    want = indexer_logits_torch(spec, *args, accum=torch.float64)
+    keep = torch.ones_like(got, dtype=torch.bool)
+    keep[1, 64:128] = False
+    r = rc.compare(spec.name, "bad page", torch.where(keep, got, want.float()), want)
+    assert r.ok, r
