@@ -8,18 +8,24 @@ table. From that table come:
   its size and every offset, so the compiler checks that C++ and this table agree;
 * the explicit instantiation's signature (`cxx_parameter`);
 * the packed argument buffer the launcher hands to the driver (`struct_format`, `ParamBuffer`): the
-  same bytes, laid out by the C rules from the same table;
+  same bytes, laid out by the C rules from the same table (`Args.values`: each field's value, a tensor
+  map's encoded by its field's encoder);
 * the argument checks of the Python op and `kgen test` (`KernelAbi.check`): dtype, shape, presence,
   contiguity, 16-byte alignment, device, each failure naming the argument;
 * the loaded-kernel check (`KernelAbi.check_loaded`: one parameter of sizeof(Params) bytes) and the
   version recorded with every compiled cubin (`KernelAbi.manifest`);
 * the CPU emulation of a launch (the CPU runners, tests/cpu_shim/run.cc for the writer and
   tests/reader_shim/run_reader.cc for the reader, read through tests/cpu_shim/launch_files.h a packed
-  buffer and a pointer map written by `write_launch_files`, so they know nothing of any kernel's fields).
+  buffer and a pointer map written by `write_launch_files`, so they know nothing of any kernel's fields;
+  tensor maps are zeros there: a CPU has no TMA).
 
-A table field is a tensor (a pointer in the struct) or a scalar. A tensor's shape mixes sizes the
-spec fixes (ints) and symbolic sizes (strs such as "N") that the first tensor having them binds;
-scalars are computed from the bound sizes. A new kernel is one more table, no new machinery.
+A table field is a tensor (a pointer in the struct), a scalar, or a tensor map (a CUtensorMap: 128
+opaque bytes, 64-B aligned, `kgen::TensorMap` in templates/include/kgen/memory.cuh, the driver's
+description of a tensor a TMA copy reads). A tensor's shape mixes sizes the spec fixes (ints) and
+symbolic sizes (strs such as "N") that the first tensor having them binds; scalars are computed from the
+bound sizes; a tensor map is encoded from the checked arguments (the tensor it describes, the layout, and
+the loaded cubin's target and tuning, which decide whether the kernel reads it: zeros where it does not).
+A new kernel is one more table, no new machinery.
 
 This module imports only the standard library, kgen.layout and kgen.spec (torch is never imported:
 the checks read tensor metadata through duck typing).
@@ -35,7 +41,7 @@ from functools import cached_property
 from typing import Any
 
 from .diagnostics import KgenError, Problem
-from .layout import PLAN_BYTES, READER_HEADS, Layout, compute, launch_shape
+from .layout import PLAN_BYTES, READER_HEADS, READER_WG_TMA_MAP_BYTES, Layout, compute, launch_shape
 from .spec import Spec
 
 ALIGNMENT = 16  # every tensor's data pointer: the kernel's widest vector load/store
@@ -48,6 +54,12 @@ SCALARS: dict[str, tuple[str, str, int]] = {
 }
 INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 POINTER_BYTES = 8  # a device pointer (64-bit hosts only)
+# a tensor map: CUtensorMap's bytes (layout.py's byte fact) and alignment (cuda.h declares it alignas(64);
+# the driver and cp.async.bulk.tensor take only 64-B aligned maps, so the struct holding one is too)
+TENSOR_MAP_BYTES = READER_WG_TMA_MAP_BYTES
+TENSOR_MAP_ALIGN = 64
+TENSOR_MAP_CXX = "kgen::TensorMap"
+NO_TENSOR_MAP = bytes(TENSOR_MAP_BYTES)  # the value where the kernel reads no map
 
 # torch dtype names of the spec's input dtypes
 TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -105,7 +117,23 @@ class Scalar:
         return self.type
 
 
-Field = Tensor | Scalar
+@dataclass(frozen=True)
+class TensorMap:
+    """An opaque field: a CUtensorMap describing (part of) the tensor `source`, which the kernel's TMA
+    copies read. `encode(args)` returns its bytes for checked arguments (NO_TENSOR_MAP where the launch
+    the arguments' target and tuning pick reads no map)."""
+
+    name: str
+    source: str  # the tensor it describes (named when it cannot be encoded)
+    doc: str
+    encode: Callable[[Args], bytes]
+
+    @property
+    def kind(self) -> str:
+        return "tensor_map"
+
+
+Field = Tensor | Scalar | TensorMap
 
 
 @dataclass(frozen=True)
@@ -116,6 +144,17 @@ class Slot:
     offset: int
     size: int
     code: str  # struct-module code
+    align: int  # the member's alignment (a scalar's or pointer's is its size)
+
+
+def _storage(f: Field) -> tuple[int, int, str]:
+    """(size, alignment, struct-module code) of a field's member."""
+    if isinstance(f, Tensor):
+        return POINTER_BYTES, POINTER_BYTES, "Q"
+    if isinstance(f, TensorMap):
+        return TENSOR_MAP_BYTES, TENSOR_MAP_ALIGN, f"{TENSOR_MAP_BYTES}s"
+    _, code, size = SCALARS[f.type]
+    return size, size, code
 
 
 @dataclass
@@ -142,11 +181,28 @@ class Args:
             return d["dims"][name]
         raise AttributeError(name)
 
-    def values(self, pointer: Callable[[str, Any], int] | None = None) -> tuple:
-        """The struct's values in field order: a tensor's data pointer (0 for None), each scalar."""
+    def values(self, pointer: Callable[[str, Any], int] | None = None, *, maps: bool = True) -> tuple:
+        """The struct's values in field order: a tensor's data pointer (0 for None), each scalar, each
+        tensor map's bytes (its encoder's; `maps` False: zeros, for a launch no GPU runs)."""
         ptr = pointer or (lambda _n, t: 0 if t is None else int(t.data_ptr()))
-        return tuple(ptr(f.name, self.tensors[f.name]) if isinstance(f, Tensor) else self.scalars[f.name]
-                     for f in self.abi.fields)
+        out: list[Any] = []
+        for f in self.abi.fields:
+            if isinstance(f, Tensor):
+                out.append(ptr(f.name, self.tensors[f.name]))
+            elif isinstance(f, TensorMap):
+                out.append(self.tensor_map(f) if maps else NO_TENSOR_MAP)
+            else:
+                out.append(self.scalars[f.name])
+        return tuple(out)
+
+    def tensor_map(self, f: TensorMap) -> bytes:
+        """The encoded bytes of the tensor-map field `f` (its length checked: the struct module would pad
+        or cut a wrong one silently)."""
+        data = f.encode(self)
+        if len(data) != TENSOR_MAP_BYTES:
+            raise KgenError([Problem("kernel-abi", f"{f.name}: its encoder returned {len(data)} bytes, a tensor "
+                                     f"map has {TENSOR_MAP_BYTES}")])
+        return data
 
     def pack(self) -> bytes:
         return self.abi.pack(self.values())
@@ -173,18 +229,16 @@ class KernelAbi:
     def slots(self) -> tuple[Slot, ...]:
         out, offset = [], 0
         for f in self.fields:
-            if isinstance(f, Tensor):
-                size, code = POINTER_BYTES, "Q"
-            else:
-                _, code, size = SCALARS[f.type]
-            offset = -(-offset // size) * size
-            out.append(Slot(f, offset, size, code))
+            size, align, code = _storage(f)
+            offset = -(-offset // align) * align
+            out.append(Slot(f, offset, size, code, align))
             offset += size
         return tuple(out)
 
     @cached_property
     def alignment(self) -> int:
-        return max(s.size for s in self.slots)
+        """alignof(Params): its most aligned member's."""
+        return max(s.align for s in self.slots)
 
     @cached_property
     def size(self) -> int:
@@ -208,7 +262,7 @@ class KernelAbi:
     def pack(self, values: Sequence) -> bytes:
         return self.packer.pack(*values)
 
-    def unpack(self, data: bytes) -> dict[str, int | float]:
+    def unpack(self, data: bytes) -> dict[str, int | float | bytes]:
         return dict(zip((f.name for f in self.fields), self.packer.unpack(data)))
 
     @property
@@ -224,6 +278,10 @@ class KernelAbi:
     def tensor_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.tensors)
 
+    @property
+    def tensor_maps(self) -> tuple[TensorMap, ...]:
+        return tuple(f for f in self.fields if isinstance(f, TensorMap))
+
     def manifest(self) -> dict:
         """What a compiled cubin records about the ABI it was built for (checked when loaded)."""
         return {"kernel": self.kernel, "version": self.version, "params_bytes": self.size}
@@ -237,6 +295,8 @@ class KernelAbi:
             f = s.field
             if isinstance(f, Tensor):
                 cxx = f"{'' if f.written else 'const '}{element_cxx(f.element)}*"
+            elif isinstance(f, TensorMap):
+                cxx = TENSOR_MAP_CXX
             else:
                 cxx = SCALARS[f.type][0]
             rows.append({"type": cxx, "name": f.name, "offset": s.offset, "size": s.size, "doc": f.doc})
@@ -389,23 +449,27 @@ def check_devices(tensors: Mapping[str, Any]) -> None:
 
 class ParamBuffer:
     """One call site's packed Params, kept alive and reused: `fill(values)` packs in place (about a
-    microsecond), `kernel_params` is the `void**` cuLaunchKernel(Ex) takes (one pointer: to the struct)."""
+    microsecond), `kernel_params` is the `void**` cuLaunchKernel(Ex) takes (one pointer: to the struct).
+    The struct sits at alignof(Params) in its buffer (64 B with a tensor map: the alignment cuda.h gives
+    a CUtensorMap on the host too)."""
 
     def __init__(self, abi: KernelAbi, values: Sequence | None = None):
         self.abi = abi
-        words = -(-abi.size // 8)
-        self._storage = (ctypes.c_uint64 * words)()  # 8-byte aligned, as the struct needs
-        self._argv = (ctypes.c_void_p * 1)(ctypes.addressof(self._storage))
+        self._storage = ctypes.create_string_buffer(abi.size + abi.alignment)
+        base = ctypes.addressof(self._storage)
+        self._at = -base % abi.alignment
+        self.address = base + self._at
+        self._argv = (ctypes.c_void_p * 1)(self.address)
         self.kernel_params = ctypes.addressof(self._argv)
         self._pack_into = abi.packer.pack_into
         if values is not None:
             self.fill(values)
 
     def fill(self, values: Sequence) -> None:
-        self._pack_into(self._storage, 0, *values)
+        self._pack_into(self._storage, self._at, *values)
 
     def bytes(self) -> bytes:
-        return ctypes.string_at(ctypes.addressof(self._storage), self.abi.size)
+        return ctypes.string_at(self.address, self.abi.size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,7 +481,8 @@ def cpu_launch_files(args: Args, directory, buffers: Mapping[str, bytes]) -> lis
     in `directory`: the packed Params (`params.bin`, pointers 0), one file per tensor (its bytes;
     empty = nullptr) and `pointers.txt` (`offset name written` per tensor field: where the runner
     patches in the host address of that file's copy, and which buffers it writes back as
-    `<name>.out`). Returns the runner's arguments after the directory: blocks, threads per block."""
+    `<name>.out`; tensor maps are zeros: a CPU runner has no TMA). Returns the runner's arguments after
+    the directory: blocks, threads per block."""
     write_launch_files(args, directory, buffers)
     blocks, threads = args.grid()
     return [str(blocks), str(threads)]
@@ -430,7 +495,7 @@ def write_launch_files(args: Args, directory, buffers: Mapping[str, bytes]) -> N
 
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    (d / "params.bin").write_bytes(args.abi.pack(args.values(lambda _n, _t: 0)))
+    (d / "params.bin").write_bytes(args.abi.pack(args.values(lambda _n, _t: 0, maps=False)))
     lines = []
     for s in args.abi.slots:
         if isinstance(s.field, Tensor):

@@ -19,6 +19,9 @@ on random arguments): it can cost speed, never correctness.
 
 Per shape (the tuple of the symbolic sizes, e.g. (N, max_pos, num_pages)) the slow path caches the
 grid and the scalar fields `KernelAbi.check` computed (bounded; engines use a few batch sizes).
+
+A kernel with a tensor-map field (kgen.abi.TensorMap) has no fast launch: the map is encoded from the
+checked arguments (its tensor's address, the cubin's target), so every call takes the slow path.
 """
 
 from __future__ import annotations
@@ -116,6 +119,9 @@ def build_launch(abi: KernelAbi, spec: Spec, lay: Layout, shapes: dict, runs: di
     """`launch(*tensors) -> bool`: True once launched (or a no-op for zero tokens); False: take the
     slow path (nothing was launched). `shapes[key] = (grid, *scalars)` (grid 0: nothing to launch),
     `runs[device] = run(grid, stream, *struct values)`."""
+    if abi.tensor_maps:
+        src = "def launch(*tensors):\n    return False  # a tensor map is encoded from the checked arguments\n"
+        return _compile(src, {}, "launch"), src
     lines, env, syms = _check_lines(abi, spec, lay, allow_cpu=False)
     env.update(_shapes=shapes, _runs=runs, _raw_stream=raw_stream, _current_device=current_device)
     scalars = [f.name for f in abi.fields if isinstance(f, Scalar)]

@@ -159,7 +159,7 @@ def abi_values(kabi: A.KernelAbi) -> dict:
     """What templates/abi/*.j2 render of a kernel's Params struct (columns aligned)."""
     rows = kabi.cxx_fields()
     width = max(len(r["type"]) + len(r["name"]) for r in rows)
-    return {"version": kabi.version, "size": kabi.size,
+    return {"version": kabi.version, "size": kabi.size, "alignment": kabi.alignment,
             "fields": [{**r, "pad": width - len(r["type"]) - len(r["name"])} for r in rows]}
 
 

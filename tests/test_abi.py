@@ -4,13 +4,14 @@ argument checks name the argument (alignment included)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
 import pytest
 
 from kgen import abi as A
-from kgen.abi import NORM_ROPE_STORE, KernelAbi, Scalar, Tensor
+from kgen.abi import INDEXER_LOGITS, NORM_ROPE_STORE, KernelAbi, Scalar, Tensor, TensorMap
 from kgen.render import abi_values, environment, render_variant
 from strategies import ROOT
 
@@ -30,6 +31,12 @@ def _s(name: str, kind: str) -> Scalar:
 
 
 MIXED = _table(_s("a", "int32"), _t("p"), _s("b", "float32"), _s("c", "int32"), _s("d", "int64"), _s("e", "int32"))
+MAP_BYTES = bytes(range(7, 7 + 128))
+# a tensor map after a 4-B scalar: 60 B of padding before it, and the struct padded to 64 B
+MAPPED = _table(_s("a", "int32"), TensorMap("m", "p", "a map of p", lambda a: MAP_BYTES), _t("p"), _s("b", "int64"))
+# the one definition of kgen::TensorMap, as the kernels and the CPU shim compile it
+TENSOR_MAP_CXX = re.search(r"struct alignas\(64\) TensorMap \{.*?\};",
+                           (ROOT / "templates/include/kgen/memory.cuh").read_text(), re.S).group(0)
 
 
 def test_struct_layout_follows_the_c_rules():
@@ -38,6 +45,52 @@ def test_struct_layout_follows_the_c_rules():
     assert MIXED.size == 40 and MIXED.alignment == 8  # padded to the largest member
     assert [(s.field.name, s.offset) for s in NORM_ROPE_STORE.slots][-2:] == [("num_tokens", 56), ("num_slots", 64)]
     assert NORM_ROPE_STORE.size == 72 and NORM_ROPE_STORE.param_sizes == (72,)
+
+
+def test_tensor_map_field_is_128_bytes_aligned_to_64():
+    assert [(s.field.name, s.offset, s.size) for s in MAPPED.slots] == [("a", 0, 4), ("m", 64, 128), ("p", 192, 8),
+                                                                         ("b", 200, 8)]
+    assert MAPPED.alignment == 64 and MAPPED.size == 256 and MAPPED.param_sizes == (256,)
+    assert MAPPED.struct_format == "<i" + "x" * 60 + "128sQq" + "x" * 48
+    assert MAPPED.cxx_fields()[1]["type"] == "kgen::TensorMap" and MAPPED.tensor_maps == (MAPPED.fields[1],)
+    data = MAPPED.pack([-1, MAP_BYTES, 0x1122, 5])
+    assert data[64:192] == MAP_BYTES and data[4:64] == bytes(60) and data[208:] == bytes(48)
+    assert MAPPED.unpack(data)["m"] == MAP_BYTES
+    buf = A.ParamBuffer(MAPPED, [-1, MAP_BYTES, 0x1122, 5])
+    assert buf.bytes() == data and buf.address % 64 == 0  # the struct where cuda.h would align a CUtensorMap
+
+
+def _mapped_args(encode=None) -> A.Args:
+    from kgen.ops import resolve_spec
+
+    table = _table(*(f if encode is None or not isinstance(f, TensorMap) else TensorMap(f.name, f.source, f.doc, encode)
+                     for f in MAPPED.fields))
+    spec = resolve_spec(BF16)
+    from kgen.layout import compute
+
+    class T:  # a tensor's data pointer
+        def data_ptr(self):
+            return 0x7F00
+
+    return A.Args(table, spec, compute(spec), {"p": T()}, {}, {"a": 3, "b": 4})
+
+
+def test_args_values_encode_tensor_maps():
+    args = _mapped_args()
+    assert args.values() == (3, MAP_BYTES, 0x7F00, 4)
+    assert args.values(lambda _n, _t: 0, maps=False) == (3, bytes(128), 0, 4)  # the CPU runners' params.bin
+    assert args.pack()[64:192] == MAP_BYTES
+    short = _mapped_args(lambda a: bytes(100))  # struct would pad it silently: the ABI refuses it
+    with pytest.raises(A.KgenError, match="m: its encoder returned 100 bytes, a tensor map has 128"):
+        short.values()
+
+
+def test_write_launch_files_zero_the_maps(tmp_path):
+    args = _mapped_args()
+    A.write_launch_files(args, tmp_path, {"p": b"0123456789abcdef"})
+    packed = (tmp_path / "params.bin").read_bytes()
+    assert len(packed) == 256 and packed[64:192] == bytes(128) and packed[192:200] == bytes(8)
+    assert (tmp_path / "pointers.txt").read_text() == "192 p 0\n"
 
 
 def test_pack_is_the_struct_bytes():
@@ -58,7 +111,8 @@ def test_pack_is_the_struct_bytes():
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
-@pytest.mark.parametrize("table", [MIXED, NORM_ROPE_STORE], ids=["mixed", "norm_rope_store"])
+@pytest.mark.parametrize("table", [MIXED, NORM_ROPE_STORE, MAPPED, INDEXER_LOGITS],
+                         ids=["mixed", "norm_rope_store", "mapped", "indexer_logits"])
 def test_a_cxx_compiler_agrees_with_the_layout(table, tmp_path):
     """The rendered struct and its static_asserts compile: the compiler lays the struct out as
     kgen.abi computes it. A wrong offset in the asserts does not compile."""
@@ -69,7 +123,8 @@ def test_a_cxx_compiler_agrees_with_the_layout(table, tmp_path):
     # checks every offset of kgen.abi's table here too
     offsets = "".join(f"static_assert(__builtin_offsetof(cfg::Params, {s.field.name}) == {s.offset}, "
                       f"\"offset of {s.field.name}\");\n" for s in table.slots)
-    src = ("namespace kgen { typedef int int32_t; typedef long long int64_t; typedef unsigned char uint8_t; }\n"
+    src = ("namespace kgen { typedef int int32_t; typedef long long int64_t; typedef unsigned char uint8_t;\n"
+           + TENSOR_MAP_CXX + " }\n"
            "struct cfg {\n  using In = float;\n" + body + "};\n" + offsets)
     f = tmp_path / "abi.cc"
     f.write_text(src)

@@ -27,13 +27,17 @@ struct dsv4_indexer_bf16 : kgen_cfg::dsv4_indexer_bf16 {
   static constexpr long long kReaderWgChunks = 2;
   static constexpr long long kReaderWgAlign = 1024;
   static constexpr long long kReaderWgTokensPerCta = 1;
-  static constexpr long long kReaderWgMinBlocks = 4;
+  static constexpr long long kReaderWgMinBlocks = 2;
+  static constexpr long long kReaderWgTmaBarrierBytes = 16;
+  static constexpr long long kReaderWgTmaProducerThreads = 32;
   static constexpr long long kReaderPrefetch = 0;
   static constexpr long long kReaderMinBlocks = 0;
   static constexpr long long kReaderHeadPasses = 2;
   static constexpr long long kReaderWgmma = 1;
   static constexpr long long kReaderWgStages = 4;
   static constexpr long long kReaderWgL2Prefetch = 0;
+  static constexpr long long kReaderWgTma = 0;
+  static constexpr long long kReaderWgConsumers = 2;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
   // describes it (ABI version 1) and packs the same bytes for every launch.
@@ -52,8 +56,10 @@ struct dsv4_indexer_bf16 : kgen_cfg::dsv4_indexer_bf16 {
   };
   static constexpr int kAbiVersion = 1;
   // the struct kgen/abi.py packs, checked at compile time: member sizes in the table's order, with natural
-  // alignment, fix every offset (NVRTC 13.0, the H200 image's, has no __builtin_offsetof)
+  // alignment (a kgen::TensorMap's is 64), fix every offset (NVRTC 13.0, the H200 image's, has no
+  // __builtin_offsetof)
   static_assert(sizeof(Params) == 72, "kgen ABI v1: sizeof(Params)");
+  static_assert(alignof(Params) == 8, "kgen ABI v1: alignof(Params)");
   static_assert(sizeof(Params::q) == 8, "kgen ABI v1: size of q (at offset 0)");
   static_assert(sizeof(Params::weights) == 8, "kgen ABI v1: size of weights (at offset 8)");
   static_assert(sizeof(Params::cache) == 8, "kgen ABI v1: size of cache (at offset 16)");

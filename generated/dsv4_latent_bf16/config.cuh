@@ -94,8 +94,10 @@ struct dsv4_latent_bf16 {
   };
   static constexpr int kAbiVersion = 1;
   // the struct kgen/abi.py packs, checked at compile time: member sizes in the table's order, with natural
-  // alignment, fix every offset (NVRTC 13.0, the H200 image's, has no __builtin_offsetof)
+  // alignment (a kgen::TensorMap's is 64), fix every offset (NVRTC 13.0, the H200 image's, has no
+  // __builtin_offsetof)
   static_assert(sizeof(Params) == 72, "kgen ABI v1: sizeof(Params)");
+  static_assert(alignof(Params) == 8, "kgen ABI v1: alignof(Params)");
   static_assert(sizeof(Params::x) == 8, "kgen ABI v1: size of x (at offset 0)");
   static_assert(sizeof(Params::weight) == 8, "kgen ABI v1: size of weight (at offset 8)");
   static_assert(sizeof(Params::bias) == 8, "kgen ABI v1: size of bias (at offset 16)");

@@ -132,6 +132,9 @@ template <class C>
 KGEN_HD constexpr long long wg_fp4_stage() {
   return kWgTileKeys * (C::kRowBytes + C::kScaleBytes);
 }
+// the TMA variant's per-stage mbarriers (full, empty) and its producer warp (kgen/layout.py READER_WG_TMA_*)
+constexpr long long kWgTmaBarrierBytes = 16, kWgTmaProducerThreads = 32, kWgTmaMaxConsumers = 4;
+constexpr long long kSmRegisters = 65536, kWgTmaRegisters = 96;
 template <class C>
 KGEN_HD constexpr long long wg_smem(long long ntok) {
   const long long token = ntok * (wg_chunks<C>() * C::kReaderHeads * kWgChunkBytes + 4 * C::kReaderHeads);
@@ -139,7 +142,9 @@ KGEN_HD constexpr long long wg_smem(long long ntok) {
     return kWgAlign + wg_chunks<C>() * kWgTileKeys * kWgChunkBytes +
            C::kReaderWgStages * (wg_fp4_stage<C>() + kWgTileKeys * kWgRowInfoBytes) + token;
   }
-  return kWgAlign + C::kReaderWgStages * kWgTileKeys * (kWgChunkBytes + kWgRowInfoBytes) + token;
+  const long long stage = wg_chunks<C>() * kWgTileKeys * kWgChunkBytes + kWgTileKeys * kWgRowInfoBytes +
+                          (C::kReaderWgTma ? kWgTmaBarrierBytes : 0);
+  return kWgAlign + C::kReaderWgStages * stage + token;
 }
 template <class C>
 KGEN_HD constexpr long long wg_tokens() {
@@ -163,10 +168,26 @@ KGEN_HD constexpr bool wg_readable() {
                             C::kScaleRegionOffset % 4 == 0 && C::kScaleStride % 4 == 0)) &&
          wg_tokens<C>() >= 1;
 }
+// The TMA variant (kgen.layout.reader_wg_tma_layout): bf16 or fp8 rows as stored, a tile inside one page,
+// 16-B aligned pages (the tensor map's strides), fp8 scales one 4-B word per token, consecutive at a 16-B
+// aligned offset (a tile's 64 are one 256-B bulk copy).
+template <class C>
+KGEN_HD constexpr bool wg_tma_readable() {
+  const bool fp8 = C::kStoreDtype == Dtype::fp8_e4m3;
+  return (C::kStoreDtype == Dtype::bf16 || fp8) && C::kKeptDim == 0 && C::kQuantRowOffset == 0 &&
+         C::kPageSize % kWgTileKeys == 0 && C::kPageBytes % 16 == 0 && wg_chunks<C>() > 0 &&
+         (C::kScaleKind == ScaleKind::none ||
+          (fp8 && C::kBlocksPerToken == 1 && C::kScaleUnit == 4 && C::kScaleStride == 4 && C::kScaleRegionOffset % 16 == 0));
+}
+template <class C>
+KGEN_HD constexpr long long wg_threads() {
+  return C::kReaderWgTma ? C::kReaderWgConsumers * 128 + kWgTmaProducerThreads : C::kReaderWarps * 32;
+}
 template <class C>
 KGEN_HD constexpr long long wg_ctas_per_sm() {
   const long long n = kSmSharedBytes / (wg_smem<C>(1) + kCtaReservedBytes);
-  return n < 1 ? 1 : min2(n, kWgMaxCtas);
+  const long long most = C::kReaderWgTma ? kSmRegisters / (wg_threads<C>() * kWgTmaRegisters) : kWgMaxCtas;
+  return n < 1 ? 1 : min2(n, most);
 }
 // kReaderWgmma 0 on a layout the path reads: the mma.sync path on sm_90a too (the bench compares them)
 template <class C>
@@ -176,7 +197,12 @@ KGEN_HD constexpr bool wg_constants_agree() {
          C::kReaderWgChunkBytes == kWgChunkBytes && C::kReaderWgAlign == kWgAlign && C::kReaderWgStages >= 2 &&
          C::kReaderWgChunks == (wg ? wg_chunks<C>() : 0) && C::kReaderWgTokensPerCta == (wg ? wg_tokens<C>() : 0) &&
          C::kReaderWgMinBlocks == (wg ? wg_ctas_per_sm<C>() : 0) &&
-         (C::kReaderWgL2Prefetch == 0 || C::kReaderWgL2Prefetch == 128 || C::kReaderWgL2Prefetch == 256);
+         (C::kReaderWgL2Prefetch == 0 || C::kReaderWgL2Prefetch == 128 || C::kReaderWgL2Prefetch == 256) &&
+         (C::kReaderWgTma == 0 ||
+          (wg && wg_tma_readable<C>() && C::kReaderWgStages % C::kReaderWgConsumers == 0)) &&
+         C::kReaderWgConsumers >= 1 &&
+         C::kReaderWgConsumers <= kWgTmaMaxConsumers && C::kReaderWgTmaBarrierBytes == kWgTmaBarrierBytes &&
+         C::kReaderWgTmaProducerThreads == kWgTmaProducerThreads;
 }
 
 // The reader's own constants, re-derived.
@@ -252,6 +278,15 @@ KGEN_HD constexpr int min_blocks() {
   return static_cast<int>(C::kReaderWgmma ? C::kReaderWgMinBlocks : C::kReaderMinBlocks);
 #else
   return static_cast<int>(C::kReaderMinBlocks);
+#endif
+}
+// and its threads per CTA (the TMA variant: its consumer warpgroups and the producer warp)
+template <class C>
+KGEN_HD constexpr int threads() {
+#if KGEN_READER_WGMMA && !defined(KGEN_CPU_SHIM)
+  return static_cast<int>(C::kReaderWgmma ? wg_threads<C>() : C::kReaderWarps * 32);
+#else
+  return static_cast<int>(C::kReaderWarps * 32);
 #endif
 }
 
@@ -782,6 +817,55 @@ __device__ __forceinline__ uint32_t dynamic_smem_size() {
   asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(bytes));
   return bytes;
 }
+
+// The TMA variant's primitives: mbarriers in shared memory (8 B each, addressed as shared offsets), the
+// tensor copy of one box through the cache's tensor map (in the kernel's parameter space), a bulk copy.
+__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// the initialized barriers visible to the other threads and to the async proxy (the copies complete on them)
+__device__ __forceinline__ void bar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void bar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// arrive, and expect `bytes` more of copies completing on this phase
+__device__ __forceinline__ void bar_arrive_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// until the phase of parity `parity` has completed
+__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// box (c0, c1, c2, c3) of the tensor map at `map` into shared memory at `dst`, completing on `bar`
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* map, uint32_t bar, int c0, int c1, int c2,
+                                            int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+// the tensor map's 128 B fetched ahead of the first copy that reads it
+__device__ __forceinline__ void prefetch_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-B aligned) global -> shared, completing on `bar`
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+// a barrier of `threads` threads (a multiple of 32) with id `id` (0 is __syncthreads')
+__device__ __forceinline__ void named_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 #endif
 
 // Shared-memory matrix descriptor of a K-major operand in the 128-B swizzle: start address, leading
@@ -1169,6 +1253,201 @@ struct WgLogits {
   }
 };
 
+#if !defined(KGEN_CPU_SHIM)
+// The TMA variant of the sm_90a path (kReaderWgTma, kgen/layout.py's reader_wg_tma): bf16 and fp8 keys whose
+// 64-key tiles lie in one page. Warps [0, 4 x kConsumers) are kConsumers warpgroups that score tiles, the
+// last warp the producer that stages them:
+// - the producer walks the CTA's tiles in order into a ring of kStages stages. For a tile some token here
+//   sees, whose page is inside the table and the cache, one lane copies each 128-B chunk of its 64 rows as
+//   one box of the cache's tensor map (p.cache_map: the copy writes the 128-B swizzle wgmma reads) and fp8's
+//   64 scales as one 256-B bulk copy, all completing on the stage's `full` barrier; otherwise the warp
+//   writes the rows' factors (bf16: 1; NaN for a visible tile whose page is bad) and arrives. The table is
+//   read 32 columns at a time, one entry per lane, ahead of the copies that need it.
+// - warpgroup g scores tiles g, g + kConsumers, ...: it waits for the stage's `full` phase, multiplies
+//   (the same wgmma and epilogue as WgLogits), and its four warps arrive on the stage's `empty` barrier, which
+//   the producer waits for before it refills the stage.
+// q and the weights are staged once per CTA by the consumers (cp.async, as WgLogits).
+template <class C>
+struct WgTmaLogits {
+  static constexpr int H = static_cast<int>(C::kReaderHeads);
+  static constexpr int kTile = static_cast<int>(C::kReaderWgTileKeys);
+  static constexpr int kChunkBytes = static_cast<int>(C::kReaderWgChunkBytes);
+  static constexpr int kChunks = static_cast<int>(C::kReaderWgChunks);
+  static constexpr int kStages = static_cast<int>(C::kReaderWgStages);
+  static constexpr int kTokens = static_cast<int>(C::kReaderWgTokensPerCta);
+  static constexpr int kConsumers = static_cast<int>(C::kReaderWgConsumers);
+  static constexpr int kConsumerThreads = kConsumers * 128;
+  static constexpr int kThreads = static_cast<int>(reader::wg_threads<C>());
+  static constexpr bool kFp8 = C::kStoreDtype == Dtype::fp8_e4m3;
+  static constexpr bool kScaled = C::kScaleKind != ScaleKind::none;
+  static constexpr int kBoxBytes = kTile * kChunkBytes;      // one box: a 128-B chunk of the tile's 64 rows
+  static constexpr int kStageBytes = kChunks * kBoxBytes;    // a tile's rows
+  static constexpr int kQChunkBytes = H * kChunkBytes;       // one chunk of a token's q rows
+  static constexpr int kScaleTileBytes = kTile * 4;          // fp8: the tile's scales
+  static constexpr int kSteps = kChunkBytes / 32;            // wgmma k-steps of 32 B
+  static constexpr uint32_t kTxBytes = kStageBytes + (kScaled ? kScaleTileBytes : 0);
+  static constexpr int kPageShift = static_cast<int>(C::kPageShift);
+
+  static_assert(reader::wg_tma_readable<C>() && C::kReaderWgTma == 1, "[wgmma-tma] a layout the variant reads");
+  static_assert(kThreads == kConsumerThreads + reader::kWgTmaProducerThreads, "[wgmma-tma] warpgroups + a warp");
+  static_assert(H == 64 && kTile == 64, "[wgmma] m64n64: 64 keys x 64 heads per instruction");
+  static_assert(kChunkBytes == 128 && C::kRowBytes == kChunks * kChunkBytes, "[wgmma] rows of whole 128-B atoms");
+  static_assert(reader::q_bytes(C::kStoreDtype) * C::kHeadDim == C::kRowBytes, "q rows are key rows' width");
+  static_assert(kBoxBytes % C::kReaderWgAlign == 0 && kQChunkBytes % C::kReaderWgAlign == 0,
+                "[wgmma] operand bases 1024-B aligned");
+  static_assert(kChunks == 1 || kTokens == 1, "several chunks per row: one token's accumulators per tile");
+  static_assert(C::kPageSize % kTile == 0, "[wgmma-tma] a tile lies in one page");
+  static_assert(!kScaled || (C::kScaleStride == 4 && C::kScaleRegionOffset % 16 == 0),
+                "[wgmma-tma] a tile's scales are one 16-B aligned 256-B copy");
+  static_assert(kStages >= 2 && kStages % kConsumers == 0,
+                "[wgmma-tma] whole rounds: a warpgroup reads a stage's previous tile before it waits for the next "
+                "(a barrier is never two phases behind)");
+  static_assert(reader::wg_smem<C>(kTokens) <= reader::kMaxSmemBytes, "[wgmma] shared memory within 227 KB");
+
+  struct Smem {  // the carve-up (reader::wg_smem): the stages' rows and q first (1024-B aligned)
+    unsigned char* keys;  // kStages x kStageBytes
+    unsigned char* q;     // ntok x kChunks x kQChunkBytes
+    float* row_info;      // kStages x kTile: scale (or 1), NaN for the rows of a bad page
+    float* w;             // ntok x H
+    uint32_t bars;        // kStages x (full, empty): shared address
+    __device__ uint32_t full(int s) const { return bars + 16u * s; }
+    __device__ uint32_t empty(int s) const { return bars + 16u * s + 8u; }
+  };
+
+  __device__ static void produce(const typename C::Params& p, const Smem& sm, const int* table, long long key0,
+                                 int ntiles, int visible_end, int lane) {
+    const void* map = &p.cache_map;
+    int window = -1, entry = -1;  // lane l holds table column window + l
+#pragma unroll 1
+    for (int i = 0; i < ntiles; ++i) {
+      const int s = i % kStages;
+      const int k0 = static_cast<int>(key0) + i * kTile;
+      const int col = k0 >> kPageShift;
+      if (window < 0 || col >= window + 32) {
+        window = col;
+        entry = window + lane < p.max_pages ? __ldg(table + window + lane) : -1;
+      }
+      const int page = __shfl_sync(num::kFullMask, entry, col - window);
+      if (i >= kStages) wg::bar_wait(sm.empty(s), static_cast<uint32_t>(i / kStages - 1) & 1u);
+      const bool seen = k0 < visible_end;  // some token here sees a key of the tile
+      const bool ok = seen && col < p.max_pages && page >= 0 && page < p.num_pages;
+      float* info = sm.row_info + s * kTile;
+      if (seen && (!kScaled || !ok)) {
+        const float factor = ok ? 1.0f : __int_as_float(0x7fc00000);
+        info[lane] = factor;
+        info[lane + 32] = factor;
+      }
+      __syncwarp();
+      if (lane == 0) {
+        if (ok) {
+          const int slot0 = k0 & static_cast<int>(C::kPageSize - 1);
+          wg::bar_arrive_tx(sm.full(s), kTxBytes);
+          const uint32_t dst = wg::smem_addr(sm.keys + s * kStageBytes);
+#pragma unroll
+          for (int kc = 0; kc < kChunks; ++kc) wg::tma_load_4d(dst + kc * kBoxBytes, map, sm.full(s), 0, kc, slot0, page);
+          if constexpr (kScaled) {
+            // the rows' factors were last written by this warp's st.shared (a bad page) or a copy: order them
+            wg::fence_async_proxy();
+            const uint8_t* scales = p.cache + static_cast<long long>(page) * C::kPageBytes + C::kScaleRegionOffset +
+                                    static_cast<long long>(slot0) * C::kScaleStride;
+            wg::bulk_load(wg::smem_addr(info), scales, kScaleTileBytes, sm.full(s));
+          }
+        } else {
+          wg::bar_arrive(sm.full(s));
+        }
+      }
+    }
+  }
+
+  __device__ static void run(const typename C::Params& p) {
+    KGEN_DYNAMIC_SMEM(smem);
+    const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+    const int gid = lane / 4, tig = lane % 4;
+    const int b = blockIdx.y;
+    const int t0 = blockIdx.z * kTokens;
+    const int ntok = min(kTokens, p.next_n - t0);
+    const wg::CtaKeys<kTile> cta(p.max_seq_len);
+    if (cta.key0 >= p.max_seq_len) return;  // the whole CTA, before any barrier
+    const long long key0 = cta.key0;
+    const int key_end = cta.key_end, ntiles = cta.ntiles;
+
+    Smem sm;
+    sm.keys = wg::aligned_smem<C>(smem, ntok);
+    sm.q = sm.keys + kStages * kStageBytes;
+    sm.row_info = reinterpret_cast<float*>(sm.q + ntok * kChunks * kQChunkBytes);
+    sm.w = sm.row_info + kStages * kTile;
+    sm.bars = wg::smem_addr(sm.w + ntok * H);
+    if (tid == kConsumerThreads) {
+      for (int s = 0; s < kStages; ++s) {
+        wg::bar_init(sm.full(s), 1);  // the producer's lane 0 (its copies add their bytes)
+        wg::bar_init(sm.empty(s), 4);  // the consuming warpgroup's four warps
+      }
+      wg::bar_init_fence();
+      wg::prefetch_map(&p.cache_map);  // a parameter, not an input: before the predecessor completes
+    }
+    __syncthreads();
+
+    reader::wait_for_predecessor<C>();  // before the first read of an input
+    const int seq_len = __ldg(p.seq_lens + b);
+    const int* table = p.block_table + static_cast<long long>(b) * p.max_pages;
+    const int visible_end = seq_len - p.next_n + t0 + ntok;  // past the last key any token here sees
+    if (tid >= kConsumerThreads) {
+      produce(p, sm, table, key0, ntiles, visible_end, lane);
+      return;
+    }
+
+    const long long q_token0 = static_cast<long long>(b) * p.next_n + t0;
+    wg::stage_q<H, kChunks, kConsumerThreads, C::kRowBytes>(p.q, sm.q, q_token0, ntok, tid);
+    for (int i = tid; i < ntok * H; i += kConsumerThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_async_proxy();  // q, written by cp.async, is read by wgmma
+    wg::named_sync(1, kConsumerThreads);
+
+    const int group = warp / 4, gwarp = warp % 4;
+    const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.keys)), q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
+    float* const logits_t0 = p.logits + q_token0 * p.max_seq_len;
+    float acc[32];
+#pragma unroll 1
+    for (int i = group; i < ntiles; i += kConsumers) {
+      const int s = i % kStages;
+      const int k0 = static_cast<int>(key0) + i * kTile;
+      wg::bar_wait(sm.full(s), static_cast<uint32_t>(i / kStages) & 1u);
+      const uint32_t a_lo = keys_lo + s * (kStageBytes / 16);
+#pragma unroll 1
+      for (int t = 0; t < ntok; ++t) {
+        const int visible_t = seq_len - p.next_n + 1 + t0 + t;  // keys [0, visible_t) are token t's
+        const bool any = k0 < visible_t;                        // a tile none of whose keys the token sees costs no mma
+        if (any) {
+          wg::mma_fence();
+#pragma unroll
+          for (int kc = 0; kc < kChunks; ++kc) {
+            const uint32_t a = a_lo + kc * (kBoxBytes / 16), q = q_lo + (t * kChunks + kc) * (kQChunkBytes / 16);
+#pragma unroll
+            for (int k = 0; k < kSteps; ++k) {
+              const unsigned long long da = wg::desc_sw128_of(a + 2 * k), db = wg::desc_sw128_of(q + 2 * k);
+              const uint32_t accumulate = kc > 0 || k > 0 ? 1u : 0u;
+              if constexpr (kFp8) {
+                wg::mma_e4m3(acc, da, db, accumulate);
+              } else {
+                wg::mma_bf16(acc, da, db, accumulate);
+              }
+            }
+          }
+          wg::mma_commit();
+          wg::mma_wait();
+          wg::keep(acc);
+        }
+        wg::finish(acc, any, sm.w + t * H, sm.row_info + s * kTile,
+                   logits_t0 + static_cast<long long>(t) * p.max_seq_len, k0, key_end, visible_t, gwarp, gid, tig);
+      }
+      __syncwarp();  // the warp's reads of the stage (wgmma, the rows' factors) are done
+      if (lane == 0) wg::bar_arrive(sm.empty(s));
+    }
+  }
+};
+#endif  // !KGEN_CPU_SHIM
+
 // fp4 keys on the sm_90a path: the rows are staged as stored (packed e2m1 and their ue8m0 scale bytes, a
 // ring of kReaderWgStages tiles by cp.async), each tile converted by the CTA into one bf16 A operand in
 // the 128-B swizzled layout the bf16 keys are staged in (e2m1x8_bf16: exact), then the same m64n64k16 bf16
@@ -1397,7 +1676,7 @@ struct WgFp4Logits {
 }  // namespace detail
 
 template <class C>
-__global__ void __launch_bounds__(C::kReaderWarps * 32, reader::min_blocks<C>())
+__global__ void __launch_bounds__(reader::threads<C>(), reader::min_blocks<C>())
     indexer_logits(const __grid_constant__ typename C::Params p) {
   // the writer's rule twins first (a spec no rule accepts has no layout to read), then the reader's
   static_assert(sizeof(rules::Twins<C>) > 0, "instantiates the rule twins");
@@ -1406,6 +1685,10 @@ __global__ void __launch_bounds__(C::kReaderWarps * 32, reader::min_blocks<C>())
 #if KGEN_READER_WGMMA
     if constexpr (C::kReaderWgmma != 0 && C::kStoreDtype == Dtype::fp4_e2m1) {
       detail::WgFp4Logits<C>::run(p);
+#if !defined(KGEN_CPU_SHIM)
+    } else if constexpr (C::kReaderWgmma != 0 && C::kReaderWgTma != 0) {
+      detail::WgTmaLogits<C>::run(p);
+#endif
     } else if constexpr (C::kReaderWgmma != 0) {
       detail::WgLogits<C>::run(p);
     } else {

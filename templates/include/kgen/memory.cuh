@@ -5,6 +5,15 @@
 #include "numerics.cuh"
 
 namespace kgen {
+
+// A CUtensorMap as a kernel's Params carries it (kgen/abi.py's TensorMap field, encoded on the host by
+// kgen/tma.py): 128 opaque bytes, 64-B aligned, whose address a cp.async.bulk.tensor takes. Declared here
+// because NVRTC has no cuda.h and the CPU shim compiles these headers with a host compiler.
+struct alignas(64) TensorMap {
+  unsigned long long words[16];
+};
+static_assert(sizeof(TensorMap) == 128 && alignof(TensorMap) == 64, "a CUtensorMap: 128 B, 64-B aligned");
+
 namespace mem {
 
 template <int Bytes>
