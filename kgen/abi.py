@@ -584,11 +584,20 @@ def _reader_wgmma(a: Args) -> bool:
     return launch_wgmma(a)
 
 
+def _reader_cache_map(a: Args) -> bytes:
+    from .indexer import cache_map
+
+    return cache_map(a)
+
+
 INDEXER_LOGITS = KernelAbi(
     kernel="indexer_logits",
-    version=1,
+    version=2,
     doc="sum_h w * relu(q_h . key) over a paged key cache read in place (the read side)",
     fields=(
+        # first: the one 64-B aligned member at offset 0 leaves no padding before the pointers
+        TensorMap("cache_map", "cache", "the key region of cache's pages (TMA variant; else zeros)",
+                  _reader_cache_map),
         Tensor("q", "uint8_t", _reader_q_dtype, lambda s, lay: ("B", "next_n", READER_HEADS, s.head_dim),
                "[B, next_n, heads, head_dim]: fp8 e4m3 for fp8 keys, else bf16",
                lambda s, lay, d: f"[B, next_n, {READER_HEADS}, {s.head_dim}]"),

@@ -119,6 +119,37 @@ def runs_wgmma(spec: Spec, target: str | None, tune: dict | None = None, lay: L.
     return target is not None and has_wgmma(target) and L.reader_wg_enabled(lay or L.compute(spec), tune)
 
 
+def runs_tma(spec: Spec, target: str | None, tune: dict | None = None, lay: L.Layout | None = None) -> bool:
+    """Does the reader rendered with `tune` and compiled for `target` run the wgmma path's TMA variant
+    (which reads the cache through the tensor map Params.cache_map)? Its twin is kReaderWgTma."""
+    return target is not None and has_wgmma(target) and L.reader_wg_tma(lay or L.compute(spec), tune)
+
+
+def launch_tma(args) -> bool:
+    """Does the launch of the checked arguments `args` run the TMA variant (args.target, args.tune: the
+    loaded cubin's, kgen.runtime sets them)? Memoized per spec object, target and tuning."""
+    spec, target = args.spec, args.target
+    if target is None:  # the CPU emulation, or arguments no cubin was picked for yet
+        return False
+    return _memo((id(spec), "tma", target, _tune_key(args.tune)), spec,
+                 lambda: runs_tma(spec, target, args.tune, args.layout))
+
+
+def cache_map(args) -> bytes:
+    """kgen.abi.INDEXER_LOGITS's `cache_map` for the checked arguments `args`: the tensor map of the
+    cache's key region (kgen.tma) where the launch runs the TMA variant, else zeros (other archs, the
+    cp.async variant, the CPU emulation: the kernel reads no map). An empty cache has no key to read and
+    no map either (the driver encodes no empty dimension)."""
+    from .abi import NO_TENSOR_MAP
+
+    cache = args.tensors["cache"]
+    if not launch_tma(args) or not cache.shape[0]:
+        return NO_TENSOR_MAP
+    from .tma import cache_key_map
+
+    return cache_key_map(args.layout, cache)
+
+
 def check(spec: Spec, q, weights, cache, block_table, seq_lens, max_seq_len, logits=None, *,
           check_bounds: bool = False, require_cuda: bool = True):
     """Every check of a kernel call, each failure an ArgumentError naming the argument, before any

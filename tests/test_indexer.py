@@ -143,10 +143,13 @@ def test_writer_rule_twins_fire_first_under_no_validate(cache):
 
 def test_abi_table_packs_the_struct_the_config_asserts():
     names = [f.name for f in INDEXER_LOGITS.fields]
-    assert names == ["q", "weights", "cache", "block_table", "seq_lens", "logits", "num_pages", "batch",
-                     "next_n", "max_pages", "max_seq_len"]
-    assert INDEXER_LOGITS.size == 6 * 8 + 8 + 4 * 4
-    values = tuple(range(1, 12))
+    assert names == ["cache_map", "q", "weights", "cache", "block_table", "seq_lens", "logits", "num_pages",
+                     "batch", "next_n", "max_pages", "max_seq_len"]
+    # the 128-B tensor map at offset 0, then 6 pointers, 1 int64, 4 int32, padded to the map's 64-B alignment
+    assert [s.offset for s in INDEXER_LOGITS.slots][:2] == [0, 128]
+    assert INDEXER_LOGITS.alignment == 64 and INDEXER_LOGITS.size == 256 == -(-(128 + 6 * 8 + 8 + 4 * 4) // 64) * 64
+    assert INDEXER_LOGITS.version == 2
+    values = (bytes(range(128)), *range(1, 12))
     assert INDEXER_LOGITS.unpack(INDEXER_LOGITS.pack(values)) == dict(zip(names, values, strict=True))
     from kgen.abi import KERNELS
 

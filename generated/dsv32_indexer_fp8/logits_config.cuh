@@ -40,8 +40,9 @@ struct dsv32_indexer_fp8 : kgen_cfg::dsv32_indexer_fp8 {
   static constexpr long long kReaderWgConsumers = 2;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
-  // describes it (ABI version 1) and packs the same bytes for every launch.
+  // describes it (ABI version 2) and packs the same bytes for every launch.
   struct Params {
+    kgen::TensorMap cache_map;         // the key region of cache's pages (TMA variant; else zeros)
     const kgen::uint8_t* q;            // [B, next_n, heads, head_dim]: fp8 e4m3 for fp8 keys, else bf16
     const float* weights;              // [B * next_n, heads]
     const kgen::uint8_t* cache;        // [num_pages, page_bytes]
@@ -54,23 +55,24 @@ struct dsv32_indexer_fp8 : kgen_cfg::dsv32_indexer_fp8 {
     kgen::int32_t max_pages;           // block_table columns
     kgen::int32_t max_seq_len;         // logits columns
   };
-  static constexpr int kAbiVersion = 1;
+  static constexpr int kAbiVersion = 2;
   // the struct kgen/abi.py packs, checked at compile time: member sizes in the table's order, with natural
   // alignment (a kgen::TensorMap's is 64), fix every offset (NVRTC 13.0, the H200 image's, has no
   // __builtin_offsetof)
-  static_assert(sizeof(Params) == 72, "kgen ABI v1: sizeof(Params)");
-  static_assert(alignof(Params) == 8, "kgen ABI v1: alignof(Params)");
-  static_assert(sizeof(Params::q) == 8, "kgen ABI v1: size of q (at offset 0)");
-  static_assert(sizeof(Params::weights) == 8, "kgen ABI v1: size of weights (at offset 8)");
-  static_assert(sizeof(Params::cache) == 8, "kgen ABI v1: size of cache (at offset 16)");
-  static_assert(sizeof(Params::block_table) == 8, "kgen ABI v1: size of block_table (at offset 24)");
-  static_assert(sizeof(Params::seq_lens) == 8, "kgen ABI v1: size of seq_lens (at offset 32)");
-  static_assert(sizeof(Params::logits) == 8, "kgen ABI v1: size of logits (at offset 40)");
-  static_assert(sizeof(Params::num_pages) == 8, "kgen ABI v1: size of num_pages (at offset 48)");
-  static_assert(sizeof(Params::batch) == 4, "kgen ABI v1: size of batch (at offset 56)");
-  static_assert(sizeof(Params::next_n) == 4, "kgen ABI v1: size of next_n (at offset 60)");
-  static_assert(sizeof(Params::max_pages) == 4, "kgen ABI v1: size of max_pages (at offset 64)");
-  static_assert(sizeof(Params::max_seq_len) == 4, "kgen ABI v1: size of max_seq_len (at offset 68)");
+  static_assert(sizeof(Params) == 256, "kgen ABI v2: sizeof(Params)");
+  static_assert(alignof(Params) == 64, "kgen ABI v2: alignof(Params)");
+  static_assert(sizeof(Params::cache_map) == 128, "kgen ABI v2: size of cache_map (at offset 0)");
+  static_assert(sizeof(Params::q) == 8, "kgen ABI v2: size of q (at offset 128)");
+  static_assert(sizeof(Params::weights) == 8, "kgen ABI v2: size of weights (at offset 136)");
+  static_assert(sizeof(Params::cache) == 8, "kgen ABI v2: size of cache (at offset 144)");
+  static_assert(sizeof(Params::block_table) == 8, "kgen ABI v2: size of block_table (at offset 152)");
+  static_assert(sizeof(Params::seq_lens) == 8, "kgen ABI v2: size of seq_lens (at offset 160)");
+  static_assert(sizeof(Params::logits) == 8, "kgen ABI v2: size of logits (at offset 168)");
+  static_assert(sizeof(Params::num_pages) == 8, "kgen ABI v2: size of num_pages (at offset 176)");
+  static_assert(sizeof(Params::batch) == 4, "kgen ABI v2: size of batch (at offset 184)");
+  static_assert(sizeof(Params::next_n) == 4, "kgen ABI v2: size of next_n (at offset 188)");
+  static_assert(sizeof(Params::max_pages) == 4, "kgen ABI v2: size of max_pages (at offset 192)");
+  static_assert(sizeof(Params::max_seq_len) == 4, "kgen ABI v2: size of max_seq_len (at offset 196)");
 };
 
 }  // namespace kgen_reader
