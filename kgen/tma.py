@@ -45,21 +45,20 @@ def cache_map_geometry(lay: L.Layout, num_pages: int) -> MapGeometry:
                        element_strides=(1,) * RANK)
 
 
-_memo: dict[tuple, bytes] = {}
+_memo: dict[tuple, bytes] = {}  # (address, device, num_pages, row, page size, page bytes) -> map
 
 
 def cache_key_map(lay: L.Layout, cache: Any) -> bytes:
     """The CUtensorMap (kgen.abi.TENSOR_MAP_BYTES bytes) of the key region of `cache` (a CUDA uint8 tensor
     [num_pages, page_bytes] of layout `lay`, checked by kgen.abi: contiguous, 16-B aligned). A map the
     driver refuses is an ArgumentError naming `cache`. Memoized per address, device and geometry."""
-    num_pages = int(cache.shape[0])
-    geometry = cache_map_geometry(lay, num_pages)
-    address = int(cache.data_ptr())
-    key = (address, cache.device.index, geometry)
+    # the key: what the geometry is computed from (a few attribute reads; the geometry itself only on a miss)
+    address, num_pages = int(cache.data_ptr()), int(cache.shape[0])
+    key = (address, cache.device.index, num_pages, lay.row_bytes, lay.page_size, lay.page_bytes)
     hit = _memo.get(key)
     if hit is not None:
         return hit
-    data = encode(address, geometry)
+    data = encode(address, cache_map_geometry(lay, num_pages))
     if len(_memo) >= MEMO_MAX:
         del _memo[next(iter(_memo))]  # the oldest
     _memo[key] = data
