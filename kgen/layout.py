@@ -695,7 +695,8 @@ def reader_wg_ctas_per_sm(lay: Layout, ntok: int, stages: int, tma: bool = False
     per = reader_wg_smem_bytes(lay, ntok, stages, tma) + READER_CTA_RESERVED_BYTES
     # the TMA variant's CTAs are large: its threads' registers (planned at READER_WG_TMA_REGISTERS each)
     # bind before the SM's thread count does
-    most = READER_SM_REGISTERS // (reader_wg_tma_threads(consumers) * READER_WG_TMA_REGISTERS) if tma else READER_WG_MAX_CTAS
+    most = (READER_SM_REGISTERS // (reader_wg_tma_threads(consumers) * READER_WG_TMA_REGISTERS) if tma
+            else READER_WG_MAX_CTAS)
     return max(1, min(most, READER_SM_SHARED_BYTES // per))
 
 
@@ -724,11 +725,12 @@ def reader_wg_enabled(lay: Layout, tune: dict[str, int] | None = None) -> bool:
 READER_WG_TMA_BARRIER_BYTES = 16  # per stage: the full and the empty mbarrier, 8 B each
 READER_WG_TMA_PRODUCER_THREADS = 32  # one warp, after the consumers' warpgroups
 READER_WG_TMA_MAX_CONSUMERS = 4
+READER_WG_TMA_MAX_STAGES = 32
 READER_WG_TMA_MAP_BYTES = 128  # a CUtensorMap (64-B aligned)
 READER_SM_REGISTERS = 65536  # 32-bit registers of an sm_90 SM
 # registers per thread a TMA-variant CTA plan leaves (the consumers' 32 accumulators, descriptors, the
-# epilogue; ptxas uses 83 for fp8): __launch_bounds__ then never makes ptxas spill to fit the planned CTAs
-READER_WG_TMA_REGISTERS = 96
+# epilogue; ptxas uses 72 for fp8, 64-69 for bf16): __launch_bounds__ then never makes ptxas spill to fit
+READER_WG_TMA_REGISTERS = 80
 
 
 def reader_wg_tma_layout(lay: Layout) -> bool:
@@ -748,13 +750,15 @@ def reader_wg_tma_layout(lay: Layout) -> bool:
 
 def reader_wg_tma(lay: Layout, tune: dict[str, int] | None = None) -> bool:
     """Does the reader rendered with `tune` run the TMA variant where the arch has wgmma? Its ring must be
-    whole rounds of the consumers (stages a multiple of them): a warpgroup then waits for stage s's next tile
-    only after it read the stage's previous tile itself, so the stage's barrier is never two phases behind the
-    phase it waits for (an mbarrier tells only the current phase from the one before)."""
+    whole rounds of the consumer warpgroups (at most 32 stages, one bit each in the producer's mask): a
+    warpgroup waits for stage s's next tile only after it read the stage's previous tile itself, so the
+    stage's barrier is never two phases behind the phase it waits for (an mbarrier tells only the current
+    phase from the one before)."""
     merged = {**_tuning(lay.spec), **(tune or {})}
-    consumers = int(merged["kReaderWgConsumers"])
+    consumers, stages = int(merged["kReaderWgConsumers"]), int(merged["kReaderWgStages"])
     return (bool(merged["kReaderWgTma"]) and reader_wg_enabled(lay, tune) and reader_wg_tma_layout(lay)
-            and 1 <= consumers <= READER_WG_TMA_MAX_CONSUMERS and int(merged["kReaderWgStages"]) % consumers == 0)
+            and 1 <= consumers <= READER_WG_TMA_MAX_CONSUMERS and stages % consumers == 0
+            and stages <= READER_WG_TMA_MAX_STAGES)
 
 
 def reader_wg_consumers(lay: Layout, tune: dict[str, int] | None = None) -> int:
