@@ -550,15 +550,23 @@ def reader_tokens_per_cta(spec: Spec) -> int:
 # faster for fp8 below 128 x 64K keys and not there) and reader2 (a 256-B prefetch helps bf16 at 64K
 # keys and slows fp8 at 128 x 64K). fp4's 3 stages are not measured yet: the fewest that still give 4 CTAs
 # per SM (the converted operand and q take 32 KB of each CTA; 2 stages give 5 CTAs, 4 stages 4).
+# kReaderWgTma: the TMA variant where it reads the layout (reader_wg_tma_layout), with its own ring of
+# kReaderWgTmaStages tiles shared by kReaderWgConsumers warpgroups; elsewhere the cp.async variant and its
+# kReaderWgStages. bench/results/h200-2026-11-30/tma1 (both variants and 7 TMA rings on the same inputs in one
+# process): fp8 with 2 consumers and 8 stages (2 CTAs per SM) is faster in CUDA graphs from 1 x 64K to
+# 128 x 64K keys (1 x 256K: 8.8 against 10.0 us; 128 x 64K: 300 against 319 us) and within 2 % cold; bf16
+# with 2 consumers and 4 stages is 5-10 % faster at 32 and 128 x 64K (0.96 / 0.97 of copy at 128 x 64K).
+# One CTA of 3 or 4 consumers is 40-50 % slower at large shapes (one producer warp per SM does not keep up).
 READER_TUNING_DEFAULTS = {
     "bf16": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
-             "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0, "kReaderWgTma": 0, "kReaderWgConsumers": 2},
+             "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0,
+             "kReaderWgTma": 1, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2},
     "fp8_e4m3": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
-                 "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0, "kReaderWgTma": 0,
-                 "kReaderWgConsumers": 2},
+                 "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0,
+                 "kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2},
     "fp4_e2m1": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
-                 "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0, "kReaderWgTma": 0,
-                 "kReaderWgConsumers": 2},
+                 "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0,
+                 "kReaderWgTma": 0, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2},
 }
 
 # The wgmma path's ring chosen per launch (kgen.indexer picks the cubin; each is rendered, and twinned, from
@@ -701,8 +709,10 @@ def reader_wg_ctas_per_sm(lay: Layout, ntok: int, stages: int, tma: bool = False
 
 
 def reader_wg_stages(lay: Layout, tune: dict[str, int] | None = None) -> int:
-    """The stages of the wgmma path: the tuning's (READER_TUNING_DEFAULTS by key dtype, `tune` over it)."""
-    return int({**_tuning(lay.spec), **(tune or {})}["kReaderWgStages"])
+    """The ring of the wgmma path's variant that runs: the tuning's (READER_TUNING_DEFAULTS by key dtype,
+    `tune` over it) kReaderWgTmaStages where the TMA variant runs, else kReaderWgStages."""
+    merged = {**_tuning(lay.spec), **(tune or {})}
+    return int(merged["kReaderWgTmaStages" if reader_wg_tma(lay, tune) else "kReaderWgStages"])
 
 
 def reader_wg_enabled(lay: Layout, tune: dict[str, int] | None = None) -> bool:
@@ -755,10 +765,10 @@ def reader_wg_tma(lay: Layout, tune: dict[str, int] | None = None) -> bool:
     stage's barrier is never two phases behind the phase it waits for (an mbarrier tells only the current
     phase from the one before)."""
     merged = {**_tuning(lay.spec), **(tune or {})}
-    consumers, stages = int(merged["kReaderWgConsumers"]), int(merged["kReaderWgStages"])
+    consumers, stages = int(merged["kReaderWgConsumers"]), int(merged["kReaderWgTmaStages"])
     return (bool(merged["kReaderWgTma"]) and reader_wg_enabled(lay, tune) and reader_wg_tma_layout(lay)
             and 1 <= consumers <= READER_WG_TMA_MAX_CONSUMERS and stages % consumers == 0
-            and stages <= READER_WG_TMA_MAX_STAGES)
+            and 2 <= stages <= READER_WG_TMA_MAX_STAGES and reader_wg_tokens_per_cta(lay, stages, tma=True) >= 1)
 
 
 def reader_wg_consumers(lay: Layout, tune: dict[str, int] | None = None) -> int:
@@ -817,6 +827,7 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         **(tune or {}),
         "kReaderWgmma": int(wg),  # the tuning's wish, where the path reads the layout
         "kReaderWgTma": int(tma),  # likewise
+        "kReaderWgStages": stages,  # the ring of the variant that runs
     }
 
 

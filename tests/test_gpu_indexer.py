@@ -20,12 +20,13 @@ SPECS = ROOT / "specs"
 INDEXER = ["dsv4/indexer_fp8.yaml", "dsv4/indexer_fp4.yaml", "indexer_bf16.yaml", "dsv32_indexer.yaml"]
 
 
+@pytest.mark.parametrize("tune", [None, {"kReaderWgTma": 0}], ids=["default", "cp.async"])
 @pytest.mark.parametrize("path", INDEXER)
 @pytest.mark.parametrize("case", [0, 3])
-def test_kernel_matches_the_torch_path(path, case):
+def test_kernel_matches_the_torch_path(path, case, tune):
     spec = load_spec(SPECS / path)
     lens, next_n = rc.correctness_cases(spec)[case]
-    r = rc.run_case(spec, lens, next_n=next_n)
+    r = rc.run_case(spec, lens, next_n=next_n, tune=tune)
     assert r.ok, r
 
 
@@ -90,10 +91,12 @@ def test_reader_started_early_waits_for_the_writer_before_it():
         assert res.ok, res
 
 
-# The TMA variant of the sm_90a path (kReaderWgTma): two ring shapes (two CTAs per SM of two consumer
-# warpgroups; one CTA of four), bf16 and fp8 keys, ragged lengths, MTP, and a page outside the cache.
-TMA_TUNES = [{"kReaderWgTma": 1, "kReaderWgStages": 8, "kReaderWgConsumers": 2},
-             {"kReaderWgTma": 1, "kReaderWgStages": 16, "kReaderWgConsumers": 4}]
+# The TMA variant of the sm_90a path (kReaderWgTma; the shipped default for these layouts): two ring shapes
+# (fp8's default, two CTAs per SM of two consumer warpgroups; one CTA of three), bf16 and fp8 keys, ragged
+# lengths, MTP, and a page outside the cache. The cp.async variant: test_kernel_matches_the_torch_path's
+# cases with kReaderWgTma 0.
+TMA_TUNES = [{"kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2},
+             {"kReaderWgTma": 1, "kReaderWgTmaStages": 12, "kReaderWgConsumers": 3}]
 
 
 def _runs_tma(spec, tune) -> bool:
@@ -104,7 +107,7 @@ def _runs_tma(spec, tune) -> bool:
     return has_wgmma(device_arch(spec, 0)) and L.reader_wg_tma(L.compute(spec), tune)
 
 
-@pytest.mark.parametrize("tune", TMA_TUNES, ids=["2x2", "1x4"])
+@pytest.mark.parametrize("tune", TMA_TUNES, ids=["2x2", "1x3"])
 @pytest.mark.parametrize("path", ["dsv4/indexer_fp8.yaml", "indexer_bf16.yaml"])
 @pytest.mark.parametrize("case", [0, 2, 3, 4])
 def test_tma_variant_matches_the_torch_path(path, case, tune):

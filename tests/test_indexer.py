@@ -182,17 +182,20 @@ def test_wgmma_launch_covers_every_logit_in_one_wave(key, B, next_n, keys):
     lay = L.compute(spec)
     stages = L.reader_wg_stages(lay)
     assert L.reader_wgmma(lay, stages) and L.reader_wg_enabled(lay)
+    tma = L.reader_wg_tma(lay)  # the shipped default where it reads the layout: bf16 and fp8 keys
+    assert tma == (key != "fp4")
     (gx, gy, gz), threads, smem, per = L.reader_launch(spec, B, next_n, keys, 132, wgmma=True)
     tile = L.READER_WG_TILE_KEYS
-    tpc = L.reader_wg_tokens_per_cta(lay, stages)
-    assert threads == 128 and per % tile == 0 and gy == B and gz == -(-next_n // tpc)
+    tpc = L.reader_wg_tokens_per_cta(lay, stages, tma)
+    assert threads == (L.reader_wg_tma_threads(L.reader_wg_consumers(lay)) if tma else 128)
+    assert per % tile == 0 and gy == B and gz == -(-next_n // tpc)
     # the kernel's slice: ceil(tiles / gx) whole tiles; together they cover the context
     tiles = -(-keys // tile)
     kernel_per = -(-tiles // gx) * tile
     assert gx * kernel_per >= keys and kernel_per <= per and (gx - 1) * kernel_per < max(keys, 1)
     ntok = min(tpc, next_n)
-    assert smem == L.reader_wg_smem_bytes(lay, ntok, stages) <= L.READER_MAX_SMEM_BYTES
-    slots = 132 * L.reader_wg_ctas_per_sm(lay, ntok, stages)
+    assert smem == L.reader_wg_smem_bytes(lay, ntok, stages, tma) <= L.READER_MAX_SMEM_BYTES
+    slots = 132 * L.reader_wg_ctas_per_sm(lay, ntok, stages, tma, L.reader_wg_consumers(lay))
     assert gx * gy * gz <= max(slots, B * gz)  # one wave unless the sequences alone are more CTAs
     if (B, keys) == (1, 4096):
         assert gx == 64  # a short context: one tile per CTA, 64 SMs busy
@@ -229,7 +232,7 @@ def test_wgmma_path_choice():
     assert c["kReaderWgmma"] == 0 and c["kReaderWgChunks"] == 0 and c["kReaderWgTokensPerCta"] == 0
 
 
-TMA = {"kReaderWgTma": 1, "kReaderWgStages": 8, "kReaderWgConsumers": 2}
+TMA = {"kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2}
 
 
 def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
@@ -238,8 +241,8 @@ def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
     fp8, bf16, dsv32, fp4 = (spec_of(k) for k in ("fp8", "bf16", "dsv32", "fp4"))
     for s in (fp8, bf16, dsv32):
         lay = L.compute(s)
-        assert L.reader_wg_tma_layout(lay) and not L.reader_wg_tma(lay)  # readable; off unless tuned on
-        assert L.reader_wg_tma(lay, TMA) and runs_wgmma(s, "sm_90a", TMA)
+        assert L.reader_wg_tma_layout(lay) and L.reader_wg_tma(lay)  # the default where it reads the layout
+        assert L.reader_wg_tma(lay, TMA) and runs_wgmma(s, "sm_90a", TMA) and not L.reader_wg_tma(lay, CP)
     assert not L.reader_wg_tma_layout(L.compute(fp4)) and not L.reader_wg_tma(L.compute(fp4), TMA)
     # a tile must lie in one page (one box), fp8's 64 scales one 16-B aligned 256-B copy
     assert not L.reader_wg_tma_layout(L.compute(with_(fp8, layout={"page_size": 32})))
@@ -263,7 +266,7 @@ def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
     assert gx * gy <= 2 * 132 and gx * per >= 65536
     # the ring is the CTA's: no shallow ring for small launches
     assert L.reader_wg_shape_tune(lay, TMA, 1, 1, 4096, 132) == TMA
-    assert L.reader_wg_shape_tune(lay, None, 1, 1, 4096, 132) == {"kReaderWgStages": 2}
+    assert L.reader_wg_shape_tune(lay, CP, 1, 1, 4096, 132) == {**CP, "kReaderWgStages": 2}
 
 
 def test_launch_follows_the_loaded_target_and_tuning(monkeypatch):
@@ -286,31 +289,38 @@ def test_launch_follows_the_loaded_target_and_tuning(monkeypatch):
     assert INDEXER_LOGITS.shared_bytes(six) > 48 * 1024
 
 
+CP = {"kReaderWgTma": 0}  # the cp.async variant of the sm_90a path
+
+
 def test_ring_by_launch_shape():
+    # the cp.async variant's rule (CP: the TMA variant, the default where it reads, has one ring: below)
     fp8, bf16 = L.compute(spec_of("fp8")), L.compute(spec_of("bf16"))
     shallow, per_sm = L.READER_WG_SHAPE_STAGES["fp8_e4m3"]
-    assert L.reader_wg_stages(fp8) == 4 and shallow == 2
+    assert L.reader_wg_stages(fp8, CP) == 4 and shallow == 2
     # fp8: the shallow ring below `per_sm` staged keys per SM, the default from there on
-    assert L.reader_wg_shape_tune(fp8, None, 1, 1, 262144, 132) == {"kReaderWgStages": 2}
-    assert L.reader_wg_shape_tune(fp8, None, 32, 1, 65536, 132) == {"kReaderWgStages": 2}
-    assert L.reader_wg_shape_tune(fp8, None, 64, 1, 65536, 132) == {"kReaderWgStages": 2}
-    assert L.reader_wg_shape_tune(fp8, None, 128, 1, 65536, 132) is None
+    assert L.reader_wg_shape_tune(fp8, CP, 1, 1, 262144, 132) == {**CP, "kReaderWgStages": 2}
+    assert L.reader_wg_shape_tune(fp8, CP, 32, 1, 65536, 132) == {**CP, "kReaderWgStages": 2}
+    assert L.reader_wg_shape_tune(fp8, CP, 64, 1, 65536, 132) == {**CP, "kReaderWgStages": 2}
+    assert L.reader_wg_shape_tune(fp8, CP, 128, 1, 65536, 132) == CP
     edge = per_sm * 132
-    assert L.reader_wg_shape_tune(fp8, None, 1, 1, edge, 132) is None
-    assert L.reader_wg_shape_tune(fp8, None, 1, 1, edge - 1, 132) == {"kReaderWgStages": 2}
+    assert L.reader_wg_shape_tune(fp8, CP, 1, 1, edge, 132) == CP
+    assert L.reader_wg_shape_tune(fp8, CP, 1, 1, edge - 1, 132) == {**CP, "kReaderWgStages": 2}
     # MTP tokens share one staging of the keys (2 per CTA): next_n 2 stages what next_n 1 does
-    assert L.reader_wg_shape_tune(fp8, None, 1, 2, edge, 132) is None
-    assert L.reader_wg_shape_tune(fp8, None, 1, 3, edge // 2, 132) is None
+    assert L.reader_wg_shape_tune(fp8, CP, 1, 2, edge, 132) == CP
+    assert L.reader_wg_shape_tune(fp8, CP, 1, 3, edge // 2, 132) == CP
     # fewer SMs: fewer keys make an SM's share
-    assert L.reader_wg_shape_tune(fp8, None, 32, 1, 65536, 16) is None
+    assert L.reader_wg_shape_tune(fp8, CP, 32, 1, 65536, 16) == CP
     # a tuning that fixes the ring keeps it; other overrides keep the rule
-    assert L.reader_wg_shape_tune(fp8, {"kReaderWgStages": 4}, 1, 1, 4096, 132) == {"kReaderWgStages": 4}
-    assert L.reader_wg_shape_tune(fp8, {"kReaderWgL2Prefetch": 256}, 1, 1, 4096, 132) == {
-        "kReaderWgL2Prefetch": 256, "kReaderWgStages": 2}
+    assert L.reader_wg_shape_tune(fp8, {**CP, "kReaderWgStages": 4}, 1, 1, 4096, 132) == {**CP, "kReaderWgStages": 4}
+    assert L.reader_wg_shape_tune(fp8, {**CP, "kReaderWgL2Prefetch": 256}, 1, 1, 4096, 132) == {
+        **CP, "kReaderWgL2Prefetch": 256, "kReaderWgStages": 2}
+    # the shipped default (the TMA variant) keeps its ring at every shape
+    assert L.reader_wg_tma(fp8) and L.reader_wg_shape_tune(fp8, None, 1, 1, 4096, 132) is None
     # bf16 has no rule
     assert L.reader_wg_shape_tune(bf16, None, 1, 1, 4096, 132) is None
     assert rc.ring_tunes(spec_of("bf16"), None) == [None]
-    assert rc.ring_tunes(spec_of("fp8"), None) == [None, {"kReaderWgStages": 2}]
+    assert rc.ring_tunes(spec_of("fp8"), None) == [None]
+    assert rc.ring_tunes(spec_of("fp8"), CP) == [CP, {**CP, "kReaderWgStages": 2}]
     assert rc.ring_tunes(spec_of("fp4"), None) == [None]  # the mma.sync path: no ring
 
 
@@ -318,9 +328,10 @@ def test_launch_tune_follows_the_arch_and_the_shape(monkeypatch):
     monkeypatch.setitem(indexer._sm_counts, 0, 132)
     spec, args = _case("fp8", lens=(5, 70))
     a = indexer.check(spec, *args, require_cuda=False)
-    assert indexer.launch_tune(a, "sm_90a") == {"kReaderWgStages": 2}  # a small launch: the shallow ring
-    assert indexer.launch_tune(a, "sm_90a") == {"kReaderWgStages": 2}  # memoized
-    assert indexer.launch_tune(a, "sm_90a", {"kReaderWgStages": 4}) == {"kReaderWgStages": 4}
+    assert indexer.launch_tune(a, "sm_90a") is None  # the TMA variant: one ring
+    assert indexer.launch_tune(a, "sm_90a", CP) == {**CP, "kReaderWgStages": 2}  # a small launch: the shallow ring
+    assert indexer.launch_tune(a, "sm_90a", CP) == {**CP, "kReaderWgStages": 2}  # memoized
+    assert indexer.launch_tune(a, "sm_90a", {**CP, "kReaderWgStages": 4}) == {**CP, "kReaderWgStages": 4}
     assert indexer.launch_tune(a, "sm_90") is None  # the mma.sync path has no ring
     assert indexer.launch_tune(a, "sm_90a", {"kReaderWgmma": 0}) == {"kReaderWgmma": 0}
     monkeypatch.setitem(indexer._sm_counts, 0, 1)  # one SM: 2 x 70 keys are still below its share
@@ -331,7 +342,7 @@ def test_launch_tune_follows_the_arch_and_the_shape(monkeypatch):
 @pytest.mark.parametrize("variant,old,new", [
     ("fp8", "kReaderWgChunks = 1;", "kReaderWgChunks = 2;"),
     ("fp8", "kReaderWgTokensPerCta = 2;", "kReaderWgTokensPerCta = 3;"),
-    ("fp8", "kReaderWgMinBlocks = 5;", "kReaderWgMinBlocks = 6;"),
+    ("fp8", "kReaderWgMinBlocks = 2;", "kReaderWgMinBlocks = 3;"),
     ("fp8", "kReaderWgChunkBytes = 128;", "kReaderWgChunkBytes = 64;"),
     # fp4: the operand's chunks are the bf16 widening of head_dim, the shared memory has the operand buffer
     ("fp4", "kReaderWgChunks = 2;", "kReaderWgChunks = 1;"),
@@ -430,6 +441,8 @@ def emulate(spec: Spec, lens: list[int], next_n: int, tmp: Path, *, tune=None, s
             wgmma=False):
     import reader_emulate as E
 
+    if wgmma:  # the emulation has cp.async and wgmma, not TMA and mbarriers: the cp.async variant
+        tune = {"kReaderWgTma": 0, **(tune or {})}
     args = list(rc.make_case(spec, lens, next_n=next_n, device="cpu", seed=7))
     if table_fix:
         table_fix(args)

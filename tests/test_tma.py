@@ -113,7 +113,6 @@ def fake_driver(monkeypatch):
 
 @pytest.mark.parametrize("path,target,tune", [
     (FP8, None, TMA),  # the CPU emulation: no cubin
-    (FP8, "sm_90a", None),  # the default tuning: the cp.async variant
     (FP8, "sm_90a", {"kReaderWgTma": 0}),
     (FP8, "sm_90", TMA),  # no wgmma
     (FP8, "sm_100a", TMA),
@@ -128,10 +127,11 @@ def test_no_map_unless_the_tma_variant_runs(fake_driver, path, target, tune):
     assert fake_driver.calls == []  # nothing asked of the driver
 
 
+@pytest.mark.parametrize("tune", [TMA, None])  # None: the shipped default, the TMA variant where it reads
 @pytest.mark.parametrize("path", [FP8, BF16])
-def test_tma_variant_gets_the_encoded_map_of_the_cache(fake_driver, path):
-    a = _args(path, target="sm_90a", tune=TMA)
-    assert L.reader_wg_tma(a.layout, TMA) and indexer.launch_tma(a)
+def test_tma_variant_gets_the_encoded_map_of_the_cache(fake_driver, path, tune):
+    a = _args(path, target="sm_90a", tune=tune)
+    assert L.reader_wg_tma(a.layout, tune) and indexer.launch_tma(a)
     packed = a.pack()
     assert packed[:8] == (1).to_bytes(8, "little") and packed[8:16] == (100).to_bytes(8, "little")
     (call,) = fake_driver.calls

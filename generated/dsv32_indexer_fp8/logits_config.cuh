@@ -27,16 +27,17 @@ struct dsv32_indexer_fp8 : kgen_cfg::dsv32_indexer_fp8 {
   static constexpr long long kReaderWgChunks = 1;
   static constexpr long long kReaderWgAlign = 1024;
   static constexpr long long kReaderWgTokensPerCta = 2;
-  static constexpr long long kReaderWgMinBlocks = 5;
+  static constexpr long long kReaderWgMinBlocks = 2;
   static constexpr long long kReaderWgTmaBarrierBytes = 16;
   static constexpr long long kReaderWgTmaProducerThreads = 32;
   static constexpr long long kReaderPrefetch = 0;
   static constexpr long long kReaderMinBlocks = 0;
   static constexpr long long kReaderHeadPasses = 2;
   static constexpr long long kReaderWgmma = 1;
-  static constexpr long long kReaderWgStages = 4;
+  static constexpr long long kReaderWgStages = 8;
   static constexpr long long kReaderWgL2Prefetch = 0;
-  static constexpr long long kReaderWgTma = 0;
+  static constexpr long long kReaderWgTma = 1;
+  static constexpr long long kReaderWgTmaStages = 8;
   static constexpr long long kReaderWgConsumers = 2;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py

@@ -37,6 +37,7 @@ struct dsv4_indexer_fp4 : kgen_cfg::dsv4_indexer_fp4 {
   static constexpr long long kReaderWgStages = 3;
   static constexpr long long kReaderWgL2Prefetch = 0;
   static constexpr long long kReaderWgTma = 0;
+  static constexpr long long kReaderWgTmaStages = 4;
   static constexpr long long kReaderWgConsumers = 2;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py

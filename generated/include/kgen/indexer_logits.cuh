@@ -134,7 +134,7 @@ KGEN_HD constexpr long long wg_fp4_stage() {
 }
 // the TMA variant's per-stage mbarriers (full, empty) and its producer warp (kgen/layout.py READER_WG_TMA_*)
 constexpr long long kWgTmaBarrierBytes = 16, kWgTmaProducerThreads = 32, kWgTmaMaxConsumers = 4;
-constexpr long long kSmRegisters = 65536, kWgTmaRegisters = 96;
+constexpr long long kSmRegisters = 65536, kWgTmaRegisters = 80;
 template <class C>
 KGEN_HD constexpr long long wg_smem(long long ntok) {
   const long long token = ntok * (wg_chunks<C>() * C::kReaderHeads * kWgChunkBytes + 4 * C::kReaderHeads);
@@ -176,8 +176,8 @@ KGEN_HD constexpr bool wg_tma_readable() {
   const bool fp8 = C::kStoreDtype == Dtype::fp8_e4m3;
   return (C::kStoreDtype == Dtype::bf16 || fp8) && C::kKeptDim == 0 && C::kQuantRowOffset == 0 &&
          C::kPageSize % kWgTileKeys == 0 && C::kPageBytes % 16 == 0 && wg_chunks<C>() > 0 &&
-         (C::kScaleKind == ScaleKind::none ||
-          (fp8 && C::kBlocksPerToken == 1 && C::kScaleUnit == 4 && C::kScaleStride == 4 && C::kScaleRegionOffset % 16 == 0));
+         (C::kScaleKind == ScaleKind::none || (fp8 && C::kBlocksPerToken == 1 && C::kScaleUnit == 4 &&
+                                               C::kScaleStride == 4 && C::kScaleRegionOffset % 16 == 0));
 }
 template <class C>
 KGEN_HD constexpr long long wg_threads() {
@@ -198,11 +198,10 @@ KGEN_HD constexpr bool wg_constants_agree() {
          C::kReaderWgChunks == (wg ? wg_chunks<C>() : 0) && C::kReaderWgTokensPerCta == (wg ? wg_tokens<C>() : 0) &&
          C::kReaderWgMinBlocks == (wg ? wg_ctas_per_sm<C>() : 0) &&
          (C::kReaderWgL2Prefetch == 0 || C::kReaderWgL2Prefetch == 128 || C::kReaderWgL2Prefetch == 256) &&
-         (C::kReaderWgTma == 0 ||
-          (wg && wg_tma_readable<C>() && C::kReaderWgStages % C::kReaderWgConsumers == 0)) &&
-         C::kReaderWgConsumers >= 1 &&
-         C::kReaderWgConsumers <= kWgTmaMaxConsumers && C::kReaderWgTmaBarrierBytes == kWgTmaBarrierBytes &&
-         C::kReaderWgTmaProducerThreads == kWgTmaProducerThreads;
+         (C::kReaderWgTma == 0 || (wg && wg_tma_readable<C>() && C::kReaderWgStages % C::kReaderWgConsumers == 0 &&
+                                   C::kReaderWgStages <= 32)) &&
+         C::kReaderWgConsumers >= 1 && C::kReaderWgConsumers <= kWgTmaMaxConsumers &&
+         C::kReaderWgTmaBarrierBytes == kWgTmaBarrierBytes && C::kReaderWgTmaProducerThreads == kWgTmaProducerThreads;
 }
 
 // The reader's own constants, re-derived.
@@ -915,8 +914,13 @@ __device__ __forceinline__ void mma_bf16(float (&d)[32], unsigned long long a, u
 
 // The epilogue of a 64-key tile (the accumulators of m64n64, 64 heads; WgLogits and WgFp4Logits): token
 // t's logits row is `out` (logits + (b * next_n + t) * max_seq_len)
-__device__ __forceinline__ void finish(const float (&acc)[32], bool any, const float* wt, const float* info, float* out,
-                                       int k0, int key_end, int visible_t, int warp, int gid, int tig) {
+// the tile row whose logit this thread stores (tig < 2: rows gid and gid + 8 of the warp's 16)
+__device__ __forceinline__ int finish_row(int warp, int gid, int tig) {
+  return 16 * warp + gid + 8 * tig;
+}
+// `factor`: this thread's row's (finish_row; its scale, 1, or NaN for a bad page)
+__device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, const float* wt, float factor, float* out,
+                                            int k0, int key_end, int visible_t, int warp, int gid, int tig) {
   float v0 = 0.0f, v1 = 0.0f;  // rows gid and gid + 8 of the warp's 16
   if (any) {
 #pragma unroll
@@ -933,12 +937,17 @@ __device__ __forceinline__ void finish(const float (&acc)[32], bool any, const f
     v1 += __shfl_xor_sync(num::kFullMask, v1, 2);
   }
   if (tig < 2) {
-    const int r = 16 * warp + gid + 8 * tig, key = k0 + r;
+    const int key = k0 + finish_row(warp, gid, tig);
     if (key < key_end) {
-      const float logit = key < visible_t ? (tig ? v1 : v0) * info[r] : -__int_as_float(0x7f800000);
+      const float logit = key < visible_t ? (tig ? v1 : v0) * factor : -__int_as_float(0x7f800000);
       out[key] = logit;
     }
   }
+}
+__device__ __forceinline__ void finish(const float (&acc)[32], bool any, const float* wt, const float* info, float* out,
+                                       int k0, int key_end, int visible_t, int warp, int gid, int tig) {
+  const float factor = tig < 2 ? info[finish_row(warp, gid, tig)] : 0.0f;
+  finish_with(acc, any, wt, factor, out, k0, key_end, visible_t, warp, gid, tig);
 }
 
 // byte offset of 16-B column c of row r in a 128-B swizzled chunk (8 rows x 128 B repeat)
@@ -1280,11 +1289,11 @@ struct WgTmaLogits {
   static constexpr int kThreads = static_cast<int>(reader::wg_threads<C>());
   static constexpr bool kFp8 = C::kStoreDtype == Dtype::fp8_e4m3;
   static constexpr bool kScaled = C::kScaleKind != ScaleKind::none;
-  static constexpr int kBoxBytes = kTile * kChunkBytes;      // one box: a 128-B chunk of the tile's 64 rows
-  static constexpr int kStageBytes = kChunks * kBoxBytes;    // a tile's rows
-  static constexpr int kQChunkBytes = H * kChunkBytes;       // one chunk of a token's q rows
-  static constexpr int kScaleTileBytes = kTile * 4;          // fp8: the tile's scales
-  static constexpr int kSteps = kChunkBytes / 32;            // wgmma k-steps of 32 B
+  static constexpr int kBoxBytes = kTile * kChunkBytes;    // one box: a 128-B chunk of the tile's 64 rows
+  static constexpr int kStageBytes = kChunks * kBoxBytes;  // a tile's rows
+  static constexpr int kQChunkBytes = H * kChunkBytes;     // one chunk of a token's q rows
+  static constexpr int kScaleTileBytes = kTile * 4;        // fp8: the tile's scales
+  static constexpr int kSteps = kChunkBytes / 32;          // wgmma k-steps of 32 B
   static constexpr uint32_t kTxBytes = kStageBytes + (kScaled ? kScaleTileBytes : 0);
   static constexpr int kPageShift = static_cast<int>(C::kPageShift);
 
@@ -1299,12 +1308,12 @@ struct WgTmaLogits {
   static_assert(C::kPageSize % kTile == 0, "[wgmma-tma] a tile lies in one page");
   static_assert(!kScaled || (C::kScaleStride == 4 && C::kScaleRegionOffset % 16 == 0),
                 "[wgmma-tma] a tile's scales are one 16-B aligned 256-B copy");
-  static_assert(kStages >= 2 && kStages % kConsumers == 0,
-                "[wgmma-tma] whole rounds: a warpgroup reads a stage's previous tile before it waits for the next "
-                "(a barrier is never two phases behind)");
+  static_assert(kStages % kConsumers == 0 && kStages >= 2 && kStages <= 32,
+                "[wgmma-tma] whole rounds: a warpgroup reads a stage's previous tile before it waits for the next (a "
+                "barrier is never two phases behind); a bit per stage in the producer's mask");
   static_assert(reader::wg_smem<C>(kTokens) <= reader::kMaxSmemBytes, "[wgmma] shared memory within 227 KB");
 
-  struct Smem {  // the carve-up (reader::wg_smem): the stages' rows and q first (1024-B aligned)
+  struct Smem {           // the carve-up (reader::wg_smem): the stages' rows and q first (1024-B aligned)
     unsigned char* keys;  // kStages x kStageBytes
     unsigned char* q;     // ntok x kChunks x kQChunkBytes
     float* row_info;      // kStages x kTile: scale (or 1), NaN for the rows of a bad page
@@ -1314,18 +1323,25 @@ struct WgTmaLogits {
     __device__ uint32_t empty(int s) const { return bars + 16u * s + 8u; }
   };
 
+  // lane l's table entry of column window + l (-1 past the table's columns)
+  __device__ static __forceinline__ int table_entry(const typename C::Params& p, const int* table, int window,
+                                                    int lane) {
+    return window + lane < p.max_pages ? __ldg(table + window + lane) : -1;
+  }
+
+  // `window`, `entry`: the first window of table columns, loaded by the caller (beside seq_lens' load)
   __device__ static void produce(const typename C::Params& p, const Smem& sm, const int* table, long long key0,
-                                 int ntiles, int visible_end, int lane) {
+                                 int ntiles, int visible_end, int lane, int window, int entry) {
     const void* map = &p.cache_map;
-    int window = -1, entry = -1;  // lane l holds table column window + l
+    uint32_t generic = 0;  // fp8: stages whose rows' factors this warp last wrote by st.shared
 #pragma unroll 1
     for (int i = 0; i < ntiles; ++i) {
       const int s = i % kStages;
       const int k0 = static_cast<int>(key0) + i * kTile;
       const int col = k0 >> kPageShift;
-      if (window < 0 || col >= window + 32) {
+      if (col >= window + 32) {
         window = col;
-        entry = window + lane < p.max_pages ? __ldg(table + window + lane) : -1;
+        entry = table_entry(p, table, window, lane);
       }
       const int page = __shfl_sync(num::kFullMask, entry, col - window);
       if (i >= kStages) wg::bar_wait(sm.empty(s), static_cast<uint32_t>(i / kStages - 1) & 1u);
@@ -1336,6 +1352,7 @@ struct WgTmaLogits {
         const float factor = ok ? 1.0f : __int_as_float(0x7fc00000);
         info[lane] = factor;
         info[lane + 32] = factor;
+        generic |= 1u << s;
       }
       __syncwarp();
       if (lane == 0) {
@@ -1344,10 +1361,13 @@ struct WgTmaLogits {
           wg::bar_arrive_tx(sm.full(s), kTxBytes);
           const uint32_t dst = wg::smem_addr(sm.keys + s * kStageBytes);
 #pragma unroll
-          for (int kc = 0; kc < kChunks; ++kc) wg::tma_load_4d(dst + kc * kBoxBytes, map, sm.full(s), 0, kc, slot0, page);
+          for (int kc = 0; kc < kChunks; ++kc)
+            wg::tma_load_4d(dst + kc * kBoxBytes, map, sm.full(s), 0, kc, slot0, page);
           if constexpr (kScaled) {
-            // the rows' factors were last written by this warp's st.shared (a bad page) or a copy: order them
-            wg::fence_async_proxy();
+            if (generic >> s & 1u) {  // the factors a bad page's round wrote by st.shared, before the copy's
+              wg::fence_async_proxy();
+              generic &= ~(1u << s);
+            }
             const uint8_t* scales = p.cache + static_cast<long long>(page) * C::kPageBytes + C::kScaleRegionOffset +
                                     static_cast<long long>(slot0) * C::kScaleStride;
             wg::bulk_load(wg::smem_addr(info), scales, kScaleTileBytes, sm.full(s));
@@ -1361,7 +1381,9 @@ struct WgTmaLogits {
 
   __device__ static void run(const typename C::Params& p) {
     KGEN_DYNAMIC_SMEM(smem);
-    const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+    // the warp's index as a warp-uniform value (a broadcast): ptxas then knows the role branches below, and
+    // the warpgroup's, are not divergent, and keeps the wgmma asynchronous across them
+    const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = __shfl_sync(num::kFullMask, tid / 32, 0);
     const int gid = lane / 4, tig = lane % 4;
     const int b = blockIdx.y;
     const int t0 = blockIdx.z * kTokens;
@@ -1379,7 +1401,7 @@ struct WgTmaLogits {
     sm.bars = wg::smem_addr(sm.w + ntok * H);
     if (tid == kConsumerThreads) {
       for (int s = 0; s < kStages; ++s) {
-        wg::bar_init(sm.full(s), 1);  // the producer's lane 0 (its copies add their bytes)
+        wg::bar_init(sm.full(s), 1);   // the producer's lane 0 (its copies add their bytes)
         wg::bar_init(sm.empty(s), 4);  // the consuming warpgroup's four warps
       }
       wg::bar_init_fence();
@@ -1388,11 +1410,14 @@ struct WgTmaLogits {
     __syncthreads();
 
     reader::wait_for_predecessor<C>();  // before the first read of an input
-    const int seq_len = __ldg(p.seq_lens + b);
     const int* table = p.block_table + static_cast<long long>(b) * p.max_pages;
+    // the producer's first table entries are loaded before seq_lens is: neither waits for the other
+    const int window = static_cast<int>(key0 >> kPageShift);
+    const int entry = warp >= kConsumers * 4 ? table_entry(p, table, window, lane) : -1;
+    const int seq_len = __ldg(p.seq_lens + b);
     const int visible_end = seq_len - p.next_n + t0 + ntok;  // past the last key any token here sees
-    if (tid >= kConsumerThreads) {
-      produce(p, sm, table, key0, ntiles, visible_end, lane);
+    if (warp >= kConsumers * 4) {
+      produce(p, sm, table, key0, ntiles, visible_end, lane, window, entry);
       return;
     }
 
@@ -1407,6 +1432,7 @@ struct WgTmaLogits {
     const int group = warp / 4, gwarp = warp % 4;
     const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.keys)), q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
     float* const logits_t0 = p.logits + q_token0 * p.max_seq_len;
+    const int row = wg::finish_row(gwarp, gid, tig);
     float acc[32];
 #pragma unroll 1
     for (int i = group; i < ntiles; i += kConsumers) {
@@ -1414,6 +1440,7 @@ struct WgTmaLogits {
       const int k0 = static_cast<int>(key0) + i * kTile;
       wg::bar_wait(sm.full(s), static_cast<uint32_t>(i / kStages) & 1u);
       const uint32_t a_lo = keys_lo + s * (kStageBytes / 16);
+      const float factor = tig < 2 ? sm.row_info[s * kTile + row] : 0.0f;  // the row's scale, 1, or NaN
 #pragma unroll 1
       for (int t = 0; t < ntok; ++t) {
         const int visible_t = seq_len - p.next_n + 1 + t0 + t;  // keys [0, visible_t) are token t's
@@ -1438,11 +1465,13 @@ struct WgTmaLogits {
           wg::mma_wait();
           wg::keep(acc);
         }
-        wg::finish(acc, any, sm.w + t * H, sm.row_info + s * kTile,
-                   logits_t0 + static_cast<long long>(t) * p.max_seq_len, k0, key_end, visible_t, gwarp, gid, tig);
+        if (t == ntok - 1) {  // the stage's last read (its rows' factors are in registers): back to the producer
+          __syncwarp();
+          if (lane == 0) wg::bar_arrive(sm.empty(s));
+        }
+        wg::finish_with(acc, any, sm.w + t * H, factor, logits_t0 + static_cast<long long>(t) * p.max_seq_len, k0,
+                        key_end, visible_t, gwarp, gid, tig);
       }
-      __syncwarp();  // the warp's reads of the stage (wgmma, the rows' factors) are done
-      if (lane == 0) wg::bar_arrive(sm.empty(s));
     }
   }
 };
@@ -1690,6 +1719,9 @@ __global__ void __launch_bounds__(reader::threads<C>(), reader::min_blocks<C>())
       detail::WgTmaLogits<C>::run(p);
 #endif
     } else if constexpr (C::kReaderWgmma != 0) {
+      static_assert(C::kReaderWgTma == 0,
+                    "the CPU emulation of the sm_90a path runs the cp.async variant only "
+                    "(render it with kReaderWgTma 0)");
       detail::WgLogits<C>::run(p);
     } else {
       detail::IndexerLogits<C>::run(p);

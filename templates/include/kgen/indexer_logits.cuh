@@ -176,8 +176,8 @@ KGEN_HD constexpr bool wg_tma_readable() {
   const bool fp8 = C::kStoreDtype == Dtype::fp8_e4m3;
   return (C::kStoreDtype == Dtype::bf16 || fp8) && C::kKeptDim == 0 && C::kQuantRowOffset == 0 &&
          C::kPageSize % kWgTileKeys == 0 && C::kPageBytes % 16 == 0 && wg_chunks<C>() > 0 &&
-         (C::kScaleKind == ScaleKind::none ||
-          (fp8 && C::kBlocksPerToken == 1 && C::kScaleUnit == 4 && C::kScaleStride == 4 && C::kScaleRegionOffset % 16 == 0));
+         (C::kScaleKind == ScaleKind::none || (fp8 && C::kBlocksPerToken == 1 && C::kScaleUnit == 4 &&
+                                               C::kScaleStride == 4 && C::kScaleRegionOffset % 16 == 0));
 }
 template <class C>
 KGEN_HD constexpr long long wg_threads() {
@@ -198,12 +198,10 @@ KGEN_HD constexpr bool wg_constants_agree() {
          C::kReaderWgChunks == (wg ? wg_chunks<C>() : 0) && C::kReaderWgTokensPerCta == (wg ? wg_tokens<C>() : 0) &&
          C::kReaderWgMinBlocks == (wg ? wg_ctas_per_sm<C>() : 0) &&
          (C::kReaderWgL2Prefetch == 0 || C::kReaderWgL2Prefetch == 128 || C::kReaderWgL2Prefetch == 256) &&
-         (C::kReaderWgTma == 0 ||
-          (wg && wg_tma_readable<C>() && C::kReaderWgStages % C::kReaderWgConsumers == 0 &&
-           C::kReaderWgStages <= 32)) &&
-         C::kReaderWgConsumers >= 1 &&
-         C::kReaderWgConsumers <= kWgTmaMaxConsumers && C::kReaderWgTmaBarrierBytes == kWgTmaBarrierBytes &&
-         C::kReaderWgTmaProducerThreads == kWgTmaProducerThreads;
+         (C::kReaderWgTma == 0 || (wg && wg_tma_readable<C>() && C::kReaderWgStages % C::kReaderWgConsumers == 0 &&
+                                   C::kReaderWgStages <= 32)) &&
+         C::kReaderWgConsumers >= 1 && C::kReaderWgConsumers <= kWgTmaMaxConsumers &&
+         C::kReaderWgTmaBarrierBytes == kWgTmaBarrierBytes && C::kReaderWgTmaProducerThreads == kWgTmaProducerThreads;
 }
 
 // The reader's own constants, re-derived.
@@ -1291,11 +1289,11 @@ struct WgTmaLogits {
   static constexpr int kThreads = static_cast<int>(reader::wg_threads<C>());
   static constexpr bool kFp8 = C::kStoreDtype == Dtype::fp8_e4m3;
   static constexpr bool kScaled = C::kScaleKind != ScaleKind::none;
-  static constexpr int kBoxBytes = kTile * kChunkBytes;      // one box: a 128-B chunk of the tile's 64 rows
-  static constexpr int kStageBytes = kChunks * kBoxBytes;    // a tile's rows
-  static constexpr int kQChunkBytes = H * kChunkBytes;       // one chunk of a token's q rows
-  static constexpr int kScaleTileBytes = kTile * 4;          // fp8: the tile's scales
-  static constexpr int kSteps = kChunkBytes / 32;            // wgmma k-steps of 32 B
+  static constexpr int kBoxBytes = kTile * kChunkBytes;    // one box: a 128-B chunk of the tile's 64 rows
+  static constexpr int kStageBytes = kChunks * kBoxBytes;  // a tile's rows
+  static constexpr int kQChunkBytes = H * kChunkBytes;     // one chunk of a token's q rows
+  static constexpr int kScaleTileBytes = kTile * 4;        // fp8: the tile's scales
+  static constexpr int kSteps = kChunkBytes / 32;          // wgmma k-steps of 32 B
   static constexpr uint32_t kTxBytes = kStageBytes + (kScaled ? kScaleTileBytes : 0);
   static constexpr int kPageShift = static_cast<int>(C::kPageShift);
 
@@ -1315,7 +1313,7 @@ struct WgTmaLogits {
                 "barrier is never two phases behind); a bit per stage in the producer's mask");
   static_assert(reader::wg_smem<C>(kTokens) <= reader::kMaxSmemBytes, "[wgmma] shared memory within 227 KB");
 
-  struct Smem {  // the carve-up (reader::wg_smem): the stages' rows and q first (1024-B aligned)
+  struct Smem {           // the carve-up (reader::wg_smem): the stages' rows and q first (1024-B aligned)
     unsigned char* keys;  // kStages x kStageBytes
     unsigned char* q;     // ntok x kChunks x kQChunkBytes
     float* row_info;      // kStages x kTile: scale (or 1), NaN for the rows of a bad page
@@ -1325,19 +1323,25 @@ struct WgTmaLogits {
     __device__ uint32_t empty(int s) const { return bars + 16u * s + 8u; }
   };
 
+  // lane l's table entry of column window + l (-1 past the table's columns)
+  __device__ static __forceinline__ int table_entry(const typename C::Params& p, const int* table, int window,
+                                                    int lane) {
+    return window + lane < p.max_pages ? __ldg(table + window + lane) : -1;
+  }
+
+  // `window`, `entry`: the first window of table columns, loaded by the caller (beside seq_lens' load)
   __device__ static void produce(const typename C::Params& p, const Smem& sm, const int* table, long long key0,
-                                 int ntiles, int visible_end, int lane) {
+                                 int ntiles, int visible_end, int lane, int window, int entry) {
     const void* map = &p.cache_map;
-    int window = -1, entry = -1;  // lane l holds table column window + l
-    uint32_t generic = 0;          // fp8: stages whose rows' factors this warp last wrote by st.shared
+    uint32_t generic = 0;  // fp8: stages whose rows' factors this warp last wrote by st.shared
 #pragma unroll 1
     for (int i = 0; i < ntiles; ++i) {
       const int s = i % kStages;
       const int k0 = static_cast<int>(key0) + i * kTile;
       const int col = k0 >> kPageShift;
-      if (window < 0 || col >= window + 32) {
+      if (col >= window + 32) {
         window = col;
-        entry = window + lane < p.max_pages ? __ldg(table + window + lane) : -1;
+        entry = table_entry(p, table, window, lane);
       }
       const int page = __shfl_sync(num::kFullMask, entry, col - window);
       if (i >= kStages) wg::bar_wait(sm.empty(s), static_cast<uint32_t>(i / kStages - 1) & 1u);
@@ -1357,7 +1361,8 @@ struct WgTmaLogits {
           wg::bar_arrive_tx(sm.full(s), kTxBytes);
           const uint32_t dst = wg::smem_addr(sm.keys + s * kStageBytes);
 #pragma unroll
-          for (int kc = 0; kc < kChunks; ++kc) wg::tma_load_4d(dst + kc * kBoxBytes, map, sm.full(s), 0, kc, slot0, page);
+          for (int kc = 0; kc < kChunks; ++kc)
+            wg::tma_load_4d(dst + kc * kBoxBytes, map, sm.full(s), 0, kc, slot0, page);
           if constexpr (kScaled) {
             if (generic >> s & 1u) {  // the factors a bad page's round wrote by st.shared, before the copy's
               wg::fence_async_proxy();
@@ -1396,7 +1401,7 @@ struct WgTmaLogits {
     sm.bars = wg::smem_addr(sm.w + ntok * H);
     if (tid == kConsumerThreads) {
       for (int s = 0; s < kStages; ++s) {
-        wg::bar_init(sm.full(s), 1);  // the producer's lane 0 (its copies add their bytes)
+        wg::bar_init(sm.full(s), 1);   // the producer's lane 0 (its copies add their bytes)
         wg::bar_init(sm.empty(s), 4);  // the consuming warpgroup's four warps
       }
       wg::bar_init_fence();
@@ -1405,11 +1410,14 @@ struct WgTmaLogits {
     __syncthreads();
 
     reader::wait_for_predecessor<C>();  // before the first read of an input
-    const int seq_len = __ldg(p.seq_lens + b);
     const int* table = p.block_table + static_cast<long long>(b) * p.max_pages;
+    // the producer's first table entries are loaded before seq_lens is: neither waits for the other
+    const int window = static_cast<int>(key0 >> kPageShift);
+    const int entry = warp >= kConsumers * 4 ? table_entry(p, table, window, lane) : -1;
+    const int seq_len = __ldg(p.seq_lens + b);
     const int visible_end = seq_len - p.next_n + t0 + ntok;  // past the last key any token here sees
     if (warp >= kConsumers * 4) {
-      produce(p, sm, table, key0, ntiles, visible_end, lane);
+      produce(p, sm, table, key0, ntiles, visible_end, lane, window, entry);
       return;
     }
 
@@ -1711,6 +1719,9 @@ __global__ void __launch_bounds__(reader::threads<C>(), reader::min_blocks<C>())
       detail::WgTmaLogits<C>::run(p);
 #endif
     } else if constexpr (C::kReaderWgmma != 0) {
+      static_assert(C::kReaderWgTma == 0,
+                    "the CPU emulation of the sm_90a path runs the cp.async variant only "
+                    "(render it with kReaderWgTma 0)");
       detail::WgLogits<C>::run(p);
     } else {
       detail::IndexerLogits<C>::run(p);
