@@ -134,7 +134,7 @@ KGEN_HD constexpr long long wg_fp4_stage() {
 }
 // the TMA variant's per-stage mbarriers (full, empty) and its producer warp (kgen/layout.py READER_WG_TMA_*)
 constexpr long long kWgTmaBarrierBytes = 16, kWgTmaProducerThreads = 32, kWgTmaMaxConsumers = 4;
-constexpr long long kSmRegisters = 65536, kWgTmaRegisters = 80;
+constexpr long long kSmRegisters = 65536, kWgTmaRegisters = 72;
 template <class C>
 KGEN_HD constexpr long long wg_smem(long long ntok) {
   const long long token = ntok * (wg_chunks<C>() * C::kReaderHeads * kWgChunkBytes + 4 * C::kReaderHeads);
@@ -923,14 +923,17 @@ __device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, co
                                             int k0, int key_end, int visible_t, int warp, int gid, int tig) {
   float v0 = 0.0f, v1 = 0.0f;  // rows gid and gid + 8 of the warp's 16
   if (any) {
+    float u0 = 0.0f, u1 = 0.0f;  // the odd heads' sums: two chains per row, half as deep
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float2 w = *reinterpret_cast<const float2*>(wt + 8 * j + 2 * tig);
       v0 = fmaf(w.x, fmaxf(acc[4 * j], 0.0f), v0);
-      v0 = fmaf(w.y, fmaxf(acc[4 * j + 1], 0.0f), v0);
+      u0 = fmaf(w.y, fmaxf(acc[4 * j + 1], 0.0f), u0);
       v1 = fmaf(w.x, fmaxf(acc[4 * j + 2], 0.0f), v1);
-      v1 = fmaf(w.y, fmaxf(acc[4 * j + 3], 0.0f), v1);
+      u1 = fmaf(w.y, fmaxf(acc[4 * j + 3], 0.0f), u1);
     }
+    v0 += u0;
+    v1 += u1;
     v0 += __shfl_xor_sync(num::kFullMask, v0, 1);
     v0 += __shfl_xor_sync(num::kFullMask, v0, 2);
     v1 += __shfl_xor_sync(num::kFullMask, v1, 1);
