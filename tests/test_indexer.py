@@ -106,6 +106,21 @@ def test_shipped_reader_compiles_for_sm90a_without_spills(key, cache):
         assert "serialized" not in log, (tune, log)  # ptxas kept the wgmma asynchronous
 
 
+@pytest.mark.parametrize("key", ["fp8", "bf16"])
+@pytest.mark.parametrize("ring", [(6, 1), (8, 2), (4, 2), (12, 3), (8, 4)])
+def test_tma_rings_compile_with_their_twins_agreeing(key, ring, cache):
+    # rings other than the default: CTAs per SM bound by shared memory or by the planned registers
+    # (layout.READER_WG_TMA_REGISTERS and its twin), 1-4 consumer warpgroups
+    stages, consumers = ring
+    tune = {"kReaderWgTma": 1, "kReaderWgTmaStages": stages, "kReaderWgConsumers": consumers}
+    spec = spec_of(key)
+    if not L.reader_wg_tma(L.compute(spec), tune):
+        pytest.skip("the ring does not fit")
+    k, log = compile_log(render_reader(spec, tune=tune), cache)
+    assert k is not None, log[-3000:]
+    assert k.spill_bytes == 0 and "serialized" not in log, log
+
+
 def test_reader_support_twin_fires_for_an_unreadable_spec(cache):
     k, log = compile_log(render_reader(load_spec(SPECS / "dsv4/latent_fp8_p64.yaml"), force=True), cache)
     assert k is None

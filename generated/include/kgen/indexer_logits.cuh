@@ -134,7 +134,7 @@ KGEN_HD constexpr long long wg_fp4_stage() {
 }
 // the TMA variant's per-stage mbarriers (full, empty) and its producer warp (kgen/layout.py READER_WG_TMA_*)
 constexpr long long kWgTmaBarrierBytes = 16, kWgTmaProducerThreads = 32, kWgTmaMaxConsumers = 4;
-constexpr long long kSmRegisters = 65536, kWgTmaRegisters = 72;
+constexpr long long kSmRegisters = 65536, kWgTmaRegisters = 80;
 template <class C>
 KGEN_HD constexpr long long wg_smem(long long ntok) {
   const long long token = ntok * (wg_chunks<C>() * C::kReaderHeads * kWgChunkBytes + 4 * C::kReaderHeads);
