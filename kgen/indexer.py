@@ -50,6 +50,7 @@ def readable(spec: Spec) -> bool:
 # the launch (kgen.abi.INDEXER_LOGITS describes the parameters; these are its shape)
 
 _sm_counts: dict[int, int] = {}
+_l2_bytes: dict[int, int] = {}
 
 
 def sm_count(device) -> int:
@@ -60,6 +61,20 @@ def sm_count(device) -> int:
         import torch
 
         n = _sm_counts[idx] = int(torch.cuda.get_device_properties(idx).multi_processor_count)
+    return n
+
+
+def l2_bytes(device) -> int:
+    """The L2 cache of a torch CUDA device, bytes (cached; 0 where torch does not say, and for a CPU
+    tensor's device: the CPU emulation)."""
+    if getattr(device, "type", "cuda") != "cuda":
+        return 0
+    idx = device.index if device.index is not None else 0
+    n = _l2_bytes.get(idx)
+    if n is None:
+        import torch
+
+        n = _l2_bytes[idx] = int(getattr(torch.cuda.get_device_properties(idx), "L2_cache_size", 0) or 0)
     return n
 
 
@@ -181,13 +196,14 @@ def launch_tune(args, arch: str, tune: dict | None = None) -> dict | None:
     of its shape (kgen.layout.reader_wg_shape_tune: fewer stages for launches that stage few keys per
     SM), elsewhere `tune` as given. Memoized with the launch shape."""
     spec, sizes = args.spec, _sizes(args)
+    l2 = l2_bytes(args.tensors["q"].device)
 
     def compute() -> dict | None:
         if not runs_wgmma(spec, arch, tune, args.layout):
             return tune
-        return L.reader_wg_shape_tune(args.layout, tune, *sizes)
+        return L.reader_wg_shape_tune(args.layout, tune, *sizes, l2)
 
-    return _memo((id(spec), "tune", arch, _tune_key(tune), *sizes), spec, compute)
+    return _memo((id(spec), "tune", arch, _tune_key(tune), *sizes, l2), spec, compute)
 
 
 def prepare(variant, q, weights, cache, block_table, seq_lens, max_seq_len: int, *, logits=None,

@@ -560,13 +560,13 @@ def reader_tokens_per_cta(spec: Spec) -> int:
 READER_TUNING_DEFAULTS = {
     "bf16": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
              "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0,
-             "kReaderWgTma": 1, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2},
+             "kReaderWgTma": 1, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0},
     "fp8_e4m3": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
                  "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0,
-                 "kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2},
+                 "kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0},
     "fp4_e2m1": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
                  "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0,
-                 "kReaderWgTma": 0, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2},
+                 "kReaderWgTma": 0, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0},
 }
 
 # The wgmma path's ring chosen per launch (kgen.indexer picks the cubin; each is rendered, and twinned, from
@@ -581,18 +581,42 @@ READER_WG_SHAPE_STAGES: dict[str, tuple[int, int]] = {"fp8_e4m3": (2, 49152)}
 
 
 def reader_wg_shape_tune(lay: Layout, tune: dict[str, int] | None, batch: int, next_n: int, max_seq_len: int,
-                         sm_count: int) -> dict[str, int] | None:
-    """The tuning a wgmma-path launch of this shape runs: `tune` itself where it fixes kReaderWgStages, the
-    key dtype has no shape rule (READER_WG_SHAPE_STAGES) or the TMA variant runs (its ring is the CTA's),
-    else `tune` plus this shape's stages (the result None: the shipped default)."""
+                         sm_count: int, l2_bytes: int = 0) -> dict[str, int] | None:
+    """The tuning a wgmma-path launch of this shape runs (the result None: the shipped default):
+    - the TMA variant: `tune` plus the evict-first L2 policy where the launch's keys overflow the L2
+      (reader_wg_evict_first; `l2_bytes` 0: unknown, never), unless `tune` fixes kReaderWgEvictFirst;
+    - the cp.async variant: `tune` itself where it fixes kReaderWgStages or the key dtype has no shape rule
+      (READER_WG_SHAPE_STAGES), else `tune` plus this shape's stages."""
+    if reader_wg_tma(lay, tune):
+        if (tune and "kReaderWgEvictFirst" in tune) or not reader_wg_evict_first(lay, batch, next_n, max_seq_len,
+                                                                                  l2_bytes, tune):
+            return tune
+        return {**(tune or {}), "kReaderWgEvictFirst": 1}
     rule = READER_WG_SHAPE_STAGES.get(lay.spec.store.dtype)
-    if rule is None or (tune and "kReaderWgStages" in tune) or reader_wg_tma(lay, tune):
+    if rule is None or (tune and "kReaderWgStages" in tune):
         return tune
     shallow, min_keys_per_sm = rule
     groups = -(-max(1, next_n) // max(1, reader_wg_tokens_per_cta(lay, reader_wg_stages(lay, tune))))
     if batch * groups * max_seq_len >= min_keys_per_sm * max(1, sm_count):
         return tune
     return {**(tune or {}), "kReaderWgStages": shallow}
+
+
+# The TMA variant's L2 policy per launch. Keys are read once per launch (per token group); copied under an
+# evict-first policy they displace each other rather than the lines the launch reuses, and cold calls get
+# faster: tma1 run 8, fp8, both orders, 128 x 4K keys 26.7 against 29.4 us, 1 x 256K 17.3 against 18.6,
+# 32 x 4K 12.2 against 12.7, 32 x 64K 83.3-83.7 against 84.6-85.0. But back-to-back calls on the same keys
+# (CUDA-graph replays) no longer find them in the L2: 1 x 256K 11.4 against 8.6 us, 32 x 4K 6.3 against
+# 5.2. So the policy is used only where the launch's keys cannot stay in the L2 anyway: more key bytes than
+# the L2 holds (the H200's 60 MB, as torch reports it: fp8 32 x 64K, 128 x 4K and larger; not 32 x 4K or
+# 1 x 256K, 17 and 35 MB). With the rule (tma1 run 9, against kReaderWgEvictFirst 0, both orders): fp8
+# 128 x 4K 27.0 / 20.5 against 29.6 / 21.2 us cold / graph, 32 x 64K 83.4 / 73.5 against 85.0 / 74.9, 128 x
+# 64K within the order effect; bf16 1 x 256K 25.7 against 27.7 us cold, 128 x 64K 1-2 % slower.
+def reader_wg_evict_first(lay: Layout, batch: int, next_n: int, max_seq_len: int, l2_bytes: int,
+                          tune: dict[str, int] | None = None) -> bool:
+    """Does a TMA-variant launch of this shape read more key bytes than an L2 of `l2_bytes` holds?"""
+    groups = -(-max(1, next_n) // max(1, reader_wg_tokens_per_cta(lay, reader_wg_stages(lay, tune), tma=True)))
+    return l2_bytes > 0 and batch * groups * max_seq_len * lay.bytes_per_token > l2_bytes
 
 
 # The sm_90a path (wgmma, kgen.arch.has_wgmma): a tile of READER_WG_TILE_KEYS consecutive keys is the

@@ -384,14 +384,17 @@ def bench_line(e: dict) -> str:
 
 
 def ring_tunes(spec: Spec, tune: dict | None) -> list[dict | None]:
-    """`tune` and, where the launch picks the ring by shape (layout.reader_wg_shape_tune), the tuning of
-    its small shapes: the cubins a run of `tune` may load."""
+    """`tune` and the tunings layout.reader_wg_shape_tune picks for it at other shapes (the cp.async
+    variant's ring of small launches, the TMA variant's L2 policy of large ones): the cubins a run of
+    `tune` may load."""
     from .indexer import readable
 
     if not readable(spec) or not L.reader_wg_enabled(L.compute(spec), tune):
         return [tune]
-    small = L.reader_wg_shape_tune(L.compute(spec), tune, 1, 1, 1, 1)
-    return [tune] if small == tune else [tune, small]
+    lay = L.compute(spec)
+    small = L.reader_wg_shape_tune(lay, tune, 1, 1, 1, 1, 1 << 40)  # one key, an L2 it fits
+    large = L.reader_wg_shape_tune(lay, tune, 1 << 10, 1, 1 << 20, 1, 1)  # more keys than SMs and L2 hold
+    return [t for i, t in enumerate([tune, small, large]) if t not in [tune, small, large][:i]]
 
 
 def precompile(jobs: list[tuple[Spec, dict | None]], say=print) -> None:

@@ -333,17 +333,44 @@ def test_ring_by_launch_shape():
     assert L.reader_wg_tma(fp8) and L.reader_wg_shape_tune(fp8, None, 1, 1, 4096, 132) is None
     # bf16 has no rule
     assert L.reader_wg_shape_tune(bf16, None, 1, 1, 4096, 132) is None
-    assert rc.ring_tunes(spec_of("bf16"), None) == [None]
-    assert rc.ring_tunes(spec_of("fp8"), None) == [None]
+    assert rc.ring_tunes(spec_of("bf16"), CP) == [CP]
     assert rc.ring_tunes(spec_of("fp8"), CP) == [CP, {**CP, "kReaderWgStages": 2}]
+    # the TMA variant's cubins: the default, and the evict-first L2 policy of launches the L2 cannot hold
+    for key in ("fp8", "bf16", "dsv32"):
+        assert rc.ring_tunes(spec_of(key), None) == [None, {"kReaderWgEvictFirst": 1}]
     assert rc.ring_tunes(spec_of("fp4"), None) == [None]  # the mma.sync path: no ring
+
+
+def test_evict_first_where_the_launch_overflows_the_l2():
+    fp8, bf16 = L.compute(spec_of("fp8")), L.compute(spec_of("bf16"))
+    l2 = 50 * 2**20
+    ef = {"kReaderWgEvictFirst": 1}
+    # fp8 keys are 132 B: 32 x 4K (17 MB) and 1 x 256K (35 MB) stay normal, 32 x 64K and 128 x 4K do not fit
+    assert L.reader_wg_shape_tune(fp8, None, 32, 1, 4096, 132, l2) is None
+    assert L.reader_wg_shape_tune(fp8, None, 1, 1, 262144, 132, l2) is None
+    assert L.reader_wg_shape_tune(fp8, None, 32, 1, 65536, 132, l2) == ef
+    assert L.reader_wg_shape_tune(fp8, None, 128, 1, 4096, 132, l2) == ef
+    edge = l2 // 132  # keys whose bytes just fill the L2
+    assert L.reader_wg_shape_tune(fp8, None, 1, 1, edge, 132, l2) is None
+    assert L.reader_wg_shape_tune(fp8, None, 1, 1, edge + 1, 132, l2) == ef
+    # MTP: 2 tokens share a staging of the keys, 3 tokens read them twice
+    assert L.reader_wg_shape_tune(fp8, None, 1, 2, edge, 132, l2) is None
+    assert L.reader_wg_shape_tune(fp8, None, 1, 3, edge, 132, l2) == ef
+    # bf16 keys are 256 B: 1 x 256K overflows
+    assert L.reader_wg_shape_tune(bf16, None, 1, 1, 262144, 132, l2) == ef
+    # an unknown L2 (0), a tuning that fixes the policy, the cp.async variant: no rule
+    assert L.reader_wg_shape_tune(fp8, None, 128, 1, 65536, 132, 0) is None
+    assert L.reader_wg_shape_tune(fp8, {"kReaderWgEvictFirst": 0}, 128, 1, 65536, 132, l2) == {"kReaderWgEvictFirst": 0}
+    assert L.reader_wg_shape_tune(fp8, CP, 128, 1, 65536, 132, l2) == CP
+    # the launch: the device's L2, memoized with the shape (a CPU tensor's device has none)
+    assert indexer.l2_bytes(torch.device("cpu")) == 0
 
 
 def test_launch_tune_follows_the_arch_and_the_shape(monkeypatch):
     monkeypatch.setitem(indexer._sm_counts, 0, 132)
     spec, args = _case("fp8", lens=(5, 70))
     a = indexer.check(spec, *args, require_cuda=False)
-    assert indexer.launch_tune(a, "sm_90a") is None  # the TMA variant: one ring
+    assert indexer.launch_tune(a, "sm_90a") is None  # the TMA variant: one ring; a CPU tensor: no L2 rule
     assert indexer.launch_tune(a, "sm_90a", CP) == {**CP, "kReaderWgStages": 2}  # a small launch: the shallow ring
     assert indexer.launch_tune(a, "sm_90a", CP) == {**CP, "kReaderWgStages": 2}  # memoized
     assert indexer.launch_tune(a, "sm_90a", {**CP, "kReaderWgStages": 4}) == {**CP, "kReaderWgStages": 4}

@@ -39,6 +39,7 @@ struct dsv4_indexer_fp4 : kgen_cfg::dsv4_indexer_fp4 {
   static constexpr long long kReaderWgTma = 0;
   static constexpr long long kReaderWgTmaStages = 4;
   static constexpr long long kReaderWgConsumers = 2;
+  static constexpr long long kReaderWgEvictFirst = 0;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
   // describes it (ABI version 2) and packs the same bytes for every launch.

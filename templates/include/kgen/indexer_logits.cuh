@@ -201,6 +201,7 @@ KGEN_HD constexpr bool wg_constants_agree() {
          (C::kReaderWgTma == 0 || (wg && wg_tma_readable<C>() && C::kReaderWgStages % C::kReaderWgConsumers == 0 &&
                                    C::kReaderWgStages <= 32)) &&
          C::kReaderWgConsumers >= 1 && C::kReaderWgConsumers <= kWgTmaMaxConsumers &&
+         (C::kReaderWgEvictFirst == 0 || C::kReaderWgEvictFirst == 1) &&
          C::kReaderWgTmaBarrierBytes == kWgTmaBarrierBytes && C::kReaderWgTmaProducerThreads == kWgTmaProducerThreads;
 }
 
@@ -842,24 +843,50 @@ __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
-// box (c0, c1, c2, c3) of the tensor map at `map` into shared memory at `dst`, completing on `bar`
-__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* map, uint32_t bar, int c0, int c1, int c2,
-                                            int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
-      "[%2];\n" ::"r"(dst),
-      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
+// an L2 policy for data read once: its lines are the first the L2 evicts
+__device__ __forceinline__ unsigned long long evict_first_policy() {
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// box (c0, c1, c2, c3) of the tensor map at `map` into shared memory at `dst`, completing on `bar`; with
+// `Hint`, under the L2 policy `policy`
+template <bool Hint = false>
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* map, uint32_t bar, int c0, int c1, int c2, int c3,
+                                            unsigned long long policy = 0) {
+  if constexpr (Hint) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, "
+        "{%3, %4, %5, %6}], [%2], %7;\n" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+        "%6}], [%2];\n" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+  }
 }
 // the tensor map's 128 B fetched ahead of the first copy that reads it
 __device__ __forceinline__ void prefetch_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
 // `bytes` (a multiple of 16, both addresses 16-B aligned) global -> shared, completing on `bar`
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
+template <bool Hint = false>
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
+                                          unsigned long long policy = 0) {
+  if constexpr (Hint) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::
+            "r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+        : "memory");
+  } else {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+  }
 }
 // a barrier of `threads` threads (a multiple of 32) with id `id` (0 is __syncthreads')
 __device__ __forceinline__ void named_sync(uint32_t id, uint32_t threads) {
@@ -1336,6 +1363,8 @@ struct WgTmaLogits {
   __device__ static void produce(const typename C::Params& p, const Smem& sm, const int* table, long long key0,
                                  int ntiles, int visible_end, int lane, int window, int entry) {
     const void* map = &p.cache_map;
+    constexpr bool kHint = C::kReaderWgEvictFirst != 0;
+    const unsigned long long policy = kHint ? wg::evict_first_policy() : 0;  // keys are read once
     uint32_t generic = 0;  // fp8: stages whose rows' factors this warp last wrote by st.shared
 #pragma unroll 1
     for (int i = 0; i < ntiles; ++i) {
@@ -1365,7 +1394,7 @@ struct WgTmaLogits {
           const uint32_t dst = wg::smem_addr(sm.keys + s * kStageBytes);
 #pragma unroll
           for (int kc = 0; kc < kChunks; ++kc)
-            wg::tma_load_4d(dst + kc * kBoxBytes, map, sm.full(s), 0, kc, slot0, page);
+            wg::tma_load_4d<kHint>(dst + kc * kBoxBytes, map, sm.full(s), 0, kc, slot0, page, policy);
           if constexpr (kScaled) {
             if (generic >> s & 1u) {  // the factors a bad page's round wrote by st.shared, before the copy's
               wg::fence_async_proxy();
@@ -1373,7 +1402,7 @@ struct WgTmaLogits {
             }
             const uint8_t* scales = p.cache + static_cast<long long>(page) * C::kPageBytes + C::kScaleRegionOffset +
                                     static_cast<long long>(slot0) * C::kScaleStride;
-            wg::bulk_load(wg::smem_addr(info), scales, kScaleTileBytes, sm.full(s));
+            wg::bulk_load<kHint>(wg::smem_addr(info), scales, kScaleTileBytes, sm.full(s), policy);
           }
         } else {
           wg::bar_arrive(sm.full(s));
