@@ -93,8 +93,8 @@ def test_reader_started_early_waits_for_the_writer_before_it():
 
 # The TMA variant of the sm_90a path (kReaderWgTma; the shipped default for these layouts): two ring shapes
 # (fp8's default, two CTAs per SM of two consumer warpgroups; one CTA of three) and the evict-first L2 policy,
-# bf16 and fp8 keys, ragged lengths, MTP, and a page outside the cache. The cp.async variant: test_kernel_matches_the_torch_path's
-# cases with kReaderWgTma 0.
+# bf16 and fp8 keys, ragged lengths, MTP, and a page outside the cache. The cp.async variant:
+# test_kernel_matches_the_torch_path's cases with kReaderWgTma 0.
 TMA_TUNES = [{"kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2},
              {"kReaderWgTma": 1, "kReaderWgTmaStages": 12, "kReaderWgConsumers": 3},
              {"kReaderWgTma": 1, "kReaderWgEvictFirst": 1}]  # the L2 policy of launches the L2 cannot hold
