@@ -768,18 +768,13 @@ READER_WG_TMA_REGISTERS = 80
 
 
 def reader_wg_tma_layout(lay: Layout) -> bool:
-    """Can the TMA variant read this layout? bf16 or fp8 keys as stored (rows of whole 128-B chunks at
-    offset 0), tiles inside one page (page_size a multiple of 64), pages 16-B aligned (a tensor map's
-    strides), and fp8 with one 4-B scale per token, consecutive at a 16-B aligned offset."""
-    dtype = lay.spec.store.dtype
-    if dtype not in ("bf16", "fp8_e4m3") or lay.kept_span.size or lay.quant_row_offset:
+    """Can the TMA variant read a layout the wgmma path reads (reader_wgmma: rows of whole 128-B chunks at
+    offset 0, 16-B aligned pages, one 4-B fp8 scale per token)? Its own rules on top: bf16 or fp8 keys as
+    stored (not fp4's converted tiles), a tile inside one page (page_size a multiple of 64: one box), and
+    fp8 scales consecutive at a 16-B aligned offset (a tile's 64 are one 256-B bulk copy)."""
+    if lay.spec.store.dtype not in ("bf16", "fp8_e4m3") or lay.page_size % READER_WG_TILE_KEYS:
         return False
-    if lay.page_size % READER_WG_TILE_KEYS or lay.page_bytes % 16 or not reader_wg_chunks(lay):
-        return False
-    if lay.blocks_per_token:
-        return (dtype == "fp8_e4m3" and lay.blocks_per_token == 1 and lay.scale_unit == 4
-                and lay.scale_stride == 4 and lay.scale_region_offset % 16 == 0)
-    return True
+    return not lay.blocks_per_token or (lay.scale_stride == 4 and lay.scale_region_offset % 16 == 0)
 
 
 def reader_wg_tma(lay: Layout, tune: dict[str, int] | None = None) -> bool:

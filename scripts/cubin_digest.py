@@ -9,6 +9,8 @@ Compiles (NVRTC, no GPU needed) every shipped writer variant and, where a varian
 reader under several tunings, for every target. A digest is the sha256 of every ELF section of the
 cubin but the string tables, with the symbol tables' name offsets zeroed: NVRTC names internal
 symbols after its temporary directory, so two compiles of the same source differ there and only there.
+`--text`: the machine code alone (the .text sections), for a change that may move constants in the
+cubin's data (a static data member added or removed) but must leave every instruction as it was.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from kgen.validate import validate_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNINGS = (None, {"kReaderWgmma": 0}, {"kReaderPrefetch": 1}, {"kReaderHeadPasses": 1}, {"kReaderWgL2Prefetch": 1},
-           {"kReaderMinBlocks": 2})
+           {"kReaderMinBlocks": 2}, {"kReaderWgTma": 0}, {"kReaderWgEvictFirst": 1},
+           {"kReaderWgTmaStages": 12, "kReaderWgConsumers": 3})
 SHT_NOBITS = 8
 SYM_BYTES = 24  # Elf64_Sym; st_name is its first 4 bytes
 
 
-def digest(cubin: bytes) -> str:
+def digest(cubin: bytes, text_only: bool = False) -> str:
     shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
     headers = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
@@ -38,7 +41,7 @@ def digest(cubin: bytes) -> str:
     h = hashlib.sha256()
     for name_at, kind, flags, _addr, offset, size in headers:
         name = cubin[names + name_at:cubin.index(b"\0", names + name_at)]
-        if name.endswith(b"strtab"):
+        if name.endswith(b"strtab") or (text_only and not name.startswith(b".text")):
             continue
         body = cubin[offset:offset + size] if kind != SHT_NOBITS else struct.pack("<Q", size)
         if name.endswith(b"symtab"):
@@ -48,10 +51,14 @@ def digest(cubin: bytes) -> str:
 
 
 def main() -> None:
+    import sys
+
+    text_only = "--text" in sys.argv[1:]
     specs = {s.name: s for s in validate_paths(sorted((ROOT / "specs").glob("*.yaml"))).specs()}
     for name, spec in sorted(specs.items()):
         for arch in spec.targets:
-            print(f"writer {name} {arch} {digest(compile_rendered(render_variant(spec), arch, progress=None).cubin)}")
+            writer = compile_rendered(render_variant(spec), arch, progress=None)
+            print(f"writer {name} {arch} {digest(writer.cubin, text_only)}")
             if not readable(spec):
                 continue
             for tune in TUNINGS:
@@ -60,7 +67,7 @@ def main() -> None:
                 except KgenError as e:  # a tuning this spec or arch does not take
                     print(f"reader {name} {arch} {tune} refused [{e.problems[0].rule}]")
                     continue
-                print(f"reader {name} {arch} {tune} {digest(kernel.cubin)}")
+                print(f"reader {name} {arch} {tune} {digest(kernel.cubin, text_only)}")
 
 
 if __name__ == "__main__":

@@ -168,16 +168,13 @@ KGEN_HD constexpr bool wg_readable() {
                             C::kScaleRegionOffset % 4 == 0 && C::kScaleStride % 4 == 0)) &&
          wg_tokens<C>() >= 1;
 }
-// The TMA variant (kgen.layout.reader_wg_tma_layout): bf16 or fp8 rows as stored, a tile inside one page,
-// 16-B aligned pages (the tensor map's strides), fp8 scales one 4-B word per token, consecutive at a 16-B
-// aligned offset (a tile's 64 are one 256-B bulk copy).
+// The TMA variant's own rules on top of wg_readable's (kgen.layout.reader_wg_tma_layout): bf16 or fp8 rows
+// as stored, a tile inside one page (one box), fp8 scales consecutive at a 16-B aligned offset (a tile's 64
+// are one 256-B bulk copy).
 template <class C>
 KGEN_HD constexpr bool wg_tma_readable() {
-  const bool fp8 = C::kStoreDtype == Dtype::fp8_e4m3;
-  return (C::kStoreDtype == Dtype::bf16 || fp8) && C::kKeptDim == 0 && C::kQuantRowOffset == 0 &&
-         C::kPageSize % kWgTileKeys == 0 && C::kPageBytes % 16 == 0 && wg_chunks<C>() > 0 &&
-         (C::kScaleKind == ScaleKind::none || (fp8 && C::kBlocksPerToken == 1 && C::kScaleUnit == 4 &&
-                                               C::kScaleStride == 4 && C::kScaleRegionOffset % 16 == 0));
+  return (C::kStoreDtype == Dtype::bf16 || C::kStoreDtype == Dtype::fp8_e4m3) && C::kPageSize % kWgTileKeys == 0 &&
+         (C::kScaleKind == ScaleKind::none || (C::kScaleStride == 4 && C::kScaleRegionOffset % 16 == 0));
 }
 template <class C>
 KGEN_HD constexpr long long wg_threads() {
@@ -1072,6 +1069,33 @@ __device__ __forceinline__ void keep(float (&d)[32]) {
 #endif
 }
 
+// acc (+)= a 64-key tile's A operand times q's B operand, over `Chunks` 128-B chunks of their rows (the A
+// chunks `a_step`, q's `b_step` descriptor units apart from `a_lo`, `b_lo`), four wgmma k-steps of 32 B each
+// (k32 e4m3 for `Fp8`, else k16 bf16); `add` false: the first k-step overwrites acc. Waits for the group.
+template <bool Fp8, int Chunks>
+__device__ __forceinline__ void tile_mma(float (&acc)[32], uint32_t a_lo, uint32_t a_step, uint32_t b_lo,
+                                         uint32_t b_step, bool add) {
+  constexpr int kSteps = static_cast<int>(reader::kWgChunkBytes) / 32;
+  mma_fence();
+#pragma unroll
+  for (int kc = 0; kc < Chunks; ++kc) {
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      const unsigned long long da = desc_sw128_of(a_lo + kc * a_step + 2 * k);
+      const unsigned long long db = desc_sw128_of(b_lo + kc * b_step + 2 * k);
+      const uint32_t accumulate = add || kc > 0 || k > 0 ? 1u : 0u;
+      if constexpr (Fp8) {
+        mma_e4m3(acc, da, db, accumulate);
+      } else {
+        mma_bf16(acc, da, db, accumulate);
+      }
+    }
+  }
+  mma_commit();
+  mma_wait();
+  keep(acc);
+}
+
 }  // namespace wg
 
 template <class C>
@@ -1091,7 +1115,6 @@ struct WgLogits {
   static constexpr int kColumns = kChunkBytes / 16;        // 16-B columns of a chunk row
   static constexpr int kLoadRows = kThreads / kColumns;    // rows one pass of the CTA's threads stages
   static constexpr int kRowsPerThread = kTile / kLoadRows;
-  static constexpr int kSteps = kChunkBytes / 32;  // wgmma k-steps of 32 B (k32 e4m3, k16 bf16)
   static constexpr long long kRowBytes = C::kRowBytes;
   static constexpr long long kPageBytes = C::kPageBytes;
   static constexpr int kPageShift = static_cast<int>(C::kPageShift);
@@ -1265,22 +1288,8 @@ struct WgLogits {
         for (int t = 0; t < ntok; ++t) {
           const int visible_t = seq_len - p.next_n + 1 + t0 + t;  // keys [0, visible_t) are token t's
           const bool any = k0 < visible_t;  // a tile none of whose keys the token sees costs no mma
-          if (any) {
-            const uint32_t b_lo = q_lo + (t * kChunks + kc) * (kQChunkBytes / 16);
-            wg::mma_fence();
-#pragma unroll
-            for (int k = 0; k < kSteps; ++k) {
-              const unsigned long long da = wg::desc_sw128_of(a_lo + 2 * k), db = wg::desc_sw128_of(b_lo + 2 * k);
-              const uint32_t accumulate = kc > 0 || k > 0 ? 1u : 0u;
-              if constexpr (kFp8) {
-                wg::mma_e4m3(acc, da, db, accumulate);
-              } else {
-                wg::mma_bf16(acc, da, db, accumulate);
-              }
-            }
-            wg::mma_commit();
-            wg::mma_wait();
-            wg::keep(acc);
+          if (any) {                        // this load's chunk kc (the tile's first: acc overwritten)
+            wg::tile_mma<kFp8, 1>(acc, a_lo, 0, q_lo + (t * kChunks + kc) * (kQChunkBytes / 16), 0, kc > 0);
           }
           if (kc == kChunks - 1) {
             wg::finish(acc, any, sm.w + t * H, sm.row_info + s * kTile,
@@ -1323,11 +1332,11 @@ struct WgTmaLogits {
   static constexpr int kStageBytes = kChunks * kBoxBytes;  // a tile's rows
   static constexpr int kQChunkBytes = H * kChunkBytes;     // one chunk of a token's q rows
   static constexpr int kScaleTileBytes = kTile * 4;        // fp8: the tile's scales
-  static constexpr int kSteps = kChunkBytes / 32;          // wgmma k-steps of 32 B
   static constexpr uint32_t kTxBytes = kStageBytes + (kScaled ? kScaleTileBytes : 0);
   static constexpr int kPageShift = static_cast<int>(C::kPageShift);
 
-  static_assert(reader::wg_tma_readable<C>() && C::kReaderWgTma == 1, "[wgmma-tma] a layout the variant reads");
+  static_assert(reader::wg_readable<C>() && reader::wg_tma_readable<C>() && C::kReaderWgTma == 1,
+                "[wgmma-tma] a layout the variant reads");
   static_assert(kThreads == kConsumerThreads + reader::kWgTmaProducerThreads, "[wgmma-tma] warpgroups + a warp");
   static_assert(H == 64 && kTile == 64, "[wgmma] m64n64: 64 keys x 64 heads per instruction");
   static_assert(kChunkBytes == 128 && C::kRowBytes == kChunks * kChunkBytes, "[wgmma] rows of whole 128-B atoms");
@@ -1478,24 +1487,8 @@ struct WgTmaLogits {
         const int visible_t = seq_len - p.next_n + 1 + t0 + t;  // keys [0, visible_t) are token t's
         const bool any = k0 < visible_t;                        // a tile none of whose keys the token sees costs no mma
         if (any) {
-          wg::mma_fence();
-#pragma unroll
-          for (int kc = 0; kc < kChunks; ++kc) {
-            const uint32_t a = a_lo + kc * (kBoxBytes / 16), q = q_lo + (t * kChunks + kc) * (kQChunkBytes / 16);
-#pragma unroll
-            for (int k = 0; k < kSteps; ++k) {
-              const unsigned long long da = wg::desc_sw128_of(a + 2 * k), db = wg::desc_sw128_of(q + 2 * k);
-              const uint32_t accumulate = kc > 0 || k > 0 ? 1u : 0u;
-              if constexpr (kFp8) {
-                wg::mma_e4m3(acc, da, db, accumulate);
-              } else {
-                wg::mma_bf16(acc, da, db, accumulate);
-              }
-            }
-          }
-          wg::mma_commit();
-          wg::mma_wait();
-          wg::keep(acc);
+          wg::tile_mma<kFp8, kChunks>(acc, a_lo, kBoxBytes / 16, q_lo + t * kChunks * (kQChunkBytes / 16),
+                                      kQChunkBytes / 16, false);
         }
         if (t == ntok - 1) {  // the stage's last read (its rows' factors are in registers): back to the producer
           __syncwarp();
@@ -1541,7 +1534,6 @@ struct WgFp4Logits {
   static constexpr int kConvertRounds = kTile * kChunks * kColumns / kThreads;  // operand columns per thread
   static constexpr int kPackedStageBytes = kTile * kRowBytes;
   static constexpr int kStageBytes = static_cast<int>(reader::wg_fp4_stage<C>());
-  static constexpr int kSteps = kChunkBytes / 32;  // m64n64k16 bf16 k-steps of 32 B per chunk
 
   static_assert(C::kStoreDtype == Dtype::fp4_e2m1 && C::kScaleKind == ScaleKind::ue8m0 && C::kScaleUnit == 1,
                 "[wgmma-fp4] e2m1 keys, one ue8m0 byte per block");
@@ -1710,21 +1702,9 @@ struct WgFp4Logits {
       for (int t = 0; t < ntok; ++t) {
         const int visible_t = seq_len - p.next_n + 1 + t0 + t;  // keys [0, visible_t) are token t's
         const bool any = k0 < visible_t;                        // a tile none of whose keys the token sees costs no mma
-        if (any) {
-          wg::mma_fence();
-#pragma unroll
-          for (int kc = 0; kc < kChunks; ++kc) {
-            const uint32_t a_lo = keys_lo + kc * (kOperandChunkBytes / 16);
-            const uint32_t b_lo = q_lo + (t * kChunks + kc) * (kQChunkBytes / 16);
-#pragma unroll
-            for (int k = 0; k < kSteps; ++k) {
-              wg::mma_bf16(acc, wg::desc_sw128_of(a_lo + 2 * k), wg::desc_sw128_of(b_lo + 2 * k),
-                           kc > 0 || k > 0 ? 1u : 0u);
-            }
-          }
-          wg::mma_commit();
-          wg::mma_wait();
-          wg::keep(acc);
+        if (any) {                                              // the converted tile (bf16) times q
+          wg::tile_mma<false, kChunks>(acc, keys_lo, kOperandChunkBytes / 16, q_lo + t * kChunks * (kQChunkBytes / 16),
+                                       kQChunkBytes / 16, false);
         }
         wg::finish(acc, any, sm.w + t * H, sm.row_info + s * kTile,
                    logits_t0 + static_cast<long long>(t) * p.max_seq_len, k0, key_end, visible_t, warp, gid, tig);
