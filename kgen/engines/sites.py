@@ -213,8 +213,7 @@ def run_patch(tree: EngineTree, adapter: Adapter, spec: Spec, lay: Layout, spec_
     # the generated files first: the self-check reads their constants
     mode = Mode(flag=True, native=None, installed=spec.name)
     ctx = Ctx(tree, spec, lay, spec_path, adapter, mode)
-    for rel, text in adapter.bundle(ctx).items():
-        tree.write(rel, text)
+    tree.write_dir(adapter.package_dir, adapter.bundle(ctx))  # an earlier variant's files go
     for site in adapter.sites:
         if site.patch is not None:
             _site_step(ctx, site.patch)
