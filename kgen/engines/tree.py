@@ -41,17 +41,12 @@ MAX_STATEMENT_TOKENS = 50_000  # one logical line; engine code's longest tables 
 class Drift(KgenError):
     """An expected anchor is missing or ambiguous in the engine tree."""
 
-    def __init__(self, file: Path | None, symbol: str, found: int, what: str, line: int | None = None,
-                 empty: bool = False):
+    def __init__(self, file: Path | None, symbol: str, found: int, what: str, line: int | None = None):
         where = "found none" if found == 0 else f"found {found}"
-        text = f"{what}: looked for {symbol}, {where} (the engine moved it; kgen cannot tell which place holds " \
-               "the fact)"
-        if empty:
-            text = f"{what}: looked for {symbol}, but the file is empty"
-        problem = Problem("engine-anchor", text, file=file, line=line if line else (1 if empty else None),
-                          col=1 if line or empty else None,
-                          fix="update the site table in kgen/engines/ for this engine version" if not empty
-                          else "restore the engine file")
+        problem = Problem("engine-anchor", f"{what}: looked for {symbol}, {where} (the engine moved it; "
+                          "kgen cannot tell which place holds the fact)", file=file, line=line,
+                          col=1 if line else None,
+                          fix="update the site table in kgen/engines/ for this engine version")
         super().__init__([problem], exit_code=1)
 
 
@@ -242,6 +237,12 @@ class EngineTree:
     memory: nothing is written until `--apply`)."""
 
     def __init__(self, root: Path):
+        from ..files import JOURNAL, pending
+
+        if pending(root):  # a half-written tree would be audited (or diffed) as if it were the engine's
+            raise KgenError([Problem("engine-write", "an interrupted `kgen patch --apply` left this tree half-written",
+                                     file=Path(root) / JOURNAL,
+                                     fix="run kgen patch --apply again: it finishes or undoes that write first")])
         self.root = Path(root)
         self.overlay: dict[str, str | None] = {}  # None: the patch deletes the file
         self._parsed: dict[str, Parsed] = {}
@@ -373,7 +374,9 @@ def one(found: list, tree: EngineTree, parsed: Parsed, symbol: str, what: str):
     """The single match of an anchor, or Drift naming the file and symbol."""
     if len(found) != 1:
         line = tree.location(parsed, found[1])[1] if len(found) > 1 else None
-        raise Drift(tree.path(parsed.rel), symbol, len(found), what, line, empty=not parsed.text.strip())
+        if not parsed.text.strip():  # not drift: the file itself is gone; one line, not one per site
+            raise _unreadable(tree.path(parsed.rel), f"the file is empty ({what}: kgen looks for {symbol} in it)", 1)
+        raise Drift(tree.path(parsed.rel), symbol, len(found), what, line)
     return found[0]
 
 
