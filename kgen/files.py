@@ -44,6 +44,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 Data = str | bytes
 JOURNAL = ".kgen-write-journal.json"
@@ -432,7 +433,7 @@ def _write_journaled(base: Path, resolved: dict[Path, tuple[Path, Data | None]],
     token = secrets.token_hex(6)
     items = list(resolved.values())
     dirs = _missing_dirs([t for t, data in items if data is not None])
-    doc = {"magic": _MAGIC, "state": "staged", "token": token, "root": str(root.absolute()),
+    doc: dict[str, Any] = {"magic": _MAGIC, "state": "staged", "token": token, "root": str(root.absolute()),
            "dirs": [str(d.absolute()) for d in dirs],
            "files": [{"target": str(t.absolute()), "existed": os.path.lexists(t), "delete": data is None}
                      for t, data in items]}

@@ -1031,3 +1031,112 @@ def test_odd_things_at_an_anchored_path_are_one_located_line(tmp_path, kind, say
     hits = [ln for ln in errors if says in ln]
     assert len(hits) == 1 and hits[0].startswith(f"{root / POOL}:1:1: "), r.stderr
     assert all("found none" not in ln for ln in errors if POOL in ln), r.stderr
+
+
+# class 11 and 14: the engine-code evaluator on legal code
+
+
+def _evaluate(code: str, name: str = "f"):
+    import libcst as cst
+
+    from kgen.engines.pyeval import Evaluator, Function, ModuleScope
+
+    scope = ModuleScope("m.py", cst.parse_module(code))
+    return Evaluator({}).call(Function(scope.functions[name], scope), [], {})
+
+
+@pytest.mark.parametrize("code, says", [
+    ("def f():\n    return 132 // 0\n", "ZeroDivisionError"),
+    ("def f():\n    return 'a' + 1\n", "TypeError"),
+    ("def f():\n    return None + 1\n", "TypeError"),
+    ("def f():\n    return -None\n", "TypeError"),
+    ("def f():\n    return 1 < 'a'\n", "TypeError"),
+    ("A = B\nB = A\n\ndef f():\n    return A\n", "defined in terms of itself"),
+    ("def f():\n    return 1" + "0" * 5000 + "\n", "5001 digits"),
+    ("def f():\n    return 'ab' * 50000000\n", "repetition"),
+    ("def f():\n    return 264 / 2\n", "a float"),
+    ("def f():\n    return " + " + ".join(["1"] * 250) + "\n", None),
+])
+def test_evaluator_never_raises_on_legal_code(code, says):
+    import resource
+
+    from kgen.engines.pyeval import Unknown
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, hard))  # "ab" * 50M must not be built
+    try:
+        if says is None:
+            assert _evaluate(code) == 250
+            return
+        with pytest.raises(Unknown, match=re.escape(says)):
+            _evaluate(code)
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_huge_products_are_unknown_not_huge():
+    from kgen.engines.pyeval import Unknown
+
+    with pytest.raises(Unknown, match="bits"):
+        _evaluate("def f():\n    x = 1000000000000\n    return " + " * ".join(["x"] * 40) + "\n")
+
+
+@pytest.mark.parametrize("code", ["def f() -> int: return 132\n", "def f(): x = 66; return x * 2\n",
+                                  "def f():\n    if True: return 132\n    return 0\n"])
+def test_one_line_suites_are_read(code):
+    assert _evaluate(code) == 132
+
+
+def test_an_anchor_in_an_if_header_or_a_one_line_suite():
+    import libcst as cst
+
+    from kgen.engines.pyeval import Evaluator, Function, ModuleScope
+    from kgen.engines.tree import calls, statement_of
+
+    code = "def g(n):\n    return n\n\ndef f(p):\n    q = p * 2\n    if g(q // 4) is None:\n        raise E\n" \
+           "    if p: g(q + 1)\n"
+    scope = ModuleScope("m.py", cst.parse_module(code))
+    fn = Function(scope.functions["f"], scope)
+    header, suite = calls(fn.node, "g")
+    assert isinstance(statement_of(fn.node, header), cst.If) and isinstance(statement_of(fn.node, suite), cst.If)
+    ev = Evaluator({"p": 8})
+    assert ev.value_at(fn, statement_of(fn.node, header), header.args[0].value, {"p": 8}) == 4
+    assert ev.value_at(fn, statement_of(fn.node, suite), suite.args[0].value, {"p": 8}) == 17
+
+
+_BPT = ("    def get_bytes_per_token(self) -> int:\n        return get_dsv4_indexer_bytes_per_token(\n"
+        "            self.index_head_dim, self.use_fp4_indexer\n        )\n")
+
+
+def test_true_division_does_not_agree_with_a_byte_count(tmp_path):
+    root = engine_tree(tmp_path)
+    pool = root / POOL
+    one_line = "    def get_bytes_per_token(self) -> int:\n        return 264 / 2\n"
+    pool.write_text(pool.read_text().replace(_BPT, one_line))
+    r = audit(root, FP8)
+    assert r.returncode == 1 and "a float" in r.stderr and "agrees" not in r.stdout, r.stderr + r.stdout
+
+
+def test_one_line_def_and_an_anchor_in_an_if_header_are_audited_and_patched(tmp_path):
+    root = engine_tree(tmp_path)
+    pool = root / POOL
+    text = pool.read_text().replace(_BPT, "    def get_bytes_per_token(self) -> int: return "
+                                    "get_dsv4_indexer_bytes_per_token(self.index_head_dim, self.use_fp4_indexer)\n")
+    probe = ("    def _probe(self, page_size):\n        if self._make_indexer_pool(1, page_size // 4, None, 128, 1, "
+             "None) is None:\n            raise RuntimeError\n        if page_size: self._make_indexer_pool(1, "
+             "page_size // 4, None, 128, 1, None)\n\n")
+    pool.write_text(text.replace("    def _init_compressed_pools(", probe + "    def _init_compressed_pools("))
+    r = audit(root, FP8)
+    assert r.returncode == 0, r.stderr
+    r = patch(root, "--apply")
+    assert r.returncode == 0, r.stderr
+    assert audit(root).returncode == 0
+
+
+def test_a_kernel_constant_of_5000_digits_is_a_finding_not_a_crash(tmp_path):
+    root = engine_tree(tmp_path)
+    cuh = next(root.rglob("fused_norm_rope_v2.cuh"))
+    cuh.write_text(cuh.read_text().replace("kIndexerBytes = 132 *", "kIndexerBytes = 1" + "3" * 5000 + " *"))
+    r = audit(root, FP8)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert "fused_norm_rope_v2.cuh" in r.stderr

@@ -10,6 +10,7 @@ flag, `--enable-kgen-indexer`, so that with the flag off the engine is byte-for-
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import libcst as cst
 
@@ -40,6 +41,7 @@ from .tree import (
     find_classes_with,
     find_method,
     one,
+    statement_of,
 )
 
 POOL = "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
@@ -167,7 +169,7 @@ def patch_flag(ctx: Ctx) -> None:
     stmt = parse_statement(f"{FLAG}: {_flag_annotation(parsed, field)} = False\n")
     stmt = stmt.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
         f"# kgen patch: store and score the DeepSeek-V4 indexer keys as kgen's variant ({PKG_DIR})"))])
-    holder = next(s for s in cls.body.body if isinstance(s, cst.SimpleStatementLine) and _holds(s, field))
+    holder = statement_of(cls, field)
     around_statement(ctx, parsed, holder, [stmt], "after")
 
 
@@ -209,7 +211,7 @@ def patch_pool_flag(ctx: Ctx) -> None:
         return
     parsed = ensure_import(ctx, parsed)
     parsed, _cls, init, anchor = _fp4_read(ctx)
-    holder = next(s for s in collect(init, cst.SimpleStatementLine) if _holds(s, anchor))
+    holder = statement_of(init, anchor)
     around_statement(ctx, parsed, holder, [parse_statement(f"self.kgen_indexer = {PKG}.enabled()\n")], "after")
 
 
@@ -289,7 +291,7 @@ def audit_page_size(ctx: Ctx) -> None:
         if arg is None:
             raise Drift(ctx.tree.path(parsed.rel), "self._make_indexer_pool(size, page_size, ...)", 0,
                         "indexer pool factory")
-        stmt = next(s for s in collect(method, cst.SimpleStatementLine) if _holds(s, call))
+        stmt = statement_of(method, call)
         try:
             got = ctx.evaluator().value_at(fn, stmt, arg.value, {"page_size": DEFAULT_PAGE_SIZE,
                                                                  "self.page_size": DEFAULT_PAGE_SIZE})
@@ -413,7 +415,7 @@ def patch_store(ctx: Ctx) -> None:
             _kwarg(call, "out_loc", parsed, ctx), _kwarg(call, "kvcache", parsed, ctx)]
     parsed = ensure_import(ctx, parsed)
     parsed, _cls, method, call = _store(ctx)
-    holder = next(s for s in collect(method, cst.SimpleStatementLine) if _holds(s, call))
+    holder = cast(cst.SimpleStatementLine, statement_of(method, call))
     routed = parse_statement(f"{PKG}.store({', '.join(args)})\n")
     new_if = cst.If(test=expression(f"is_indexer and {PKG}.enabled()"), body=cst.IndentedBlock([routed]),
                     orelse=cst.Else(cst.IndentedBlock([holder.with_changes(leading_lines=())])),
@@ -425,10 +427,10 @@ def patch_store(ctx: Ctx) -> None:
 # the store kernel (C++: its page-byte constant and the static_assert that refuses bf16 indexers)
 
 _ASSERT_BF16 = re.compile(r"static_assert\(\s*!\(\s*kIsIndexer\s*&&\s*kBf16Store\s*\)")
-_KPAGE = re.compile(r"kPageBytes\s*=\s*(\d+)")
+_KPAGE = re.compile(r"kPageBytes\s*=\s*(\d{1,30})(?!\d)")  # a 5000-digit constant is no page size
 # `kPageBytes = 132ll << kPageBits` inside the named device function (not crossing into the next one)
-_DEVICE_PAGE = {key: re.compile(rf"\bvoid\s+{name}\s*\((?:(?!\bvoid\b).)*?\bkPageBytes\s*=\s*(\d+)(?:ll)?\s*<<\s*"
-                                rf"kPageBits\b", re.S) for key, name in KERNEL_DEVICE_FUNCTION.items()}
+_DEVICE_PAGE = {key: re.compile(rf"\bvoid\s+{name}\s*\((?:(?!\bvoid\b).)*?\bkPageBytes\s*=\s*(\d{{1,30}})(?:ll)?"
+                                rf"\s*<<\s*kPageBits\b", re.S) for key, name in KERNEL_DEVICE_FUNCTION.items()}
 
 
 def _line_col(text: str, pos: int) -> tuple[int, int]:
@@ -450,7 +452,7 @@ def audit_kernel(ctx: Ctx) -> None:
     text = ctx.tree.text(rel)
     key, _ = ctx.native_encoding()
     names = KERNEL_PAGE_CONSTANT[key]
-    found = list(re.finditer(rf"\b({'|'.join(names)})\s*=\s*(\d+)\s*\*\s*kPageSize\b", text))
+    found = list(re.finditer(rf"\b({'|'.join(names)})\s*=\s*(\d{{1,30}})\s*\*\s*kPageSize\b", text))
     if not found and key != "fp8":
         return  # versions that store fp4 keys with another kernel: nothing of this one to check
     if len(found) != 1:
@@ -511,7 +513,7 @@ def audit_reader(ctx: Ctx) -> None:
     if len(views[0].args) != 4:
         raise Drift(ctx.tree.path(parsed.rel), "a 4-D reader view (pages, P, 1, width)", 0, "indexer reader view")
     page_arg = views[0].args[1].value
-    stmt = next(s for s in collect(method, cst.SimpleStatementLine) if _holds(s, views[0]))
+    stmt = statement_of(method, views[0])
     tokens = ctx.evaluate("reader view page size", parsed, page_arg,
                           lambda: ctx.evaluator().value_at(fn, stmt, page_arg))
     if tokens is not None and tokens != lay.page_size:

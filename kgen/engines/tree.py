@@ -25,6 +25,7 @@ import tokenize
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -479,6 +480,25 @@ def parent_map(root: cst.CSTNode) -> dict[cst.CSTNode, cst.CSTNode]:
 
     root.visit(_Parents())
     return parents
+
+
+def statement_of(scope: cst.CSTNode, node: cst.CSTNode) -> cst.BaseStatement:
+    """The statement of `scope` that holds `node` and that code can be inserted around (it sits in an
+    indented block): the line itself, or the `if`/`while`/`with`... whose header or one-line suite
+    holds it. A node in a one-line `def` gives its small statement (the evaluator can stop there)."""
+    parents = parent_map(scope)
+    cur: cst.CSTNode | None = node
+    innermost: cst.CSTNode | None = None
+    while cur is not None and cur is not scope:
+        parent = parents.get(cur)
+        if isinstance(cur, (cst.BaseStatement, cst.BaseSmallStatement)):
+            innermost = innermost or cur
+            if isinstance(parent, cst.IndentedBlock) and isinstance(cur, cst.BaseStatement):
+                return cur
+        cur = parent
+    if innermost is None:
+        raise ValueError("node is not inside a statement of scope")
+    return cast(cst.BaseStatement, innermost)  # a one-line def's small statement: a stop, not an insertion point
 
 
 def chain_statement(root: cst.CSTNode, node: cst.CSTNode) -> cst.BaseStatement:
