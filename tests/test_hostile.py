@@ -1140,3 +1140,13 @@ def test_a_kernel_constant_of_5000_digits_is_a_finding_not_a_crash(tmp_path):
     r = audit(root, FP8)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert "fused_norm_rope_v2.cuh" in r.stderr
+
+
+def test_a_non_utf8_file_where_the_patch_writes_is_located_exit_2(tmp_path):
+    root = engine_tree(tmp_path)
+    (root / PKG).mkdir()
+    (root / PKG / "host.py").write_bytes(b'x = "\xff"\n')
+    for r in (patch(root, "--apply"), audit(root)):
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert f"{PKG}/host.py:1:6: error[engine-file-encoding]" in r.stderr, r.stderr
+    assert (root / PKG / "host.py").read_bytes() == b'x = "\xff"\n'
