@@ -8,6 +8,7 @@ asks kgen.toolchain what this NVRTC can target.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from .diagnostics import KgenError, Problem, shown
 
@@ -20,6 +21,19 @@ SM_LIMITS = {75: (32, 16), 80: (64, 32), 86: (48, 16), 87: (48, 16), 89: (48, 24
              100: (64, 32), 103: (64, 32), 120: (48, 32), 121: (48, 32)}
 # the most warps any SM holds: the launch rule's bound, which the kernel's static_assert twin checks too
 MAX_WARPS_PER_SM = max(warps for warps, _ in SM_LIMITS.values())
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What a launch plan needs to know of one GPU (kgen.runtime.device_facts asks torch once per device);
+    it reaches the ABI's launch rules inside the checked arguments (kgen.abi.Args.device)."""
+
+    index: int
+    sm_count: int
+    l2_bytes: int  # 0: unknown
+
+
+NO_DEVICE = DeviceFacts(index=-1, sm_count=1, l2_bytes=0)  # arguments checked for no GPU (the CPU emulation)
 
 
 def parse(name: str) -> tuple[int, int, str] | None:

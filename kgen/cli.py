@@ -239,13 +239,8 @@ def _build_app():
         """NVRTC-compile every variant for its targets (or --arch), through the content-hash cache."""
         from .build import compile_command
 
-        code = run_reporting(lambda: compile_command(paths, arch or None, validate=not no_validate, as_json=as_json),
-                             as_json, results=[])
-        if code == 0 and out is not None:
-            from .aot import write_command
-
-            code = run_reporting(lambda: write_command(paths, arch or None, out, validate=not no_validate))
-        done(code)
+        done(run_reporting(lambda: compile_command(paths, arch or None, validate=not no_validate, as_json=as_json,
+                                                   out=out), as_json, results=[]))
 
     @app.command()
     def test(paths: Annotated[list[Path] | None, typer.Argument(help="spec or family files")] = None,

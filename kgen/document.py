@@ -57,6 +57,9 @@ class Document:
     variants: list[Variant] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)  # located; file-level and schema problems
     includes: list[Path] = field(default_factory=list)  # every file read, for cache keys
+    # each include as written (made absolute, links kept) -> the file it resolved to: a memo of this
+    # document is stale once one of them resolves elsewhere (a symlinked directory retargeted)
+    links: dict[Path, Path] = field(default_factory=dict)
 
     @property
     def is_family(self) -> bool:

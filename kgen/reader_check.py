@@ -23,11 +23,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import layout as L
+from . import reader_layout as RL
+from . import reader_plan as RP
 from .spec import Spec
+from .timing import Timer, _with_bw, copy_bandwidth
 
 TOPK = 512
 ERROR_BOUND = 1e-3  # of max |logit|
-HEADS = L.READER_HEADS
+HEADS = RL.READER_HEADS
 BENCH_SHAPES = ((1, 4096), (1, 65536), (1, 262144), (32, 4096), (32, 65536), (128, 4096), (128, 65536))
 BYTE_MODEL = ("per key: layout.bytes_per_token read (its row and scales as stored) + 4 B of fp32 logit written; "
               "q, weights and the block table not counted. GB/s = bytes / time / 1e9")
@@ -64,7 +67,7 @@ def _torch():
 
 def q_dtype(spec: Spec):
     torch = _torch()
-    return {"bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}[L.reader_q_dtype(spec)]
+    return {"bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}[RL.reader_q_dtype(spec)]
 
 
 def write_pages(spec: Spec, num_pages: int, *, seed: int, device: str = "cuda", max_written: int = 1 << 16):
@@ -188,7 +191,7 @@ def compare(variant: str, case: str, got, want, *, topk: int = TOPK) -> LogitsRe
 
 def launcher(spec: Spec, args: tuple, tune: dict | None = None, *, check_bounds: bool = False):
     """(launch, logits) of the reader on `args`: the shipped choice (kgen.indexer.prepare: the cubin of
-    this launch shape) with `tune`'s layout.READER_TUNING_DEFAULTS overrides (None: the shipped default)."""
+    this launch shape) with `tune`'s RL.READER_TUNING_DEFAULTS overrides (None: the shipped default)."""
     from .indexer import prepare
 
     return prepare(spec, *args, check_bounds=check_bounds, tune=tune)
@@ -240,7 +243,6 @@ def byte_model(spec: Spec, batch: int, keys: int) -> int:
 def bench_case(torch, timer, spec: Spec, batch: int, keys: int, copy_gbps: float | None, *, seed: int = 0,
                torch_path: bool = False, tunes: tuple = (None,)) -> list[dict]:
     """One entry per tuning (None: the shipped default) on the same inputs."""
-    from .bench import _with_bw
 
     args = make_case(spec, [keys] * batch, seed=seed, extra_pages=0, max_seq_len=keys)
     nbytes = byte_model(spec, batch, keys)
@@ -344,7 +346,6 @@ def bench_readers(specs: list[Spec], timer, copy: dict, *, say=print) -> dict:
 def bench_specs(specs: list[Spec], shapes=BENCH_SHAPES, *, torch_path_shapes=((1, 65536), (32, 65536)),
                 say=print, tunes: tuple = (None,), timer=None, copy: dict | None = None) -> dict:
     torch = _torch()
-    from .bench import Timer, copy_bandwidth
 
     timer = timer or Timer(torch)
     copy = copy or copy_bandwidth(torch, timer)
@@ -384,16 +385,16 @@ def bench_line(e: dict) -> str:
 
 
 def ring_tunes(spec: Spec, tune: dict | None) -> list[dict | None]:
-    """`tune` and the tunings layout.reader_wg_shape_tune picks for it at other shapes (the cp.async
+    """`tune` and the tunings RP.reader_wg_shape_tune picks for it at other shapes (the cp.async
     variant's ring of small launches, the TMA variant's L2 policy of large ones): the cubins a run of
     `tune` may load."""
     from .indexer import readable
 
-    if not readable(spec) or not L.reader_wg_enabled(L.compute(spec), tune):
+    if not readable(spec) or not RL.reader_wg_enabled(L.compute(spec), tune):
         return [tune]
     lay = L.compute(spec)
-    small = L.reader_wg_shape_tune(lay, tune, 1, 1, 1, 1, 1 << 40)  # one key, an L2 it fits
-    large = L.reader_wg_shape_tune(lay, tune, 1 << 10, 1, 1 << 20, 1, 1)  # more keys than SMs and L2 hold
+    small = RP.reader_wg_shape_tune(lay, tune, 1, 1, 1, 1, 1 << 40)  # one key, an L2 it fits
+    large = RP.reader_wg_shape_tune(lay, tune, 1 << 10, 1, 1 << 20, 1, 1)  # more keys than SMs and L2 hold
     return [t for i, t in enumerate([tune, small, large]) if t not in [tune, small, large][:i]]
 
 

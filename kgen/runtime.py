@@ -22,17 +22,59 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import sys
 import threading
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from . import arch as A
-from .abi import NORM_ROPE_STORE, Args, KernelAbi, ParamBuffer
+from .abi import KERNELS, NORM_ROPE_STORE, Args, KernelAbi, ParamBuffer, tune_key
+from .aot import AotDir
+from .compile import CompiledKernel, compile_rendered
 from .diagnostics import KgenError, Problem
 from .layout import Layout, compute, uses_pdl
+from .render import render_kernel
+from .resolve import spec_digest
 from .spec import Spec
+from .tma import encode_map
+
+# ---------------------------------------------------------------------------------------------
+# where a kernel's cubin comes from: the AOT directory when one is set, else the JIT path
+
+
+_aot: dict[str, Any] = {}
+
+
+def use_aot(directory: str | os.PathLike | None) -> None:
+    """Load kernels from the prebuilt cubins of `directory` (`kgen compile ... --out DIR`) instead
+    of compiling them; None: back to KGEN_AOT_DIR / the JIT path. Applies to kernels not yet loaded."""
+    _aot.clear()
+    _aot["dir"] = AotDir(Path(directory)) if directory is not None else None
+
+
+def aot_dir() -> AotDir | None:
+    """The AOT directory kernels come from (use_aot's, else KGEN_AOT_DIR's), or None: the JIT path."""
+    if "dir" not in _aot:
+        env = os.environ.get("KGEN_AOT_DIR")
+        if env:
+            use_aot(env)
+        else:
+            _aot["dir"] = None
+    return _aot["dir"]
+
+
+def kernel_binary(spec: Spec, arch: str, kabi: KernelAbi = NORM_ROPE_STORE,
+                  tune: dict[str, int] | None = None) -> CompiledKernel:
+    """The cubin of kernel `kabi` of `spec` for `arch` with `tune`: from the AOT directory when one is
+    set (jinja2 and NVRTC are then never imported), else rendered and compiled (content-hash cached)."""
+    aot = aot_dir()
+    if aot is not None:
+        return aot.find(spec, arch, kabi, tune)
+    return compile_rendered(render_kernel(spec, kabi, tune), arch)
+
 
 # ---------------------------------------------------------------------------------------------
 # torch / cuda.core plumbing
@@ -172,7 +214,7 @@ class PreparedLaunch:
         self._drv, self._loaded = drv, loaded
         self.args = args  # keeps the tensors alive as long as the launch can run
         self.grid, self.block = args.grid()
-        self.params = ParamBuffer(args.abi, args.values())
+        self.params = ParamBuffer(args.abi, args.values(encode=encode_map))
         cfg = drv.CUlaunchConfig()
         grid = self.grid if isinstance(self.grid, tuple) else (self.grid, 1, 1)
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
@@ -196,7 +238,7 @@ class PreparedLaunch:
         args = self._loaded._targeted(args)
         if args.grid() != (self.grid, self.block):
             raise ValueError("fill: another launch shape; prepare a new launch")
-        self.params.fill(args.values())
+        self.params.fill(args.values(encode=encode_map))
         self.args = args
 
     def __call__(self, stream: int | None = None) -> None:
@@ -232,6 +274,10 @@ class LoadedKernel:
         return self.compiled.uri
 
     @cached_property
+    def device_facts(self) -> A.DeviceFacts:
+        return device_facts(self.device_index)
+
+    @cached_property
     def function(self) -> Any:
         """The kernel as the driver launches it (cuda.core's CUkernel handle, as a CUfunction)."""
         handle = getattr(self.kernel, "handle", None)  # cuda-core >= 0.3; older ones: _handle
@@ -256,9 +302,9 @@ class LoadedKernel:
 
     def _targeted(self, args: Args) -> Args:
         """`args` with this cubin's target, which decides the launch shape of an arch-dependent path."""
-        if args.target == self.arch and args.tune == self.tune:
+        if args.target == self.arch and args.tune == self.tune and args.device is not None:
             return args
-        return dataclasses.replace(args, target=self.arch, tune=self.tune)
+        return dataclasses.replace(args, target=self.arch, tune=self.tune, device=self.device_facts)
 
     def launch(self, args: Args, stream: int | None = None) -> None:
         """Launch on `stream` (a CUstream value; default: torch's current stream). N == 0: nothing."""
@@ -302,7 +348,7 @@ _lock = threading.Lock()
 
 
 def spec_key(spec: Spec) -> str:
-    return spec.model_dump_json()
+    return spec_digest(spec)
 
 
 def device_info(index: int | None = None) -> dict:
@@ -313,6 +359,20 @@ def device_info(index: int | None = None) -> dict:
     return {"index": idx, "name": props.name, "capability": f"{cap[0]}.{cap[1]}", "arch": A.name(cap),
             "sm_count": props.multi_processor_count, "total_memory": props.total_memory,
             "l2_bytes": getattr(props, "L2_cache_size", None)}
+
+
+_facts: dict[int, A.DeviceFacts] = {}
+
+
+def device_facts(index: int) -> A.DeviceFacts:
+    """What a launch plan needs of torch CUDA device `index` (SMs, L2 bytes; 0 where torch does not say),
+    asked once per device."""
+    facts = _facts.get(index)
+    if facts is None:
+        props = require_gpu().cuda.get_device_properties(index)
+        facts = _facts[index] = A.DeviceFacts(index=index, sm_count=int(props.multi_processor_count),
+                                              l2_bytes=int(getattr(props, "L2_cache_size", 0) or 0))
+    return facts
 
 
 def device_arch(spec: Spec, device_index: int | None = None) -> str:
@@ -333,7 +393,8 @@ def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False,
     Order: GPU present -> arch check against spec.targets -> compile_variant (cache hit: no NVRTC)
     -> module load. Cached in-process per (spec, device, kernel, tune) and per (uri, arch, device, cubin):
     a spec with the same name but other content never gets another spec's kernel. `tune`: the reader's
-    layout.READER_TUNING_DEFAULTS overrides it is rendered with (kgen.indexer's per-shape ring, the bench).
+    kgen.reader_layout.READER_TUNING_DEFAULTS overrides it is rendered with (kgen.reader_plan's per-shape
+    ring, the bench).
     """
     torch = require_gpu()
     idx = torch.cuda.current_device() if device_index is None else device_index
@@ -347,18 +408,10 @@ def load(spec: Spec, device_index: int | None = None, *, verbose: bool = False,
             return hit
         name = torch.cuda.get_device_name(idx)
         arch = device_arch(spec, idx)
-        from .abi import KERNELS
-        from .compile import compile_rendered, compile_variant
-
         kabi = KERNELS[kernel]
-        if kabi is NORM_ROPE_STORE:
-            if tune:
-                raise ValueError(f"{kernel} has no tuning")
-            ck = compile_variant(spec, arch)
-        else:  # the read side (kgen.indexer): its own rendered instantiation
-            from .render import render_reader
-
-            ck = compile_rendered(render_reader(spec, tune=tune), arch)
+        if kabi is NORM_ROPE_STORE and tune:
+            raise ValueError(f"{kernel} has no tuning (got {tune_key(tune)})")
+        ck = kernel_binary(spec, arch, kabi, tune)
         if verbose or not getattr(ck, "cached", True):
             sys.stderr.write(f"kgen: {spec.name} for {arch}: "
                              f"{'cache hit' if getattr(ck, 'cached', False) else 'compiled'}"

@@ -52,9 +52,9 @@ from typing import Any
 import torch
 
 from . import reference as R
-from .abi import ArgumentError
+from .diagnostics import ArgumentError
 from .layout import Layout, compute
-from .ops import resolve_spec
+from .resolve import resolve_spec
 from .spec import Spec
 
 __all__ = ["CHUNK_BYTES", "LogitsChecked", "Q_DTYPES", "check_logits_arguments", "dense_logits",

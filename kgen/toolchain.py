@@ -19,6 +19,8 @@ import json
 import os
 from pathlib import Path
 
+from .resources import cache_root
+
 # NVRTC 13.x's list, used only when no libnvrtc can be found.
 FALLBACK_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121)
 PROBE_RECORD = "nvrtc_archs.json"  # in the cache root
@@ -70,8 +72,6 @@ def dist_versions() -> dict[str, str]:
 def _probe_file() -> Path | None:
     if os.environ.get("KGEN_NO_PROBE_CACHE"):
         return None
-    from .cache import cache_root
-
     return cache_root() / PROBE_RECORD
 
 

@@ -228,7 +228,8 @@ def listing(r: Report) -> str:
             if m not in r.modules:
                 continue
             deps = sorted({a.target for a in r.arrows if a.source == m})
-            lines.append(f"  {_name(m):24} -> {', '.join(_name(d) + ('' if floors.get(d, -1) < i else ' (same floor)') for d in deps) or '(nothing of kgen)'}")
+            shown = [_name(d) + ("" if floors.get(d, -1) < i else " (same floor)") for d in deps]
+            lines.append(f"  {_name(m):24} -> {', '.join(shown) or '(nothing of kgen)'}")
         lines.append("")
     local = sorted({(t.source, t.name) for t in r.local_third})
     lines.append("function-local imports (third-party only): "

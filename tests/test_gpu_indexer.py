@@ -102,10 +102,11 @@ TMA_TUNES = [{"kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 
 
 def _runs_tma(spec, tune) -> bool:
     from kgen import layout as L
+    from kgen import reader_layout as RL
     from kgen.arch import has_wgmma
     from kgen.runtime import device_arch
 
-    return has_wgmma(device_arch(spec, 0)) and L.reader_wg_tma(L.compute(spec), tune)
+    return has_wgmma(device_arch(spec, 0)) and RL.reader_wg_tma(L.compute(spec), tune)
 
 
 @pytest.mark.parametrize("tune", TMA_TUNES, ids=["2x2", "1x3", "evict-first"])

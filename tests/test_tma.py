@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 from kgen import indexer, runtime, tma  # noqa: E402
 from kgen import layout as L  # noqa: E402
 from kgen import reader_check as rc  # noqa: E402
+from kgen import reader_layout as RL  # noqa: E402
 from kgen.abi import INDEXER_LOGITS, NO_TENSOR_MAP, ArgumentError  # noqa: E402
 from kgen.reference import load_spec  # noqa: E402
 from strategies import ROOT  # noqa: E402
@@ -41,7 +42,7 @@ def test_fp8_geometry_is_the_132_byte_key_layout():
     assert g.strides == (128, 128, 8448)
     assert g.box == (128, 1, 64, 1) and g.element_strides == (1, 1, 1, 1)
     # the box is one tile of one chunk: no tile crosses a page, the box's bytes end before the scales
-    assert g.box[2] == L.READER_WG_TILE_KEYS and lay.page_size % g.box[2] == 0
+    assert g.box[2] == RL.READER_WG_TILE_KEYS and lay.page_size % g.box[2] == 0
     assert g.box[2] * g.strides[1] <= lay.scale_region_offset
 
 
@@ -131,7 +132,7 @@ def test_no_map_unless_the_tma_variant_runs(fake_driver, path, target, tune):
 @pytest.mark.parametrize("path", [FP8, BF16])
 def test_tma_variant_gets_the_encoded_map_of_the_cache(fake_driver, path, tune):
     a = _args(path, target="sm_90a", tune=tune)
-    assert L.reader_wg_tma(a.layout, tune) and indexer.launch_tma(a)
+    assert RL.reader_wg_tma(a.layout, tune) and indexer.launch_tma(a)
     packed = a.pack()
     assert packed[:8] == (1).to_bytes(8, "little") and packed[8:16] == (100).to_bytes(8, "little")
     (call,) = fake_driver.calls
