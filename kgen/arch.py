@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from .diagnostics import KgenError, Problem, shown
+from .toolchain import supported_archs
 
 ARCH_RE = re.compile(r"sm_(\d+)([af]?)")
 ARCH_FLOOR = 80  # kgen kernels need bf16 arithmetic
@@ -112,7 +113,6 @@ def problem(arch: str) -> tuple[str, str] | None:
     if not m:
         return (f"'{shown(arch)[:40]}' is not an architecture name like sm_90a",
                 "write sm_<major><minor>[a|f], e.g. sm_90a")
-    from .toolchain import supported_archs
 
     known, source = supported_archs()
     cc, suffix = int(m.group(1)), m.group(2)

@@ -40,9 +40,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import launcher, native
 from .diagnostics import KgenError
 from .diagnostics import err as _say
-from .layout import Layout, compute
+from .files import write_atomic
+from .gpurun import precompile, start_gpu_command, sticky, usage_error
+from .layout import Layout, compute, launch_shape, tokens_per_warp
+from .reader_check import bench_readers
+from .runtime import current_stream_handle, device_info, load
 from .spec import Spec
 from .timing import (
     COLD_MIN_REPS,
@@ -55,6 +60,7 @@ from .timing import (
     copy_bandwidth,
     graph_calls,
 )
+from .toolchain import nvrtc_version
 
 DEFAULT_TOKENS = (1, 64, 4096, 65536, 1048576)
 FREQS_ROWS = 1 << 20  # a long-context model's RoPE table: each random position a DRAM row
@@ -99,14 +105,15 @@ _EMPTY_SRC = 'extern "C" __global__ void kgen_empty_kernel() {}\n'
 _empty_kernel = None
 
 
-def empty_kernel(arch: str):
-    """An empty kernel (NVRTC, in memory) for the launch floor; None if NVRTC is unavailable."""
+def empty_kernel(arch: str, device: int = 0):
+    """An empty kernel (NVRTC, in memory), loaded through the launch stack, for the launch floor."""
     global _empty_kernel
     if _empty_kernel is None:
         from cuda.core import Program, ProgramOptions
 
         prog = Program(_EMPTY_SRC, "c++", ProgramOptions(arch=arch))
-        _empty_kernel = prog.compile("cubin").get_kernel("kgen_empty_kernel")
+        obj = prog.compile("cubin")
+        _empty_kernel = launcher.load_cubin(bytes(obj.code), "kgen_empty_kernel", device, what="empty kernel")
     return _empty_kernel
 
 
@@ -123,15 +130,10 @@ def floor_runs(torch, timer: Timer, spec: Spec, n: int, nbytes: int, arch: str) 
     if n > FLOOR_MAX_TOKENS:
         return out
     try:
-        from cuda.core import LaunchConfig, launch
-
-        from .layout import launch_shape
-        from .runtime import torch_stream
-
-        k = empty_kernel(arch)
+        k = empty_kernel(arch, torch.cuda.current_device())
         grid, block = launch_shape(spec, n)
-        cfg = LaunchConfig(grid=grid, block=block)
-        efn = lambda: launch(torch_stream(), cfg, k)  # noqa: E731
+        run = launcher.launcher(k, launcher.PreparedLaunch("<", block), name="empty kernel")
+        efn = lambda: run((grid, 1, 1), 0, current_stream_handle())  # noqa: E731
         out["empty_kernel"] = {"grid": grid, "block": block, "cold": timer.cold(efn),
                                "graph": timer.warm(efn, launches=GRAPH_MAX_CALLS)}
     except Exception as e:  # noqa: BLE001
@@ -195,8 +197,6 @@ class CompileState:
 def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate: CompileState,
                seed: int, positions: str = "random") -> dict:
     from . import ops, reference
-    from .layout import launch_shape, tokens_per_warp
-    from .runtime import load
 
     lay = compute(spec)
     bm = byte_model(spec, n, lay)
@@ -276,7 +276,8 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
       dispatch_floor   an empty op of the same schema: torch's dispatcher into Python alone
       custom_op_floor  an empty torch.library.custom_op of the same schema (why kgen does not use it)
       python_call      an empty Python function called with the same arguments (the host's speed)"""
-    from . import launcher, ops
+    from . import ops  # registers torch's ops: only where a GPU command runs
+
 
     name = ops.variant_name(spec)
     v = ops.resolve(name)
@@ -298,13 +299,11 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
     except Exception as e:  # noqa: BLE001 - recorded, the others still run
         ways["raw_bindings"] = e
     try:
-        from .runtime import load
 
         ways["runtime_prepared"] = load(spec).prepare(ops.check_arguments(spec, *args))
     except Exception as e:  # noqa: BLE001
         ways["runtime_prepared"] = e
     loaded = v.kernels.get(args[0].get_device(), {})
-    from . import native
 
     kernel = native.install(ops.NAMESPACE, "norm_rope_store", "_norm_rope_store_checked") if loaded else None
     out: dict = {"calls_per_loop": HOST_CALLS, "loops": HOST_LOOPS, "launcher": loaded.get("backend"),
@@ -426,7 +425,6 @@ def ratios(entry: dict) -> dict:
 
 
 def environment(torch) -> dict:
-    from .runtime import device_info
 
     env = {"device": device_info(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
@@ -439,7 +437,6 @@ def environment(torch) -> dict:
     except Exception:  # noqa: BLE001
         pass
     try:
-        from .toolchain import nvrtc_version
 
         env["nvrtc"] = nvrtc_version()
     except Exception:  # noqa: BLE001
@@ -452,7 +449,6 @@ def environment(torch) -> dict:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    from .files import write_atomic
 
     write_atomic(path, json.dumps(data, indent=2) + "\n")
 
@@ -465,7 +461,6 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     torch.compile: on unless KGEN_BENCH_COMPILE=0 (or use_compile=False); its compile time is capped by
     KGEN_BENCH_COMPILE_BUDGET_S (default 300 s), after which it is skipped (and said so).
     KGEN_BENCH_BUDGET_S (default: none) caps the whole run: later cases are recorded as skipped."""
-    from .gpurun import start_gpu_command, usage_error
 
     if positions not in POSITIONS:
         raise usage_error("bench", f"--positions must be one of {', '.join(POSITIONS)} (got {positions!r})")
@@ -483,7 +478,6 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     except Exception:  # noqa: BLE001
         pass
 
-    from .gpurun import precompile
 
     errors = precompile(specs)
     data: dict = {**environment(torch), "inputs": inputs_record(positions), "byte_model": BYTE_MODEL, "timing": {
@@ -513,7 +507,6 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
         _say("kgen bench: interrupted")
     data["compile_seconds_spent"] = round(cstate.spent, 1)
     if not data.get("interrupted"):  # the read side: indexer_logits on every variant it reads
-        from .reader_check import bench_readers
 
         data["reader"] = bench_readers(specs, timer, data["copy"], say=_say)
         failed = failed or any("error" in e for e in data["reader"]["results"])
@@ -551,7 +544,6 @@ def _bench_all(torch, timer, specs, tokens, errors, copy_gbps, cstate, budget, s
             if json_file is not None:  # keep what we have if a later case dies
                 write_json_atomic(json_file, data)
             if "error" in entry:
-                from .gpurun import sticky
 
                 if sticky(entry["error"]):
                     _say("kgen bench: stopping: the CUDA context is likely broken after this error")

@@ -98,15 +98,9 @@ def compile_command(paths: list[Path], archs: list[str] | None, validate: bool =
     """`kgen compile`: every kernel of the registry (kgen.abi.KERNELS) each variant has, with every tuning a
     launch may load, for every arch; with `out`, also the AOT directory (kgen.aot). Exit 0 when every one
     compiled, 1 otherwise (2: usage, an unusable --out: checked before any work)."""
-    try:
-        if out is not None:
-            check_out(out)
-        archs = check_option(archs)
-    except KgenError as e:
-        if as_json:
-            print_json(failure_json(e.problems, results=[]))
-        print_problems(e.problems)
-        return e.exit_code
+    if out is not None:  # before any work (a KgenError, exit 2: kgen.cli reports it, --json included)
+        check_out(out)
+    archs = check_option(archs)
     cache = Cache()
     memo = RunMemo(cache, paths, archs, validate)
     # a warm run of the same inputs: no YAML, no validation, no render (the AOT directory needs the specs)
@@ -162,7 +156,7 @@ def _write_aot(out: Path, rows: list[_Row]) -> int:
     return 0
 
 
-def _kernels(spec: Spec) -> list[tuple[KernelAbi, dict[str, int] | None]]:
+def kernels_of(spec: Spec) -> list[tuple[KernelAbi, dict[str, int] | None]]:
     """Every (kernel table, tuning) of `spec` that `kgen compile` builds: the registry's kernels the spec
     has, each with every tuning a launch may load."""
     return [(kabi, tune) for kabi in KERNELS.values() if kabi.exists(spec) for tune in kabi.tunings(spec)]
@@ -175,7 +169,7 @@ def _build(found: list[tuple], archs: list[str] | None, cache: Cache) -> list[_R
     refused: list[Problem] = []
     for variant, spec, path in found:
         try:  # the rules' guards: what no C++ source or cache path may hold, also under --no-validate
-            rendered_all = [(kabi, tune, render_kernel(spec, kabi, tune)) for kabi, tune in _kernels(spec)]
+            rendered_all = [(kabi, tune, render_kernel(spec, kabi, tune)) for kabi, tune in kernels_of(spec)]
         except KgenError as e:
             refused += [p if p.file is not None else variant.locate(p) for p in e.problems]
             continue

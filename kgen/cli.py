@@ -18,7 +18,16 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .bench import bench_command
+from .build import compile_command
+from .cache import DEFAULT_MAX_MB, Cache
 from .diagnostics import KgenError, Problem, failure_json, print_json, print_problems, report_each
+from .gputest import test_command
+from .layout_view import layout_json, print_layout
+from .recall import recall_command
+from .render import render_paths
+from .schema_doc import field_reference
+from .validate import validate_path, validate_paths
 
 # ---------------------------------------------------------------------------------------------
 # command bodies (no CLI framework): each returns the exit code
@@ -38,7 +47,6 @@ def run_reporting(body: Callable[[], int], as_json: bool = False, **empty) -> in
 
 def validate_command(paths: list[Path], as_json: bool = False) -> int:
     """`kgen validate`: every problem of every path; exit 0 all valid, 1 any invalid, 2 unreadable."""
-    from .validate import validate_path
 
     def one(path: Path) -> tuple[int, list[dict]]:
         r = validate_path(path)
@@ -63,8 +71,6 @@ def validate_command(paths: list[Path], as_json: bool = False) -> int:
 def layout_command(paths: list[Path], as_json: bool = False) -> int:
     """`kgen layout`: the byte map of every variant; every path must validate (else exit 1/2, and
     with --json `{"layouts": [], "errors": [...]}`)."""
-    from .layout_view import layout_json, print_layout
-    from .validate import validate_paths
 
     laid = [c.layout for c in validate_paths(paths).checked() if c.layout is not None]
     if as_json:
@@ -77,7 +83,6 @@ def layout_command(paths: list[Path], as_json: bool = False) -> int:
 
 def render_command(paths: list[Path], out: Path, validate: bool = True) -> int:
     """`kgen render`: all files or none; prints the path of every file of the output."""
-    from .render import render_paths
 
     for f in render_paths(paths, out, validate=validate):
         print(f)
@@ -86,7 +91,6 @@ def render_command(paths: list[Path], out: Path, validate: bool = True) -> int:
 
 def cache_command(action: str, max_mb: float | None = None, as_json: bool = False) -> int:
     """`kgen cache info|prune|clean`: the compile cache's size, its bound, its removal."""
-    from .cache import DEFAULT_MAX_MB, Cache
 
     cache = Cache(timeout=0)
     removed: list = []
@@ -108,7 +112,6 @@ def cache_command(action: str, max_mb: float | None = None, as_json: bool = Fals
 
 
 def schema_command() -> int:
-    from .schema_doc import field_reference
 
     sys.stdout.write(field_reference())
     return 0
@@ -237,7 +240,6 @@ def _build_app():
                     "--out", help="also write every cubin + a manifest here (an AOT directory kgen.ops loads "
                     "without NVRTC)")] = None) -> None:
         """NVRTC-compile every variant for its targets (or --arch), through the content-hash cache."""
-        from .build import compile_command
 
         done(run_reporting(lambda: compile_command(paths, arch or None, validate=not no_validate, as_json=as_json,
                                                    out=out), as_json, results=[]))
@@ -250,7 +252,6 @@ def _build_app():
                                                  "accepts")] = 0,
              seed: Annotated[int, typer.Option("--seed", help="seed of the --sample draw")] = 0) -> None:
         """Run each variant on the GPU against the Torch reference, byte for byte."""
-        from .gputest import test_command
 
         done(run_reporting(lambda: test_command(paths or [], tokens or None, as_json=as_json, sample=sample,
                                                 seed=seed), as_json, ok=False, results=[]))
@@ -268,7 +269,6 @@ def _build_app():
                   "--positions", help="random (decode: a DRAM freqs row per token) or consecutive (prefill of a "
                   "long sequence), in a 2^20-row table")] = "random") -> None:
         """Kernel bandwidth vs device copy vs torch eager/compile, in one run."""
-        from .bench import bench_command
 
         done(run_reporting(lambda: bench_command(paths, tokens or None, json_file, use_compile=use_compile,
                                                  compile_budget_s=compile_budget, positions=positions)))
@@ -321,7 +321,6 @@ def _build_app():
                    "--toggle-hadamard", help="also measure each variant with its Hadamard setting flipped")] = False,
                ) -> None:
         """Top-k agreement and needle recall of each indexer-key variant against full-precision scores."""
-        from .recall import recall_command
 
         done(run_reporting(lambda: recall_command(paths, contexts=contexts, topk=topk, queries=queries, heads=heads,
                                                   margin=margin, seed=seed, keys=keys, as_json=as_json, plot=plot,

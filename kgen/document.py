@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from .diagnostics import Loc, Problem
+from .source import SourceFile
 from .spec import Family, Spec
-
-if TYPE_CHECKING:
-    from .source import SourceFile
 
 
 @dataclass

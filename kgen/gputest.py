@@ -21,6 +21,8 @@ from .compare import Comparison
 from .diagnostics import KgenError
 from .diagnostics import err as _say
 from .gpurun import precompile, run_case, start_gpu_command, sticky, usage_error
+from .reader_check import test_readers
+from .runtime import device_info
 from .sample import sample_specs
 from .spec import Spec
 
@@ -31,7 +33,6 @@ SAMPLE_TOKENS = (1, 7, 300, 4097)
 def device_summary() -> dict:
     import torch
 
-    from .runtime import device_info
 
     info = device_info()
     info["torch"] = torch.__version__
@@ -65,7 +66,6 @@ def test_command(paths: list[Path], tokens: list[int] | None, as_json: bool = Fa
         interrupted = True
         _say(f"kgen test: interrupted after {len(results)}/{len(cases)} case(s)")
     # the read side: indexer_logits on every variant it reads (kgen.reader_check)
-    from .reader_check import test_readers
 
     reader = [] if interrupted else test_readers(specs, sampled, seed=seed, say=_say)
     ok = all(c.ok for c in results) and len(results) == len(cases) and all(r.ok for r in reader)

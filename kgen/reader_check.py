@@ -25,8 +25,14 @@ from typing import Any
 from . import layout as L
 from . import reader_layout as RL
 from . import reader_plan as RP
+from .arch import check as check_arch
+from .compile import compile_rendered
+from .render import render_reader
+from .runtime import device_info
+from .sample import sample_specs
 from .spec import Spec
 from .timing import Timer, _with_bw, copy_bandwidth
+from .validate import validate_paths
 
 TOPK = 512
 ERROR_BOUND = 1e-3  # of max |logit|
@@ -276,7 +282,6 @@ def bench_case(torch, timer, spec: Spec, batch: int, keys: int, copy_gbps: float
 def sample_readable(k: int, seed: int = 0) -> list[Spec]:
     """K random specs the validator accepts and the reader can read (kgen.sample's sampler)."""
     from .indexer import readable
-    from .sample import sample_specs
 
     out: list[Spec] = []
     n = 4 * k
@@ -403,10 +408,6 @@ def precompile(jobs: list[tuple[Spec, dict | None]], say=print) -> None:
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from .arch import check as check_arch
-    from .compile import compile_rendered
-    from .render import render_reader
-    from .runtime import device_info
 
     t0 = time.perf_counter()
     info = device_info()
@@ -448,7 +449,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="test: the correctness cases each alternative tuning runs (indices, or 'all')")
     a = ap.parse_args(argv)
     from .indexer import readable
-    from .validate import validate_paths
 
     specs = [s for s in validate_paths(a.paths).specs() if readable(s)]
     tunes = tuple(json.loads(a.tunes))

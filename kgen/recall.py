@@ -66,8 +66,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .diagnostics import KgenError, Problem
+from .diagnostics import KgenError, Problem, err
+from .files import write_all, write_atomic
+from .gpurun import precompile
+from .layout import compute
+from .rules import check_variant
+from .runtime import gpu_problem, torch_or_none
 from .spec import Spec
+from .validate import validate_paths
 
 DEFAULT_CONTEXTS_GPU = (4096, 16384, 65536, 262144, 1048576)
 DEFAULT_CONTEXTS_CPU = (4096, 16384, 65536)
@@ -128,8 +134,6 @@ class Selection:
 def select(paths: list[Path], toggle_hadamard: bool = False) -> Selection:
     """Every variant of every path, validated (KgenError with every error otherwise), split into
     indexer keys and skipped ones."""
-    from .rules import check_variant
-    from .validate import validate_paths
 
     found = validate_paths(paths)
     sel, problems = Selection(), list(found.problems)
@@ -447,7 +451,6 @@ def write_cache(spec: Spec, args: dict, on_gpu: bool):
     """The paged cache (uint8 [pages, page_bytes]) after writing all S keys through the variant."""
     import torch
 
-    from .layout import compute
 
     lay = compute(spec)
     S = args["x"].shape[0]
@@ -492,7 +495,6 @@ def _step(specs: list[Spec], rows: int, heads: int) -> int:
     identical bits): the score module's rule, for the largest page, rounded to whole pages."""
     import torch
 
-    from .layout import compute
     from .score import key_chunk
 
     lays = [compute(s) for s in specs]
@@ -508,7 +510,6 @@ def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str
     of full precision (it must share the variants' norm/RoPE/Hadamard). `user`: the `--keys` tensors."""
     import torch
 
-    from .layout import compute
     from .reference import hadamard as rotate
     from .score import dense_logits, sequence_logits
 
@@ -714,7 +715,6 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
                    seed: int = 0, keys: Path | None = None, as_json: bool = False, plot: Path | None = None,
                    device: str = "auto", toggle_hadamard: bool = False) -> int:
     """`kgen recall`; returns the exit code (KgenError for user errors)."""
-    from .diagnostics import err
 
     json_file = None
     if as_json:  # `--json FILE.json` writes there; a .json path is never a spec
@@ -749,7 +749,6 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
         names = ", ".join(s["variant"] for s in sel.skipped) or "none"
         raise KgenError([_problem("recall-nothing", f"no indexer-key variant to measure (skipped: {names})")])
     dims = {s.head_dim for s, _ in sel.variants}
-    from .runtime import gpu_problem, torch_or_none
 
     if torch_or_none() is None:
         raise _usage("kgen recall needs torch (pip install 'kgen[torch]')")
@@ -799,7 +798,6 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
     if plot is not None:
         outputs[Path(plot)] = plot_png(data)
     if outputs:
-        from .files import write_all
 
         write_all(outputs)  # the JSON and the PNG, both or neither
     if as_json and json_file is None:
@@ -811,7 +809,6 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
 
 
 def _precompile(specs: list[Spec]) -> None:
-    from .gpurun import precompile
 
     errors = precompile(specs)
     if errors:
@@ -875,7 +872,6 @@ def _ctx(n: int) -> str:
 
 def write_plot(data: dict, path: Path) -> None:
     """`plot_png` of a report (e.g. a `--json` file's contents) written to `path`."""
-    from .files import write_atomic
 
     write_atomic(path, plot_png(data))
 

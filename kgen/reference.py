@@ -45,6 +45,7 @@ import torch
 
 from . import layout as L
 from .spec import Spec
+from .validate import validate_paths
 
 __all__ = [
     "E2M1_THRESHOLDS", "E2M1_VALUES", "QMAX", "Quantized",
@@ -66,7 +67,6 @@ _INPUT = INPUT_DTYPE
 
 def load_spec(path: str | Path) -> Spec:
     """The single spec of a YAML file, validated (KgenError if invalid, ValueError for a family)."""
-    from .validate import validate_paths
 
     found = validate_paths([Path(path)])
     specs = found.specs()

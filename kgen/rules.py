@@ -22,6 +22,8 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 from . import arch as A
 from . import layout as L
 from .diagnostics import Problem, shown
@@ -573,8 +575,6 @@ def rule_launch_occupancy(spec: Spec, lay) -> Iterator[Problem]:
 
 def _int_fields(model, prefix: tuple = ()) -> Iterator[tuple[tuple, int]]:
     """(loc, value) of every integer of a spec (bools aside), nested sections included."""
-    from pydantic import BaseModel
-
     for name in type(model).model_fields:
         value = getattr(model, name)
         if isinstance(value, BaseModel):

@@ -19,7 +19,9 @@ import json
 import os
 from pathlib import Path
 
+from .files import write_atomic
 from .resources import cache_root
+from .source import read_regular
 
 # NVRTC 13.x's list, used only when no libnvrtc can be found.
 FALLBACK_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121)
@@ -86,7 +88,6 @@ def probe_key(lib: Path) -> str | None:
 
 def _read_probe(key: str) -> tuple[frozenset[int], str] | None:
     """The recorded probe of this very library, if any (a special file or garbage is ignored)."""
-    from .source import read_regular
 
     f = _probe_file()
     try:
@@ -99,7 +100,6 @@ def _read_probe(key: str) -> tuple[frozenset[int], str] | None:
 
 
 def _write_probe(key: str, archs: frozenset[int], source: str) -> None:
-    from .files import write_atomic
 
     f = _probe_file()
     if f is None:

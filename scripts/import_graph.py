@@ -7,9 +7,14 @@ One job: read kgen/**/*.py with `ast` (nothing is imported), resolve each `impor
 that names a kgen module (a package's `from . import x` counts as an arrow to `x`), and check the arrows
 against FLOORS, the one place the layering is defined. A module may import modules on its own floor
 or below; an arrow to a higher floor is an upward import; a cycle anywhere is an import circle. An
-import inside a function (or under `if TYPE_CHECKING:`) counts like a top-level one: the tool reports
-it as local, and tests/test_layering.py allows local imports only of the optional third-party
-packages in OPTIONAL (never of a kgen module: one that is needed lazily is still an arrow).
+import inside a function (or under `if TYPE_CHECKING:`) counts like a top-level one. Imports inside
+functions exist only to defer an optional third-party package (OPTIONAL: torch, cuda-python, jinja2,
+...): a local import of such a package is allowed, and so is a local import of a kgen module that is
+*optional-bound* (it imports one of them at module level, itself or through its module-level kgen
+imports: kgen.ops registers torch ops, so `kgen test` defers it to say "no torch" instead of failing);
+any other local import of a kgen module is reported (tests/test_layering.py fails on it). DEFERRED
+lists the required packages a module may still import lazily because they are slow to import and one
+command needs them (the CLI's start-up: `kgen validate` in an editor hook).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ PACKAGE = ROOT / "kgen"
 # modules of its own floor or of a floor below.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation: models, messages, files", (
-        "spec", "diagnostics", "resources", "files", "dtypes", "engines.pyeval")),
+        "spec", "diagnostics", "resources", "files", "engines.pyeval")),
     ("input and platform: YAML, documents, architectures, toolchain, cache", (
         "source", "document", "load", "schema_doc", "arch", "toolchain", "cache", "output")),
     ("rules and byte math: validation, the page layout, the reader's rules and launch plan", (
@@ -39,7 +44,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Torch numerics: the reference and the read side's Torch path", ("reference", "score")),
     ("ops: torch.ops.kgen.*", ("ops", "ops.registry", "ops.writer", "ops.reader", "indexer")),
     ("checks and measurements: kgen test / bench / recall, engines", (
-        "inputs", "compare", "gpurun", "reader_check", "gputest", "timing", "bench", "bench_reader", "recall",
+        "compare", "gpurun", "reader_check", "gputest", "timing", "bench", "recall",
         "engines", "engines.tree", "engines.sites", "engines.sglang", "engines.vllm", "engines.bundle",
         "engines.commands")),
     ("command line", ("cli", "__main__", "")),  # "" is the package itself (kgen/__init__.py: lazy API)
@@ -47,6 +52,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # third-party packages a module may import inside a function (optional at install time, or slow to import)
 OPTIONAL = ("torch", "cuda", "jinja2", "matplotlib", "libcst", "numpy")
+# required packages a function may import lazily (slow imports that one command path needs)
+DEFERRED = ("typer", "rich", "ruamel", "platformdirs", "filelock")
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,22 @@ class LocalImport:
     source: str
     name: str  # the imported top-level package
     line: int
+    local: bool = True
+
+
+def optional_bound(edges: list[Arrow], third: list[LocalImport]) -> set[str]:
+    """The kgen modules that import an OPTIONAL package at module level, themselves or through a chain
+    of module-level kgen imports."""
+    bound = {t.source for t in third if not t.local and t.name in OPTIONAL}
+    top = [(a.source, a.target) for a in edges if not a.local]
+    grew = True
+    while grew:
+        grew = False
+        for s, t in top:
+            if t in bound and s not in bound:
+                bound.add(s)
+                grew = True
+    return bound
 
 
 def module_name(path: Path) -> str:
@@ -113,8 +136,8 @@ def arrows() -> tuple[list[Arrow], list[LocalImport]]:
                 elif node.module and (node.module == "kgen" or node.module.startswith("kgen.")):
                     base_name = node.module.removeprefix("kgen").removeprefix(".")
                 else:
-                    if local and node.module:
-                        third.append(LocalImport(mod, node.module.split(".")[0], node.lineno))
+                    if node.module:
+                        third.append(LocalImport(mod, node.module.split(".")[0], node.lineno, local))
                     continue
                 for a in node.names:
                     sub = f"{base_name}.{a.name}" if base_name else a.name
@@ -123,8 +146,8 @@ def arrows() -> tuple[list[Arrow], list[LocalImport]]:
                 for a in node.names:
                     if a.name == "kgen" or a.name.startswith("kgen."):
                         targets.append(a.name.removeprefix("kgen").removeprefix("."))
-                    elif local:
-                        third.append(LocalImport(mod, a.name.split(".")[0], node.lineno))
+                    else:
+                        third.append(LocalImport(mod, a.name.split(".")[0], node.lineno, local))
             for t in dict.fromkeys(targets):
                 if t != mod:
                     out.append(Arrow(mod, t, node.lineno, local))
@@ -190,8 +213,9 @@ class Report:
     stale: list[str]  # names in FLOORS that are no module
     upward: list[Arrow]
     circles: list[list[str]]
-    local_internal: list[Arrow]  # function-local imports of kgen modules
-    local_disallowed: list[LocalImport]  # function-local imports of packages not in OPTIONAL
+    local_internal: list[Arrow]  # function-local imports of kgen modules that defer no optional package
+    local_disallowed: list[LocalImport]  # function-local imports of packages not in OPTIONAL or DEFERRED
+    deferred: list[Arrow]  # function-local imports of optional-bound kgen modules (allowed)
 
     @property
     def ok(self) -> bool:
@@ -206,9 +230,13 @@ def report() -> Report:
     unplaced = [m for m in mods if m not in floors]
     stale = [m for m in floors if m not in mods]
     upward = [a for a in edges if a.source in floors and a.target in floors and floors[a.target] > floors[a.source]]
-    return Report(mods, edges, third, unplaced, stale, upward, cycles(edges),
-                  [a for a in edges if a.local],
-                  [t for t in third if t.name not in OPTIONAL and t.name not in sys.stdlib_module_names])
+    bound = optional_bound(edges, third)
+    local_third = [t for t in third if t.local]
+    return Report(mods, edges, local_third, unplaced, stale, upward, cycles(edges),
+                  [a for a in edges if a.local and a.target not in bound],
+                  [t for t in local_third if t.name not in OPTIONAL + DEFERRED and t.name not in sys.stdlib_module_names
+                   and t.name != "__future__"],
+                  [a for a in edges if a.local and a.target in bound])
 
 
 def _name(m: str) -> str:
@@ -219,7 +247,8 @@ def listing(r: Report) -> str:
     floors = floor_of()
     lines = [f"kgen import graph (scripts/import_graph.py): {len(r.modules)} modules on {len(FLOORS)} floors, "
              f"{len({(a.source, a.target) for a in r.arrows})} internal arrows "
-             f"({len({(a.source, a.target) for a in r.local_internal})} function-local), "
+             f"({len({(a.source, a.target) for a in r.deferred})} function-local, each deferring an optional "
+             f"package; {len({(a.source, a.target) for a in r.local_internal})} other function-local), "
              f"{len(r.upward)} upward, {len(r.circles)} circles", ""]
     for i in reversed(range(len(FLOORS))):
         title, mods = FLOORS[i]
@@ -231,9 +260,10 @@ def listing(r: Report) -> str:
             shown = [_name(d) + ("" if floors.get(d, -1) < i else " (same floor)") for d in deps]
             lines.append(f"  {_name(m):24} -> {', '.join(shown) or '(nothing of kgen)'}")
         lines.append("")
-    local = sorted({(t.source, t.name) for t in r.local_third})
-    lines.append("function-local imports (third-party only): "
-                 + ", ".join(f"{_name(s)}: {n}" for s, n in local))
+    local = sorted({(t.source, t.name) for t in r.local_third if t.name not in sys.stdlib_module_names})
+    lines.append("function-local imports of third-party packages: " + ", ".join(f"{_name(s)}: {n}" for s, n in local))
+    lines.append("function-local imports of optional-bound kgen modules: "
+                 + ", ".join(sorted({f"{_name(a.source)} -> {_name(a.target)}" for a in r.deferred})))
     for what, items in (("modules no floor names", r.unplaced), ("floor names that are no module", r.stale)):
         if items:
             lines.append(f"{what}: {', '.join(items)}")

@@ -5,6 +5,7 @@ kernel source run by the CPU emulation (tests/reader_shim) against kgen.score's 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 from dataclasses import replace
@@ -20,6 +21,7 @@ from kgen import reader_check as rc  # noqa: E402
 from kgen import reader_layout as RL  # noqa: E402
 from kgen import reader_plan as RP  # noqa: E402
 from kgen.abi import INDEXER_LOGITS, ArgumentError  # noqa: E402
+from kgen.arch import DeviceFacts  # noqa: E402
 from kgen.diagnostics import KgenError  # noqa: E402
 from kgen.reference import load_spec  # noqa: E402
 from kgen.render import include_dirs, render_reader, render_variant  # noqa: E402
@@ -289,9 +291,8 @@ def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
 def test_launch_follows_the_loaded_target_and_tuning(monkeypatch):
     import dataclasses
 
-    monkeypatch.setitem(indexer._sm_counts, 0, 132)
     spec, args = _case("fp8", lens=(5, 70))
-    checked = indexer.check(spec, *args, require_cuda=False)
+    checked = dataclasses.replace(indexer.check(spec, *args, require_cuda=False), device=H200)
     msl = checked.dims["max_seq_len"]
     cases = [(None, None, False), ("sm_90a", None, True), ("sm_90a", {"kReaderWgmma": 0}, False),
              ("sm_90", None, False), ("sm_100a", None, False), ("sm_90a", {"kReaderWgStages": 6}, True)]
@@ -365,23 +366,27 @@ def test_evict_first_where_the_launch_overflows_the_l2():
     off = {"kReaderWgEvictFirst": 0}
     assert RP.reader_wg_shape_tune(fp8, off, 128, 1, 65536, 132, l2) == off
     assert RP.reader_wg_shape_tune(fp8, CP, 128, 1, 65536, 132, l2) == CP
-    # the launch: the device's L2, memoized with the shape (a CPU tensor's device has none)
-    assert indexer.l2_bytes(torch.device("cpu")) == 0
+    # the launch: the device's L2 (kgen.arch.DeviceFacts in the checked arguments), memoized with the shape
+    a = dataclasses.replace(indexer.check(spec_of("fp8"), *_case("fp8", lens=(5, 70))[1], require_cuda=False),
+                            device=DeviceFacts(0, 132, 1))
+    assert indexer.launch_tune(a, "sm_90a") == {"kReaderWgEvictFirst": 1}  # keys overflow a 1-B L2
 
 
-def test_launch_tune_follows_the_arch_and_the_shape(monkeypatch):
-    monkeypatch.setitem(indexer._sm_counts, 0, 132)
+H200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0)  # 0: an L2 nobody reported (no L2 rule)
+
+
+def test_launch_tune_follows_the_arch_and_the_shape():
     spec, args = _case("fp8", lens=(5, 70))
-    a = indexer.check(spec, *args, require_cuda=False)
-    assert indexer.launch_tune(a, "sm_90a") is None  # the TMA variant: one ring; a CPU tensor: no L2 rule
+    a = dataclasses.replace(indexer.check(spec, *args, require_cuda=False), device=H200)
+    assert indexer.launch_tune(a, "sm_90a") is None  # the TMA variant: one ring; no L2 known: no L2 rule
     assert indexer.launch_tune(a, "sm_90a", CP) == {**CP, "kReaderWgStages": 2}  # a small launch: the shallow ring
     assert indexer.launch_tune(a, "sm_90a", CP) == {**CP, "kReaderWgStages": 2}  # memoized
     assert indexer.launch_tune(a, "sm_90a", {**CP, "kReaderWgStages": 4}) == {**CP, "kReaderWgStages": 4}
     assert indexer.launch_tune(a, "sm_90") is None  # the mma.sync path has no ring
     assert indexer.launch_tune(a, "sm_90a", {"kReaderWgmma": 0}) == {"kReaderWgmma": 0}
-    monkeypatch.setitem(indexer._sm_counts, 0, 1)  # one SM: 2 x 70 keys are still below its share
-    spec_b, args_b = _case("bf16", lens=(5, 70))
-    assert indexer.launch_tune(indexer.check(spec_b, *args_b, require_cuda=False), "sm_90a") is None
+    spec_b, args_b = _case("bf16", lens=(5, 70))  # one SM: 2 x 70 keys are still below its share
+    b = dataclasses.replace(indexer.check(spec_b, *args_b, require_cuda=False), device=DeviceFacts(0, 1, 0))
+    assert indexer.launch_tune(b, "sm_90a") is None
 
 
 @pytest.mark.parametrize("variant,old,new", [
@@ -457,8 +462,26 @@ def test_cpu_tensors_and_unreadable_variants_are_refused_before_any_launch():
     with pytest.raises(ArgumentError, match=r"^q: expected a CUDA tensor"):
         indexer.check(spec, *args)
     packed = load_spec(SPECS / "dsv4/latent_fp8_p64.yaml")
-    with pytest.raises(ArgumentError, match=r"^variant: indexer_logits cannot read dsv4_latent_fp8_p64"):
+    with pytest.raises(ArgumentError, match=r"^variant: dsv4_latent_fp8_p64 is not an indexer-key variant "
+                                            "indexer_logits reads: keys with a kept RoPE span"):
         indexer.check(packed, *args, require_cuda=False)
+
+
+def test_the_ops_name_a_latent_variant_and_other_devices_issue_23():
+    import kgen.ops  # noqa: F401 - registers the ops
+
+    latent = str(SPECS / "dsv4/latent_fp8_p64.yaml")
+    spec, args = _case()
+    for call in (lambda: torch.ops.kgen.indexer_logits(latent, *args),  # CPU: before any shape check
+                 lambda: kgen.ops.indexer_logits(latent, *args)):
+        with pytest.raises(ArgumentError, match=r"^variant: dsv4_latent_fp8_p64 is not an indexer-key variant"):
+            call()
+    meta = (args[0].to("meta"), *args[1:])  # one tensor on the meta device: named, not a meta result
+    with pytest.raises(ArgumentError, match=r"^weights: on cpu, but q is on meta: all arguments must share one"):
+        torch.ops.kgen.indexer_logits(str(SPECS / "dsv4/indexer_fp8.yaml"), *meta)
+    for empty in ("", "::x"):  # an empty variant string names no file (was ".: is a directory")
+        with pytest.raises(ArgumentError, match=r"^variant: .* names no spec file"):
+            torch.ops.kgen.indexer_logits(empty, *args)
 
 
 def test_abi_check_wants_64_heads_and_the_layouts_q_dtype():

@@ -7,7 +7,10 @@ and its Python API.
 The CUDA implementation is the reader's KernelOp (kgen.ops.registry): per call it allocates the logits,
 runs the check generated from kgen.abi.INDEXER_LOGITS and launches from the entry of the call's device
 and shape (the cubin of that shape's tuning, the grid, the shared memory, the cache's tensor map); a call
-no entry covers takes `check` (every located message), plans the launch and fills the entry.
+no entry covers takes `check` (every located message), plans the launch and fills the entry. On the
+first CUDA load kgen.native installs a C++ kernel at the op's CUDA key that does the same per call
+without entering Python (the logits allocated there too); every call it declines goes to
+`_indexer_logits_checked`, the Python kernel, which teaches it the new shape or cache.
 """
 
 from __future__ import annotations
@@ -21,15 +24,18 @@ from ..abi import INDEXER_LOGITS, Args, ArgumentError
 from ..reader_layout import reader_problems
 from ..score import check_logits_arguments, indexer_logits_torch
 from ..spec import Spec
-from .registry import _kernel_ops, define_op, kernel_op, resolve, variant_name
+from .registry import _kernel_ops, define_op, kernel_op, resolve, same_device, variant_name
 
 __all__ = ["check", "cuda_impl", "indexer_logits", "indexer_logits_op", "prepare"]
 
 KERNEL = INDEXER_LOGITS.kernel
 
 
+INT_ARGS = {"max_seq_len": 6}  # the op's int argument 6 gives the logits' columns (the ABI's max_seq_len)
+
+
 def _op(variant: str):
-    return _kernel_ops.get((variant, KERNEL)) or kernel_op(variant, KERNEL)
+    return _kernel_ops.get((variant, KERNEL)) or kernel_op(variant, KERNEL, int_args=INT_ARGS)
 
 
 def _readable(spec: Spec) -> None:
@@ -88,11 +94,24 @@ _f32 = torch.float32
 
 
 def _indexer_logits_cuda(variant, q, weights, cache, block_table, seq_lens, max_seq_len):
-    op = _kernel_ops.get((variant, KERNEL)) or kernel_op(variant, KERNEL)
+    op = _kernel_ops.get((variant, KERNEL)) or _op(variant)
     s = q.shape
     if len(s) == 4 and max_seq_len > 0:
         logits = _empty((s[0] * s[1], max_seq_len), dtype=_f32, device=q.device)
         if op.fast(q, weights, cache, block_table, seq_lens, logits):
+            return logits
+    return cuda_impl(variant, q, weights, cache, block_table, seq_lens, max_seq_len)
+
+
+def _indexer_logits_checked_cuda(variant, q, weights, cache, block_table, seq_lens, max_seq_len):
+    """The Python kernel behind the native one: the calls it declined."""
+    op = _kernel_ops.get((variant, KERNEL)) or _op(variant)
+    s = q.shape
+    if len(s) == 4 and max_seq_len > 0 and op._native is not None:
+        logits = _empty((s[0] * s[1], max_seq_len), dtype=_f32, device=q.device)
+        hit = op._check(q, weights, cache, block_table, seq_lens, logits)
+        if hit is not None and (hit[0], *hit[1]) in op._shapes:
+            op.launch_declined(q, weights, cache, block_table, seq_lens, logits)
             return logits
     return cuda_impl(variant, q, weights, cache, block_table, seq_lens, max_seq_len)
 
@@ -111,6 +130,7 @@ def _indexer_logits_cpu(variant, q, weights, cache, block_table, seq_lens, max_s
 def _indexer_logits_fake(variant, q, weights, cache, block_table, seq_lens, max_seq_len):
     spec = resolve(variant).spec
     _readable(spec)
+    same_device({"q": q, "weights": weights, "cache": cache, "block_table": block_table, "seq_lens": seq_lens})
     if q.dim() != 4 or q.shape[3] != spec.head_dim:
         raise ArgumentError(f"q: expected [B, next_n, H, {spec.head_dim}], got {list(q.shape)}")
     return q.new_empty((q.shape[0] * q.shape[1], max_seq_len), dtype=torch.float32)
@@ -120,6 +140,10 @@ INDEXER_LOGITS_SCHEMA = ("(str variant, Tensor q, Tensor weights, Tensor cache, 
                          "Tensor seq_lens, int max_seq_len) -> Tensor")
 indexer_logits_op = define_op("indexer_logits", INDEXER_LOGITS_SCHEMA, fake=_indexer_logits_fake,
                               cpu=_indexer_logits_cpu, cuda=_indexer_logits_cuda)
+# the Python CUDA implementation under its own name: the native kernel (kgen.native), once installed at
+# indexer_logits' CUDA key, hands every call it declines to it
+define_op("_indexer_logits_checked", INDEXER_LOGITS_SCHEMA, fake=_indexer_logits_fake,
+          cuda=_indexer_logits_checked_cuda)
 
 
 def indexer_logits(variant: Spec | str | os.PathLike, q, weights, cache, block_table, seq_lens,

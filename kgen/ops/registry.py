@@ -69,8 +69,10 @@ class KernelOp:
     tuning the loaded kernel and its prepacked launch. `launch(*tensors)` is the CUDA implementation
     (tensors in the table's order)."""
 
-    def __init__(self, key: str, spec: Spec, abi: KernelAbi = KERNEL_ABI):
+    def __init__(self, key: str, spec: Spec, abi: KernelAbi = KERNEL_ABI, *, int_args: dict[str, int] | None = None):
         self.key, self.spec, self.abi = key, spec, abi
+        # the op's int arguments that give a symbolic size ({symbol: argument index}: the reader's max_seq_len)
+        self.int_args = dict(int_args or {})
         self.layout = compute(spec)
         self.names = abi.tensor_names
         self._symbols = fastpath._symbols(abi, spec, self.layout)
@@ -86,6 +88,7 @@ class KernelOp:
         # the per-call path: the generated check + the prepacked launch (False: take launch_checked)
         self.fast, self.fast_source = fastpath.build_launch(abi, spec, self.layout, self._shapes, _raw_stream,
                                                             _current_device, encode_map)
+        self._check = fastpath.build_check(abi, spec, self.layout)  # (device, sizes, pointers) or None
 
     # ---- CUDA -------------------------------------------------------------------------------
 
@@ -100,10 +103,25 @@ class KernelOp:
         args, entry = self._plan(tensors)
         run, grid, shared = entry[0], entry[1], entry[2]
         if grid is not None:
-            with torch.cuda.device(args.device.index if args.device else 0):
-                run(grid, shared, _raw_stream(args.device.index if args.device else 0),
-                    *args.values(encode=encode_map))
+            dev = args.device.index if args.device else 0
+            with torch.cuda.device(dev):
+                run(grid, shared, _raw_stream(dev), *args.values(encode=encode_map))
+            if self._native is not None and self._maps:
+                self._native_maps(dev, tuple(args.dims[s] for s in self._symbols), tensors, entry)
 
+    def launch_declined(self, *tensors) -> None:
+        """A call the native kernel declined (kgen.native: an unknown shape, or a tensor map it does not
+        hold yet, such as another layer's cache): launched from the Python entry when there is one (and
+        the native kernel taught this call's tensor maps), else the checked path."""
+        hit = self._check(*tensors) if self._native is not None else None
+        if hit is not None:
+            dev, sizes, _ = hit
+            entry = self._shapes.get((dev, *sizes))
+            if entry is not None and self.fast(*tensors):
+                if self._maps:
+                    self._native_maps(dev, sizes, tensors, entry)
+                return
+        self.launch_checked(tensors)
     def _plan(self, tensors: tuple, tune: dict[str, int] | None = None) -> tuple[Args, tuple]:
         """The checked arguments of `tensors` (for the cubin their shape runs) and their shape's entry,
         remembered for the fast path unless `tune` (kgen.reader_layout.READER_TUNING_DEFAULTS overrides:
@@ -135,7 +153,7 @@ class KernelOp:
         key = (dev, *(args.dims[s] for s in self._symbols))
         self._shapes[key] = entry
         if self._native is not None:
-            self._native_shape(key[1:], 0 if empty else grid[0], args)
+            self._native_shape(key[1:], None if empty else grid, args, info)
         return args, entry
 
     def _arch(self, dev: int) -> str:
@@ -167,44 +185,72 @@ class KernelOp:
                     "backend": getattr(run, "backend", None), "prepared": prepared,
                     "registers": kernel.attribute("NUM_REGS"), "aot": aot_dir() is not None}
             self.loaded[(dev, tkey)] = self.kernels[dev] = info
-            if self.abi is KERNEL_ABI:
-                self._native_device(dev, kernel, threads, pdl)
+            self._native_device(dev, kernel, threads, pdl)
             self._runs[(dev, tkey)] = run
             return run, info
 
     # ---- the native kernel (kgen.native): fed what the checked path learnt -------------------
 
+    @property
+    def _per_shape_cubin(self) -> bool:
+        """Does the cubin depend on the launch shape (the reader's ring per shape), not only the device?"""
+        return self.abi is not KERNEL_ABI
+
     def _native_device(self, dev: int, kernel, threads: int, pdl: bool) -> None:
-        nat = native_kernel()
+        nat = native_kernel(self.abi.kernel)
         if nat is None:
             return
         if self._native is None:
-            self._native = nat.add_variant(self.key, self._native_table(), len(self._symbols), self.abi.size,
-                                           fastpath.ALIGNMENT)
+            maps = [(s.offset, s.field.source) for s in self.abi.slots if isinstance(s.field, TensorMap)]
+            names = list(self.abi.tensor_names)
+            self._native = nat.add_variant(
+                self.key, self._native_table(), len(self._symbols), self.abi.size, fastpath.ALIGNMENT,
+                int_args={arg: self._symbols.index(sym) for sym, arg in self.int_args.items()},
+                keyed_by_device=self._per_shape_cubin, map_offset=maps[0][0] if maps else -1,
+                map_source=names.index(maps[0][1]) if maps else -1)
             if self._native is None:
                 return
         nat.set_device(self._native, dev, kernel.function, kernel.context, (threads, 1, 1), pdl)
 
     def _native_table(self) -> list[dict]:
-        """The argument table the native kernel checks, from the ABI table (op argument i + 1 is the
-        kernel's tensor i: the op's schema lists them in the ABI's order after the variant)."""
+        """The argument table the native kernel checks, from the ABI table: the op's schema lists the
+        kernel's tensors in the ABI's order after the variant (op argument i + 1 is tensor i), except the
+        one the op allocates and returns (the ABI's `output`), which is no argument."""
         offsets = {s.field.name: s.offset for s in self.abi.slots}
         table = []
-        for i, f in enumerate(self.abi.tensors):
+        arg = 1
+        for f in self.abi.tensors:
             present = f.present(self.spec)
             dims = [d if isinstance(d, int) else -1 - self._symbols.index(d)
                     for d in f.shape(self.spec, self.layout)] if present else []
-            table.append({"arg": i + 1, "present": present, "dtype": f.dtype(self.spec) if present else "",
-                          "dims": dims, "offset": offsets[f.name]})
+            output = f.name == self.abi.output
+            table.append({"arg": -1 if output else arg, "present": present, "dtype": f.dtype(self.spec) if present
+                          else "", "dims": dims, "offset": offsets[f.name], "output": output})
+            arg += 0 if output else 1
         return table
 
-    def _native_shape(self, key: tuple, grid: int, args: Args) -> None:
-        nat = native_kernel()
+    def _native_shape(self, key: tuple, grid: tuple[int, int, int] | None, args: Args, info: dict) -> None:
+        nat = native_kernel(self.abi.kernel)
         if nat is None or self._native is None:
             return
-        params = self.abi.pack(args.values(lambda _n, _t: 0))  # scalars packed, pointers written per call
-        nat.add_shape(self._native, key, (grid, 1, 1) if grid else (0, 0, 0), int(self.abi.shared_bytes(args)),
-                      params)
+        params = self.abi.pack(args.values(lambda _n, _t: 0))  # scalars packed, pointers and maps per call
+        per_shape = self._per_shape_cubin
+        kernel = info["kernel"]
+        nat.add_shape(self._native, key, grid or (0, 0, 0), int(self.abi.shared_bytes(args)), params,
+                      device=kernel.device_index if per_shape else -1,
+                      function=kernel.function if per_shape else 0, context=kernel.context if per_shape else 0,
+                      block=(info["block"], 1, 1), pdl=info["pdl"])
+
+    def _native_maps(self, dev: int, sizes: tuple, tensors: tuple, entry: tuple) -> None:
+        """Teach the native kernel the tensor maps of this call (per source address)."""
+        nat = native_kernel(self.abi.kernel)
+        if nat is None or self._native is None:
+            return
+        by_name = dict(zip(self.names, tensors))
+        for m, geometry in zip(self._maps, entry[3 + len(self._scalars):]):
+            if geometry is not None:
+                t = by_name[m.source]
+                nat.add_map(self._native, sizes, dev, int(t.data_ptr()), encode_map(t, geometry))
 
     def prepared(self, *tensors, tune: dict[str, int] | None = None) -> Callable[[], None]:
         """Check once, load, pack once: `run()` launches the same arguments on torch's current stream
@@ -235,8 +281,23 @@ class KernelOp:
         return self.abi.check(self.spec, dict(zip(self.names, tensors)), require_cuda=False, layout=self.layout)
 
     def check_fake(self, tensors: tuple) -> None:
-        """Shape checks on fake/meta tensors (no data pointers), symbolic sizes kept symbolic."""
+        """Shape checks on fake/meta tensors (no data pointers), symbolic sizes kept symbolic; every tensor
+        on one device (a meta tensor among CPU tensors lands here too: named, not a silent no-op)."""
+        same_device(dict(zip(self.names, tensors)))
         fastpath.fake_check(self.abi, self.spec, self.layout, dict(zip(self.names, tensors)))
+
+
+def same_device(tensors: dict[str, Any]) -> None:
+    """Every present tensor on the device of the first (else an ArgumentError naming the odd one)."""
+    first = None
+    for name, t in tensors.items():
+        if t is None or not hasattr(t, "device"):
+            continue
+        if first is None:
+            first = (name, t.device)
+        elif t.device != first[1]:
+            raise ArgumentError(f"{name}: on {t.device}, but {first[0]} is on {first[1]}: all arguments must share "
+                                "one device", fix=f"pass every tensor on {first[1]}")
 
 
 Variant = KernelOp  # the writer's op object under its earlier name (kgen.ops.resolve returns it)
@@ -283,8 +344,9 @@ def resolve(variant: Spec | str | os.PathLike) -> KernelOp:
     return v
 
 
-def kernel_op(variant: Spec | str | os.PathLike, kernel: str) -> KernelOp:
-    """The KernelOp of kernel `kernel` (a kgen.abi.KERNELS name) of a variant (cached for the process)."""
+def kernel_op(variant: Spec | str | os.PathLike, kernel: str, *, int_args: dict[str, int] | None = None) -> KernelOp:
+    """The KernelOp of kernel `kernel` (a kgen.abi.KERNELS name) of a variant (cached for the process);
+    `int_args` as KernelOp's."""
     key = variant_name(variant)
     hit = _kernel_ops.get((key, kernel))
     if hit is not None:
@@ -293,7 +355,7 @@ def kernel_op(variant: Spec | str | os.PathLike, kernel: str) -> KernelOp:
     with _resolve_lock:
         op = _kernel_ops.get((key, kernel))
         if op is None:
-            op = _kernel_ops[(key, kernel)] = KernelOp(key, spec, KERNELS[kernel])
+            op = _kernel_ops[(key, kernel)] = KernelOp(key, spec, KERNELS[kernel], int_args=int_args)
     return op
 
 
@@ -305,8 +367,7 @@ def forget() -> None:
         _spec_ids.clear()
     forget_specs()
     _aot.clear()
-    nat = native_kernel(install=False)
-    if nat is not None:
+    for nat in native.installed():
         nat.forget()
 
 
@@ -335,11 +396,13 @@ def implement(name: str, device: str, fn: Callable) -> None:
     _lib.impl(name, fn, {"cpu": "CPU", "cuda": "CUDA"}[device])
 
 
-def native_kernel(install: bool = True):
-    """kgen.native's kernel at norm_rope_store's CUDA key (installed on the first CUDA load), or None."""
+def native_kernel(kernel: str = KERNEL_ABI.kernel, install: bool = True):
+    """kgen.native's kernel at the CUDA key of `kernel`'s op (installed on its first CUDA load), or None.
+    The op's Python CUDA implementation stays registered under `_<kernel>_checked`: every call the
+    native kernel declines goes there."""
     if not install and native.status() == "":
         return None
-    return native.install(NAMESPACE, "norm_rope_store", "_norm_rope_store_checked")
+    return native.install(NAMESPACE, kernel, f"_{kernel}_checked")
 
 
 _native_kernel = native_kernel  # the name tests and earlier callers use
