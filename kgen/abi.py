@@ -46,6 +46,7 @@ from typing import Any
 
 from .arch import DeviceFacts
 from .diagnostics import ArgumentError, KgenError, Problem
+from .dtypes import DTYPES, torch_name
 from .layout import PLAN_BYTES, Layout, compute, launch_shape
 from .reader_layout import (
     READER_HEADS,
@@ -75,8 +76,8 @@ TENSOR_MAP_ALIGN = 64
 TENSOR_MAP_CXX = "kgen::TensorMap"
 NO_TENSOR_MAP = bytes(TENSOR_MAP_BYTES)  # the value where the kernel reads no map
 
-# torch dtype names of the spec's input dtypes
-TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+# torch dtype names of the spec's input dtypes (kgen.dtypes)
+TORCH_DTYPE = {n: d.torch for n, d in DTYPES.items() if d.input and d.torch}
 # C++ element type of a tensor whose dtype follows the spec's input dtype (the config's typedef)
 INPUT_ELEMENT = "In"
 
@@ -610,7 +611,7 @@ NORM_ROPE_STORE = KernelAbi(
 
 
 def _reader_q_dtype(spec: Spec) -> str:
-    return {"bf16": "bfloat16", "fp16": "float16", "fp8_e4m3": "float8_e4m3fn"}[reader_q_dtype(spec)]
+    return torch_name(reader_q_dtype(spec))
 
 
 def _reader_cache_map(a: Args) -> MapGeometry | None:

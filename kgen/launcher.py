@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .arch import DEFAULT_SHARED_BYTES
 from .diagnostics import KgenError, Problem
 
 BACKENDS = ("ctypes", "bindings")
@@ -44,7 +45,6 @@ _CONFIG = struct.Struct("<7I4xQQI4x")
 _ATTR = struct.Struct("<I4x64s")
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 CUDA_ERROR_INVALID_CONTEXT = 201
-DEFAULT_SHARED_BYTES = 48 * 1024  # dynamic shared memory a launch gets without opting in
 
 
 class LaunchError(KgenError):

@@ -23,13 +23,13 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from .arch import WARP_THREADS, supports_pdl
+from .dtypes import INPUT_BYTES, QUANT_MAX, STORE_BITS
 from .spec import Spec
 
-WARP = 32
-VALUE_BITS = {"bf16": 16, "fp16": 16, "fp8_e4m3": 8, "fp4_e2m1": 4}
-INPUT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+WARP = WARP_THREADS
+VALUE_BITS = STORE_BITS  # by store dtype (kgen.dtypes)
 SCALE_UNIT_BYTES = {"none": 0, "fp32": 4, "fp32_pow2": 4, "ue8m0": 1}
-QUANT_MAX = {"fp8_e4m3": 448.0, "fp4_e2m1": 6.0}  # largest finite magnitude of the code
 MAX_VECTOR_BYTES = 16  # widest global store a lane issues
 
 
@@ -363,7 +363,6 @@ COMPRESS_PLAN_BYTES = PLAN_BYTES["compress_plan"]  # 16
 COMPRESS_PLAN_FIELDS = PLAN_FIELDS["compress_plan"]
 COMPRESS_PLAN_INVALID = 0xFFFFFFFF  # seq_len of a padding row (SGLang's CompressPlan::invalid())
 
-PDL_MIN_SM = 90  # griddepcontrol (programmatic dependent launch) exists from sm_90 on
 
 
 def uses_pdl(spec: Spec, capability: tuple[int, int]) -> bool:
@@ -371,7 +370,7 @@ def uses_pdl(spec: Spec, capability: tuple[int, int]) -> bool:
     serialization attribute: exactly when the kernel waits for its predecessor (kPdl and sm_90+;
     the kernel's griddepcontrol is compiled for __CUDA_ARCH__ >= 900 only). A launch with the
     attribute of a kernel that does not wait would race with the kernel before it."""
-    return spec.launch.pdl and capability[0] * 10 + capability[1] >= PDL_MIN_SM
+    return spec.launch.pdl and supports_pdl(capability)
 
 
 def null_layout(spec: Spec) -> Layout:

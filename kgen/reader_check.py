@@ -27,6 +27,7 @@ from . import reader_layout as RL
 from . import reader_plan as RP
 from .arch import check as check_arch
 from .compile import compile_rendered
+from .dtypes import torch_name
 from .render import render_reader
 from .runtime import device_info
 from .sample import sample_specs
@@ -73,7 +74,7 @@ def _torch():
 
 def q_dtype(spec: Spec):
     torch = _torch()
-    return {"bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}[RL.reader_q_dtype(spec)]
+    return getattr(torch, torch_name(RL.reader_q_dtype(spec)))
 
 
 def write_pages(spec: Spec, num_pages: int, *, seed: int, device: str = "cuda", max_written: int = 1 << 16):
@@ -101,7 +102,7 @@ def writer_inputs(spec: Spec, n: int, *, seed: int, device: str = "cuda") -> tup
     from . import reference as R
 
     g = torch.Generator(device="cpu").manual_seed(seed)
-    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.input_dtype]
+    dt = getattr(torch, torch_name(spec.input_dtype))
     D = spec.head_dim
     x = (3 * torch.randn(n, D, generator=g)).to(device=device, dtype=dt)
     weight: Any = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .arch import has_wgmma
+from .arch import DEFAULT_SHARED_BYTES, SM90, has_wgmma
 from .layout import VALUE_BITS, WARP, Layout, compute
 from .spec import Spec
 
@@ -36,7 +36,7 @@ READER_WARPS = 4  # warps per CTA
 READER_WARP_KEYS = 32  # keys a warp scores per tile (two m16 tiles)
 READER_CHUNK_BYTES = 16  # one lane's key load per group
 READER_GROUP_BYTES = 4 * READER_CHUNK_BYTES  # the 4 lanes of a quad
-READER_SMEM_BYTES = 48 * 1024  # static + dynamic shared memory without an opt-in
+READER_SMEM_BYTES = DEFAULT_SHARED_BYTES  # static + dynamic shared memory without an opt-in (kgen.arch)
 READER_MAX_GROUPS_IN_FLIGHT = 4  # 16 registers per group and lane; more would spill
 READER_STEP_ELEMS = 4  # values per lane and row of one mma m16n8k16 step (8 B of a 16-bit operand)
 READER_MMA_K = 16  # every key dtype is multiplied as a 16-bit operand: mma.sync m16n8k16, fp32 accumulate
@@ -122,10 +122,10 @@ READER_WG_CHUNK_BYTES = 128  # one 128-B swizzle atom's width of a key row (and 
 READER_WG_ALIGN = 1024  # the 128-B swizzle pattern repeats every 1024 B: operand bases aligned to it
 READER_WG_ROW_INFO_BYTES = 4  # per key row and stage: its scale (fp32) or 1, NaN where the page is bad
 READER_WG_MAX_TOKENS = 2  # query tokens (MTP) a CTA scores from one staging of the keys
-READER_MAX_SMEM_BYTES = 227 * 1024  # dynamic shared memory one CTA may opt in to (sm_90)
-READER_SM_SHARED_BYTES = 228 * 1024  # shared memory of an sm_90 SM; the driver keeps 1 KB per CTA
-READER_CTA_RESERVED_BYTES = 1024
-READER_WG_MAX_CTAS = 16  # CTAs per SM the launch plans for at most (16 x 128 threads: the SM's 2048)
+READER_MAX_SMEM_BYTES = SM90.block_shared_bytes  # dynamic shared memory one CTA may opt in to (sm_90)
+READER_SM_SHARED_BYTES = SM90.shared_bytes  # shared memory of an sm_90 SM; the driver keeps some per CTA
+READER_CTA_RESERVED_BYTES = SM90.reserved_shared_bytes
+READER_WG_MAX_CTAS = SM90.threads // (4 * WARP)  # CTAs per SM the launch plans for at most (warpgroups of 128)
 READER_WG_FP4_BLOCK = 32  # fp4 values per ue8m0 scale the wgmma path converts (one 16-B operand piece: 8)
 
 
@@ -246,7 +246,7 @@ READER_WG_TMA_PRODUCER_THREADS = 32  # one warp, after the consumers' warpgroups
 READER_WG_TMA_MAX_CONSUMERS = 4
 READER_WG_TMA_MAX_STAGES = 32
 READER_WG_TMA_MAP_BYTES = 128  # a CUtensorMap (64-B aligned)
-READER_SM_REGISTERS = 65536  # 32-bit registers of an sm_90 SM
+READER_SM_REGISTERS = SM90.registers  # 32-bit registers of an sm_90 SM
 # registers per thread a TMA-variant CTA plan leaves (the consumers' 32 accumulators, descriptors, the
 # epilogue; ptxas uses 72 for fp8, 64-69 for bf16): __launch_bounds__ then never makes ptxas spill to fit
 READER_WG_TMA_REGISTERS = 80

@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 
 from . import layout as L
+from .dtypes import DTYPES
 from .spec import Spec
 from .validate import validate_paths
 
@@ -60,8 +61,8 @@ QMAX = L.QUANT_MAX
 # e2m1 magnitudes by code 0..7, and the decision thresholds between neighbours (ties go down)
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 E2M1_THRESHOLDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
-_HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
-INPUT_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_HALF = {n: getattr(torch, d.torch) for n, d in DTYPES.items() if d.bits == 16 and d.torch}
+INPUT_DTYPE = {n: getattr(torch, d.torch) for n, d in DTYPES.items() if d.input and d.torch}
 _INPUT = INPUT_DTYPE
 
 

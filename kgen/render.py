@@ -32,7 +32,7 @@ from .document import Document
 from .family import check_family_guards, format_key, variant_key
 from .output import write_tree
 from .resources import INCLUDE, TEMPLATES
-from .rules import check_guards
+from .rules import check_guards, twin_limits
 from .spec import Spec
 from .validate import validate_paths
 
@@ -148,6 +148,8 @@ def _constants(spec: Spec) -> tuple[list[dict], L.Layout, bool]:
         ("long long", "kScaleStrideRaw", str(spec.layout.scale_stride or 0)),
         ("bool", "kLayoutComputed", _bool(computed)),
     ]
+    # the rules' thresholds the static_assert twins compare against (kgen.rules.twin_limits)
+    rows += [("long long", name, str(value)) for name, value in twin_limits().items()]
     for c in L.constants(lay):
         if not c.kernel:
             continue

@@ -31,7 +31,7 @@ PACKAGE = ROOT / "kgen"
 # modules of its own floor or of a floor below.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation: models, messages, files", (
-        "spec", "diagnostics", "resources", "files", "engines.pyeval")),
+        "spec", "diagnostics", "resources", "files", "dtypes", "engines.pyeval")),
     ("input and platform: YAML, documents, architectures, toolchain, cache", (
         "source", "document", "load", "schema_doc", "arch", "toolchain", "cache", "output")),
     ("rules and byte math: validation, the page layout, the reader's rules and launch plan", (
