@@ -46,7 +46,7 @@ from .diagnostics import err as _say
 from .files import write_atomic
 from .gpurun import precompile, start_gpu_command, sticky, usage_error
 from .layout import Layout, compute, launch_shape, tokens_per_warp
-from .reader_check import bench_readers
+from .reader_check import bench_readers, profile_readers
 from .runtime import current_stream_handle, device_info, load
 from .spec import Spec
 from .timing import (
@@ -147,12 +147,12 @@ _freqs_tables: dict[tuple[int, str], object] = {}
 def freqs_table(torch, rope_dim: int, device="cuda"):
     """fp32 [FREQS_ROWS, rope_dim], the reference's theta-10000 table, built on the device once per
     rope_dim (256 MiB at rope_dim 64)."""
-    from . import reference
+    from . import inputs as I
 
     key = (rope_dim, str(device))
     t = _freqs_tables.get(key)
     if t is None:
-        t = _freqs_tables[key] = reference.rope_freqs(FREQS_ROWS, rope_dim, device=device)
+        t = _freqs_tables[key] = I.rope_freqs(FREQS_ROWS, rope_dim, device=device)
     return t
 
 
@@ -455,7 +455,8 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path | None, *,
                   use_compile: bool | None = None, compile_budget_s: float | None = None,
-                  positions: str = "random") -> int:
+                  positions: str = "random", readers_only: bool = False, reader_tunes: tuple = (None,),
+                  reader_shapes: tuple | None = None, profile: tuple | None = None) -> int:
     """Exit 0 ok, 1 a variant failed to run, 2 no GPU / usage (KgenError).
 
     torch.compile: on unless KGEN_BENCH_COMPILE=0 (or use_compile=False); its compile time is capped by
@@ -466,6 +467,19 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
         raise usage_error("bench", f"--positions must be one of {', '.join(POSITIONS)} (got {positions!r})")
     specs = start_gpu_command("bench", paths, tokens, min_tokens=1)
     import torch
+
+    if profile is not None:  # one launch per (readable variant, shape), nothing timed: for ncu -c
+        profiled = profile_readers(specs, profile, say=_say)
+        if json_file is not None:
+            write_json_atomic(json_file, {"profiled": profiled})
+        return 0
+    if readers_only:  # the read side alone (what `python -m kgen.reader_check bench` was)
+        timer = Timer(torch)
+        copy = copy_bandwidth(torch, timer)
+        reader = bench_readers(specs, timer, copy, say=_say, tunes=reader_tunes, shapes=reader_shapes)
+        if json_file is not None:
+            write_json_atomic(json_file, {**environment(torch), "copy": copy, "reader": reader})
+        return 1 if any("error" in e for e in reader["results"]) else 0
 
     if use_compile is None:
         use_compile = os.environ.get("KGEN_BENCH_COMPILE", "1") not in ("0", "false", "no", "")
@@ -507,8 +521,7 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
         _say("kgen bench: interrupted")
     data["compile_seconds_spent"] = round(cstate.spent, 1)
     if not data.get("interrupted"):  # the read side: indexer_logits on every variant it reads
-
-        data["reader"] = bench_readers(specs, timer, data["copy"], say=_say)
+        data["reader"] = bench_readers(specs, timer, data["copy"], say=_say, tunes=reader_tunes, shapes=reader_shapes)
         failed = failed or any("error" in e for e in data["reader"]["results"])
     if json_file is not None:
         write_json_atomic(json_file, data)

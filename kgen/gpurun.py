@@ -3,7 +3,7 @@ checks, the validated specs, a GPU present), compiling a batch of variants for t
 (`precompile`), and one `kgen test` case (`run_case`: the kernel and the Torch reference on the same
 inputs, then the whole-cache comparison of kgen.compare).
 
-For every case (variant, N): `reference.make_inputs` (random rows with outlier channels, random
+For every case (variant, N): `kgen.inputs.make_inputs` (random rows with outlier channels, random
 positions, shuffled out_loc with skipped slots, a poisoned cache larger than needed); the kernel
 writes cache A, the reference (torch, on the same device) writes cache B, both starting from the
 same poisoned bytes; `compare_caches(A, B)`.
@@ -50,7 +50,7 @@ def start_gpu_command(command: str, paths: list[Path], tokens: list[int] | None,
 
 
 def kernel_args(spec: Spec, inputs: dict) -> tuple:
-    """The kernel's tensors from `reference.make_inputs`, in the ABI's order (kgen.abi: x, ..., cache
+    """The kernel's tensors from `kgen.inputs.make_inputs`, in the ABI's order (kgen.abi: x, ..., cache
     last), None where the spec has none: the positional arguments of the op and of the reference."""
     return tuple(NORM_ROPE_STORE.arguments(spec, inputs).values())
 
@@ -84,11 +84,12 @@ def run_case(spec: Spec, n: int, *, seed: int, device: str = "cuda", kernel=None
     `kernel` defaults to kgen.ops.norm_rope_store (tests pass the reference to dry-run on CPU)."""
     import torch
 
+    from . import inputs as I
     from . import ops, reference
 
     kernel = kernel or ops.norm_rope_store
     t0 = time.perf_counter()
-    inputs = reference.make_inputs(spec, n, seed=seed, device=device)
+    inputs = I.make_inputs(spec, n, seed=seed, device=device)
     args = NORM_ROPE_STORE.arguments(spec, inputs)
     cache_a = args["cache"]
     cache_b = cache_a.clone()

@@ -18,7 +18,7 @@ skipped, with the reason) and every context length S (keys of one sequence):
    - score error: rms and max of (variant - full) in units of the query's full-precision score
      spread (std over keys), and max |error| / max |score|.
 
-Key model (synthetic keys): the writer's input rows are `kgen.reference.sample_rows`, the model the
+Key model (synthetic keys): the writer's input rows are `kgen.inputs.sample_rows`, the model the
 GPU tests use: Gaussian values, per-token magnitudes over about two decades (exp(U(-2.5, 2))), and
 head_dim/64 outlier channels scaled 10..60x for every token; norm weight 1 +- 0.1 (bias 0 +- 0.1),
 RoPE at positions 0..S-1 with a theta-10000 table, then the spec's own Hadamard. The norm removes
@@ -406,7 +406,7 @@ class Inputs:
 def synthetic_inputs(S: int, head_dim: int, seed: int) -> Inputs:
     import torch
 
-    from .reference import sample_rows
+    from .inputs import sample_rows
 
     g = torch.Generator().manual_seed(_seed(seed, S, 1))
     rows = sample_rows(S, head_dim, g)
@@ -423,7 +423,7 @@ def writer_args(spec: Spec, inp: Inputs, device) -> dict:
     """Keyword arguments of norm_rope_store (everything but the cache) for this spec."""
     import torch
 
-    from .reference import _INPUT, rope_freqs
+    from .inputs import _INPUT, rope_freqs
 
     S = inp.rows.shape[0]
     dt = _INPUT[spec.input_dtype]
@@ -828,7 +828,7 @@ def report(rows: list[dict], sel: Selection, st: Settings, seconds: float) -> di
         "inputs": {
             "keys": str(st.keys_file) if st.keys_file else "synthetic",
             "key_model": None if st.keys_file else (
-                "kgen.reference.sample_rows: Gaussian rows x per-token magnitude exp(U(-2.5, 2)), head_dim/64 "
+                "kgen.inputs.sample_rows: Gaussian rows x per-token magnitude exp(U(-2.5, 2)), head_dim/64 "
                 "outlier channels x U(10, 60); norm weight 1 +- 0.1, bias 0 +- 0.1; RoPE at positions 0..S-1; "
                 "the spec's Hadamard"),
             "query_model": f"{st.heads} heads of isotropic Gaussian q (rotated like the keys), weights N(0, 1/H), fp32",

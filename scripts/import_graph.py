@@ -12,7 +12,10 @@ functions exist only to defer an optional third-party package (OPTIONAL: torch, 
 ...): a local import of such a package is allowed, and so is a local import of a kgen module that is
 *optional-bound* (it imports one of them at module level, itself or through its module-level kgen
 imports: kgen.ops registers torch ops, so `kgen test` defers it to say "no torch" instead of failing);
-any other local import of a kgen module is reported (tests/test_layering.py fails on it). DEFERRED
+any other local import of a kgen module is reported (tests/test_layering.py fails on it). A module of
+the top floor (the command line, the package's lazy public API) may name modules in a module-level dict
+of "kgen.module:attr" strings (kgen.cli.COMMANDS, kgen._API), imported when used: the tool draws each as
+a lazy arrow and checks it like any other (downward, no circle). DEFERRED
 lists the required packages a module may still import lazily because they are slow to import and one
 command needs them (the CLI's start-up: `kgen validate` in an editor hook).
 """
@@ -20,6 +23,7 @@ command needs them (the CLI's start-up: `kgen validate` in an editor hook).
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +45,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("code generation and compilation", ("render", "compile", "build", "aot")),
     ("device: the launch stack, tensor maps, the native fast path, loaded kernels", (
         "launcher", "tma", "native", "fastpath", "runtime")),
-    ("Torch numerics: the reference and the read side's Torch path", ("reference", "score")),
+    ("Torch numerics: the reference, its inputs, the read side's Torch path", ("reference", "inputs", "score")),
     ("ops: torch.ops.kgen.*", ("ops", "ops.registry", "ops.writer", "ops.reader", "indexer")),
     ("checks and measurements: kgen test / bench / recall, engines", (
         "compare", "gpurun", "reader_check", "gputest", "timing", "bench", "recall",
@@ -56,12 +60,16 @@ OPTIONAL = ("torch", "cuda", "jinja2", "matplotlib", "libcst", "numpy")
 DEFERRED = ("typer", "rich", "ruamel", "platformdirs", "filelock")
 
 
+LAZY_NAME = re.compile(r"kgen(\.[a-z_][a-z0-9_]*)*(:[A-Za-z_]\w*)?")
+
+
 @dataclass(frozen=True)
 class Arrow:
     source: str  # module name relative to kgen ("ops.reader"; "" for kgen itself)
     target: str
     line: int
     local: bool  # inside a function / class body / TYPE_CHECKING block
+    lazy: bool = False  # named in a module-level table of "kgen.module:attr" strings (imported on use)
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,13 @@ def arrows() -> tuple[list[Arrow], list[LocalImport]]:
             for t in dict.fromkeys(targets):
                 if t != mod:
                     out.append(Arrow(mod, t, node.lineno, local))
+        for node in tree.body:  # module-level tables of lazily imported names
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):
+                for v in node.value.values:
+                    if isinstance(v, ast.Constant) and isinstance(v.value, str) and LAZY_NAME.fullmatch(v.value):
+                        target = v.value.split(":")[0].removeprefix("kgen").removeprefix(".")
+                        if target in known and target != mod:
+                            out.append(Arrow(mod, target, v.lineno, True, lazy=True))
     return out, third
 
 
@@ -230,10 +245,12 @@ def report() -> Report:
     unplaced = [m for m in mods if m not in floors]
     stale = [m for m in floors if m not in mods]
     upward = [a for a in edges if a.source in floors and a.target in floors and floors[a.target] > floors[a.source]]
+    top = len(FLOORS) - 1
     bound = optional_bound(edges, third)
     local_third = [t for t in third if t.local]
     return Report(mods, edges, local_third, unplaced, stale, upward, cycles(edges),
-                  [a for a in edges if a.local and a.target not in bound],
+                  [a for a in edges if a.local and a.target not in bound
+                   and not (a.lazy and floors.get(a.source) == top)],
                   [t for t in local_third if t.name not in OPTIONAL + DEFERRED and t.name not in sys.stdlib_module_names
                    and t.name != "__future__"],
                   [a for a in edges if a.local and a.target in bound])

@@ -250,13 +250,14 @@ SERVE = BLOCKER + textwrap.dedent("""
     import torch
     import kgen.ops as ops
     from kgen import reference
+    from kgen import inputs as I
     from kgen.abi import NORM_ROPE_STORE
 
     name, arch, gpu = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
     v = ops.resolve(name)
     k = ops.aot_dir().find(v.spec, arch)          # KGEN_AOT_DIR, read without a compiler
     assert k.cubin[:4] == b"\\x7fELF"
-    inp = reference.make_inputs(v.spec, 33, seed=5)
+    inp = I.make_inputs(v.spec, 33, seed=5)
     args = tuple(t for k, t in NORM_ROPE_STORE.arguments(v.spec, inp).items() if k != "cache")
     ref = inp["cache"].clone()
     reference.norm_rope_store(v.spec, *args, ref)

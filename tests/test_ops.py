@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kgen import fastpath, launcher, ops, reference  # noqa: E402
+from kgen import inputs as I  # noqa: E402
 from kgen.abi import NORM_ROPE_STORE, ArgumentError  # noqa: E402
 from kgen.layout import compute  # noqa: E402
 from kgen.spec import Norm, Rope  # noqa: E402
@@ -46,7 +47,7 @@ def _args(spec, inp) -> tuple:
 
 
 def _inputs(spec, n, seed=0):
-    inp = reference.make_inputs(spec, n, seed=seed)
+    inp = I.make_inputs(spec, n, seed=seed)
     return _args(spec, inp), inp["cache"]
 
 
@@ -301,7 +302,7 @@ def test_indexer_logits_cpu_is_the_torch_path():
     g = torch.Generator().manual_seed(0)
     B, H, pages, max_pages = 2, 4, 6, 3
     n = pages * lay.page_size
-    inp = reference.make_inputs(spec, n, seed=1, num_pages=pages, skip_fraction=0.0, overflow_locs=False)
+    inp = I.make_inputs(spec, n, seed=1, num_pages=pages, skip_fraction=0.0, overflow_locs=False)
     cache = inp["cache"]
     reference.norm_rope_store(spec, *_args(spec, inp), cache)
     q = torch.randn(B, 1, H, spec.head_dim, generator=g).bfloat16()

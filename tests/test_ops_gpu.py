@@ -32,10 +32,10 @@ def _shipped() -> list[str]:
 
 
 def _inputs(spec, n, seed=0):
-    from kgen import reference
+    from kgen import inputs as I
     from kgen.abi import NORM_ROPE_STORE
 
-    inp = reference.make_inputs(spec, n, seed=seed, device="cuda")
+    inp = I.make_inputs(spec, n, seed=seed, device="cuda")
     args = tuple(v for k, v in NORM_ROPE_STORE.arguments(spec, inp).items() if k != "cache")
     return args, inp["cache"]
 

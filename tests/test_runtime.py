@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kgen import arch, bench, compare, gpurun, ops, reference, runtime, sample, timing  # noqa: E402
+from kgen import inputs as I  # noqa: E402
 from kgen.diagnostics import KgenError  # noqa: E402
 from kgen.layout import compute, launch_shape  # noqa: E402
 from kgen.rules import check_variant  # noqa: E402
@@ -315,7 +316,7 @@ def test_bench_ratios_and_table(tmp_path):
 
 
 def _ref_pair(spec, n=37, seed=1):
-    inp = reference.make_inputs(spec, n, seed=seed)
+    inp = I.make_inputs(spec, n, seed=seed)
     *tensors, a = gpurun.kernel_args(spec, inp)
     reference.norm_rope_store(spec, *tensors, a)
     return a, inp["out_loc"]
@@ -701,3 +702,18 @@ def test_compare_fast_numerics_tolerance(name):
             b3[page, off:off + 4] = torch.tensor(list(struct.pack("<I", bits + ulps)), dtype=torch.uint8)
             c = compare.compare_caches(spec, b3, a, out_loc=loc, tokens=37)
             assert c.ok is ok and c.max_scale_distance == ulps, c.reason
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["test", "--readers-only", "--reader-tune", "{bad", str(BF16)], "--reader-tune '{bad' is not JSON"),
+    (["test", "--reader-tune", '{"kReaderWgStages": "2"}', str(BF16)], "expected null or an object of integers"),
+    (["test", "--tune-cases", "2,x", str(BF16)], "--tune-cases '2,x': expected indices"),
+    (["bench", "--profile", "4096", str(BF16)], "--profile '4096': expected B x keys shapes"),
+    (["bench", "--reader-shapes", "0x64", str(BF16)], "--reader-shapes '0x64': expected B x keys shapes"),
+])
+def test_reader_options_of_test_and_bench_are_usage_errors(argv, message):
+    """kgen test / kgen bench carry what `python -m kgen.reader_check` did (--readers-only, --reader-tune,
+    --tune-cases, --reader-shapes, --profile); a bad value is a one-line usage error, exit 2, before any
+    GPU work."""
+    r = subprocess.run([sys.executable, "-m", "kgen", *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
