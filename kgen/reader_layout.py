@@ -73,25 +73,16 @@ def reader_tokens_per_cta(spec: Spec) -> int:
     return max(0, min(8, READER_SMEM_BYTES // reader_q_token_bytes(spec)))
 
 
-# Free choices of the reader (no byte depends on them; the bench compares them): prefetch the next
-# tile's rows while this one computes; __launch_bounds__ minimum CTAs per SM (0: none); the heads in
-# kReaderHeadPasses passes (fewer accumulator registers; the rows stay in registers).
-# By key dtype; chosen on the H200 (bench/results/h200-2026-11-30/reader/run2-f16-widened: no prefetch
-# was fastest or within noise at every (B, keys) for fp8 and bf16; a prefetched tile costs registers).
-# kReaderWgStages: the wgmma path's ring of staged chunks (kReaderWgmma 1: the path runs where it can);
-# kReaderWgL2Prefetch: the L2 prefetch size (0, 128, 256 B) of its key copies. 4 stages (an even ring:
-# two 64-key tiles of fp8, one whole bf16 tile, per pipeline step), no prefetch:
-# bench/results/h200-2026-11-30/reader3 (4 faster than 3 at 32 x 64K and 128 x 64K for both; 2 stages is
-# faster for fp8 below 128 x 64K keys and not there) and reader2 (a 256-B prefetch helps bf16 at 64K
-# keys and slows fp8 at 128 x 64K). fp4's 3 stages are not measured yet: the fewest that still give 4 CTAs
-# per SM (the converted operand and q take 32 KB of each CTA; 2 stages give 5 CTAs, 4 stages 4).
-# kReaderWgTma: the TMA variant where it reads the layout (reader_wg_tma_layout), with its own ring of
-# kReaderWgTmaStages tiles shared by kReaderWgConsumers warpgroups; elsewhere the cp.async variant and its
-# kReaderWgStages. bench/results/h200-2026-11-30/tma1 (both variants and 7 TMA rings on the same inputs in one
-# process): fp8 with 2 consumers and 8 stages (2 CTAs per SM) is faster in CUDA graphs from 1 x 64K to
-# 128 x 64K keys (1 x 256K: 8.8 against 10.0 us; 128 x 64K: 300 against 319 us) and within 2 % cold; bf16
-# with 2 consumers and 4 stages is 5-10 % faster at 32 and 128 x 64K (0.96 / 0.97 of copy at 128 x 64K).
-# One CTA of 3 or 4 consumers is 40-50 % slower at large shapes (one producer warp per SM does not keep up).
+# Free choices of the reader (no byte depends on them; the bench compares them), by key dtype: prefetch
+# the next tile's rows while this one computes (off: a prefetched tile costs registers); __launch_bounds__
+# minimum CTAs per SM (0: none); the heads in kReaderHeadPasses passes (fewer accumulator registers).
+# kReaderWgStages: the cp.async variant's ring of staged chunks (an even ring: two 64-key fp8 tiles, one
+# whole bf16 tile, per pipeline step; fp4's 3: the fewest that still give 4 CTAs per SM, not measured yet);
+# kReaderWgL2Prefetch: the L2 prefetch size of its key copies. kReaderWgTma: the TMA variant where it reads
+# the layout (reader_wg_tma_layout), its ring of kReaderWgTmaStages tiles shared by kReaderWgConsumers
+# warpgroups (one producer warp per CTA: more consumers starve it). Each value was picked on the H200 from
+# the runs whose READMEs hold the figures: bench/results/h200-2026-11-30/reader/run2-f16-widened (prefetch),
+# reader2 and reader3 (the cp.async ring and L2 prefetch), tma1 (the TMA variant and its rings).
 READER_TUNING_DEFAULTS = {
     "bf16": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
              "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0,

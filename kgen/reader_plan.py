@@ -38,11 +38,10 @@ from .spec import Spec
 # The wgmma path's ring chosen per launch (launch_tune picks the cubin; each is rendered, and twinned, from
 # the one spec). Where a key dtype has an entry (shallow stages, staged keys per SM), a launch that stages
 # fewer keys per SM than that (B x token groups x max_seq_len keys over the SMs) runs `shallow` stages; at or
-# above it, the default (READER_TUNING_DEFAULTS). fp8 on the H200, CUDA-graph times, both rings in one
-# process (bench/results/h200-2026-11-30/reader4): 2 stages (8 CTAs per SM, one tile per pipeline step)
-# are faster from 1 x 256K to 64 x 64K keys (64 x 64K, 31.8K keys per SM: 155.0 against 163.0 us), 4 stages
-# (5 CTAs per SM, two tiles per step) at 128 x 64K (63.6K per SM: 319.7 against 340.0 us); the threshold
-# sits between the two. bf16 has none: 4 stages are as fast or faster at every shape (reader3).
+# above it, the default (READER_TUNING_DEFAULTS): a small launch gains from more CTAs per SM (2 stages: 8
+# CTAs, one tile per pipeline step), a large one from deeper rings (4 stages: 5 CTAs, two tiles per step).
+# The threshold sits between the fp8 shapes where each wins (both rings in one process on the H200:
+# bench/results/h200-2026-11-30/reader4/README.md); bf16 has none (4 stages win at every shape: reader3).
 READER_WG_SHAPE_STAGES: dict[str, tuple[int, int]] = {"fp8_e4m3": (2, 49152)}
 
 
@@ -69,15 +68,11 @@ def reader_wg_shape_tune(lay: Layout, tune: dict[str, int] | None, batch: int, n
 
 
 # The TMA variant's L2 policy per launch. Keys are read once per launch (per token group); copied under an
-# evict-first policy they displace each other rather than the lines the launch reuses, and cold calls get
-# faster: tma1 run 8, fp8, both orders, 128 x 4K keys 26.7 against 29.4 us, 1 x 256K 17.3 against 18.6,
-# 32 x 4K 12.2 against 12.7, 32 x 64K 83.3-83.7 against 84.6-85.0. But back-to-back calls on the same keys
-# (CUDA-graph replays) no longer find them in the L2: 1 x 256K 11.4 against 8.6 us, 32 x 4K 6.3 against
-# 5.2. So the policy is used only where the launch's keys cannot stay in the L2 anyway: more key bytes than
-# the L2 holds (the H200's 60 MB, as torch reports it: fp8 32 x 64K, 128 x 4K and larger; not 32 x 4K or
-# 1 x 256K, 17 and 35 MB). With the rule (tma1 run 9, against kReaderWgEvictFirst 0, both orders): fp8
-# 128 x 4K 27.0 / 20.5 against 29.6 / 21.2 us cold / graph, 32 x 64K 83.4 / 73.5 against 85.0 / 74.9, 128 x
-# 64K within the order effect; bf16 1 x 256K 25.7 against 27.7 us cold, 128 x 64K 1-2 % slower.
+# evict-first policy they displace each other rather than the lines the launch reuses, so cold calls get
+# faster; but back-to-back calls on the same keys (CUDA-graph replays) then no longer find them in the L2.
+# So the policy is used only where the launch's keys cannot stay in the L2 anyway: more key bytes than the
+# L2 holds (as torch reports it). Measured both ways, with and without the rule:
+# bench/results/h200-2026-11-30/tma1/README.md (runs 8 and 9).
 def reader_wg_evict_first(lay: Layout, batch: int, next_n: int, max_seq_len: int, l2_bytes: int,
                           tune: dict[str, int] | None = None) -> bool:
     """Does a TMA-variant launch of this shape read more key bytes than an L2 of `l2_bytes` holds?"""

@@ -27,20 +27,20 @@ Schemas (docs/ops.md):
   when an AOT directory is set (`use_aot(dir)` or KGEN_AOT_DIR; written by `kgen compile ... --out DIR`),
   from its prebuilt cubins, with neither jinja2 nor NVRTC imported (kgen/aot.py).
 
-Registration is plain `torch.library` (define + impl + register_fake), not `torch.library.custom_op`:
-custom_op wraps every call in Python autograd, ADInplaceOrView and alias-check layers that cost
-~25 us of host time per call (docs/ops.md; `kgen bench` records both floors), more than the kernel.
-The op has no autograd formula (it writes uint8 bytes) and bumps the cache's version counter itself.
-On the first CUDA load, `kgen.native` installs a C++ kernel at norm_rope_store's CUDA key that runs the
-same table's check and the launch without entering Python (5.9-6.4 us per call instead of 13.6-14.9 in
-the H200 host's fast phases); every call it declines goes to `torch.ops.kgen._norm_rope_store_checked`,
-the Python kernel.
+Registration is plain `torch.library` (define + impl + register_fake), not `torch.library.custom_op`,
+whose Python autograd, ADInplaceOrView and alias-check layers cost more host time per call than the
+kernel (docs/ops.md, "Host cost"). The writer has no autograd formula (it writes uint8 bytes) and bumps
+the cache's version counter itself. On the first CUDA load of each op, `kgen.native` installs a C++
+kernel at its CUDA key that runs the same table's check and the launch without entering Python; every
+call it declines goes to the op's checked twin (`torch.ops.kgen._norm_rope_store_checked`,
+`torch.ops.kgen._indexer_logits_checked`), the Python kernel.
 Another op is added with `define_op` (schema, fake, CPU impl) and `implement(name, "cuda", fn)`; its
 kernel is one more table in kgen.abi.KERNELS, run by a `KernelOp` (kgen.ops.registry).
 
 The package: kgen.ops.registry (registration, variants, KernelOp), kgen.ops.writer (norm_rope_store),
 kgen.ops.reader (indexer_logits).
 """
+
 from __future__ import annotations
 
 from ..abi import ArgumentError
