@@ -253,7 +253,7 @@ def test_launch_backends_and_pdl(backend, pdl):
     # nothing in flight before it: with the PDL attribute a kernel that does not wait in-kernel
     # (griddepcontrol.wait) could overlap its predecessor
     torch.cuda.synchronize()
-    run(checked.grid()[0], torch.cuda.current_stream().cuda_stream, *checked.values())
+    run((checked.grid()[0], 1, 1), 0, torch.cuda.current_stream().cuda_stream, *checked.values())
     torch.cuda.synchronize()
     assert torch.equal(out, ref)
 
