@@ -158,7 +158,10 @@ def _write_aot(out: Path, rows: list[_Row]) -> int:
 
 def kernels_of(spec: Spec) -> list[tuple[KernelAbi, dict[str, int] | None]]:
     """Every (kernel table, tuning) of `spec` that `kgen compile` builds: the registry's kernels the spec
-    has, each with every tuning a launch may load."""
+    has, each with every tuning a launch may load. A spec its rules refuse (under --no-validate) builds
+    the writer alone: the reader's config includes the writer's, whose twins would only fire again."""
+    if any(p.severity == "error" for p in check_variant(spec)[1]):
+        return [(NORM_ROPE_STORE, None)]
     return [(kabi, tune) for kabi in KERNELS.values() if kabi.exists(spec) for tune in kabi.tunings(spec)]
 
 
