@@ -41,9 +41,8 @@ def main() -> int:
     from kgen import bench, ops, reference
     from kgen.compare import compare_caches
     from kgen.compile import compile_rendered
-    from kgen.layout import compute
     from kgen.render import include_dirs, render_variant
-    from kgen.runtime import LoadedKernel, _load_kernel, set_current_device
+    from kgen.runtime import load_compiled
     from kgen.validate import validate_paths
 
     shipped = validate_paths([ROOT / "specs" / "dsv4.yaml", ROOT / "specs" / "dsv32_indexer.yaml"]).specs()
@@ -254,15 +253,11 @@ def main() -> int:
     kc.compile_options = exact_options  # type: ignore[assignment]
     compiled = [compiled_by[i] for i in range(len(jobs))]
     print(f"compiled {len(jobs)} variants in {time.perf_counter() - t0:.1f} s", flush=True)
-    set_current_device(dev)
-
     inputs_cache: dict = {}
     first_bytes: dict = {}
     rows = []
     for (sname, launch, hdr, ns, sp, _inc), ck in zip(jobs, compiled):
-        kernel, oc = _load_kernel(ck)
-        lk = LoadedKernel(spec=sp, layout=compute(sp), arch=arch, device_index=dev, device_name=name,
-                          compiled=ck, kernel=kernel, object_code=oc)
+        lk = load_compiled(sp, ck, dev, arch=arch, device_name=name)
         for n in ns:
             key = (sname, n)
             if key not in inputs_cache:

@@ -23,12 +23,15 @@ A table field is a tensor (a pointer in the struct), a scalar, or a tensor map (
 opaque bytes, 64-B aligned, `kgen::TensorMap` in templates/include/kgen/memory.cuh, the driver's
 description of a tensor a TMA copy reads). A tensor's shape mixes sizes the spec fixes (ints) and
 symbolic sizes (strs such as "N") that the first tensor having them binds; scalars are computed from the
-bound sizes; a tensor map is encoded from the checked arguments (the tensor it describes, the layout, and
-the loaded cubin's target and tuning, which decide whether the kernel reads it: zeros where it does not).
-A new kernel is one more table, no new machinery.
+bound sizes; a tensor map's geometry comes from the checked arguments (the tensor it describes, the layout,
+and the loaded cubin's target and tuning, which decide whether the kernel reads it: None, zeros, where it
+does not), and the launch stack (kgen.tma) encodes it with the driver. A new kernel is one more table, no
+new machinery.
 
-This module imports only the standard library, kgen.layout and kgen.spec (torch is never imported:
-the checks read tensor metadata through duck typing).
+This module imports nothing above the byte math (kgen.layout, kgen.reader_layout, kgen.reader_plan,
+kgen.arch, kgen.spec): what a launch needs of the device (SMs, L2: kgen.arch.DeviceFacts) and of the
+loaded cubin (its target and tuning) reaches it inside the checked arguments (`Args`). torch is never
+imported: the checks read tensor metadata through duck typing.
 """
 
 from __future__ import annotations
@@ -38,10 +41,22 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
-from .diagnostics import KgenError, Problem
-from .layout import PLAN_BYTES, READER_HEADS, READER_WG_TMA_MAP_BYTES, Layout, compute, launch_shape
+from .arch import DeviceFacts
+from .diagnostics import ArgumentError, KgenError, Problem
+from .dtypes import DTYPES, torch_name
+from .layout import PLAN_BYTES, Layout, compute, launch_shape
+from .reader_layout import (
+    READER_HEADS,
+    READER_WG_TMA_MAP_BYTES,
+    MapGeometry,
+    cache_map_geometry,
+    readable,
+    reader_q_dtype,
+)
+from .reader_plan import launch_of, launch_tma, launch_wgmma, ring_tunes
 from .spec import Spec
 
 ALIGNMENT = 16  # every tensor's data pointer: the kernel's widest vector load/store
@@ -61,21 +76,10 @@ TENSOR_MAP_ALIGN = 64
 TENSOR_MAP_CXX = "kgen::TensorMap"
 NO_TENSOR_MAP = bytes(TENSOR_MAP_BYTES)  # the value where the kernel reads no map
 
-# torch dtype names of the spec's input dtypes
-TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+# torch dtype names of the spec's input dtypes (kgen.dtypes)
+TORCH_DTYPE = {n: d.torch for n, d in DTYPES.items() if d.input and d.torch}
 # C++ element type of a tensor whose dtype follows the spec's input dtype (the config's typedef)
 INPUT_ELEMENT = "In"
-
-
-class ArgumentError(KgenError, ValueError):
-    """A kernel argument does not match the spec; the message names the argument."""
-
-    def __init__(self, message: str, fix: str = ""):
-        super().__init__([Problem("kernel-argument", message, fix=fix)], exit_code=1)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 Dim = int | str  # a size fixed by the spec, or a symbolic size bound by the first tensor with it
@@ -120,13 +124,14 @@ class Scalar:
 @dataclass(frozen=True)
 class TensorMap:
     """An opaque field: a CUtensorMap describing (part of) the tensor `source`, which the kernel's TMA
-    copies read. `encode(args)` returns its bytes for checked arguments (NO_TENSOR_MAP where the launch
-    the arguments' target and tuning pick reads no map)."""
+    copies read. `geometry(args)` is what the map describes for checked arguments (None where the launch
+    the arguments' target and tuning pick reads no map: its bytes are then zeros); the launch stack
+    encodes it (`Args.values(encode=...)`, kgen.tma)."""
 
     name: str
     source: str  # the tensor it describes (named when it cannot be encoded)
     doc: str
-    encode: Callable[[Args], bytes]
+    geometry: Callable[[Args], MapGeometry | None]
 
     @property
     def kind(self) -> str:
@@ -172,6 +177,7 @@ class Args:
     # path its arch compiled (the reader's wgmma path on sm_90a) reads it; None: the portable path
     target: str | None = None
     tune: dict[str, int] | None = None  # the tuning the loaded kernel was rendered with (None: the default)
+    device: DeviceFacts | None = None  # the GPU the launch runs on (kgen.runtime sets it; None: none)
 
     def __getattr__(self, name: str) -> Any:
         d = self.__dict__
@@ -181,31 +187,36 @@ class Args:
             return d["dims"][name]
         raise AttributeError(name)
 
-    def values(self, pointer: Callable[[str, Any], int] | None = None, *, maps: bool = True) -> tuple:
+    def values(self, pointer: Callable[[str, Any], int] | None = None, *,
+               encode: Callable[[Any, MapGeometry], bytes] | None = None) -> tuple:
         """The struct's values in field order: a tensor's data pointer (0 for None), each scalar, each
-        tensor map's bytes (its encoder's; `maps` False: zeros, for a launch no GPU runs)."""
+        tensor map's bytes (`encode(tensor, geometry)`'s, the launch stack's encoder; without one, or
+        where the launch reads no map: zeros, e.g. for a launch no GPU runs)."""
         ptr = pointer or (lambda _n, t: 0 if t is None else int(t.data_ptr()))
         out: list[Any] = []
         for f in self.abi.fields:
             if isinstance(f, Tensor):
                 out.append(ptr(f.name, self.tensors[f.name]))
             elif isinstance(f, TensorMap):
-                out.append(self.tensor_map(f) if maps else NO_TENSOR_MAP)
+                out.append(self.tensor_map(f, encode) if encode is not None else NO_TENSOR_MAP)
             else:
                 out.append(self.scalars[f.name])
         return tuple(out)
 
-    def tensor_map(self, f: TensorMap) -> bytes:
+    def tensor_map(self, f: TensorMap, encode: Callable[[Any, MapGeometry], bytes]) -> bytes:
         """The encoded bytes of the tensor-map field `f` (its length checked: the struct module would pad
         or cut a wrong one silently)."""
-        data = f.encode(self)
+        geometry = f.geometry(self)
+        if geometry is None:
+            return NO_TENSOR_MAP
+        data = encode(self.tensors[f.source], geometry)
         if len(data) != TENSOR_MAP_BYTES:
             raise KgenError([Problem("kernel-abi", f"{f.name}: its encoder returned {len(data)} bytes, a tensor "
                                      f"map has {TENSOR_MAP_BYTES}")])
         return data
 
-    def pack(self) -> bytes:
-        return self.abi.pack(self.values())
+    def pack(self, encode: Callable[[Any, MapGeometry], bytes] | None = None) -> bytes:
+        return self.abi.pack(self.values(encode=encode))
 
     def grid(self) -> tuple[int, int]:
         return self.abi.grid(self)
@@ -213,15 +224,42 @@ class Args:
 
 @dataclass(frozen=True)
 class KernelAbi:
+    """One kernel of the registry (`KERNELS`): its Params fields, its launch shape, and what the pipeline
+    needs to build it: which specs have it (`exists`), the tunings `kgen compile` and the AOT directory
+    build of it (`tunings`), its C++ names (`name_expression`, `symbol`) and its cache name (`uri`).
+    kgen.render renders it by `kernel`; kgen.compile, kgen.aot and kgen.runtime take the table."""
+
     kernel: str  # the kernel template's name in namespace kgen
     version: int  # bumped whenever a field changes: recorded with every cubin, checked on load
     fields: tuple[Field, ...]
     grid: Callable[[Args], tuple[int, int]]  # (blocks, threads per block) of a launch
+    namespace: str = "kgen_cfg"  # the C++ namespace of the config struct the kernel is instantiated with
     doc: str = ""
     # blocks may also be a (x, y, z) tuple; dynamic shared memory of a launch (bytes)
     shared_bytes: Callable[[Args], int] = lambda a: 0
     # the launch wants the SM's largest shared-memory carveout (several CTAs of large staging per SM)
     prefers_shared: Callable[[Args], bool] = lambda a: False
+    exists: Callable[[Spec], bool] = lambda s: True  # does a spec have this kernel (the reader: readable)
+    # every tuning of a spec's kernel a launch may load (None: the shipped default): built ahead of time
+    tunings: Callable[[Spec], list[dict[str, int] | None]] = lambda s: [None]
+    writes: str = ""  # the tensor argument the kernel writes in place (its version is bumped), if any
+    output: str = ""  # the tensor argument the op allocates and returns, if any
+
+    # ---- names -------------------------------------------------------------------------------
+
+    def name_expression(self, uri: str) -> str:
+        """The C++ expression naming the instantiation NVRTC compiles (its symbol's source)."""
+        return f"kgen::{self.kernel}<{self.namespace}::{uri}>"
+
+    def symbol(self, uri: str) -> str:
+        """The mangled name of `name_expression(uri)` (Itanium ABI: `void kgen::<kernel><ns::uri>(ns::uri::Params)`),
+        recomputed from the names alone: the AOT loader never trusts a recorded one."""
+        n = lambda t: f"{len(t)}{t}"  # noqa: E731 - a source name
+        return f"_ZN{n('kgen')}{n(self.kernel)}IN{n(self.namespace)}{n(uri)}EEEvNT_{n('Params')}E"
+
+    def uri(self, variant: str) -> str:
+        """The kernel's name in the compile cache and the AOT directory (the writer's is the variant's)."""
+        return variant if self.kernel == NORM_ROPE_STORE_KERNEL else f"{variant}.{self.kernel}"
 
     # ---- layout of the struct (the C rules: natural alignment, padded to the largest) ----------
 
@@ -331,7 +369,7 @@ class KernelAbi:
         return {f.name: available.get(f.name) if f.present(spec) else None for f in self.tensors}
 
     def check(self, spec: Spec, tensors: Mapping[str, Any], *, require_cuda: bool = True,
-              layout: Layout | None = None) -> Args:
+              layout: Layout | None = None, device: DeviceFacts | None = None) -> Args:
         """Check every tensor against the spec (metadata only: no CUDA call, no sync) and compute the
         scalars. The device check comes last, so every other check runs on CPU tensors."""
         lay = layout or compute(spec)
@@ -353,7 +391,7 @@ class KernelAbi:
         present = {f.name: (tensors.get(f.name) if f.present(spec) else None) for f in self.tensors}
         if require_cuda:
             check_devices(present)
-        return Args(self, spec, lay, present, dims, scalars)
+        return Args(self, spec, lay, present, dims, scalars, device=device)
 
     def check_loaded(self, kernel: Any, uri: str) -> None:
         """The loaded kernel takes exactly one parameter of sizeof(Params) bytes (else KgenError).
@@ -376,6 +414,11 @@ class KernelAbi:
         raise KgenError([Problem(
             "kernel-abi", f"{uri}: the cubin was built for ABI {dict(recorded)} but this kgen launches "
             f"{self.manifest()}", fix="recompile the variant with this kgen")])
+
+
+def tune_key(tune: Mapping[str, int] | None) -> str:
+    """A tuning as text ("" for the default): the AOT manifest's and the cubin file name's."""
+    return ",".join(f"{k}={int(v)}" for k, v in sorted(tune.items())) if tune else ""
 
 
 def element_cxx(element: str) -> str:
@@ -491,11 +534,9 @@ def cpu_launch_files(args: Args, directory, buffers: Mapping[str, bytes]) -> lis
 def write_launch_files(args: Args, directory, buffers: Mapping[str, bytes]) -> None:
     """The files of `cpu_launch_files` alone, for a runner that takes its own launch shape (the reader's
     3-D grid)."""
-    from pathlib import Path
-
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    (d / "params.bin").write_bytes(args.abi.pack(args.values(lambda _n, _t: 0, maps=False)))
+    (d / "params.bin").write_bytes(args.abi.pack(args.values(lambda _n, _t: 0)))
     lines = []
     for s in args.abi.slots:
         if isinstance(s.field, Tensor):
@@ -525,9 +566,12 @@ def _plan(spec: Spec) -> bool:
 _PLAN_ROWS = {"decode_plan": "a DecodePlan per token", "compress_plan": "a CompressPlan per compressed key"}
 
 
+NORM_ROPE_STORE_KERNEL = "norm_rope_store"
 NORM_ROPE_STORE = KernelAbi(
-    kernel="norm_rope_store",
+    kernel=NORM_ROPE_STORE_KERNEL,
     version=1,
+    namespace="kgen_cfg",
+    writes="cache",
     doc="norm -> RoPE -> (Hadamard) -> quantize -> paged store of N tokens",
     fields=(
         Tensor("x", INPUT_ELEMENT, _in_dtype, lambda s, lay: ("N", s.head_dim), "[N, head_dim]",
@@ -567,32 +611,26 @@ NORM_ROPE_STORE = KernelAbi(
 
 
 def _reader_q_dtype(spec: Spec) -> str:
-    from .layout import reader_q_dtype
-
-    return {"bf16": "bfloat16", "fp16": "float16", "fp8_e4m3": "float8_e4m3fn"}[reader_q_dtype(spec)]
+    return torch_name(reader_q_dtype(spec))
 
 
-def _reader_launch(a: Args):
-    from .indexer import launch_of
-
-    return launch_of(a)
-
-
-def _reader_wgmma(a: Args) -> bool:
-    from .indexer import launch_wgmma
-
-    return launch_wgmma(a)
-
-
-def _reader_cache_map(a: Args) -> bytes:
-    from .indexer import cache_map
-
-    return cache_map(a)
+def _reader_cache_map(a: Args) -> MapGeometry | None:
+    """The cache's key region where the launch runs the TMA variant (the loaded cubin's target and tuning),
+    else None (other archs, the cp.async variant, the CPU emulation: the kernel reads no map). An empty
+    cache has no key to read and no map either (the driver encodes no empty dimension)."""
+    cache = a.tensors["cache"]
+    if not launch_tma(a) or not cache.shape[0]:
+        return None
+    return cache_map_geometry(a.layout, int(cache.shape[0]))
 
 
 INDEXER_LOGITS = KernelAbi(
     kernel="indexer_logits",
     version=2,
+    namespace="kgen_reader",
+    exists=readable,
+    tunings=lambda s: ring_tunes(s, None),
+    output="logits",
     doc="sum_h w * relu(q_h . key) over a paged key cache read in place (the read side)",
     fields=(
         # first: the one 64-B aligned member at offset 0 leaves no padding before the pointers
@@ -620,9 +658,9 @@ INDEXER_LOGITS = KernelAbi(
         Scalar("max_pages", "int32", lambda d, lay: d["max_pages"], "block_table columns", source="block_table"),
         Scalar("max_seq_len", "int32", lambda d, lay: d["max_seq_len"], "logits columns", source="logits"),
     ),
-    grid=lambda a: _reader_launch(a)[:2],
-    shared_bytes=lambda a: _reader_launch(a)[2],
-    prefers_shared=lambda a: _reader_wgmma(a),
+    grid=lambda a: launch_of(a)[:2],
+    shared_bytes=lambda a: launch_of(a)[2],
+    prefers_shared=launch_wgmma,
 )
 
 KERNELS: dict[str, KernelAbi] = {a.kernel: a for a in (NORM_ROPE_STORE, INDEXER_LOGITS)}

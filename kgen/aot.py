@@ -1,55 +1,67 @@
-"""Prebuilt cubins: a directory of every variant's cubins plus a manifest, loadable without a compiler.
+"""Prebuilt cubins: a directory of every kernel of every variant plus a manifest, loadable without a compiler.
 
     kgen compile specs/dsv4.yaml specs/dsv32_indexer.yaml --out build/kgen-aot   # writes the directory
-    KGEN_AOT_DIR=build/kgen-aot python serve.py     # kgen.ops loads from it (or kgen.ops.use_aot(dir))
+    KGEN_AOT_DIR=build/kgen-aot python serve.py     # the ops load from it (or kgen.ops.use_aot(dir))
 
 Layout of DIR (a wheel can ship it as package data):
-    manifest.json                       {"format": "kgen-aot/1", "kernels": [entry, ...]}
-    <variant>.<arch>.cubin              one per (variant, arch)
+    manifest.json                        {"format": "kgen-aot/1", "kernels": [entry, ...]}
+    <uri>[.t<tuning hash>].<arch>.cubin  one per (variant, kernel, tuning, arch)
 
-An entry records what the loader checks before it hands a cubin to the driver:
-    variant, arch, kernel       which kernel template (its ABI table is kgen.abi.KERNELS[kernel])
-    spec_sha256                 sha256 of the spec's canonical JSON (`spec_hash`): every field,
-                                defaults included, so any change to the spec changes it
-    abi                         `KernelAbi.manifest()` at build time: kernel, ABI version, Params size
-    symbol, name_expression     the mangled kernel name in the cubin and the C++ expression it names
-    cubin, cubin_sha256         file name and its content hash (a damaged file is refused)
+Every kernel of the registry (kgen.abi.KERNELS) that a spec has is written, with every tuning a launch
+may load (`KernelAbi.tunings`: the reader's rings per launch shape). An entry records what the loader
+checks before it hands a cubin to the driver:
+    variant, arch, kernel, tune  which kernel template (its ABI table is kgen.abi.KERNELS[kernel]) and
+                                 tuning ("" the default; kgen.abi.tune_key)
+    spec_sha256                  sha256 of the spec's canonical JSON (kgen.resolve.spec_digest)
+    abi                          `KernelAbi.manifest()` at build time: kernel, ABI version, Params size
+    symbol, name_expression      the mangled kernel name and the C++ expression it names
+    cubin, cubin_sha256          file name and its content hash (a damaged file is refused)
 plus information only: registers, spill_bytes, spec_path, nvrtc.
 
-`AotDir.find(spec, arch)` refuses, with a message naming the directory, the variant and the fix,
-a cubin built from another spec (hash differs), for another kernel ABI (`KernelAbi.check_manifest`),
-or whose bytes changed. Reading a directory imports neither jinja2 nor NVRTC (nor cuda.core, which
-imports NVRTC): only json, hashlib and kgen.abi. Writing one (`write_dir`) compiles through kgen.compile.
-
-The cubins and the manifest are written all or none (kgen.files.write_all), so a failed write leaves
-the previous directory intact; an existing directory that is not a kgen AOT directory (no manifest
-of this format, not empty) is refused rather than written into.
+The loader trusts nothing it can recompute: the symbol and the cubin's file name are derived from the
+spec and the table (a recorded one that differs is refused, and the cubin must hold the symbol), cubins
+are plain files inside DIR (no path, no link, no FIFO: read non-blocking), an entry listed twice or with
+a field of the wrong type is a located error naming the manifest and the entry. Reading a directory
+imports neither jinja2 nor NVRTC (nor cuda.core). Writing one (`write_dir`) happens under a lock on DIR
+(two concurrent `kgen compile --out DIR` take turns) and writes the cubins and the manifest all or none
+(kgen.files.write_all); an existing directory that is not a kgen AOT directory is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+import os
+import stat
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
+from .abi import KERNELS, NORM_ROPE_STORE, KernelAbi, tune_key
+from .cache import lock_timeout
+from .compile import CompiledKernel
 from .diagnostics import KgenError, Problem
+from .files import write_all
+from .resolve import spec_digest
+from .source import NotRegularFile, read_regular
 from .spec import Spec
 
 FORMAT = "kgen-aot/1"
 MANIFEST = "manifest.json"
+LOCK = ".kgen-aot.lock"  # inside DIR: held while a writer replaces the directory's files
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_CUBIN_BYTES = 256 << 20
 
 
-def spec_hash(spec: Spec) -> str:
-    """sha256 of the spec's canonical JSON (every field, defaults included)."""
-    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
+spec_hash = spec_digest  # the manifest's spec_sha256
 
 
-def cubin_name(variant: str, arch: str) -> str:
-    return f"{variant}.{arch}.cubin"
+def cubin_name(uri: str, arch: str, tune: str = "") -> str:
+    """The file of a kernel's cubin: its cache uri, a short hash of a non-default tuning, the arch."""
+    t = f".t{hashlib.sha256(tune.encode()).hexdigest()[:12]}" if tune else ""
+    return f"{uri}{t}.{arch}.cubin"
 
 
 def _problem(message: str, fix: str = "", code: int = 1) -> KgenError:
@@ -59,160 +71,188 @@ def _problem(message: str, fix: str = "", code: int = 1) -> KgenError:
 # ---------------------------------------------------------------------------------------------
 # reading
 
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "variant": str, "arch": str, "kernel": str, "tune": str, "spec_sha256": str, "abi": dict, "symbol": str,
+    "name_expression": str, "cubin": str, "cubin_sha256": str,
+}
+_OPTIONAL = {"tune": ""}
 
-@dataclass(frozen=True)
-class AotKernel:
-    uri: str
-    arch: str
-    cubin: bytes
-    symbol: str
-    abi: dict
-    entry: dict
+
+def _read(path: Path, limit: int, what: str, rebuild: str) -> bytes:
+    """The bytes of a regular file that is not a symlink (never blocks on a FIFO)."""
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise _problem(f"{path}: {what} is a symbolic link; kgen reads only plain files of the directory",
+                           fix=rebuild)
+        return read_regular(path, limit)
+    except NotRegularFile as e:
+        raise _problem(f"{path}: {what} is {e.kind}, not a regular file", fix=rebuild) from None
+    except FileNotFoundError:
+        raise _problem(f"{path}: no such file ({what})", fix=rebuild, code=2) from None
+    except OSError as e:
+        raise _problem(f"{path}: cannot read {what} ({e.strerror or e})", fix=rebuild) from None
 
 
 class AotDir:
-    """A directory written by `write_dir`, its manifest read once."""
+    """A directory written by `write_dir`, its manifest read and checked once."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         mf = self.path / MANIFEST
+        rebuild = f"write it with `kgen compile SPEC... --out {self.path}`"
+        if not self.path.is_dir():
+            raise _problem(f"{self.path}: not a directory, so no kgen AOT directory", fix=rebuild, code=2)
+        raw = _read(mf, MAX_MANIFEST_BYTES, "the manifest", rebuild)
         try:
-            data = json.loads(mf.read_text())
-        except FileNotFoundError:
-            raise _problem(f"{mf}: no such file: {self.path} is not a kgen AOT directory",
-                           fix=f"write one with `kgen compile SPEC... --out {self.path}`", code=2) from None
-        except (OSError, ValueError) as e:
-            raise _problem(f"{mf}: unreadable manifest ({e})",
-                           fix=f"rewrite it with `kgen compile SPEC... --out {self.path}`") from None
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise _problem(f"{mf}: unreadable manifest ({e})", fix=rebuild) from None
         if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("kernels"), list):
             got = data.get("format") if isinstance(data, dict) else type(data).__name__
-            raise _problem(f"{mf}: manifest format {got!r}, this kgen reads {FORMAT!r}",
-                           fix=f"rewrite it with `kgen compile SPEC... --out {self.path}`")
+            raise _problem(f"{mf}: manifest format {got!r}, this kgen reads {FORMAT!r}", fix=rebuild)
         self.manifest = data
-        self.entries: dict[tuple[str, str], dict] = {}
-        for item in data["kernels"]:
-            try:
-                self.entries[(str(item["variant"]), str(item["arch"]))] = item
-            except (KeyError, TypeError):
-                raise _problem(f"{mf}: an entry without variant/arch: {item!r}") from None
+        self.entries: dict[tuple[str, str, str, str], dict] = {}
+        for i, item in enumerate(data["kernels"]):
+            entry = self._entry(mf, i, item)
+            key = (entry["variant"], entry["arch"], entry["kernel"], entry["tune"])
+            if key in self.entries:
+                raise _problem(f"{mf}: kernels[{i}]: {key[0]} {key[2]} for {key[1]}"
+                               f"{' (tune ' + key[3] + ')' if key[3] else ''} is listed twice", fix=rebuild)
+            self.entries[key] = entry
+
+    @staticmethod
+    def _entry(mf: Path, i: int, item: Any) -> dict:
+        where = f"{mf}: kernels[{i}]"
+        if not isinstance(item, dict):
+            raise _problem(f"{where}: an entry must be an object, got {type(item).__name__}")
+        out = dict(item)
+        for name, kind in _FIELDS.items():
+            if name not in out and name in _OPTIONAL:
+                out[name] = _OPTIONAL[name]
+            if name not in out:
+                raise _problem(f"{where}: no '{name}' field", fix="rebuild the directory with this kgen")
+            if not isinstance(out[name], kind):
+                want = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+                raise _problem(f"{where}: '{name}' must be a {'object' if want == 'dict' else want}, got "
+                               f"{type(out[name]).__name__} {json.dumps(out[name])[:60]}")
+        return out
 
     def variants(self) -> list[str]:
-        return sorted({v for v, _ in self.entries})
+        return sorted({v for v, *_ in self.entries})
 
-    def find(self, spec: Spec, arch: str) -> AotKernel:
-        """The cubin of `spec` for `arch`, after every check (else a KgenError saying which and why)."""
+    def find(self, spec: Spec, arch: str, kabi: KernelAbi = NORM_ROPE_STORE,
+             tune: Mapping[str, int] | None = None) -> CompiledKernel:
+        """The cubin of kernel `kabi` of `spec` for `arch` and `tune`, after every check (else a KgenError
+        saying which and why)."""
         mf = self.path / MANIFEST
-        e = self.entries.get((spec.name, arch))
+        t = tune_key(tune)
+        what = f"{spec.name} {kabi.kernel}" + (f" (tune {t})" if t else "")
+        rebuild = f"rebuild it with `kgen compile <spec of {spec.name}> --arch {arch} --out {self.path}`"
+        e = self.entries.get((spec.name, arch, kabi.kernel, t))
         if e is None:
-            archs = sorted(a for v, a in self.entries if v == spec.name)
-            have = (f"it has {spec.name} only for {', '.join(archs)}" if archs
+            archs = sorted(a for v, a, k, tt in self.entries if (v, k, tt) == (spec.name, kabi.kernel, t))
+            have = (f"it has {what} only for {', '.join(archs)}" if archs
                     else f"its variants: {', '.join(self.variants()) or 'none'}")
-            raise _problem(f"{mf}: no cubin of {spec.name} for {arch} ({have})",
-                           fix=f"rebuild it with `kgen compile <spec of {spec.name}> --arch {arch} --out {self.path}`")
-        want = spec_hash(spec)
-        if e.get("spec_sha256") != want:
+            raise _problem(f"{mf}: no cubin of {what} for {arch} ({have})", fix=rebuild)
+        want = spec_digest(spec)
+        if e["spec_sha256"] != want:
             raise _problem(
-                f"{mf}: the cubin of {spec.name} for {arch} was built from another spec (spec sha256 "
-                f"{str(e.get('spec_sha256'))[:12]}..., this spec's {want[:12]}...; built from "
-                f"{e.get('spec_path', '?')})",
+                f"{mf}: the cubin of {what} for {arch} was built from another spec (spec sha256 "
+                f"{e['spec_sha256'][:12]}..., this spec's {want[:12]}...; built from {e.get('spec_path', '?')})",
                 fix=f"rebuild the directory from this spec: `kgen compile <spec> --out {self.path}`")
-        from .abi import KERNELS
-
-        kernel = e.get("kernel")
-        table = KERNELS.get(kernel) if isinstance(kernel, str) else None
-        if table is None:
-            raise _problem(f"{mf}: {spec.name} for {arch} is a {kernel!r} kernel, which this kgen does not know "
-                           f"(it knows {', '.join(sorted(KERNELS))})", fix=f"rebuild with this kgen: --out {self.path}")
-        table.check_manifest(e.get("abi") or {"missing": True}, f"{mf}: {spec.name} for {arch}")
-        path = self.path / str(e.get("cubin", ""))
-        try:
-            data = path.read_bytes()
-        except OSError as err:
-            raise _problem(f"{path}: cannot read the cubin of {spec.name} for {arch} ({err.strerror})",
-                           fix=f"rebuild with `kgen compile <spec> --out {self.path}`") from None
-        if hashlib.sha256(data).hexdigest() != e.get("cubin_sha256"):
+        table = KERNELS.get(e["kernel"])
+        if table is not kabi:
+            raise _problem(f"{mf}: {what} for {arch} is a {e['kernel']!r} kernel, which this kgen does not know",
+                           fix=rebuild)
+        kabi.check_manifest(e["abi"], f"{mf}: {what} for {arch}")
+        uri, symbol, expr = kabi.uri(spec.name), kabi.symbol(spec.name), kabi.name_expression(spec.name)
+        for field, right in (("symbol", symbol), ("name_expression", expr), ("cubin", cubin_name(uri, arch, t))):
+            if e[field] != right:
+                raise _problem(f"{mf}: {what} for {arch}: '{field}' is {e[field]!r}, but this spec's is {right!r} "
+                               "(an entry edited or copied from another kernel)", fix=rebuild)
+        path = self.path / e["cubin"]
+        data = _read(path, MAX_CUBIN_BYTES, f"the cubin of {what} for {arch}", rebuild)
+        if hashlib.sha256(data).hexdigest() != e["cubin_sha256"]:
             raise _problem(f"{path}: the cubin's bytes do not match the manifest's sha256 (damaged or replaced)",
-                           fix=f"rebuild with `kgen compile <spec> --out {self.path}`")
-        return AotKernel(uri=spec.name, arch=arch, cubin=data, symbol=str(e["symbol"]), abi=dict(e["abi"]), entry=e)
+                           fix=rebuild)
+        if symbol.encode() not in data:
+            raise _problem(f"{path}: the cubin holds no kernel {symbol} ({what}): it is another kernel's",
+                           fix=rebuild)
+        return CompiledKernel(uri=uri, arch=arch, cubin=data, symbol=symbol, name_expression=expr,
+                              registers=e.get("registers") if isinstance(e.get("registers"), int) else None,
+                              spill_bytes=e.get("spill_bytes") if isinstance(e.get("spill_bytes"), int) else None,
+                              cached=True, seconds=0.0, log="", cache_dir=self.path, abi=dict(e["abi"]))
 
 
 # ---------------------------------------------------------------------------------------------
 # writing
 
 
-def entry(spec: Spec, compiled: Any, *, spec_path: Path | None = None) -> dict:
-    """The manifest entry of one compiled kernel (a kgen.compile.CompiledKernel)."""
-    from .abi import KERNELS
-    from .render import KERNEL
-
+def entry(spec: Spec, compiled: Any, kabi: KernelAbi = NORM_ROPE_STORE, tune: Mapping[str, int] | None = None, *,
+          spec_path: Path | None = None) -> dict:
+    """The manifest entry of one compiled kernel (a kgen.compile.CompiledKernel of kernel `kabi`)."""
+    t = tune_key(tune)
     # a cache hit is keyed by the rendered sources, which spell the current ABI's Params struct
-    abi = getattr(compiled, "abi", None) or KERNELS[KERNEL].manifest()
-    return {"variant": spec.name, "arch": compiled.arch, "kernel": KERNEL, "spec_sha256": spec_hash(spec),
-            "abi": abi, "symbol": compiled.symbol, "name_expression": compiled.name_expression,
-            "cubin": cubin_name(spec.name, compiled.arch), "cubin_sha256": hashlib.sha256(compiled.cubin).hexdigest(),
+    abi = getattr(compiled, "abi", None) or kabi.manifest()
+    return {"variant": spec.name, "arch": compiled.arch, "kernel": kabi.kernel, "tune": t,
+            "spec_sha256": spec_digest(spec), "abi": abi, "symbol": compiled.symbol,
+            "name_expression": compiled.name_expression, "cubin": cubin_name(kabi.uri(spec.name), compiled.arch, t),
+            "cubin_sha256": hashlib.sha256(compiled.cubin).hexdigest(),
             "registers": compiled.registers, "spill_bytes": compiled.spill_bytes,
             "spec_path": str(spec_path) if spec_path else None}
 
 
-def write_dir(out: Path, kernels: Sequence[tuple[Spec, Any, Path | None]]) -> dict:
-    """Write `out`: one cubin per (spec, CompiledKernel, spec path) and the manifest, all or none
-    (kgen.files.write_all); cubins the new manifest does not list are removed. Returns the manifest."""
-    from .files import write_all
-    from .toolchain import nvrtc_version
+Built = tuple[Spec, Any, KernelAbi, "Mapping[str, int] | None", "Path | None"]
 
+
+def check_out(out: Path) -> None:
+    """`--out DIR` is usable (a new or empty directory, or a kgen AOT directory), checked before any work."""
+    _refuse_foreign(Path(out))
+
+
+def write_dir(out: Path, kernels: Sequence[Built], *, nvrtc: Any = None) -> dict:
+    """Write `out`: one cubin per (spec, CompiledKernel, kernel table, tuning, spec path) and the manifest,
+    all or none (kgen.files.write_all), under the directory's lock; cubins the new manifest does not list
+    are removed. Returns the manifest."""
     out = Path(out)
     _refuse_foreign(out)
     entries, seen = [], set()
-    for spec, ck, path in kernels:
-        key = (spec.name, ck.arch)
+    for spec, ck, kabi, tune, path in kernels:
+        e = entry(spec, ck, kabi, tune, spec_path=path)
+        key = (e["variant"], e["arch"], e["kernel"], e["tune"])
         if key in seen:
             continue
         seen.add(key)
-        entries.append((entry(spec, ck, spec_path=path), ck.cubin))
-    try:
-        nvrtc = nvrtc_version()
-    except Exception:  # noqa: BLE001 - information only
-        nvrtc = None
+        entries.append((e, ck.cubin))
     manifest = {"format": FORMAT, "nvrtc": nvrtc, "kernels": [e for e, _ in entries]}
     files: dict[Path, str | bytes] = {out / e["cubin"]: cubin for e, cubin in entries}
     files[out / MANIFEST] = json.dumps(manifest, indent=1) + "\n"
     try:
-        write_all(files)  # every cubin and the manifest, or none of them
+        out.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(out / LOCK), timeout=lock_timeout()):
+            _refuse_foreign(out)  # what another writer left while this one waited
+            write_all(files)  # every cubin and the manifest, or none of them
+            for old in out.glob("*.cubin"):  # cubins of an earlier build that the manifest no longer lists
+                if old not in files:
+                    old.unlink(missing_ok=True)
+    except Timeout:
+        raise _problem(f"{out}: another kgen has held {out / LOCK} for {lock_timeout():.0f} s",
+                       fix="wait for it, or raise KGEN_LOCK_TIMEOUT") from None
     except OSError as e:
         raise _problem(f"{out}: cannot write the AOT directory ({e.strerror or e})") from None
-    for old in out.glob("*.cubin"):  # cubins of an earlier build that the manifest no longer lists
-        if old not in files:
-            old.unlink(missing_ok=True)
     return manifest
 
 
 def _refuse_foreign(out: Path) -> None:
-    if not out.exists():
+    if not out.exists() and not out.is_symlink():
         return
     if not out.is_dir():
         raise _problem(f"--out {out}: exists and is not a directory", code=2)
     try:
-        fmt = json.loads((out / MANIFEST).read_text()).get("format")
-    except (OSError, ValueError, AttributeError):
+        fmt = json.loads(read_regular(out / MANIFEST, MAX_MANIFEST_BYTES)).get("format")
+    except (OSError, ValueError, AttributeError, NotRegularFile):
         fmt = None
-    if fmt != FORMAT and any(out.iterdir()):
+    if fmt != FORMAT and any(p.name != LOCK for p in out.iterdir()):
         raise _problem(f"--out {out}: an existing directory that is not a kgen AOT directory (no {MANIFEST} of "
                        f"format {FORMAT}); kgen replaces the whole directory, so it will not touch this one",
                        fix="pass a new or empty directory", code=2)
-
-
-def write_command(paths: list[Path], archs: list[str] | None, out: Path, *, validate: bool = True) -> int:
-    """`kgen compile PATH... --out DIR`: after the compile (cached: these are lookups), write DIR."""
-    from .arch import check_option
-    from .build import load_variants
-    from .compile import compile_variant
-
-    archs = check_option(archs)
-    found, _ = load_variants(paths, validate)
-    kernels = []
-    for _variant, spec, path in found:
-        for arch in archs or spec.targets:
-            kernels.append((spec, compile_variant(spec, arch, spec_path=path), path))
-    manifest = write_dir(out, kernels)
-    sys.stderr.write(f"kgen: wrote {out / MANIFEST} ({len(manifest['kernels'])} cubins)\n")
-    return 0

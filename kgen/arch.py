@@ -1,25 +1,84 @@
 """GPU architectures: the names kgen accepts (sm_90, sm_90a, sm_100f), and which cubin runs where.
 
-One module for what an architecture name means and what its SMs hold, so that the targets rule,
-`--arch`, the launch rules, the compiler and the loader agree. Pure (no CUDA, no NVRTC): `problem`
-asks kgen.toolchain what this NVRTC can target.
+One module for what an architecture name means and what its SMs hold (`CAPACITY`: resident warps and
+blocks, registers, shared memory, programmatic dependent launch; `has_wgmma`), so that the targets rule,
+`--arch`, the launch rules, the reader's launch plan, the compiler, the launch stack and the loader agree.
+The kernels' static_assert twins get these numbers rendered into each config (kgen.render), never typed
+again in a header. Pure (no CUDA, no NVRTC): `problem` asks kgen.toolchain what this NVRTC can target.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from .diagnostics import KgenError, Problem, shown
+from .toolchain import supported_archs
 
 ARCH_RE = re.compile(r"sm_(\d+)([af]?)")
 ARCH_FLOOR = 80  # kgen kernels need bf16 arithmetic
-# (resident warps, resident blocks) of one SM per compute capability (CUDA programming guide,
-# "technical specifications per compute capability"): `__launch_bounds__`' minimum blocks per SM is
-# ignored by ptxas beyond them. Capabilities missing here are not checked.
-SM_LIMITS = {75: (32, 16), 80: (64, 32), 86: (48, 16), 87: (48, 16), 89: (48, 24), 90: (64, 32),
-             100: (64, 32), 103: (64, 32), 120: (48, 32), 121: (48, 32)}
+PDL_MIN_CC = 90  # griddepcontrol (programmatic dependent launch) exists from sm_90 on
+WARP_THREADS = 32
+MAX_THREADS_PER_BLOCK = 1024  # every capability kgen targets
+DEFAULT_SHARED_BYTES = 48 * 1024  # dynamic + static shared memory of a block without an opt-in
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What one SM of a compute capability holds (CUDA programming guide, "technical specifications per
+    compute capability"). `__launch_bounds__`' minimum blocks per SM is ignored by ptxas beyond
+    `blocks`; a block opts in to at most `block_shared_bytes` of shared memory, and the driver keeps
+    `reserved_shared_bytes` of the SM's `shared_bytes` per resident block."""
+
+    warps: int  # resident warps
+    blocks: int  # resident blocks
+    registers: int  # 32-bit registers
+    shared_bytes: int
+    block_shared_bytes: int
+    reserved_shared_bytes: int
+
+    @property
+    def threads(self) -> int:
+        return self.warps * WARP_THREADS
+
+
+_KB = 1024
+CAPACITY: dict[int, Capacity] = {
+    75: Capacity(32, 16, 65536, 64 * _KB, 64 * _KB, 0),
+    80: Capacity(64, 32, 65536, 164 * _KB, 163 * _KB, _KB),
+    86: Capacity(48, 16, 65536, 100 * _KB, 99 * _KB, _KB),
+    87: Capacity(48, 16, 65536, 164 * _KB, 163 * _KB, _KB),
+    89: Capacity(48, 24, 65536, 100 * _KB, 99 * _KB, _KB),
+    90: Capacity(64, 32, 65536, 228 * _KB, 227 * _KB, _KB),
+    100: Capacity(64, 32, 65536, 228 * _KB, 227 * _KB, _KB),
+    103: Capacity(64, 32, 65536, 228 * _KB, 227 * _KB, _KB),
+    120: Capacity(48, 32, 65536, 100 * _KB, 99 * _KB, _KB),
+    121: Capacity(48, 32, 65536, 100 * _KB, 99 * _KB, _KB),
+}
+# (resident warps, resident blocks) per capability: the launch rule's view of CAPACITY
+SM_LIMITS = {cc: (c.warps, c.blocks) for cc, c in CAPACITY.items()}
 # the most warps any SM holds: the launch rule's bound, which the kernel's static_assert twin checks too
-MAX_WARPS_PER_SM = max(warps for warps, _ in SM_LIMITS.values())
+MAX_WARPS_PER_SM = max(c.warps for c in CAPACITY.values())
+REGISTERS_PER_SM = min(c.registers for c in CAPACITY.values())  # the writer's register budget (any arch)
+SM90 = CAPACITY[90]  # the reader's wgmma path: sm_90a only (has_wgmma)
+
+
+def supports_pdl(capability: tuple[int, int]) -> bool:
+    """Can a kernel of this compute capability wait for its predecessor in-kernel (griddepcontrol)?"""
+    return capability[0] * 10 + capability[1] >= PDL_MIN_CC
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What a launch plan needs to know of one GPU (kgen.runtime.device_facts asks torch once per device);
+    it reaches the ABI's launch rules inside the checked arguments (kgen.abi.Args.device)."""
+
+    index: int
+    sm_count: int
+    l2_bytes: int  # 0: unknown
+
+
+NO_DEVICE = DeviceFacts(index=-1, sm_count=1, l2_bytes=0)  # arguments checked for no GPU (the CPU emulation)
 
 
 def parse(name: str) -> tuple[int, int, str] | None:
@@ -98,7 +157,6 @@ def problem(arch: str) -> tuple[str, str] | None:
     if not m:
         return (f"'{shown(arch)[:40]}' is not an architecture name like sm_90a",
                 "write sm_<major><minor>[a|f], e.g. sm_90a")
-    from .toolchain import supported_archs
 
     known, source = supported_archs()
     cc, suffix = int(m.group(1)), m.group(2)

@@ -40,21 +40,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import launcher, native
 from .diagnostics import KgenError
 from .diagnostics import err as _say
-from .layout import Layout, compute
+from .files import write_atomic
+from .gpurun import precompile, start_gpu_command, sticky, usage_error
+from .layout import Layout, compute, launch_shape, tokens_per_warp
+from .reader_check import bench_readers, profile_readers
+from .runtime import current_stream_handle, device_info, load
 from .spec import Spec
+from .timing import (
+    COLD_MIN_REPS,
+    FLUSH_BYTES,
+    GRAPH_BYTES_PER_REPLAY,
+    GRAPH_MAX_CALLS,
+    GRAPH_MIN_CALLS,
+    Timer,
+    _with_bw,
+    copy_bandwidth,
+    graph_calls,
+)
+from .toolchain import nvrtc_version
 
 DEFAULT_TOKENS = (1, 64, 4096, 65536, 1048576)
-FLUSH_BYTES = 256 << 20
-COPY_BYTES = 1 << 30
 FREQS_ROWS = 1 << 20  # a long-context model's RoPE table: each random position a DRAM row
 POSITIONS = ("random", "consecutive")
-COLD_MIN_REPS = 20
-GRAPH_BYTES_PER_REPLAY = 256 << 20  # calls per graph: about this many modelled bytes, 20..200 calls
-GRAPH_MIN_CALLS, GRAPH_MAX_CALLS = 20, 200
 FLOOR_MAX_TOKENS = 4096  # the empty-kernel launch floor is measured up to this N
-TARGET_SECONDS = 0.25  # time spent per measurement (sets the repetition count)
 DEFAULT_COMPILE_BUDGET_S = 300.0
 
 BYTE_MODEL = ("per token: read head_dim*input_bytes (x row) + rope_dim*4 (freqs row, if RoPE) + 8 (position, "
@@ -70,13 +81,6 @@ def inputs_record(positions: str) -> dict:
             "out_loc": "a shuffled permutation of all slots of ceil(N / page_size) pages (all written)"}
 
 
-def graph_calls(nbytes: int) -> int:
-    """Calls captured per graph: enough that a replay is long next to its launch, bounded."""
-    return int(max(GRAPH_MIN_CALLS, min(GRAPH_MAX_CALLS, GRAPH_BYTES_PER_REPLAY // max(nbytes, 1))))
-
-
-
-
 # ---------------------------------------------------------------------------------------------
 # byte model (pure)
 
@@ -89,150 +93,27 @@ def byte_model(spec: Spec, n_tokens: int, lay: Layout | None = None) -> dict:
             "read": n_tokens * read_tok, "written": n_tokens * write_tok, "total": n_tokens * (read_tok + write_tok)}
 
 
-def gbps(nbytes: int, ms: float | None) -> float | None:
-    return None if not ms or ms <= 0 else nbytes / (ms * 1e-3) / 1e9
-
-
 # ---------------------------------------------------------------------------------------------
 # timers (CUDA events)
-
-
-class Timer:
-    def __init__(self, torch):
-        self.torch = torch
-        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-
-    def _reps(self, once_ms: float, lo: int, hi: int) -> int:
-        return int(max(lo, min(hi, TARGET_SECONDS * 1e3 / max(once_ms, 1e-3))))
-
-    def once_ms(self, fn) -> float:
-        t = self.torch
-        e0, e1 = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        return e0.elapsed_time(e1)
-
-    def cold(self, fn, *, warmup: int = 3, lo: int = COLD_MIN_REPS, hi: int = 100) -> dict:
-        """L2 flushed by a 256 MiB memset before each call; events around the call only."""
-        t = self.torch
-        for _ in range(warmup):
-            fn()
-        reps = self._reps(self.once_ms(fn), lo, hi)
-        pairs = []
-        for _ in range(reps):
-            self.flush.zero_()
-            e0, e1 = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
-            e0.record()
-            fn()
-            e1.record()
-            pairs.append((e0, e1))
-        t.cuda.synchronize()
-        ms = [a.elapsed_time(b) for a, b in pairs]
-        return {"ms": statistics.median(ms), "min_ms": min(ms), "reps": reps}
-
-    def loop(self, fn, *, launches: int = GRAPH_MIN_CALLS, warmup: int = 2, lo: int = 3, hi: int = 30) -> dict:
-        """Back to back: events around `launches` calls, divided."""
-        t = self.torch
-        for _ in range(warmup):
-            fn()
-        one = self.once_ms(fn)
-        reps = self._reps(one * launches, lo, hi)
-        ms = []
-        for _ in range(reps):
-            e0, e1 = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
-            e0.record()
-            for _ in range(launches):
-                fn()
-            e1.record()
-            e1.synchronize()
-            ms.append(e0.elapsed_time(e1) / launches)
-        return {"ms": statistics.median(ms), "min_ms": min(ms), "reps": reps, "launches": launches, "how": "loop"}
-
-    def graph(self, fn, *, launches: int = GRAPH_MIN_CALLS, lo: int = 20, hi: int = 50) -> dict:
-        """Back to back: `launches` calls captured in a CUDA graph, replayed, divided."""
-        t = self.torch
-        side = t.cuda.Stream()
-        side.wait_stream(t.cuda.current_stream())
-        with t.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        t.cuda.current_stream().wait_stream(side)
-        t.cuda.synchronize()
-        g = t.cuda.CUDAGraph()
-        with t.cuda.graph(g, stream=side):  # the stream the warm-up ran on: nothing is created in capture
-            for _ in range(launches):
-                fn()
-        g.replay()
-        t.cuda.synchronize()
-        reps = self._reps(self.once_ms(g.replay), lo, hi)
-        pairs = []
-        for _ in range(reps):
-            e0, e1 = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
-            e0.record()
-            g.replay()
-            e1.record()
-            pairs.append((e0, e1))
-        t.cuda.synchronize()
-        ms = [a.elapsed_time(b) / launches for a, b in pairs]
-        del g
-        return {"ms": statistics.median(ms), "min_ms": min(ms), "reps": reps, "launches": launches, "how": "graph"}
-
-    def warm(self, fn, **kw) -> dict:
-        """Graph replay; if capture fails, a loop (the error is kept)."""
-        try:
-            return self.graph(fn, **kw)
-        except Exception as e:  # noqa: BLE001
-            self.torch.cuda.synchronize()
-            r = self.loop(fn)
-            r["graph_error"] = f"{type(e).__name__}: {e}"[:500]
-            return r
-
-    def peak_extra(self, fn) -> int:
-        t = self.torch
-        t.cuda.synchronize()
-        t.cuda.reset_peak_memory_stats()
-        base = t.cuda.memory_allocated()
-        fn()
-        t.cuda.synchronize()
-        return int(t.cuda.max_memory_allocated() - base)
-
-
-def _with_bw(r: dict, nbytes: int, copy_gbps: float | None) -> dict:
-    r = dict(r)
-    r["us"] = r["ms"] * 1e3
-    r["gbps"] = gbps(nbytes, r["ms"])
-    if copy_gbps and r["gbps"]:
-        r["fraction_of_copy"] = r["gbps"] / copy_gbps
-    return r
 
 
 # ---------------------------------------------------------------------------------------------
 # pieces
 
 
-def copy_bandwidth(torch, timer: Timer) -> dict:
-    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    warm = timer.loop(lambda: dst.copy_(src), launches=5, lo=5, hi=20)
-    nbytes = 2 * COPY_BYTES
-    return {"bytes": nbytes, "ms": warm["ms"], "gbps": gbps(nbytes, warm["ms"]),
-            "what": "1 GiB device-to-device copy_, bytes read + written, median"}
-
-
 _EMPTY_SRC = 'extern "C" __global__ void kgen_empty_kernel() {}\n'
 _empty_kernel = None
 
 
-def empty_kernel(arch: str):
-    """An empty kernel (NVRTC, in memory) for the launch floor; None if NVRTC is unavailable."""
+def empty_kernel(arch: str, device: int = 0):
+    """An empty kernel (NVRTC, in memory), loaded through the launch stack, for the launch floor."""
     global _empty_kernel
     if _empty_kernel is None:
         from cuda.core import Program, ProgramOptions
 
         prog = Program(_EMPTY_SRC, "c++", ProgramOptions(arch=arch))
-        _empty_kernel = prog.compile("cubin").get_kernel("kgen_empty_kernel")
+        obj = prog.compile("cubin")
+        _empty_kernel = launcher.load_cubin(bytes(obj.code), "kgen_empty_kernel", device, what="empty kernel")
     return _empty_kernel
 
 
@@ -249,15 +130,10 @@ def floor_runs(torch, timer: Timer, spec: Spec, n: int, nbytes: int, arch: str) 
     if n > FLOOR_MAX_TOKENS:
         return out
     try:
-        from cuda.core import LaunchConfig, launch
-
-        from .layout import launch_shape
-        from .runtime import torch_stream
-
-        k = empty_kernel(arch)
+        k = empty_kernel(arch, torch.cuda.current_device())
         grid, block = launch_shape(spec, n)
-        cfg = LaunchConfig(grid=grid, block=block)
-        efn = lambda: launch(torch_stream(), cfg, k)  # noqa: E731
+        run = launcher.launcher(k, launcher.PreparedLaunch("<", block), name="empty kernel")
+        efn = lambda: run((grid, 1, 1), 0, current_stream_handle())  # noqa: E731
         out["empty_kernel"] = {"grid": grid, "block": block, "cold": timer.cold(efn),
                                "graph": timer.warm(efn, launches=GRAPH_MAX_CALLS)}
     except Exception as e:  # noqa: BLE001
@@ -271,12 +147,12 @@ _freqs_tables: dict[tuple[int, str], object] = {}
 def freqs_table(torch, rope_dim: int, device="cuda"):
     """fp32 [FREQS_ROWS, rope_dim], the reference's theta-10000 table, built on the device once per
     rope_dim (256 MiB at rope_dim 64)."""
-    from . import reference
+    from . import inputs as I
 
     key = (rope_dim, str(device))
     t = _freqs_tables.get(key)
     if t is None:
-        t = _freqs_tables[key] = reference.rope_freqs(FREQS_ROWS, rope_dim, device=device)
+        t = _freqs_tables[key] = I.rope_freqs(FREQS_ROWS, rope_dim, device=device)
     return t
 
 
@@ -321,8 +197,6 @@ class CompileState:
 def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate: CompileState,
                seed: int, positions: str = "random") -> dict:
     from . import ops, reference
-    from .layout import launch_shape, tokens_per_warp
-    from .runtime import load
 
     lay = compute(spec)
     bm = byte_model(spec, n, lay)
@@ -402,7 +276,8 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
       dispatch_floor   an empty op of the same schema: torch's dispatcher into Python alone
       custom_op_floor  an empty torch.library.custom_op of the same schema (why kgen does not use it)
       python_call      an empty Python function called with the same arguments (the host's speed)"""
-    from . import launcher, ops
+    from . import ops  # registers torch's ops: only where a GPU command runs
+
 
     name = ops.variant_name(spec)
     v = ops.resolve(name)
@@ -424,13 +299,11 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
     except Exception as e:  # noqa: BLE001 - recorded, the others still run
         ways["raw_bindings"] = e
     try:
-        from .runtime import load
 
         ways["runtime_prepared"] = load(spec).prepare(ops.check_arguments(spec, *args))
     except Exception as e:  # noqa: BLE001
         ways["runtime_prepared"] = e
     loaded = v.kernels.get(args[0].get_device(), {})
-    from . import native
 
     kernel = native.install(ops.NAMESPACE, "norm_rope_store", "_norm_rope_store_checked") if loaded else None
     out: dict = {"calls_per_loop": HOST_CALLS, "loops": HOST_LOOPS, "launcher": loaded.get("backend"),
@@ -552,7 +425,6 @@ def ratios(entry: dict) -> dict:
 
 
 def environment(torch) -> dict:
-    from .runtime import device_info
 
     env = {"device": device_info(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
@@ -565,7 +437,6 @@ def environment(torch) -> dict:
     except Exception:  # noqa: BLE001
         pass
     try:
-        from .toolchain import nvrtc_version
 
         env["nvrtc"] = nvrtc_version()
     except Exception:  # noqa: BLE001
@@ -578,25 +449,37 @@ def environment(torch) -> dict:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    from .files import write_atomic
 
     write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path | None, *,
                   use_compile: bool | None = None, compile_budget_s: float | None = None,
-                  positions: str = "random") -> int:
+                  positions: str = "random", readers_only: bool = False, reader_tunes: tuple = (None,),
+                  reader_shapes: tuple | None = None, profile: tuple | None = None) -> int:
     """Exit 0 ok, 1 a variant failed to run, 2 no GPU / usage (KgenError).
 
     torch.compile: on unless KGEN_BENCH_COMPILE=0 (or use_compile=False); its compile time is capped by
     KGEN_BENCH_COMPILE_BUDGET_S (default 300 s), after which it is skipped (and said so).
     KGEN_BENCH_BUDGET_S (default: none) caps the whole run: later cases are recorded as skipped."""
-    from .gpurun import start_gpu_command, usage_error
 
     if positions not in POSITIONS:
         raise usage_error("bench", f"--positions must be one of {', '.join(POSITIONS)} (got {positions!r})")
     specs = start_gpu_command("bench", paths, tokens, min_tokens=1)
     import torch
+
+    if profile is not None:  # one launch per (readable variant, shape), nothing timed: for ncu -c
+        profiled = profile_readers(specs, profile, say=_say)
+        if json_file is not None:
+            write_json_atomic(json_file, {"profiled": profiled})
+        return 0
+    if readers_only:  # the read side alone (what `python -m kgen.reader_check bench` was)
+        timer = Timer(torch)
+        copy = copy_bandwidth(torch, timer)
+        reader = bench_readers(specs, timer, copy, say=_say, tunes=reader_tunes, shapes=reader_shapes)
+        if json_file is not None:
+            write_json_atomic(json_file, {**environment(torch), "copy": copy, "reader": reader})
+        return 1 if any("error" in e for e in reader["results"]) else 0
 
     if use_compile is None:
         use_compile = os.environ.get("KGEN_BENCH_COMPILE", "1") not in ("0", "false", "no", "")
@@ -609,7 +492,6 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     except Exception:  # noqa: BLE001
         pass
 
-    from .gpurun import precompile
 
     errors = precompile(specs)
     data: dict = {**environment(torch), "inputs": inputs_record(positions), "byte_model": BYTE_MODEL, "timing": {
@@ -639,9 +521,7 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
         _say("kgen bench: interrupted")
     data["compile_seconds_spent"] = round(cstate.spent, 1)
     if not data.get("interrupted"):  # the read side: indexer_logits on every variant it reads
-        from .reader_check import bench_readers
-
-        data["reader"] = bench_readers(specs, timer, data["copy"], say=_say)
+        data["reader"] = bench_readers(specs, timer, data["copy"], say=_say, tunes=reader_tunes, shapes=reader_shapes)
         failed = failed or any("error" in e for e in data["reader"]["results"])
     if json_file is not None:
         write_json_atomic(json_file, data)
@@ -677,7 +557,6 @@ def _bench_all(torch, timer, specs, tokens, errors, copy_gbps, cstate, budget, s
             if json_file is not None:  # keep what we have if a later case dies
                 write_json_atomic(json_file, data)
             if "error" in entry:
-                from .gpurun import sticky
 
                 if sticky(entry["error"]):
                     _say("kgen bench: stopping: the CUDA context is likely broken after this error")

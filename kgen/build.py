@@ -19,10 +19,12 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from .abi import KERNELS, NORM_ROPE_STORE, KernelAbi, tune_key
+from .aot import MANIFEST, check_out, write_dir
 from .arch import check_option
 from .cache import FORMAT as CACHE_FORMAT
 from .cache import Cache
@@ -37,14 +39,15 @@ from .compile import (
     variant_key,
 )
 from .diagnostics import KgenError, Problem, err, failure_json, print_json, print_problems
+from .document import Variant
 from .files import write_atomic
+from .render import RenderedVariant, render_kernel
+from .resources import TEMPLATES
+from .rules import RULES, check_variant
 from .source import MAX_FILE_BYTES, read_regular
+from .spec import Spec
 from .toolchain import toolchain_fingerprint
-
-if TYPE_CHECKING:
-    from .document import Variant
-    from .render import RenderedVariant
-    from .spec import Spec
+from .validate import validate_paths
 
 MAX_RECORD_BYTES = 1 << 20  # a run record lists a few dozen files and entries
 
@@ -55,22 +58,24 @@ class _Job:
     path: Path
     arch: str
     rendered: RenderedVariant
+    kabi: KernelAbi = NORM_ROPE_STORE
+    tune: dict[str, int] | None = None
     key: str = ""
     result: CompiledKernel | None = None
     error: KgenError | None = None
 
 
-def load_variants(paths: list[Path], validate: bool) -> tuple[list[tuple], list[Path]]:
-    """[(variant, spec, the file that holds it)] and every file read (KgenError with every error)."""
-    from .validate import validate_paths
-
+def load_variants(paths: list[Path], validate: bool) -> tuple[list[tuple], list[Path], dict[Path, Path]]:
+    """[(variant, spec, the file that holds it)], every file read, and every include as written -> the file
+    it resolved to (KgenError with every error)."""
     found = validate_paths(paths, validate)
     found.raise_errors()
-    variants, read = [], []
+    variants, read, links = [], [], {}
     for r in found.results:
         read += r.document.includes
+        links.update(r.document.links)
         variants += [(v, v.spec, Path(v.source.path)) for v in r.document.variants if v.spec is not None]
-    return variants, read
+    return variants, read, links
 
 
 @dataclass
@@ -81,17 +86,28 @@ class _Row:
     result: CompiledKernel | None
     error: KgenError | None = None
     job: _Job | None = None
+    variant: str = ""
+    kernel: str = NORM_ROPE_STORE.kernel
+    tune: str = ""  # kgen.abi.tune_key
+    spec: Spec | None = None  # the full path's (the AOT directory records it); None on the warm path
+    spec_path: Path | None = None
 
 
-def compile_command(paths: list[Path], archs: list[str] | None, validate: bool = True, as_json: bool = False) -> int:
-    """`kgen compile`: exit 0 when every (variant, arch) compiled, 1 otherwise (2: usage)."""
+def compile_command(paths: list[Path], archs: list[str] | None, validate: bool = True, as_json: bool = False,
+                    out: Path | None = None) -> int:
+    """`kgen compile`: every kernel of the registry (kgen.abi.KERNELS) each variant has, with every tuning a
+    launch may load, for every arch; with `out`, also the AOT directory (kgen.aot). Exit 0 when every one
+    compiled, 1 otherwise (2: usage, an unusable --out: checked before any work)."""
+    if out is not None:  # before any work (a KgenError, exit 2: kgen.cli reports it, --json included)
+        check_out(out)
+    archs = check_option(archs)
     cache = Cache()
     memo = RunMemo(cache, paths, archs, validate)
-    rows = memo.load()  # a warm run of the same inputs: no YAML, no validation, no render
+    # a warm run of the same inputs: no YAML, no validation, no render (the AOT directory needs the specs)
+    rows = memo.load() if out is None else None
     if rows is None:
-        archs = check_option(archs)
         try:
-            found, read = load_variants(paths, validate)
+            found, read, links = load_variants(paths, validate)
             rows = _build(found, archs, cache)
         except KgenError as e:
             if as_json:
@@ -99,7 +115,7 @@ def compile_command(paths: list[Path], archs: list[str] | None, validate: bool =
             print_problems(e.problems)
             return e.exit_code
         if all(r.result is not None and not r.result.spill_bytes for r in rows):
-            memo.store(read, rows)
+            memo.store(read, links, rows)
 
     if as_json:
         print(json.dumps({"results": [_json(r) for r in rows]}, indent=2))
@@ -117,37 +133,66 @@ def compile_command(paths: list[Path], archs: list[str] | None, validate: bool =
                 "spill", f"{r.uri} spills {r.result.spill_bytes} bytes to local memory on {r.arch} "
                 f"({r.result.registers} registers)", loc=("launch",), severity="warning",
                 fix="lower launch.tokens_per_warp or warps_per_block")).format())
-    return 1 if failed else 0
+    if failed:
+        return 1
+    if out is not None:
+        return _write_aot(out, rows)
+    return 0
+
+
+def _write_aot(out: Path, rows: list[_Row]) -> int:
+    try:
+        nvrtc = toolchain_fingerprint().get("nvrtc")
+    except Exception:  # noqa: BLE001 - information only
+        nvrtc = None
+    built = [(r.spec, r.result, KERNELS[r.kernel], r.job.tune if r.job else None, r.spec_path) for r in rows
+             if r.spec is not None and r.result is not None]
+    try:
+        manifest = write_dir(out, built, nvrtc=nvrtc)
+    except KgenError as e:
+        print_problems(e.problems)
+        return e.exit_code
+    err(f"kgen: wrote {Path(out) / MANIFEST} ({len(manifest['kernels'])} cubins)")
+    return 0
+
+
+def kernels_of(spec: Spec) -> list[tuple[KernelAbi, dict[str, int] | None]]:
+    """Every (kernel table, tuning) of `spec` that `kgen compile` builds: the registry's kernels the spec
+    has, each with every tuning a launch may load. A spec its rules refuse (under --no-validate) builds
+    the writer alone: the reader's config includes the writer's, whose twins would only fire again."""
+    if any(p.severity == "error" for p in check_variant(spec)[1]):
+        return [(NORM_ROPE_STORE, None)]
+    return [(kabi, tune) for kabi in KERNELS.values() if kabi.exists(spec) for tune in kabi.tunings(spec)]
 
 
 def _build(found: list[tuple], archs: list[str] | None, cache: Cache) -> list[_Row]:
-    from .render import render_variant
-
     inc = kgen_include_dirs()
     jobs: list[_Job] = []
     seen: set = set()
     refused: list[Problem] = []
     for variant, spec, path in found:
         try:  # the rules' guards: what no C++ source or cache path may hold, also under --no-validate
-            rendered = render_variant(spec)
+            rendered_all = [(kabi, tune, render_kernel(spec, kabi, tune)) for kabi, tune in kernels_of(spec)]
         except KgenError as e:
             refused += [p if p.file is not None else variant.locate(p) for p in e.problems]
             continue
         for arch in archs or spec.targets:
-            ident = (rendered.uri, arch, tuple(sorted(rendered.files.items())))
-            if ident in seen:  # the same variant reached through several paths
-                continue
-            seen.add(ident)
-            job = _Job(variant, spec, path, arch, rendered)
-            job.key = variant_key(rendered, arch, inc)
-            job.result = lookup(rendered, arch, include_dirs=inc, cache=cache, key=job.key)
-            jobs.append(job)
+            for kabi, tune, rendered in rendered_all:
+                ident = (rendered.uri, arch, tuple(sorted(rendered.files.items())))
+                if ident in seen:  # the same variant reached through several paths
+                    continue
+                seen.add(ident)
+                job = _Job(variant, spec, path, arch, rendered, kabi, tune)
+                job.key = variant_key(rendered, arch, inc)
+                job.result = lookup(rendered, arch, include_dirs=inc, cache=cache, key=job.key)
+                jobs.append(job)
     if refused:
         raise KgenError(refused)
     misses = [j for j in jobs if j.result is None]
     if misses:
         _compile_all(misses, inc, cache)
-    return [_Row(j.rendered.uri, j.arch, j.key, j.result, j.error, j) for j in jobs]
+    return [_Row(j.rendered.uri, j.arch, j.key, j.result, j.error, j, variant=j.spec.name, kernel=j.kabi.kernel,
+                 tune=tune_key(j.tune), spec=j.spec, spec_path=j.path) for j in jobs]
 
 
 class RunMemo:
@@ -198,12 +243,16 @@ class RunMemo:
             for name, digest in rec["inputs"].items():
                 if hashlib.sha256(read_regular(name, MAX_FILE_BYTES)).hexdigest() != digest:
                     return None
+            for written, target in rec["links"].items():  # an include that now resolves elsewhere
+                if str(Path(written).resolve()) != target:
+                    return None
             rows = []
             for r in rec["results"]:
                 e = self.cache.load(r["uri"], r["arch"], r["key"])
                 if e is None:
                     return None
-                rows.append(_Row(r["uri"], r["arch"], r["key"], None))
+                rows.append(_Row(r["uri"], r["arch"], r["key"], None, variant=r["variant"], kernel=r["kernel"],
+                                 tune=r["tune"]))
                 rows[-1].result = kernel_from_entry(e, r["uri"], r["arch"], cached=True, seconds=0.0)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -213,15 +262,16 @@ class RunMemo:
             row.result = replace(row.result, seconds=dt)
         return rows
 
-    def store(self, read: list[Path], rows: list[_Row]) -> None:
+    def store(self, read: list[Path], links: dict[Path, Path], rows: list[_Row]) -> None:
         f = self._file()
         if f is None:
             return
         try:
             inputs = {str(Path(p).resolve()): hashlib.sha256(read_regular(p, MAX_FILE_BYTES)).hexdigest()
                       for p in dict.fromkeys(read)}
-            rec = {"key": self.key(), "inputs": inputs,
-                   "results": [{"uri": r.uri, "arch": r.arch, "key": r.key} for r in rows]}
+            rec = {"key": self.key(), "inputs": inputs, "links": {str(k): str(v) for k, v in links.items()},
+                   "results": [{"uri": r.uri, "arch": r.arch, "key": r.key, "variant": r.variant, "kernel": r.kernel,
+                                "tune": r.tune} for r in rows]}
             write_atomic(f, json.dumps(rec, indent=1))
         except OSError:
             pass  # the shortcut is optional
@@ -234,8 +284,6 @@ _KGEN_DIR = Path(__file__).resolve().parent
 def _kgen_digest() -> str:
     """sha256 over kgen's code and templates (what validation and rendering depend on)."""
     h = hashlib.sha256()
-    from .resources import TEMPLATES
-
     for root in dict.fromkeys((_KGEN_DIR, TEMPLATES)):
         if not root.is_dir():
             continue
@@ -262,8 +310,6 @@ def _compile_all(jobs: list[_Job], inc: list[Path], cache: Cache) -> None:
         for j in jobs:
             run(j)
         return
-    from concurrent.futures import ThreadPoolExecutor
-
     try:
         load_cuda_core()  # import in this thread, before the workers race for it
     except Exception:  # noqa: BLE001 - each job reports it
@@ -289,8 +335,6 @@ def _locate_failure(job: _Job | None, error: KgenError, p: Problem) -> Problem:
         return p
     loc: tuple = ("name",)
     if error.rule:
-        from .rules import RULES, check_variant
-
         lay, _ = check_variant(job.spec)
         hits = list(RULES[error.rule].check(job.spec, lay))
         if hits:
@@ -306,10 +350,12 @@ def _json(r: _Row) -> dict:
     k = r.result
     if k is None:
         assert r.error is not None  # a row without a result carries its error
-        return {"variant": r.uri, "arch": r.arch, "ok": False, "cached": False, "seconds": None,
+        return {"variant": r.variant or r.uri, "kernel": r.kernel, "tune": r.tune, "arch": r.arch, "ok": False,
+                "cached": False, "seconds": None,
                 "registers": None, "spill_bytes": None,
                 "log": getattr(r.error, "log", None) or "\n".join(p.format() for p in r.error.problems)}
-    return {"variant": k.uri, "arch": k.arch, "ok": True, "cached": k.cached, "seconds": round(k.seconds, 4),
+    return {"variant": r.variant or k.uri, "kernel": r.kernel, "tune": r.tune, "arch": k.arch, "ok": True,
+            "cached": k.cached, "seconds": round(k.seconds, 4),
             "registers": k.registers, "spill_bytes": k.spill_bytes, "log": k.log}
 
 
@@ -320,9 +366,9 @@ def _table(rows: list[_Row]) -> None:
     for r in rows:
         k = r.result
         if k is None:
-            lines.append((r.uri, r.arch, "FAILED", "", "", ""))
+            lines.append((_shown(r), r.arch, "FAILED", "", "", ""))
         else:
-            lines.append((k.uri, k.arch, "yes" if k.cached else "no", f"{k.seconds:.3f}",
+            lines.append((_shown(r), k.arch, "yes" if k.cached else "no", f"{k.seconds:.3f}",
                           str(k.registers if k.registers is not None else "?"),
                           str(k.spill_bytes) if k.spill_bytes is not None else "?"))
     w = [max(len(x[i]) for x in [head, *lines]) for i in range(len(head))]
@@ -330,3 +376,7 @@ def _table(rows: list[_Row]) -> None:
     out = ["  ".join(c.rjust(w[i]) if right[i] else c.ljust(w[i]) for i, c in enumerate(x)).rstrip()
            for x in [head, *lines]]
     sys.stdout.write("\n".join(out) + "\n")
+
+
+def _shown(r: _Row) -> str:
+    return r.uri + (f" [{r.tune}]" if r.tune else "")

@@ -46,7 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .diagnostics import KgenError, Problem
+from .resources import cache_root
 from .source import read_regular
+from .toolchain import PROBE_RECORD, toolchain_fingerprint
 
 FORMAT = 1  # bump when the entry layout or the key's composition changes
 DEFAULT_LOCK_TIMEOUT = 120.0
@@ -59,16 +61,6 @@ TMP = "_tmp"  # NVRTC's working dirs: inside the cache, so a killed compile's le
 STALE_SECONDS = 3600  # a temp dir older than this belongs to a process that is gone
 
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
-
-
-def cache_root() -> Path:
-    """$KGEN_CACHE_DIR, else the platform's user cache dir + /kgen (~/.cache/kgen on Linux)."""
-    env = os.environ.get("KGEN_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("kgen", appauthor=False))
 
 
 def lock_timeout() -> float:
@@ -152,7 +144,6 @@ def compute_key(*, files: dict[str, str], kernel_file: str, name_expression: str
         h.update(f"{tag}:{len(b)}:".encode() + b + b"\n")
 
     if toolchain is None:
-        from .toolchain import toolchain_fingerprint
 
         toolchain = toolchain_fingerprint()
     put("format", str(FORMAT))
@@ -411,7 +402,6 @@ def _is_entry(p: Path) -> bool:
 def _kgen_name(p: Path) -> bool:
     """What kgen writes at the cache root: variant dirs, _runs, _tmp, the NVRTC probe record, _native
     (kgen.native's built library)."""
-    from .toolchain import PROBE_RECORD
 
     name = p.name
     if name in ("_runs", TMP, PROBE_RECORD, "_native") or name.startswith(f".{PROBE_RECORD}."):  # + its temp file

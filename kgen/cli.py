@@ -14,14 +14,83 @@ Add a command: write `<name>_command(...) -> int` (or reuse a module's), then de
 with its options; keep heavy imports inside the body.
 """
 
+import importlib
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .diagnostics import KgenError, Problem, failure_json, print_json, print_problems, report_each
+from .layout_view import layout_json, print_layout
+from .validate import validate_path, validate_paths
+
+# What the other commands run, by name: a command's module is imported when the command runs, so
+# `kgen --help`, `kgen validate` and `kgen layout` (editors, pre-commit hooks) load only what they use.
+# scripts/import_graph.py draws these as the CLI's lazy arrows (checked like any other: downward only).
+COMMANDS = {
+    "render": "kgen.render:render_paths",
+    "cache": "kgen.cache:Cache",
+    "cache_limit": "kgen.cache:DEFAULT_MAX_MB",
+    "schema": "kgen.schema_doc:field_reference",
+    "compile": "kgen.build:compile_command",
+    "test": "kgen.gputest:test_command",
+    "bench": "kgen.bench:bench_command",
+    "recall": "kgen.recall:recall_command",
+    "audit": "kgen.engines.commands:audit_command",
+    "patch": "kgen.engines.commands:patch_command",
+}
+
+
+def command(name: str) -> Any:
+    """The function (or value) COMMANDS names, its module imported now."""
+    module, _, attr = COMMANDS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 # ---------------------------------------------------------------------------------------------
 # command bodies (no CLI framework): each returns the exit code
+
+
+def reader_tunes(command: str, texts: list[str] | None) -> tuple:
+    """--reader-tune values: JSON objects of int overrides, or null (the shipped tuning); else exit 2."""
+    out = []
+    for text in texts or []:
+        try:
+            value = json.loads(text)
+        except ValueError as e:
+            raise KgenError([Problem("usage", f"kgen {command}: --reader-tune {text!r} is not JSON ({e})")],
+                            exit_code=2) from None
+        if value is not None and not (isinstance(value, dict) and all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in value.items())):
+            raise KgenError([Problem("usage", f"kgen {command}: --reader-tune {text!r}: expected null or an object "
+                                     'of integers, e.g. {"kReaderWgStages": 2}')], exit_code=2)
+        out.append(value)
+    return tuple(out)
+
+
+def case_indices(text: str) -> tuple | None:
+    """--tune-cases: 'all' (None) or comma-separated indices; else exit 2."""
+    if text.strip() == "all":
+        return None
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise KgenError([Problem("usage", f"kgen test: --tune-cases {text!r}: expected indices like 2,3 or all")],
+                        exit_code=2) from None
+
+
+def shapes(command: str, option: str, text: str | None) -> tuple | None:
+    """B x keys shapes ('1x4096,32x65536'), each at least 1 x 1; else exit 2."""
+    if text is None:
+        return None
+    out = []
+    for part in text.split(","):
+        b, _, k = part.strip().partition("x")
+        if not (b.isdigit() and k.isdigit() and int(b) >= 1 and int(k) >= 1):
+            raise KgenError([Problem("usage", f"kgen {command}: {option} {text!r}: expected B x keys shapes like "
+                                     "1x4096,32x65536")], exit_code=2)
+        out.append((int(b), int(k)))
+    return tuple(out)
 
 
 def run_reporting(body: Callable[[], int], as_json: bool = False, **empty) -> int:
@@ -38,7 +107,6 @@ def run_reporting(body: Callable[[], int], as_json: bool = False, **empty) -> in
 
 def validate_command(paths: list[Path], as_json: bool = False) -> int:
     """`kgen validate`: every problem of every path; exit 0 all valid, 1 any invalid, 2 unreadable."""
-    from .validate import validate_path
 
     def one(path: Path) -> tuple[int, list[dict]]:
         r = validate_path(path)
@@ -63,8 +131,6 @@ def validate_command(paths: list[Path], as_json: bool = False) -> int:
 def layout_command(paths: list[Path], as_json: bool = False) -> int:
     """`kgen layout`: the byte map of every variant; every path must validate (else exit 1/2, and
     with --json `{"layouts": [], "errors": [...]}`)."""
-    from .layout_view import layout_json, print_layout
-    from .validate import validate_paths
 
     laid = [c.layout for c in validate_paths(paths).checked() if c.layout is not None]
     if as_json:
@@ -77,21 +143,19 @@ def layout_command(paths: list[Path], as_json: bool = False) -> int:
 
 def render_command(paths: list[Path], out: Path, validate: bool = True) -> int:
     """`kgen render`: all files or none; prints the path of every file of the output."""
-    from .render import render_paths
 
-    for f in render_paths(paths, out, validate=validate):
+    for f in command("render")(paths, out, validate=validate):
         print(f)
     return 0
 
 
 def cache_command(action: str, max_mb: float | None = None, as_json: bool = False) -> int:
     """`kgen cache info|prune|clean`: the compile cache's size, its bound, its removal."""
-    from .cache import DEFAULT_MAX_MB, Cache
 
-    cache = Cache(timeout=0)
+    cache = command("cache")(timeout=0)
     removed: list = []
     if action == "prune":
-        limit = DEFAULT_MAX_MB if max_mb is None else max_mb
+        limit = command("cache_limit") if max_mb is None else max_mb
         if not limit >= 0:
             raise KgenError([Problem("usage", f"--max-mb {limit}: give a size in MiB, >= 0")], exit_code=2)
         removed, _ = cache.prune(int(limit * (1 << 20)))
@@ -108,9 +172,8 @@ def cache_command(action: str, max_mb: float | None = None, as_json: bool = Fals
 
 
 def schema_command() -> int:
-    from .schema_doc import field_reference
 
-    sys.stdout.write(field_reference())
+    sys.stdout.write(command("schema")())
     return 0
 
 
@@ -237,15 +300,14 @@ def _build_app():
                     "--out", help="also write every cubin + a manifest here (an AOT directory kgen.ops loads "
                     "without NVRTC)")] = None) -> None:
         """NVRTC-compile every variant for its targets (or --arch), through the content-hash cache."""
-        from .build import compile_command
 
-        code = run_reporting(lambda: compile_command(paths, arch or None, validate=not no_validate, as_json=as_json),
-                             as_json, results=[])
-        if code == 0 and out is not None:
-            from .aot import write_command
+        done(run_reporting(lambda: command("compile")(paths, arch or None, validate=not no_validate, as_json=as_json,
+                                                   out=out), as_json, results=[]))
 
-            code = run_reporting(lambda: write_command(paths, arch or None, out, validate=not no_validate))
-        done(code)
+    ReadersOnly = Annotated[bool, typer.Option("--readers-only", help="only the read side (indexer_logits)")]
+    ReaderTune = Annotated[list[str] | None, typer.Option(
+        "--reader-tune", help="a reader tuning as JSON (READER_TUNING_DEFAULTS overrides; null: the shipped one); "
+        "repeat to compare")]
 
     @app.command()
     def test(paths: Annotated[list[Path] | None, typer.Argument(help="spec or family files")] = None,
@@ -253,12 +315,19 @@ def _build_app():
              tokens: Tokens = None,
              sample: Annotated[int, typer.Option("--sample", help="also test K random specs the validator "
                                                  "accepts")] = 0,
-             seed: Annotated[int, typer.Option("--seed", help="seed of the --sample draw")] = 0) -> None:
-        """Run each variant on the GPU against the Torch reference, byte for byte."""
-        from .gputest import test_command
+             seed: Annotated[int, typer.Option("--seed", help="seed of the --sample draw")] = 0,
+             readers_only: ReadersOnly = False, reader_tune: ReaderTune = None,
+             tune_cases: Annotated[str, typer.Option(
+                 "--tune-cases", help="the reader's correctness cases each --reader-tune runs (indices, or all)")]
+             = "2,3") -> None:
+        """Run each variant on the GPU against the Torch reference, byte for byte (the reader against kgen.score)."""
 
-        done(run_reporting(lambda: test_command(paths or [], tokens or None, as_json=as_json, sample=sample,
-                                                seed=seed), as_json, ok=False, results=[]))
+        def body() -> int:
+            tunes, cases = reader_tunes("test", reader_tune), case_indices(tune_cases)
+            return command("test")(paths or [], tokens or None, as_json=as_json, sample=sample, seed=seed,
+                                readers_only=readers_only, reader_tunes=tunes, tune_cases=cases)
+
+        done(run_reporting(body, as_json, ok=False, results=[]))
 
     @app.command()
     def bench(paths: Paths,
@@ -271,12 +340,24 @@ def _build_app():
                   "--compile-budget", help="seconds torch.compile may spend compiling")] = None,
               positions: Annotated[str, typer.Option(
                   "--positions", help="random (decode: a DRAM freqs row per token) or consecutive (prefill of a "
-                  "long sequence), in a 2^20-row table")] = "random") -> None:
-        """Kernel bandwidth vs device copy vs torch eager/compile, in one run."""
-        from .bench import bench_command
+                  "long sequence), in a 2^20-row table")] = "random",
+              readers_only: ReadersOnly = False, reader_tune: ReaderTune = None,
+              reader_shapes: Annotated[str | None, typer.Option(
+                  "--reader-shapes", help="the reader's B x keys shapes, e.g. 1x4096,32x65536 (default: "
+                  "kgen.reader_check.BENCH_SHAPES)")] = None,
+              profile: Annotated[str | None, typer.Option(
+                  "--profile", help="B x keys shapes: one reader launch each after a warm-up, nothing timed "
+                  "(for ncu -c)")] = None) -> None:
+        """Kernel bandwidth vs device copy vs torch eager/compile, in one run (the reader's too)."""
 
-        done(run_reporting(lambda: bench_command(paths, tokens or None, json_file, use_compile=use_compile,
-                                                 compile_budget_s=compile_budget, positions=positions)))
+        def body() -> int:
+            tunes = reader_tunes("bench", reader_tune) or (None,)
+            return command("bench")(paths, tokens or None, json_file, use_compile=use_compile,
+                                 compile_budget_s=compile_budget, positions=positions, readers_only=readers_only,
+                                 reader_tunes=tunes, reader_shapes=shapes("bench", "--reader-shapes", reader_shapes),
+                                 profile=shapes("bench", "--profile", profile))
+
+        done(run_reporting(body))
 
     EngineName = Annotated[str, typer.Option("--engine", help="sglang or vllm", show_default=False)]
     EngineRoot = Annotated[Path, typer.Option("--root", help="the engine's repository root", show_default=False)]
@@ -284,9 +365,7 @@ def _build_app():
     @app.command()
     def audit(paths: Paths, engine: EngineName, root: EngineRoot, as_json: JsonFlag = False) -> None:
         """Compare every place an engine checkout hard-codes the cache ABI with the specs."""
-        from .engines.commands import audit_command
-
-        done(run_reporting(lambda: audit_command(engine, root, paths, as_json), as_json, results=[]))
+        done(run_reporting(lambda: command("audit")(engine, root, paths, as_json), as_json, results=[]))
 
     @app.command()
     def patch(path: Annotated[Path, typer.Argument(help="spec file of the variant", show_default=False)],
@@ -295,9 +374,7 @@ def _build_app():
               apply: Annotated[bool, typer.Option("--apply", help="write the patch into the engine tree")] = False,
               as_json: JsonFlag = False) -> None:
         """A unified diff that wires the variant into the engine behind one server flag."""
-        from .engines.commands import patch_command
-
-        done(run_reporting(lambda: patch_command(engine, root, path, out, apply, as_json), as_json))
+        done(run_reporting(lambda: command("patch")(engine, root, path, out, apply, as_json), as_json))
 
     @app.command()
     def recall(paths: Annotated[list[Path], typer.Argument(help="spec or family files (a .json path after --json: "
@@ -326,9 +403,8 @@ def _build_app():
                    "--toggle-hadamard", help="also measure each variant with its Hadamard setting flipped")] = False,
                ) -> None:
         """Top-k agreement and needle recall of each indexer-key variant against full-precision scores."""
-        from .recall import recall_command
 
-        done(run_reporting(lambda: recall_command(paths, contexts=contexts, topk=topk, queries=queries, heads=heads,
+        done(run_reporting(lambda: command("recall")(paths, contexts=contexts, topk=topk, queries=queries, heads=heads,
                                                   margin=margin, seed=seed, keys=keys, as_json=as_json, plot=plot,
                                                   device=device, toggle_hadamard=toggle_hadamard)))
 

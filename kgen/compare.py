@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from .layout import Layout, compute
+from .layout import VALUE_BITS, Layout, compute
 from .spec import Spec
 
 QUANT_TOLERANCE = 1e-4  # fraction of written values allowed to differ by one code (quantized stores)
@@ -54,7 +54,6 @@ ROLE_OF = {None: ROLE_NONE, "values": ROLE_VALUE, "rope": ROLE_KEPT, "scale": RO
 
 def byte_map(lay: Layout) -> ByteMap:
     """kgen.layout's byte ownership (`Layout.byte_owners`) as the comparison indexes it."""
-    from .layout import VALUE_BITS
 
     roles, start = lay.byte_owners()
     vbits = VALUE_BITS[lay.spec.store.dtype]

@@ -23,8 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cache import Cache, Entry, compute_key
+from .abi import KERNELS
+from .cache import Cache, Entry, compute_key, write_sources
 from .diagnostics import KgenError, Problem, err
+from .render import include_dirs, render_variant
+from .rules import RULES
 from .toolchain import cudart_include_dir, toolchain_fingerprint
 
 STD = "c++17"
@@ -106,7 +109,6 @@ def first_errors(log: str, n: int = MAX_ERROR_LINES) -> list[str]:
 
 
 def _twin_rule(lines: list[str]) -> str | None:
-    from .rules import RULES
 
     for ln in lines:
         for rid in _RULE_RE.findall(ln):
@@ -124,7 +126,6 @@ def _clean(log: str) -> str:
 
 
 def kgen_include_dirs() -> list[Path]:
-    from .render import include_dirs
 
     return [Path(d) for d in include_dirs()]
 
@@ -172,7 +173,6 @@ def compile_rendered(rendered, arch: str, *, include_dirs: list[Path] | None = N
         seconds = time.perf_counter() - t1
         info = parse_ptxas(log)
         symbol_str = symbol.decode("ascii", "backslashreplace")
-        from .abi import KERNELS
 
         kabi = KERNELS.get(getattr(rendered, "kernel", ""))  # None: not a kgen kernel (test programs)
         meta = {"abi": kabi.manifest() if kabi else None, "name_expression": rendered.name_expression,
@@ -189,7 +189,6 @@ def compile_rendered(rendered, arch: str, *, include_dirs: list[Path] | None = N
 def compile_variant(spec, arch: str, *, spec_path: Path | None = None, cache: Cache | None = None,
                     progress: Progress | None = err) -> CompiledKernel:
     """Render `spec` and compile it for `arch` (cached)."""
-    from .render import render_variant
 
     return compile_rendered(render_variant(spec), arch, cache=cache, spec_path=spec_path, progress=progress)
 
@@ -210,7 +209,6 @@ def kernel_from_entry(e: Entry, uri: str, arch: str, *, cached: bool, seconds: f
 def _nvrtc(rendered, arch: str, inc: list[Path], cache: Cache, key: str, spec_path: Path | None):
     """(cubin, mangled symbol, log). Raises CompileError with the log's first errors."""
     with cache.workdir(rendered.uri) as tmp:  # in the cache: nothing left in /tmp if the run is killed
-        from .cache import write_sources
 
         write_sources(Path(tmp), rendered.files)  # rendered headers resolve from here
         kdir = Path(tmp, rendered.kernel_file).parent

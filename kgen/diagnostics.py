@@ -91,6 +91,17 @@ class KgenError(Exception):
         super().__init__("\n".join(p.format() for p in problems))
 
 
+class ArgumentError(KgenError, ValueError):
+    """A kernel or op argument does not match the spec; the message names the argument."""
+
+    def __init__(self, message: str, fix: str = ""):
+        super().__init__([Problem("kernel-argument", message, fix=fix)], exit_code=1)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 _err_lock = threading.Lock()
 
 

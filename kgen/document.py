@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from .diagnostics import Loc, Problem
+from .source import SourceFile
 from .spec import Family, Spec
-
-if TYPE_CHECKING:
-    from .source import SourceFile
 
 
 @dataclass
@@ -57,6 +54,9 @@ class Document:
     variants: list[Variant] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)  # located; file-level and schema problems
     includes: list[Path] = field(default_factory=list)  # every file read, for cache keys
+    # each include as written (made absolute, links kept) -> the file it resolved to: a memo of this
+    # document is stale once one of them resolves elsewhere (a symlinked directory retargeted)
+    links: dict[Path, Path] = field(default_factory=dict)
 
     @property
     def is_family(self) -> bool:

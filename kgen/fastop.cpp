@@ -1,4 +1,5 @@
-// kgen's native launch path: a C++ kernel for a registered kgen op's device key (kgen/native.py).
+// kgen's native launch path: a C++ kernel for a registered kgen op's device key (kgen/native.py), for
+// every op whose kernel kgen.abi describes (the writer's norm_rope_store, the reader's indexer_logits).
 //
 // Why it exists: through torch.ops a Python kernel costs the dispatcher's boxing into Python objects
 // plus ~30 tensor attribute reads of the argument check in Python; this kernel does the same check
@@ -7,8 +8,11 @@
 //
 // It is data-driven: Python (kgen/native.py) registers each variant's argument table, built from
 // kgen.abi's table (dtype, rank, fixed or symbolic sizes, where each pointer goes in the Params
-// struct), per device the loaded CUfunction, and per shape (the symbolic sizes) the grid and a
-// Params template whose scalar fields Python packed. Nothing about a kernel is written here.
+// struct; which tensor the op allocates and returns; which int arguments bind a size), per device the
+// loaded CUfunction, and per shape (the symbolic sizes, and the device where the cubin depends on the
+// shape) the grid, the shared memory, the cubin's function and a Params template whose scalar fields
+// Python packed, plus the tensor maps Python encoded per source address. Nothing about a kernel is
+// written here.
 //
 // On any doubt (an unknown variant or shape, a failed check, another device or context, tensors
 // that are not plain device tensors) the call goes to the op's checked twin, the Python
@@ -21,6 +25,7 @@
 // stub pointers.
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/core/DispatchKey.h>
@@ -66,6 +71,8 @@ struct LaunchConfig {
 static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute");
 static_assert(sizeof(LaunchConfig) == 56, "CUlaunchConfig");
 constexpr uint32_t kProgrammaticStreamSerialization = 6;
+constexpr size_t kTensorMapBytes = 128;  // a CUtensorMap (kgen.abi.TENSOR_MAP_BYTES)
+constexpr size_t kMaxMapsPerShape = 64;  // source addresses kept per shape (kgen.tma.MEMO_MAX)
 
 using LaunchFn = int (*)(const LaunchConfig*, void* function, void** params, void** extra);
 using StreamFn = int32_t (*)(int32_t device, void** stream);
@@ -78,6 +85,12 @@ struct TensorRule {
   int rank;
   int64_t dims[kMaxRank];  // >= 0: fixed; -1 - k: symbolic size k
   int64_t offset;          // of its pointer in the Params struct
+  bool output = false;     // allocated here (the op's result), not an argument
+};
+
+struct TensorMapEntry {
+  const void* address;
+  std::array<unsigned char, kTensorMapBytes> bytes;
 };
 
 struct Key {
@@ -92,12 +105,6 @@ struct KeyHash {
   }
 };
 
-struct Shape {
-  uint32_t grid[3];
-  uint32_t shared_bytes;
-  std::vector<unsigned char> params;  // the Params struct with its scalar fields packed, pointers 0
-};
-
 struct Device {
   void* function = nullptr;
   void* context = nullptr;
@@ -105,8 +112,20 @@ struct Device {
   bool pdl = false;
 };
 
+struct Shape {
+  uint32_t grid[3];
+  uint32_t shared_bytes;
+  std::vector<unsigned char> params;  // the Params struct with its scalar fields packed, pointers 0
+  Device launch;                      // the cubin this shape runs (function null: the device's)
+  std::vector<TensorMapEntry> maps;   // the tensor map per source address (Python encodes them)
+};
+
 struct Variant {
   std::vector<TensorRule> tensors;
+  std::vector<std::pair<int, int>> int_args;  // (argument index, symbol k): an int argument binds a size
+  bool keyed_by_device = false;               // shapes are registered per device (their cubin differs)
+  int64_t map_offset = -1;                    // of the tensor map in Params (-1: none)
+  int map_source = -1;                        // the tensor (index in `tensors`) it describes
   int num_syms = 0;
   size_t params_size = 0;
   int64_t alignment_mask = 15;
@@ -142,7 +161,8 @@ class SilentWarnings : public c10::WarningHandler {
 };
 
 // The fast path: true once launched (or nothing to launch); false: take the checked twin.
-bool try_fast(Op& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t num_args) {
+bool try_fast(Op& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t num_args,
+              std::vector<at::Tensor>* outputs) {
   // only plain device tensors: no Python/Functionalize/Fake wrappers or modes above the device key
   if (ks.highestPriorityTypeId() != op.key) return false;
   auto args = torch::jit::last(*stack, num_args);
@@ -161,8 +181,20 @@ bool try_fast(Op& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t n
   void* pointers[32];
   const size_t ntensors = v->tensors.size();
   if (ntensors > 32) return false;
+  for (const auto& [arg, sym] : v->int_args) {  // sizes an int argument gives (max_seq_len)
+    if (!args[arg].isInt()) return false;
+    const int64_t value = args[arg].toInt();
+    if (value <= 0) return false;  // nothing to compute, or refused: the checked twin says which
+    key.v[sym] = value + 1;
+  }
+  int out_index = -1;
   for (size_t i = 0; i < ntensors; ++i) {
     const TensorRule& r = v->tensors[i];
+    if (r.output) {  // allocated below, once every size it has is bound
+      if (out_index >= 0) return false;
+      out_index = static_cast<int>(i);
+      continue;
+    }
     const c10::IValue& a = args[r.arg];
     if (!r.present) {
       if (!a.isNone()) return false;
@@ -200,22 +232,43 @@ bool try_fast(Op& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t n
   }
   if (ptrs & v->alignment_mask) return false;
   if (dev < 0 || dev >= kMaxDevices) return false;
+  if (v->keyed_by_device) key.v[v->num_syms] = dev + 1;
   uint32_t grid[3];
   uint32_t shared_bytes;
-  alignas(16) unsigned char params[kMaxParams];  // a copy: Python may add shapes meanwhile
+  alignas(64) unsigned char params[kMaxParams];  // a copy: Python may add shapes meanwhile
   Device device;
   {
     std::lock_guard<std::mutex> g(op.mu);
     auto it = v->shapes.find(key);
     if (it == v->shapes.end()) return false;
-    device = v->devices[dev];
-    if (device.function == nullptr) return false;
     const Shape& s = it->second;
-    if (s.grid[0] == 0) return true;  // nothing to launch (no tokens)
+    device = s.launch.function != nullptr ? s.launch : v->devices[dev];
+    if (device.function == nullptr) return false;
     std::memcpy(grid, s.grid, sizeof grid);
     shared_bytes = s.shared_bytes;
     std::memcpy(params, s.params.data(), v->params_size);
+    if (v->map_offset >= 0 && s.grid[0] != 0) {  // the source tensor's map, encoded by Python once
+      const void* address = pointers[v->map_source];
+      const TensorMapEntry* hit = nullptr;
+      for (const auto& m : s.maps) {
+        if (m.address == address) hit = &m;
+      }
+      if (hit == nullptr) return false;
+      std::memcpy(params + v->map_offset, hit->bytes.data(), kTensorMapBytes);
+    }
   }
+  if (out_index >= 0) {  // the op's result: every size it has is bound by now (else the shape missed)
+    const TensorRule& r = v->tensors[out_index];
+    std::vector<int64_t> sizes(r.rank);
+    for (int k = 0; k < r.rank; ++k) {
+      sizes[k] = r.dims[k] >= 0 ? r.dims[k] : key.v[-1 - r.dims[k]] - 1;
+      if (sizes[k] < 0) return false;
+    }
+    at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(r.dtype).device(op.device_type, dev));
+    pointers[out_index] = out.data_ptr();
+    outputs->push_back(std::move(out));
+  }
+  if (grid[0] == 0) return true;  // nothing to launch (no tokens)
   if (op.context != nullptr) {  // the launch goes to the current context: it must be the device's
     void* current = nullptr;
     if (op.context(&current) != 0 || current != device.context) return false;
@@ -246,13 +299,15 @@ bool try_fast(Op& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t n
 
 void call(Op* op, const c10::OperatorHandle& handle, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const size_t num_args = handle.schema().arguments().size();
-  if (try_fast(*op, ks, stack, num_args)) {
+  std::vector<at::Tensor> outputs;
+  if (try_fast(*op, ks, stack, num_args, &outputs)) {
     ++op->fast;
     auto args = torch::jit::last(*stack, num_args);
     for (int i : op->written) {
       if (args[i].isTensor()) args[i].toTensor().unsafeGetTensorImpl()->bump_version();
     }
     torch::jit::drop(*stack, num_args);
+    for (auto& out : outputs) torch::jit::push(*stack, std::move(out));
     return;
   }
   ++op->slow;
@@ -264,6 +319,13 @@ struct NativeKernel final : c10::OperatorKernel {
   explicit NativeKernel(Op* o) : op(o) {}
   void operator()(const c10::OperatorHandle& h, c10::DispatchKeySet ks, torch::jit::Stack* s) { call(op, h, ks, s); }
 };
+
+Key shape_key(const Variant* v, const int64_t* syms, int device) {
+  Key key;
+  for (int k = 0; k < v->num_syms; ++k) key.v[k] = syms[k] + 1;
+  if (v->keyed_by_device) key.v[v->num_syms] = device + 1;
+  return key;
+}
 
 Op* as_op(void* h) { return static_cast<Op*>(h); }
 Variant* as_variant(void* h) { return static_cast<Variant*>(h); }
@@ -328,10 +390,18 @@ void* kgen_native_install(const char* ns, const char* op, const char* checked, c
 // A variant's argument table: per tensor argument i (in the op's order) its argument index, whether
 // present, dtype (kgen_native_dtype), rank, kMaxRank dims (>= 0 fixed, -1 - k symbolic k) and the
 // offset of its pointer in the Params struct of `params_size` bytes.
+// `output[i]`: tensor i is allocated and returned (not an argument); `int_arg`/`int_sym`: num_int_args int
+// arguments, each binding a symbolic size; `keyed_by_device`: shapes are registered per device; the
+// tensor map at `map_offset` (-1: none) describes tensor `map_source`.
 void* kgen_native_add_variant(void* op, const char* name, int num_tensors, const int32_t* arg, const int32_t* present,
                               const int32_t* dtype, const int32_t* rank, const int64_t* dims, const int64_t* offset,
-                              int num_syms, int64_t params_size, int64_t alignment) {
-  if (num_syms > kMaxSyms || num_tensors > 32 || params_size < 0 || static_cast<size_t>(params_size) > kMaxParams) {
+                              const int32_t* output, int num_syms, int64_t params_size, int64_t alignment,
+                              int num_int_args, const int32_t* int_arg, const int32_t* int_sym, int keyed_by_device,
+                              int64_t map_offset, int map_source) {
+  const int key_syms = num_syms + (keyed_by_device != 0 ? 1 : 0);
+  if (key_syms > kMaxSyms || num_tensors > 32 || params_size < 0 || static_cast<size_t>(params_size) > kMaxParams ||
+      (map_offset >= 0 && (map_offset + static_cast<int64_t>(kTensorMapBytes) > params_size || map_source < 0)) ||
+      map_source >= num_tensors) {
     g_error = "too many symbolic sizes or tensors, or too large a Params struct, for the native path";
     return nullptr;
   }
@@ -348,8 +418,19 @@ void* kgen_native_add_variant(void* op, const char* name, int num_tensors, const
     }
     for (int k = 0; k < kMaxRank; ++k) r.dims[k] = dims[i * kMaxRank + k];
     r.offset = offset[i];
+    r.output = output[i] != 0;
     v->tensors.push_back(r);
   }
+  for (int i = 0; i < num_int_args; ++i) {
+    if (int_sym[i] < 0 || int_sym[i] >= num_syms) {
+      g_error = "an int argument binds no symbolic size";
+      return nullptr;
+    }
+    v->int_args.emplace_back(int_arg[i], int_sym[i]);
+  }
+  v->keyed_by_device = keyed_by_device != 0;
+  v->map_offset = map_offset;
+  v->map_source = map_source;
   v->num_syms = num_syms;
   v->params_size = static_cast<size_t>(params_size);
   v->alignment_mask = alignment - 1;
@@ -374,14 +455,21 @@ void kgen_native_set_device(void* op, void* variant, int device, void* function,
   d.pdl = pdl != 0;
 }
 
-// One shape: its symbolic sizes (num_syms of them), grid (0: nothing to launch), dynamic shared
-// memory, and the Params struct with the scalar fields packed (params_size bytes).
-void kgen_native_add_shape(void* op, void* variant, const int64_t* syms, uint32_t gx, uint32_t gy, uint32_t gz,
-                           uint32_t shared_bytes, const unsigned char* params) {
+// One shape: its symbolic sizes (num_syms of them) and device (where the variant is keyed by device),
+// grid (0: nothing to launch), dynamic shared memory, the Params struct with the scalar fields packed
+// (params_size bytes), and the cubin it runs (function null: the device's, kgen_native_set_device).
+void kgen_native_add_shape(void* op, void* variant, const int64_t* syms, int device, uint32_t gx, uint32_t gy,
+                           uint32_t gz, uint32_t shared_bytes, const unsigned char* params, void* function,
+                           void* context, uint32_t bx, uint32_t by, uint32_t bz, int pdl) {
   Variant* v = as_variant(variant);
-  Key key;
-  for (int k = 0; k < v->num_syms; ++k) key.v[k] = syms[k] + 1;
+  const Key key = shape_key(v, syms, device);
   Shape s;
+  s.launch.function = function;
+  s.launch.context = context;
+  s.launch.block[0] = bx;
+  s.launch.block[1] = by;
+  s.launch.block[2] = bz;
+  s.launch.pdl = pdl != 0;
   s.grid[0] = gx;
   s.grid[1] = gy;
   s.grid[2] = gz;
@@ -390,6 +478,28 @@ void kgen_native_add_shape(void* op, void* variant, const int64_t* syms, uint32_
   std::lock_guard<std::mutex> g(as_op(op)->mu);
   if (v->shapes.size() >= kMaxShapes) v->shapes.clear();
   v->shapes[key] = std::move(s);
+}
+
+// The tensor map (kTensorMapBytes) of a registered shape for the source tensor at `address` (Python
+// encoded it with the driver); the oldest is dropped past kMaxMapsPerShape.
+void kgen_native_add_map(void* op, void* variant, const int64_t* syms, int device, const void* address,
+                         const unsigned char* bytes) {
+  Variant* v = as_variant(variant);
+  const Key key = shape_key(v, syms, device);
+  std::lock_guard<std::mutex> g(as_op(op)->mu);
+  auto it = v->shapes.find(key);
+  if (it == v->shapes.end()) return;
+  auto& maps = it->second.maps;
+  for (auto& m : maps) {
+    if (m.address == address) {
+      std::memcpy(m.bytes.data(), bytes, kTensorMapBytes);
+      return;
+    }
+  }
+  if (maps.size() >= kMaxMapsPerShape) maps.erase(maps.begin());
+  TensorMapEntry e{address, {}};
+  std::memcpy(e.bytes.data(), bytes, kTensorMapBytes);
+  maps.push_back(e);
 }
 
 // Drop every variant (kgen.ops.forget): later calls take the checked twin until re-registered.

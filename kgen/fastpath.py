@@ -17,11 +17,11 @@ either raises the located message or accepts, fills the per-shape cache, and lau
 generated check is therefore only ever *stricter* than the table's (tests/test_ops.py checks that
 on random arguments): it can cost speed, never correctness.
 
-Per shape (the tuple of the symbolic sizes, e.g. (N, max_pos, num_pages)) the slow path caches the
-grid and the scalar fields `KernelAbi.check` computed (bounded; engines use a few batch sizes).
-
-A kernel with a tensor-map field (kgen.abi.TensorMap) has no fast launch: the map is encoded from the
-checked arguments (its tensor's address, the cubin's target), so every call takes the slow path.
+Per device and shape (the tuple of the symbolic sizes, e.g. (N, max_pos, num_pages)) the slow path caches
+what the launch of that shape is: the launcher of the cubin it runs (the reader's tuning depends on the
+shape), the grid, the dynamic shared memory, the scalar fields `KernelAbi.check` computed and each tensor
+map's geometry (bounded; engines use a few batch sizes). A tensor map is then encoded per call by the
+launch stack's encoder from the tensor's address (memoized there: an engine passes the same cache).
 """
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from .abi import ALIGNMENT, KernelAbi, Scalar, Tensor
+import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from .abi import ALIGNMENT, NO_TENSOR_MAP, ArgumentError, KernelAbi, Scalar, Tensor, TensorMap
 from .layout import Layout
 from .spec import Spec
 
@@ -55,8 +58,6 @@ def _check_lines(abi: KernelAbi, spec: Spec, lay: Layout, *, allow_cpu: bool) ->
     bound: set[str] = set()
     first = True
     ptrs = []
-    import torch
-
     for f in abi.tensors:
         n = f.name
         if not f.present(spec):
@@ -114,27 +115,35 @@ def build_check(abi: KernelAbi, spec: Spec, lay: Layout, *, allow_cpu: bool = Fa
     return _compile(src, env, "check")
 
 
-def build_launch(abi: KernelAbi, spec: Spec, lay: Layout, shapes: dict, runs: dict, raw_stream: Callable[[int], int],
-                 current_device: Callable[[], int]) -> tuple[Callable[..., bool], str]:
-    """`launch(*tensors) -> bool`: True once launched (or a no-op for zero tokens); False: take the
-    slow path (nothing was launched). `shapes[key] = (grid, *scalars)` (grid 0: nothing to launch),
-    `runs[device] = run(grid, stream, *struct values)`."""
-    if abi.tensor_maps:
-        src = "def launch(*tensors):\n    return False  # a tensor map is encoded from the checked arguments\n"
-        return _compile(src, {}, "launch"), src
+def build_launch(abi: KernelAbi, spec: Spec, lay: Layout, shapes: dict, raw_stream: Callable[[int], int],
+                 current_device: Callable[[], int], encode: Callable[[Any, Any], bytes]
+                 ) -> tuple[Callable[..., bool], str]:
+    """`launch(*tensors) -> bool`: True once launched (or a no-op: an empty grid); False: take the slow
+    path (nothing was launched). `shapes[(device, *sizes)] = (run, grid, shared bytes, *scalars, *map
+    geometries)` (grid None: nothing to launch), `run(grid, shared bytes, stream, *struct values)` the
+    launch stack's (kgen.launcher), `encode(tensor, geometry)` its tensor-map encoder."""
     lines, env, syms = _check_lines(abi, spec, lay, allow_cpu=False)
-    env.update(_shapes=shapes, _runs=runs, _raw_stream=raw_stream, _current_device=current_device)
+    env.update(_shapes=shapes, _raw_stream=raw_stream, _current_device=current_device, _encode=encode,
+               _NO_MAP=NO_TENSOR_MAP)
     scalars = [f.name for f in abi.fields if isinstance(f, Scalar)]
-    key = "(" + "".join(f"{_var(s, syms)}, " for s in syms) + ")"
-    values = ", ".join(f"p_{f.name}" if isinstance(f, Tensor) else f"s_{f.name}" for f in abi.fields)
+    maps = [f for f in abi.fields if isinstance(f, TensorMap)]
+    key = "(dev, " + "".join(f"{_var(s, syms)}, " for s in syms) + ")"
+
+    def value(f) -> str:
+        if isinstance(f, Tensor):
+            return f"p_{f.name}"
+        if isinstance(f, TensorMap):
+            return f"(_NO_MAP if g_{f.name} is None else _encode({f.source}, g_{f.name}))"
+        return f"s_{f.name}"
+
+    values = ", ".join(value(f) for f in abi.fields)
     body = [
         f"    hit = _shapes.get({key})",
-        "    if hit is None: return False",
-        "    run = _runs.get(dev)",
-        "    if run is None or _current_device() != dev: return False",
-        "    grid" + "".join(f", s_{s}" for s in scalars) + " = hit",
-        "    if grid:",
-        f"        run(grid, _raw_stream(dev), {values})",
+        "    if hit is None or _current_device() != dev: return False",
+        "    run, grid, shared" + "".join(f", s_{s}" for s in scalars) + "".join(f", g_{m.name}" for m in maps)
+        + " = hit",
+        "    if grid is not None:",
+        f"        run(grid, shared, _raw_stream(dev), {values})",
         "    return True",
     ]
     src = "\n".join([f"def launch({_signature(abi)}):", *lines, *body, ""])
@@ -154,8 +163,6 @@ def fake_check(abi: KernelAbi, spec: Spec, lay: Layout, tensors: dict[str, Any])
     fixed sizes and contiguity, with the symbolic sizes left symbolic (an equality between two of
     them becomes `torch._check`, a runtime assertion, not a specialization). A failure is reported
     by `KernelAbi.check` itself, run on meta tensors of the same shapes (its message, located)."""
-    import torch
-
     bound: dict[str, Any] = {}
     for f in abi.tensors:
         t = tensors.get(f.name)
@@ -184,8 +191,6 @@ def fake_check(abi: KernelAbi, spec: Spec, lay: Layout, tensors: dict[str, Any])
 
 def _explain(abi: KernelAbi, spec: Spec, lay: Layout, tensors: dict[str, Any]) -> NoReturn:
     """Raise the table's own message for arguments the fake check refused."""
-    import torch
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     def meta(t):
         if t is None or not hasattr(t, "shape"):
@@ -195,8 +200,6 @@ def _explain(abi: KernelAbi, spec: Spec, lay: Layout, tensors: dict[str, Any]) -
 
     with unset_fake_temporarily():  # real meta tensors: no fake data pointers
         abi.check(spec, {k: meta(t) for k, t in tensors.items()}, require_cuda=False, layout=lay)
-    from .abi import ArgumentError
-
     raise ArgumentError(f"{spec.name}: arguments refused by the shape check of torch.compile: "
                         + ", ".join(f"{k} {getattr(t, 'dtype', None)} {list(getattr(t, 'shape', []))}"
                                     for k, t in tensors.items()))

@@ -3,7 +3,7 @@ checks, the validated specs, a GPU present), compiling a batch of variants for t
 (`precompile`), and one `kgen test` case (`run_case`: the kernel and the Torch reference on the same
 inputs, then the whole-cache comparison of kgen.compare).
 
-For every case (variant, N): `reference.make_inputs` (random rows with outlier channels, random
+For every case (variant, N): `kgen.inputs.make_inputs` (random rows with outlier channels, random
 positions, shuffled out_loc with skipped slots, a poisoned cache larger than needed); the kernel
 writes cache A, the reference (torch, on the same device) writes cache B, both starting from the
 same poisoned bytes; `compare_caches(A, B)`.
@@ -12,12 +12,18 @@ same poisoned bytes; `compare_caches(A, B)`.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .abi import NORM_ROPE_STORE
+from .arch import check as check_arch
 from .compare import Comparison, compare_caches
+from .compile import compile_rendered
 from .diagnostics import KgenError, Problem
+from .render import render_variant
+from .runtime import gpu_problem
 from .spec import Spec
+from .validate import validate_paths
 
 
 def usage_error(command: str, message: str) -> KgenError:
@@ -30,8 +36,6 @@ def start_gpu_command(command: str, paths: list[Path], tokens: list[int] | None,
     least `min_tokens`), every path validated (kgen.validate.validate_paths), a usable GPU. Returns the
     specs; raises KgenError (exit 2 for usage and no GPU) before any GPU work, so the command's
     `--json` error document (kgen.cli.run_reporting) is all it prints."""
-    from .runtime import gpu_problem
-    from .validate import validate_paths
 
     if not paths and not paths_optional:
         raise usage_error(command, "give spec/family paths")
@@ -46,7 +50,7 @@ def start_gpu_command(command: str, paths: list[Path], tokens: list[int] | None,
 
 
 def kernel_args(spec: Spec, inputs: dict) -> tuple:
-    """The kernel's tensors from `reference.make_inputs`, in the ABI's order (kgen.abi: x, ..., cache
+    """The kernel's tensors from `kgen.inputs.make_inputs`, in the ABI's order (kgen.abi: x, ..., cache
     last), None where the spec has none: the positional arguments of the op and of the reference."""
     return tuple(NORM_ROPE_STORE.arguments(spec, inputs).values())
 
@@ -80,11 +84,12 @@ def run_case(spec: Spec, n: int, *, seed: int, device: str = "cuda", kernel=None
     `kernel` defaults to kgen.ops.norm_rope_store (tests pass the reference to dry-run on CPU)."""
     import torch
 
+    from . import inputs as I
     from . import ops, reference
 
     kernel = kernel or ops.norm_rope_store
     t0 = time.perf_counter()
-    inputs = reference.make_inputs(spec, n, seed=seed, device=device)
+    inputs = I.make_inputs(spec, n, seed=seed, device=device)
     args = NORM_ROPE_STORE.arguments(spec, inputs)
     cache_a = args["cache"]
     cache_b = cache_a.clone()
@@ -109,8 +114,6 @@ def precompile(specs: list[Spec]) -> dict[str, str]:
     runs NVRTC in threads (it is thread-safe per program and releases the GIL)."""
     import torch
 
-    from .arch import check as check_arch
-    from .compile import compile_variant
 
     idx = torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(idx)
@@ -132,21 +135,12 @@ def precompile(specs: list[Spec]) -> dict[str, str]:
         except Exception as e:  # noqa: BLE001 - reported per variant
             errors[s.name] = f"{type(e).__name__}: {e}"
 
-    try:
-        from .compile import compile_rendered
-        from .render import render_variant
-    except ImportError:  # only the public API: compile one by one
-        for s, arch in jobs:
-            guard(s, lambda s=s, arch=arch: compile_variant(s, arch))
-        return errors
     rendered = []
     for s, arch in jobs:
         box: list = []
         guard(s, lambda s=s, box=box: box.append(render_variant(s)))
         if box:
             rendered.append((s, arch, box[0]))
-
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(rendered)))) as ex:
         list(ex.map(lambda job: guard(job[0], lambda: compile_rendered(job[2], job[1])), rendered))

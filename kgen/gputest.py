@@ -21,6 +21,8 @@ from .compare import Comparison
 from .diagnostics import KgenError
 from .diagnostics import err as _say
 from .gpurun import precompile, run_case, start_gpu_command, sticky, usage_error
+from .reader_check import TUNE_CASES, sample_readable, test_readers
+from .runtime import device_info
 from .sample import sample_specs
 from .spec import Spec
 
@@ -31,7 +33,6 @@ SAMPLE_TOKENS = (1, 7, 300, 4097)
 def device_summary() -> dict:
     import torch
 
-    from .runtime import device_info
 
     info = device_info()
     info["torch"] = torch.__version__
@@ -40,11 +41,16 @@ def device_summary() -> dict:
 
 
 def test_command(paths: list[Path], tokens: list[int] | None, as_json: bool = False, *,
-                 sample: int = 0, seed: int = 0, sample_tokens: list[int] | None = None) -> int:
-    """Exit 0 all equal, 1 any failure, 2 no GPU / usage."""
+                 sample: int = 0, seed: int = 0, sample_tokens: list[int] | None = None, readers_only: bool = False,
+                 reader_tunes: tuple = (), tune_cases: tuple | None = TUNE_CASES) -> int:
+    """Exit 0 all equal, 1 any failure, 2 no GPU / usage. `readers_only`: the read side alone;
+    `reader_tunes`: alternative reader tunings, each run on the `tune_cases` of every readable variant."""
     if not paths and not sample:
         raise usage_error("test", "give spec/family paths (or --sample K)")
     specs = start_gpu_command("test", paths, tokens, min_tokens=0, paths_optional=True)
+    if readers_only:
+        return _test_readers_only(specs, as_json, sample=sample, seed=seed, reader_tunes=reader_tunes,
+                                  tune_cases=tune_cases)
 
     cases: list[tuple[Spec, int]] = [(s, n) for s in specs for n in (tokens or DEFAULT_TOKENS)]
     sampled = sample_specs(sample, seed) if sample else []
@@ -65,9 +71,8 @@ def test_command(paths: list[Path], tokens: list[int] | None, as_json: bool = Fa
         interrupted = True
         _say(f"kgen test: interrupted after {len(results)}/{len(cases)} case(s)")
     # the read side: indexer_logits on every variant it reads (kgen.reader_check)
-    from .reader_check import test_readers
-
-    reader = [] if interrupted else test_readers(specs, sampled, seed=seed, say=_say)
+    reader = [] if interrupted else test_readers(specs, sampled, seed=seed, say=_say, tunes=reader_tunes,
+                                                 tune_cases=tune_cases)
     ok = all(c.ok for c in results) and len(results) == len(cases) and all(r.ok for r in reader)
     if as_json:
         out = {"device": dev, "ok": ok, "interrupted": interrupted, "cases": len(cases),
@@ -78,6 +83,20 @@ def test_command(paths: list[Path], tokens: list[int] | None, as_json: bool = Fa
         print(summary_table(results))
     fails = [c for c in results if not c.ok]
     _say(f"kgen test: {len(results) - len(fails)}/{len(cases)} case(s) ok" + ("" if ok else " -- FAILED"))
+    return 0 if ok else 1
+
+
+def _test_readers_only(specs: list[Spec], as_json: bool, *, sample: int, seed: int, reader_tunes: tuple,
+                       tune_cases: tuple | None) -> int:
+    """`kgen test --readers-only`: indexer_logits on every readable variant (and readable samples)."""
+    sampled = sample_readable(sample, seed) if sample else []
+    dev = device_summary()
+    reader = test_readers(specs, sampled, seed=seed, say=_say, tunes=reader_tunes, tune_cases=tune_cases)
+    ok = all(r.ok for r in reader)
+    if as_json:
+        print(json.dumps({"device": dev, "ok": ok, "results": [], "reader": [r.to_json() for r in reader],
+                          "samples": [s.model_dump(mode="json") for s in sampled]}, indent=2))
+    _say(f"kgen test: {sum(r.ok for r in reader)} passed, {sum(not r.ok for r in reader)} failed")
     return 0 if ok else 1
 
 

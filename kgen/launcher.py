@@ -1,9 +1,11 @@
-"""The op's launch path: load a cubin through the CUDA driver and launch it from a prepacked buffer.
+"""The ops' launch stack: load a cubin through the CUDA driver and launch it from a prepacked buffer.
 
 One job: turn (cubin bytes, symbol, device) into a callable that launches the kernel on a raw stream
-handle at the lowest host cost Python allows. No cuda.core and no NVRTC are imported (cuda.core
-imports cuda.bindings.nvrtc at import time), so a process serving prebuilt cubins (kgen.aot) needs
-neither the NVRTC wheel nor the CUDA headers.
+handle at the lowest host cost Python allows: a 3-D grid, dynamic shared memory (opted in above 48 KB,
+with the SM's largest carveout where the launch asks for it), programmatic dependent launch. Tensor maps
+are encoded by kgen.tma through `driver()`; every op's kernel (kgen.ops.registry.KernelOp) launches here.
+No cuda.core and no NVRTC are imported (cuda.core imports cuda.bindings.nvrtc at import time), so a
+process serving prebuilt cubins (kgen.aot) needs neither the NVRTC wheel nor the CUDA headers.
 
 * Loading (once per device): `cuda.bindings.driver`: the device's primary context (the one torch
   uses) is pushed, `cuModuleLoadData` + `cuModuleGetFunction` (the module is loaded eagerly, so a
@@ -11,8 +13,8 @@ neither the NVRTC wheel nor the CUDA headers.
   (`cuFuncGetParamInfo`) are returned for the caller's ABI check.
 * Launching (every call): one buffer holds a `CUlaunchConfig` (grid, block, stream, launch
   attributes: programmatic dependent launch), the kernel's by-value Params struct (laid out by
-  kgen.abi) and the one-entry `kernelParams` array pointing at it. A call writes the grid, the
-  stream and the struct fields with one `struct.pack_into` and calls
+  kgen.abi) and the one-entry `kernelParams` array pointing at it. A call writes the grid, the dynamic
+  shared memory, the stream and the struct fields with one `struct.pack_into` and calls
   `cuLaunchKernelEx(config, f, kernelParams, NULL)`. The driver copies the parameters during the
   call, so the buffer is reused; a lock keeps two threads from interleaving pack and launch.
 
@@ -32,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .arch import DEFAULT_SHARED_BYTES
 from .diagnostics import KgenError, Problem
 
 BACKENDS = ("ctypes", "bindings")
@@ -62,7 +65,7 @@ class PreparedLaunch:
     `params_format` is the struct-module format of the kernel's by-value Params struct (kgen.abi's
     `KernelAbi.struct_format`: the one description of its layout)."""
 
-    def __init__(self, params_format: str, block: int, *, shared_bytes: int = 0, pdl: bool = False):
+    def __init__(self, params_format: str, block: int, *, pdl: bool = False):
         self.block, self.pdl = int(block), bool(pdl)
         params = struct.Struct(params_format)
         self.params_size = params.size
@@ -80,14 +83,14 @@ class PreparedLaunch:
             num_attrs = 1
         struct.pack_into("<Q", self.buffer, ptrs_at, base + params_at)
         # config and Params are adjacent: one pack per call writes the grid, the constant block
-        # dims and attributes, the stream and every struct field
-        self._static = (1, 1, self.block, 1, 1, int(shared_bytes))
+        # dims, the shared memory, the attributes, the stream and every struct field
+        self._static = (self.block, 1, 1)
         self._attrs = (base + attr_at if num_attrs else 0, num_attrs)
         self._pack = struct.Struct(_CONFIG.format + params_format.lstrip("<=@!>")).pack_into
 
-    def pack(self, grid: int, stream: int, *values) -> None:
-        """Write one launch's grid, stream and struct field values into the buffer."""
-        self._pack(self.buffer, 0, grid, *self._static, stream, *self._attrs, *values)
+    def pack(self, grid: tuple[int, int, int], shared: int, stream: int, *values) -> None:
+        """Write one launch's grid, dynamic shared bytes, stream and struct field values into the buffer."""
+        self._pack(self.buffer, 0, *grid, *self._static, shared, stream, *self._attrs, *values)
 
     def config_fields(self) -> tuple:
         """(grid xyz, block xyz, shared bytes, stream, attrs address, number of attrs) as packed."""
@@ -109,7 +112,7 @@ _lock = threading.Lock()
 _state: dict[str, Any] = {}
 
 
-def _driver():
+def driver():
     """cuda.bindings.driver, initialised once."""
     drv = _state.get("driver")
     if drv is None:
@@ -145,6 +148,25 @@ class DriverKernel:
     function: int  # CUfunction handle
     param_sizes: tuple[int, ...] | None  # as the cubin declares them (None: the driver cannot say)
     _keep: tuple = ()  # module, function and context objects: the module stays loaded for the process
+    _shared: tuple[int, bool] = (DEFAULT_SHARED_BYTES, False)  # what allow_shared set so far
+
+    def allow_shared(self, nbytes: int, *, carveout: bool = False, what: str = "kernel") -> None:
+        """Opt the kernel in to `nbytes` of dynamic shared memory (above the 48 KB every kernel may use)
+        and, with `carveout`, ask for the SM's largest shared-memory carveout (several such CTAs per SM);
+        once per setting. A refusal is a LaunchError naming the size."""
+        want = (max(int(nbytes), self._shared[0]), carveout or self._shared[1])
+        if want == self._shared:
+            return
+        drv = driver()
+        attrs = [(drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, want[0])]
+        if want[1]:
+            attrs.append((drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100))
+        for attr, value in attrs:
+            (err,) = drv.cuFuncSetAttribute(self._keep[1], attr, int(value))
+            if int(err) != 0:
+                raise LaunchError(f"{what}: {attr.name} = {value} refused ({_error_text(drv, err)})",
+                                  fix="the launch asks for more shared memory than this GPU gives a block")
+        self._shared = want
 
     @property
     def context(self) -> int:
@@ -154,12 +176,12 @@ class DriverKernel:
     def make_current(self) -> None:
         """Make the device's primary context current on this thread (a thread that never made a
         CUDA runtime call has none; torch's own calls would set the same one)."""
-        drv = _driver()
+        drv = driver()
         _check(drv, drv.cuCtxSetCurrent(self._keep[2])[0], "cuCtxSetCurrent")
 
     def attribute(self, name: str) -> int | None:
         """A CUfunction attribute, e.g. 'NUM_REGS' (None if the driver cannot say)."""
-        drv = _driver()
+        drv = driver()
         try:
             attr = getattr(drv.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
             err, value = drv.cuFuncGetAttribute(attr, self._keep[1])
@@ -170,7 +192,7 @@ class DriverKernel:
 
 def load_cubin(cubin: bytes, symbol: str, device_index: int, *, what: str = "kernel") -> DriverKernel:
     """Load `cubin` on device `device_index`'s primary context and find `symbol` (mangled) in it."""
-    drv = _driver()
+    drv = driver()
     with _lock:
         err, dev = drv.cuDeviceGet(device_index)
         _check(drv, err, f"cuDeviceGet({device_index})")
@@ -239,18 +261,18 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
             return launcher(kernel, launch, backend="bindings", name=name)
 
         # the pack inlined (one Python call less per launch): config fields, then the struct's
-        pack_into, buf, (_, _, block, _, _, shared), (attrs_at, num_attrs) = (
-            launch._pack, launch.buffer, launch._static, launch._attrs)
+        pack_into, buf, (block, _, _), (attrs_at, num_attrs) = (launch._pack, launch.buffer, launch._static,
+                                                                 launch._attrs)
 
-        def run(grid: int, stream: int, *values) -> None:
+        def run(grid: tuple[int, int, int], shared: int, stream: int, *values) -> None:
             with lock:
-                pack_into(buf, 0, grid, 1, 1, block, 1, 1, shared, stream, attrs_at, num_attrs, *values)
+                pack_into(buf, 0, *grid, block, 1, 1, shared, stream, attrs_at, num_attrs, *values)
                 err = call(cfg, fn, params, None)
             if err:
                 if err == CUDA_ERROR_INVALID_CONTEXT:  # no current context on this thread: set it, once
                     kernel.make_current()
                     with lock:
-                        pack(grid, stream, *values)
+                        pack(grid, shared, stream, *values)
                         err = call(cfg, fn, params, None)
                 if err:
                     _raise_launch(name, err, grid, launch.block)
@@ -258,11 +280,11 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
         run.backend = "ctypes"  # type: ignore[attr-defined]
         return run
 
-    drv = _driver()
+    drv = driver()
     cu_launch_ex, cu_fn = drv.cuLaunchKernelEx, kernel._keep[1]
     cfg_obj = drv.CUlaunchConfig()  # cuda.bindings' own struct: the grid and stream set per call
     cfg_obj.gridDimY = cfg_obj.gridDimZ = cfg_obj.blockDimY = cfg_obj.blockDimZ = 1
-    cfg_obj.blockDimX, cfg_obj.sharedMemBytes = launch.block, 0
+    cfg_obj.blockDimX = launch.block
     attrs = []
     if launch.pdl:
         a = drv.CUlaunchAttribute()
@@ -272,18 +294,19 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
     cfg_obj.attrs, cfg_obj.numAttrs = attrs, len(attrs)
     streams: dict[int, Any] = {}
 
-    def run_bindings(grid: int, stream: int, *values) -> None:
+    def run_bindings(grid: tuple[int, int, int], shared: int, stream: int, *values) -> None:
         with lock:
-            pack(grid, stream, *values)
+            pack(grid, shared, stream, *values)
             s = streams.get(stream)
             if s is None:
                 s = streams[stream] = drv.CUstream(stream)
-            cfg_obj.gridDimX, cfg_obj.hStream = grid, s
+            (cfg_obj.gridDimX, cfg_obj.gridDimY, cfg_obj.gridDimZ), cfg_obj.hStream = grid, s
+            cfg_obj.sharedMemBytes = shared
             err = cu_launch_ex(cfg_obj, cu_fn, params, 0)[0]
         if int(err) == CUDA_ERROR_INVALID_CONTEXT:
             kernel.make_current()
             with lock:
-                pack(grid, stream, *values)
+                pack(grid, shared, stream, *values)
                 err = cu_launch_ex(cfg_obj, cu_fn, params, 0)[0]
         if int(err):
             _raise_launch(name, err, grid, launch.block)
@@ -292,7 +315,7 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
     return run_bindings
 
 
-def _raise_launch(name: str, err, grid: int, block: int) -> None:
-    drv = _driver()
+def _raise_launch(name: str, err, grid: tuple[int, int, int], block: int) -> None:
+    drv = driver()
     raise LaunchError(f"{name}: kernel launch failed ({_error_text(drv, drv.CUresult(int(err)))}; "
                       f"grid {grid}, block {block})")

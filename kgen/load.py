@@ -65,6 +65,7 @@ def _load_family(doc: Document, source: SourceFile, stack: tuple[Path, ...]) -> 
             continue
         target = (here / entry).resolve()
         shown = Path(os.path.normpath(here / entry))  # as the user wrote it, for messages
+        doc.links[Path(os.path.abspath(here / entry))] = target
         if target in stack:
             chain = " -> ".join(p.name for p in (*stack, target))
             doc.problems.append(source.locate(Problem(

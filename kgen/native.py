@@ -1,8 +1,9 @@
 """The native launch path of kgen's ops: `kgen/fastop.cpp`, built on first use, registered at the op's CUDA key.
 
 One job: build (once per machine, torch build and source), load and feed the C++ kernel that checks
-and launches a call of `torch.ops.kgen.norm_rope_store` without entering Python (docs/ops.md, "Host
-cost": the Python kernel's boxing and ~30 attribute reads cost more than the launch itself).
+and launches a call of a kgen op (`torch.ops.kgen.norm_rope_store`, `torch.ops.kgen.indexer_logits`)
+without entering Python (docs/ops.md, "Host cost": the Python kernel's boxing and ~30 attribute reads
+cost more than the launch itself).
 
 * Build: the machine's C++ compiler (`$CXX`, else c++/g++/clang++) against the headers and libraries
   torch ships (no CUDA toolkit, no ninja, no setuptools): about 5-15 s once, then cached as
@@ -14,10 +15,12 @@ cost": the Python kernel's boxing and ~30 attribute reads cost more than the lau
   KGEN_NATIVE=0, `install` returns None and says why (`status()`): the op keeps its Python CUDA
   kernel, correct and slower. Nothing is required at install time of kgen.
 * Feeding: `Native.add_variant` sends a variant's argument table (from kgen.abi's: the one
-  description), `set_device` the loaded CUfunction per device, `add_shape` each shape the checked
-  path accepted (grid and the Params struct with its scalars packed). The C++ side declines
-  anything else, and the call goes to the checked twin op (the Python implementation), which raises
-  the located message or launches and adds the shape.
+  description; the op's result tensor and the int arguments that bind a size too), `set_device` the
+  loaded CUfunction per device, `add_shape` each shape the checked path accepted (grid, shared memory,
+  the cubin where it depends on the shape, the Params struct with its scalars packed), `add_map` a
+  tensor map per source address. The C++ side declines anything else, and the call goes to the
+  checked twin op (the Python implementation), which raises the located message or launches and adds
+  the shape.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import subprocess
 import threading
 from pathlib import Path
 from typing import Any
+
+from .cache import cache_root
 
 SOURCE = Path(__file__).with_name("fastop.cpp")
 MAX_RANK = 8  # kMaxRank in fastop.cpp
@@ -79,7 +84,6 @@ def _build_key(cxx: str) -> str:
 
 def build() -> Path:
     """The compiled library (built now unless cached). Raises RuntimeError with the compiler's output."""
-    from .cache import cache_root
 
     cxx = _compiler()
     if cxx is None:
@@ -125,11 +129,13 @@ class Native:
         lib.kgen_native_dtype.argtypes, lib.kgen_native_dtype.restype = [ctypes.c_char_p], cint
         lib.kgen_native_install.argtypes = [ctypes.c_char_p] * 4 + [ptr, ptr, ptr]
         lib.kgen_native_install.restype = ptr
-        lib.kgen_native_add_variant.argtypes = [ptr, ctypes.c_char_p, cint, i32p, i32p, i32p, i32p, i64p, i64p, cint,
-                                                i64, i64]
+        lib.kgen_native_add_variant.argtypes = [ptr, ctypes.c_char_p, cint, i32p, i32p, i32p, i32p, i64p, i64p, i32p,
+                                                cint, i64, i64, cint, i32p, i32p, cint, i64, cint]
         lib.kgen_native_add_variant.restype = ptr
         lib.kgen_native_set_device.argtypes = [ptr, ptr, cint, ptr, ptr, u32, u32, u32, cint]
-        lib.kgen_native_add_shape.argtypes = [ptr, ptr, i64p, u32, u32, u32, u32, ctypes.c_char_p]
+        lib.kgen_native_add_shape.argtypes = [ptr, ptr, i64p, cint, u32, u32, u32, u32, ctypes.c_char_p, ptr, ptr,
+                                              u32, u32, u32, cint]
+        lib.kgen_native_add_map.argtypes = [ptr, ptr, i64p, cint, ptr, ctypes.c_char_p]
         lib.kgen_native_forget.argtypes = [ptr]
         lib.kgen_native_counts.argtypes = [ptr, i64p]
         self.op: int | None = None
@@ -145,9 +151,14 @@ class Native:
     def dtype_code(self, name: str) -> int:
         return int(self.lib.kgen_native_dtype(name.encode()))
 
-    def add_variant(self, key: str, table: list[dict], num_syms: int, params_size: int, alignment: int) -> int | None:
+    def add_variant(self, key: str, table: list[dict], num_syms: int, params_size: int, alignment: int, *,
+                    int_args: dict[int, int] | None = None, keyed_by_device: bool = False, map_offset: int = -1,
+                    map_source: int = -1) -> int | None:
         """`table`: per tensor {arg, present, dtype (torch name), dims (int or symbol index as -1 - k),
-        offset}. None when the C++ side cannot hold it (the variant stays on the Python path)."""
+        offset, output (allocated and returned, optional)}; `int_args`: {argument index: symbol index} of
+        the int arguments that bind a size; `keyed_by_device`: shapes are per device (their cubin depends
+        on the shape); the tensor map at `map_offset` describes tensor `map_source`. None when the C++
+        side cannot hold it (the variant stays on the Python path)."""
         n = len(table)
         codes = [self.dtype_code(t["dtype"]) if t["present"] else 0 for t in table]
         if any(c < 0 for c in codes) or any(len(t["dims"]) > MAX_RANK for t in table):
@@ -156,10 +167,14 @@ class Native:
         for t in table:
             dims += list(t["dims"]) + [0] * (MAX_RANK - len(t["dims"]))
         i32s, i64 = ctypes.c_int32 * n, ctypes.c_int64
+        ints = sorted((int_args or {}).items())
+        i32k = ctypes.c_int32 * max(1, len(ints))
         h = self.lib.kgen_native_add_variant(
             self.op, key.encode(), n, i32s(*(t["arg"] for t in table)), i32s(*(int(t["present"]) for t in table)),
             i32s(*codes), i32s(*(len(t["dims"]) for t in table)), (i64 * len(dims))(*dims),
-            (i64 * n)(*(t["offset"] for t in table)), num_syms, params_size, alignment)
+            (i64 * n)(*(t["offset"] for t in table)), i32s(*(int(t.get("output", False)) for t in table)), num_syms,
+            params_size, alignment, len(ints), i32k(*(a for a, _ in ints)), i32k(*(k for _, k in ints)),
+            int(keyed_by_device), map_offset, map_source)
         return h or None
 
     def set_device(self, variant: int, device: int, function: int, context: int, block: tuple[int, int, int],
@@ -167,9 +182,16 @@ class Native:
         self.lib.kgen_native_set_device(self.op, variant, device, function, context, *block, int(pdl))
 
     def add_shape(self, variant: int, syms: tuple[int, ...], grid: tuple[int, int, int], shared_bytes: int,
-                  params: bytes) -> None:
-        self.lib.kgen_native_add_shape(self.op, variant, (ctypes.c_int64 * max(1, len(syms)))(*syms), *grid,
-                                       shared_bytes, params)
+                  params: bytes, *, device: int = -1, function: int = 0, context: int = 0,
+                  block: tuple[int, int, int] = (0, 0, 0), pdl: bool = False) -> None:
+        """A shape the checked path accepted; `function` (0: the device's) the cubin it runs."""
+        self.lib.kgen_native_add_shape(self.op, variant, (ctypes.c_int64 * max(1, len(syms)))(*syms), device, *grid,
+                                       shared_bytes, params, function or None, context or None, *block, int(pdl))
+
+    def add_map(self, variant: int, syms: tuple[int, ...], device: int, address: int, data: bytes) -> None:
+        """The tensor map of a registered shape for the source tensor at `address`."""
+        self.lib.kgen_native_add_map(self.op, variant, (ctypes.c_int64 * max(1, len(syms)))(*syms), device, address,
+                                     data)
 
     def forget(self) -> None:
         self.lib.kgen_native_forget(self.op)
@@ -192,13 +214,17 @@ def _cuda_entry_points() -> tuple[int, int, int]:
 
 
 def install(namespace: str, op: str, checked: str) -> Native | None:
-    """The native kernel at `namespace::op`'s CUDA key (once per process), or None (status() says why)."""
+    """The native kernel at `namespace::op`'s CUDA key (once per process and op), or None (status() says
+    why). A failed build is remembered for every op."""
     with _lock:
-        if "native" in _state:
-            return _state["native"]
+        slot = f"native:{namespace}::{op}"
+        if slot in _state:
+            return _state[slot]
         native = None
         if os.environ.get("KGEN_NATIVE", "1") == "0":
             _state["status"] = "off (KGEN_NATIVE=0)"
+        elif _state.get("failed"):
+            pass
         else:
             try:
                 native = Native(build())
@@ -207,8 +233,14 @@ def install(namespace: str, op: str, checked: str) -> Native | None:
             except (RuntimeError, OSError, AttributeError) as e:
                 native = None
                 _state["status"] = f"off: {e}"[:2000]
-        _state["native"] = native
+                _state["failed"] = True
+        _state[slot] = native
         return native
+
+
+def installed() -> list[Native]:
+    """The native kernels installed so far (kgen.ops.forget drops their variants)."""
+    return [v for k, v in _state.items() if k.startswith("native:") and v is not None]
 
 
 def install_for_tests(namespace: str, op: str, checked: str, dispatch_key: str, launch: int, stream: int,

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .diagnostics import KgenError, Problem
 from .files import write_all
+from .source import read_regular
 
 HEADERS_DIR = ("include", "kgen")  # the real headers, copied: kgen's own directory
 
@@ -62,7 +63,6 @@ def _is_ours(path: Path, rel: tuple[str, ...], banner: str) -> bool:
     """Did kgen write this file? Its first line carries the banner, or it is a copied kgen header."""
     if rel[:2] == HEADERS_DIR and path.suffix in (".cuh", ".h"):
         return True
-    from .source import read_regular
 
     try:
         head = read_regular(path, 1 << 20)[:400].decode("utf-8", "replace")

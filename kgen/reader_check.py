@@ -23,11 +23,21 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import layout as L
+from . import reader_layout as RL
+from .arch import check as check_arch
+from .compile import compile_rendered
+from .dtypes import torch_name
+from .reader_layout import readable
+from .reader_plan import ring_tunes
+from .render import render_reader
+from .runtime import device_info
+from .sample import sample_specs
 from .spec import Spec
+from .timing import Timer, _with_bw, copy_bandwidth
 
 TOPK = 512
 ERROR_BOUND = 1e-3  # of max |logit|
-HEADS = L.READER_HEADS
+HEADS = RL.READER_HEADS
 BENCH_SHAPES = ((1, 4096), (1, 65536), (1, 262144), (32, 4096), (32, 65536), (128, 4096), (128, 65536))
 BYTE_MODEL = ("per key: layout.bytes_per_token read (its row and scales as stored) + 4 B of fp32 logit written; "
               "q, weights and the block table not counted. GB/s = bytes / time / 1e9")
@@ -64,7 +74,7 @@ def _torch():
 
 def q_dtype(spec: Spec):
     torch = _torch()
-    return {"bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}[L.reader_q_dtype(spec)]
+    return getattr(torch, torch_name(RL.reader_q_dtype(spec)))
 
 
 def write_pages(spec: Spec, num_pages: int, *, seed: int, device: str = "cuda", max_written: int = 1 << 16):
@@ -89,10 +99,10 @@ def writer_inputs(spec: Spec, n: int, *, seed: int, device: str = "cuda") -> tup
     """(x, weight, bias, freqs, positions) of `n` random tokens for the spec's writer (None where the
     spec has no such input)."""
     torch = _torch()
-    from . import reference as R
+    from . import inputs as I
 
     g = torch.Generator(device="cpu").manual_seed(seed)
-    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[spec.input_dtype]
+    dt = getattr(torch, torch_name(spec.input_dtype))
     D = spec.head_dim
     x = (3 * torch.randn(n, D, generator=g)).to(device=device, dtype=dt)
     weight: Any = None
@@ -104,7 +114,7 @@ def writer_inputs(spec: Spec, n: int, *, seed: int, device: str = "cuda") -> tup
     if spec.norm.kind == "layernorm":
         bias = (0.1 * torch.randn(D, generator=g)).to(device=device, dtype=dt)
     if spec.rope.dim:
-        freqs = R.rope_freqs(4096, spec.rope.dim, device=device)
+        freqs = I.rope_freqs(4096, spec.rope.dim, device=device)
         positions = torch.randint(0, 4096, (n,), generator=g).to(device)
     return x, weight, bias, freqs, positions
 
@@ -188,8 +198,8 @@ def compare(variant: str, case: str, got, want, *, topk: int = TOPK) -> LogitsRe
 
 def launcher(spec: Spec, args: tuple, tune: dict | None = None, *, check_bounds: bool = False):
     """(launch, logits) of the reader on `args`: the shipped choice (kgen.indexer.prepare: the cubin of
-    this launch shape) with `tune`'s layout.READER_TUNING_DEFAULTS overrides (None: the shipped default)."""
-    from .indexer import prepare
+    this launch shape) with `tune`'s RL.READER_TUNING_DEFAULTS overrides (None: the shipped default)."""
+    from .ops.reader import prepare
 
     return prepare(spec, *args, check_bounds=check_bounds, tune=tune)
 
@@ -240,7 +250,6 @@ def byte_model(spec: Spec, batch: int, keys: int) -> int:
 def bench_case(torch, timer, spec: Spec, batch: int, keys: int, copy_gbps: float | None, *, seed: int = 0,
                torch_path: bool = False, tunes: tuple = (None,)) -> list[dict]:
     """One entry per tuning (None: the shipped default) on the same inputs."""
-    from .bench import _with_bw
 
     args = make_case(spec, [keys] * batch, seed=seed, extra_pages=0, max_seq_len=keys)
     nbytes = byte_model(spec, batch, keys)
@@ -273,9 +282,6 @@ def bench_case(torch, timer, spec: Spec, batch: int, keys: int, copy_gbps: float
 
 def sample_readable(k: int, seed: int = 0) -> list[Spec]:
     """K random specs the validator accepts and the reader can read (kgen.sample's sampler)."""
-    from .indexer import readable
-    from .sample import sample_specs
-
     out: list[Spec] = []
     n = 4 * k
     while len(out) < k and n <= 64 * k:
@@ -314,37 +320,62 @@ def _line(r: LogitsResult) -> str:
             f" (near-ties {r.near_ties}) rows {r.rows_compared}" + (f"  {r.reason}" if r.reason else ""))
 
 
-def test_readers(specs: list[Spec], sampled: list[Spec], *, seed: int = 0, say=print) -> list[LogitsResult]:
-    """`kgen test`'s read side: every correctness case of each readable variant given, two cases of each
-    readable sampled spec."""
-    from .indexer import readable
+TUNE_CASES = (2, 3)  # the cases an alternative tuning runs by default: 70000 keys, a ragged MTP batch
 
+
+def test_readers(specs: list[Spec], sampled: list[Spec], *, seed: int = 0, say=print, tunes: tuple = (),
+                 tune_cases: tuple | None = TUNE_CASES) -> list[LogitsResult]:
+    """`kgen test`'s read side: every correctness case of each readable variant given, two cases of each
+    readable sampled spec, and each alternative tuning of `tunes` (kgen.reader_layout.READER_TUNING_DEFAULTS
+    overrides; `kgen test --reader-tune`) on the `tune_cases` of each variant (None: every case)."""
     mine = [s for s in specs if readable(s)]
     samples = [s for s in sampled if readable(s)]
     if not mine and not samples:
         return []
-    say(f"kgen test: indexer_logits on {len(mine)} variant(s) and {len(samples)} sampled spec(s)")
-    precompile([(s, None) for s in mine + samples], say=say)
+    alternatives = [t for t in tunes if t]
+    say(f"kgen test: indexer_logits on {len(mine)} variant(s) and {len(samples)} sampled spec(s)"
+        + (f", {len(alternatives)} alternative tuning(s)" if alternatives else ""))
+    precompile([(s, None) for s in mine + samples] + [(s, t) for s in mine for t in alternatives], say=say)
     res = test_specs(mine, seed=seed, say=say) + test_specs(samples, seed=seed, quick=True, say=say)
+    for tune in alternatives:
+        res += test_specs(mine, seed=seed, say=say, tune=tune, cases=tune_cases)
     say(f"kgen test: indexer_logits {sum(r.ok for r in res)}/{len(res)} case(s) ok")
     return res
 
 
-def bench_readers(specs: list[Spec], timer, copy: dict, *, say=print) -> dict:
-    """`kgen bench`'s read side: BENCH_SHAPES for each readable variant given (the Torch path beside fp8)."""
-    from .indexer import readable
-
+def bench_readers(specs: list[Spec], timer, copy: dict, *, say=print, tunes: tuple = (None,),
+                  shapes: tuple | None = None) -> dict:
+    """`kgen bench`'s read side: `shapes` (default BENCH_SHAPES) for each readable variant given (the Torch
+    path beside fp8), each tuning of `tunes` side by side (`kgen bench --reader-tune`)."""
     mine = [s for s in specs if readable(s)]
     if not mine:
         return {"results": []}
+    precompile([(s, t) for s in mine for t in tunes], say=say)
+    return bench_specs(mine, shapes or BENCH_SHAPES, timer=timer, copy=copy, say=say, tunes=tunes)
+
+
+def profile_readers(specs: list[Spec], shapes: tuple, *, say=print) -> list[str]:
+    """`kgen bench --profile`: one launch per (readable variant, shape) after a warm-up launch, nothing
+    timed: what `ncu -c` attaches to. Returns what it launched."""
+    torch = _torch()
+    mine = [s for s in specs if readable(s)]
     precompile([(s, None) for s in mine], say=say)
-    return bench_specs(mine, timer=timer, copy=copy, say=say)
+    profiled = []
+    for spec in mine:
+        for b, k in shapes:
+            args = make_case(spec, [k] * b, extra_pages=0, max_seq_len=k)
+            launch, _ = launcher(spec, args)
+            torch.cuda.synchronize()
+            launch()
+            torch.cuda.synchronize()
+            profiled.append(f"{spec.name} {b}x{k}")
+            say(f"profiled {spec.name} {b} x {k}")
+    return profiled
 
 
 def bench_specs(specs: list[Spec], shapes=BENCH_SHAPES, *, torch_path_shapes=((1, 65536), (32, 65536)),
                 say=print, tunes: tuple = (None,), timer=None, copy: dict | None = None) -> dict:
     torch = _torch()
-    from .bench import Timer, copy_bandwidth
 
     timer = timer or Timer(torch)
     copy = copy or copy_bandwidth(torch, timer)
@@ -383,29 +414,11 @@ def bench_line(e: dict) -> str:
     return text
 
 
-def ring_tunes(spec: Spec, tune: dict | None) -> list[dict | None]:
-    """`tune` and the tunings layout.reader_wg_shape_tune picks for it at other shapes (the cp.async
-    variant's ring of small launches, the TMA variant's L2 policy of large ones): the cubins a run of
-    `tune` may load."""
-    from .indexer import readable
-
-    if not readable(spec) or not L.reader_wg_enabled(L.compute(spec), tune):
-        return [tune]
-    lay = L.compute(spec)
-    small = L.reader_wg_shape_tune(lay, tune, 1, 1, 1, 1, 1 << 40)  # one key, an L2 it fits
-    large = L.reader_wg_shape_tune(lay, tune, 1 << 10, 1, 1 << 20, 1, 1)  # more keys than SMs and L2 hold
-    return [t for i, t in enumerate([tune, small, large]) if t not in [tune, small, large][:i]]
-
-
 def precompile(jobs: list[tuple[Spec, dict | None]], say=print) -> None:
     """Render every (spec, tuning) serially, then NVRTC-compile the cache misses in threads."""
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from .arch import check as check_arch
-    from .compile import compile_rendered
-    from .render import render_reader
-    from .runtime import device_info
 
     t0 = time.perf_counter()
     info = device_info()
@@ -426,67 +439,3 @@ def precompile(jobs: list[tuple[Spec, dict | None]], say=print) -> None:
     say(f"precompiled {len(rendered)} readers in {time.perf_counter() - t0:.1f} s ({len(errors)} failed)")
     for e in errors[:5]:
         say(f"  {e}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import json
-    import sys
-    from pathlib import Path
-
-    ap = argparse.ArgumentParser(prog="python -m kgen.reader_check")
-    ap.add_argument("mode", choices=["test", "bench", "profile"])
-    ap.add_argument("--shapes", default="1x4096,32x65536", help="profile: B x keys, one launch each (for ncu)")
-    ap.add_argument("paths", nargs="*", type=Path)
-    ap.add_argument("--sample", type=int, default=0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", type=Path)
-    ap.add_argument("--tunes", default="[null]", help="JSON list of tunings (null: the default) to compare")
-    ap.add_argument("--bench-shapes", help="bench: B x keys list (default: BENCH_SHAPES, DeepGEMM's table)")
-    ap.add_argument("--tune-cases", default="2,3",
-                    help="test: the correctness cases each alternative tuning runs (indices, or 'all')")
-    a = ap.parse_args(argv)
-    from .indexer import readable
-    from .validate import validate_paths
-
-    specs = [s for s in validate_paths(a.paths).specs() if readable(s)]
-    tunes = tuple(json.loads(a.tunes))
-    samples = sample_readable(a.sample, a.seed) if a.mode == "test" and a.sample else []
-    precompile([(s, t) for s in specs for t in tunes] + [(s, None) for s in samples])
-    if a.mode == "test":
-        res = test_specs(specs, seed=a.seed)
-        res += test_specs(samples, seed=a.seed, quick=True)
-        # each alternative on the 70000-key and a ragged MTP case per variant (by default)
-        tune_cases = None if a.tune_cases == "all" else tuple(int(i) for i in a.tune_cases.split(","))
-        for tune in (t for t in tunes if t):
-            res += test_specs(specs, seed=a.seed, tune=tune, cases=tune_cases)
-        out: dict[str, Any] = {"results": [r.to_json() for r in res]}
-        ok = all(r.ok for r in res)
-        print(f"{sum(r.ok for r in res)} passed, {sum(not r.ok for r in res)} failed")
-    elif a.mode == "profile":  # one launch per (variant, shape), after a warm-up launch, for ncu -c
-        torch = _torch()
-        profiled: list[str] = []
-        out, ok = {"profiled": profiled}, True
-        for spec in specs:
-            for shape in a.shapes.split(","):
-                b, k = (int(x) for x in shape.split("x"))
-                args = make_case(spec, [k] * b, extra_pages=0, max_seq_len=k)
-                launch, _ = launcher(spec, args)
-                torch.cuda.synchronize()
-                launch()
-                torch.cuda.synchronize()
-                profiled.append(f"{spec.name} {b}x{k}")
-                print(f"profiled {spec.name} {b} x {k}")
-    else:
-        shapes = BENCH_SHAPES if not a.bench_shapes else tuple(
-            tuple(int(x) for x in shape.split("x")) for shape in a.bench_shapes.split(","))
-        out = bench_specs(specs, shapes, tunes=tunes)
-        ok = all("error" not in e for e in out["results"])
-    if a.json:
-        a.json.write_text(json.dumps(out, indent=1, default=str))
-    sys.stdout.flush()
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -18,7 +18,7 @@ skipped, with the reason) and every context length S (keys of one sequence):
    - score error: rms and max of (variant - full) in units of the query's full-precision score
      spread (std over keys), and max |error| / max |score|.
 
-Key model (synthetic keys): the writer's input rows are `kgen.reference.sample_rows`, the model the
+Key model (synthetic keys): the writer's input rows are `kgen.inputs.sample_rows`, the model the
 GPU tests use: Gaussian values, per-token magnitudes over about two decades (exp(U(-2.5, 2))), and
 head_dim/64 outlier channels scaled 10..60x for every token; norm weight 1 +- 0.1 (bias 0 +- 0.1),
 RoPE at positions 0..S-1 with a theta-10000 table, then the spec's own Hadamard. The norm removes
@@ -66,8 +66,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .diagnostics import KgenError, Problem
+from .diagnostics import KgenError, Problem, err
+from .files import write_all, write_atomic
+from .gpurun import precompile
+from .layout import compute
+from .rules import check_variant
+from .runtime import gpu_problem, torch_or_none
 from .spec import Spec
+from .validate import validate_paths
 
 DEFAULT_CONTEXTS_GPU = (4096, 16384, 65536, 262144, 1048576)
 DEFAULT_CONTEXTS_CPU = (4096, 16384, 65536)
@@ -128,8 +134,6 @@ class Selection:
 def select(paths: list[Path], toggle_hadamard: bool = False) -> Selection:
     """Every variant of every path, validated (KgenError with every error otherwise), split into
     indexer keys and skipped ones."""
-    from .rules import check_variant
-    from .validate import validate_paths
 
     found = validate_paths(paths)
     sel, problems = Selection(), list(found.problems)
@@ -402,7 +406,7 @@ class Inputs:
 def synthetic_inputs(S: int, head_dim: int, seed: int) -> Inputs:
     import torch
 
-    from .reference import sample_rows
+    from .inputs import sample_rows
 
     g = torch.Generator().manual_seed(_seed(seed, S, 1))
     rows = sample_rows(S, head_dim, g)
@@ -419,7 +423,7 @@ def writer_args(spec: Spec, inp: Inputs, device) -> dict:
     """Keyword arguments of norm_rope_store (everything but the cache) for this spec."""
     import torch
 
-    from .reference import _INPUT, rope_freqs
+    from .inputs import _INPUT, rope_freqs
 
     S = inp.rows.shape[0]
     dt = _INPUT[spec.input_dtype]
@@ -447,7 +451,6 @@ def write_cache(spec: Spec, args: dict, on_gpu: bool):
     """The paged cache (uint8 [pages, page_bytes]) after writing all S keys through the variant."""
     import torch
 
-    from .layout import compute
 
     lay = compute(spec)
     S = args["x"].shape[0]
@@ -492,7 +495,6 @@ def _step(specs: list[Spec], rows: int, heads: int) -> int:
     identical bits): the score module's rule, for the largest page, rounded to whole pages."""
     import torch
 
-    from .layout import compute
     from .score import key_chunk
 
     lays = [compute(s) for s in specs]
@@ -508,7 +510,6 @@ def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str
     of full precision (it must share the variants' norm/RoPE/Hadamard). `user`: the `--keys` tensors."""
     import torch
 
-    from .layout import compute
     from .reference import hadamard as rotate
     from .score import dense_logits, sequence_logits
 
@@ -865,7 +866,6 @@ def _recall(paths: list[Path], *, contexts: str | None, topk: int, queries: int,
         names = ", ".join(s["variant"] for s in sel.skipped) or "none"
         raise KgenError([_problem("recall-nothing", f"no indexer-key variant to measure (skipped: {names})")])
     dims = {s.head_dim for s, _ in sel.variants}
-    from .runtime import gpu_problem, torch_or_none
 
     if torch_or_none() is None:
         raise _usage("kgen recall needs torch (pip install 'kgen[torch]')")
@@ -924,7 +924,6 @@ def _recall(paths: list[Path], *, contexts: str | None, topk: int, queries: int,
     if plot is not None:
         outputs[Path(plot)] = plot_png(data)
     if outputs:
-        from .files import write_all
 
         try:
             write_all(outputs)  # the JSON and the PNG, both or neither
@@ -952,7 +951,6 @@ def finite_or_null(value):
 
 
 def _precompile(specs: list[Spec]) -> None:
-    from .gpurun import precompile
 
     errors = precompile(specs)
     if errors:
@@ -972,7 +970,7 @@ def report(rows: list[dict], sel: Selection, st: Settings, seconds: float) -> di
         "inputs": {
             "keys": str(st.keys_file) if st.keys_file else "synthetic",
             "key_model": None if st.keys_file else (
-                "kgen.reference.sample_rows: Gaussian rows x per-token magnitude exp(U(-2.5, 2)), head_dim/64 "
+                "kgen.inputs.sample_rows: Gaussian rows x per-token magnitude exp(U(-2.5, 2)), head_dim/64 "
                 "outlier channels x U(10, 60); norm weight 1 +- 0.1, bias 0 +- 0.1; RoPE at positions 0..S-1; "
                 "the spec's Hadamard"),
             "query_model": f"{st.heads} heads of isotropic Gaussian q (rotated like the keys), weights N(0, 1/H), fp32",
@@ -1019,7 +1017,6 @@ def _ctx(n: int) -> str:
 
 def write_plot(data: dict, path: Path) -> None:
     """`plot_png` of a report (e.g. a `--json` file's contents) written to `path`."""
-    from .files import write_atomic
 
     write_atomic(path, plot_png(data))
 

@@ -1,4 +1,4 @@
-"""Where kgen's own files are: the jinja templates and the kernel headers.
+"""Where kgen's own files are: the jinja templates and the kernel headers, and the cache root.
 
 In an installed wheel they are package data (kgen/templates); in the source tree they are the
 repository's templates/. Imports nothing heavy (the warm `kgen compile` path hashes them).
@@ -6,6 +6,7 @@ repository's templates/. Imports nothing heavy (the warm `kgen compile` path has
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -18,3 +19,13 @@ def _templates() -> Path:
 
 TEMPLATES = _templates()
 INCLUDE = TEMPLATES / "include"  # the real headers (kgen/*.cuh): NVRTC's include path
+
+
+def cache_root() -> Path:
+    """$KGEN_CACHE_DIR, else the platform's user cache dir + /kgen (~/.cache/kgen on Linux)."""
+    env = os.environ.get("KGEN_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("kgen", appauthor=False))

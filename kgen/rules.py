@@ -22,6 +22,8 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 from . import arch as A
 from . import layout as L
 from .diagnostics import Problem, shown
@@ -34,7 +36,6 @@ NAME_MAX = 64
 PAGE_SIZE_MAX = 65536
 PAGE_BYTES_LIMIT = 1 << 31
 HEAD_DIM_RANGE = (32, 1024)
-MAX_THREADS_PER_BLOCK = 1024
 MAX_TOKENS_PER_WARP = 8
 MAX_NUM_TOKENS = 2**31 - 1  # the kernel ABI's int32 num_tokens
 FAST_SCALES = ("none", "fp32")  # numerics fast: scales whose tolerance is stated (docs/numerics.md)
@@ -480,6 +481,25 @@ def rule_host(spec: Spec, lay) -> Iterator[Problem]:
 COMPRESS_RATIO_MAX = 1 << 16
 
 
+def twin_limits() -> dict[str, int]:
+    """The numbers the kernel's static_assert twins compare against (templates/include/kgen/checks.cuh),
+    by their C++ name: kgen.render writes them into every variant's config, so a header re-derives the
+    rules' logic from them and never types a number this module (or kgen.arch) owns."""
+    return {
+        "kPageSizeMax": PAGE_SIZE_MAX,
+        "kPageBytesLimit": PAGE_BYTES_LIMIT,
+        "kHeadDimMin": HEAD_DIM_RANGE[0],
+        "kHeadDimMax": HEAD_DIM_RANGE[1],
+        "kMaxWarpsPerBlock": A.MAX_THREADS_PER_BLOCK // L.WARP,
+        "kMaxTokensPerWarp": MAX_TOKENS_PER_WARP,
+        "kMaxWarpsPerSm": A.MAX_WARPS_PER_SM,
+        "kFp4Block": FP4_BLOCK,
+        "kMaxNumTokens": MAX_NUM_TOKENS,
+        "kCompressRatioMax": COMPRESS_RATIO_MAX,
+        "kSmRegisters": A.REGISTERS_PER_SM,
+    }
+
+
 @rule("positions", "an engine plan (decode_plan, compress_plan) replaces the positions array: it needs RoPE "
       "and a sane compress ratio", twin=True)
 def rule_positions(spec: Spec, lay) -> Iterator[Problem]:
@@ -501,9 +521,9 @@ def rule_positions(spec: Spec, lay) -> Iterator[Problem]:
 @rule("launch", "the launch shape fits a thread block", twin=True)
 def rule_launch(spec: Spec, lay) -> Iterator[Problem]:
     w, t = spec.launch.warps_per_block, spec.launch.tokens_per_warp
-    if not 1 <= w <= MAX_THREADS_PER_BLOCK // L.WARP:
+    if not 1 <= w <= A.MAX_THREADS_PER_BLOCK // L.WARP:
         yield _p("launch", ("launch", "warps_per_block"), f"{w} warps x 32 = {w * 32} threads; a block holds "
-                 f"1 to {MAX_THREADS_PER_BLOCK}", "use 1 to 32 warps (8 is a good default)")
+                 f"1 to {A.MAX_THREADS_PER_BLOCK}", "use 1 to 32 warps (8 is a good default)")
     if not 1 <= t <= MAX_TOKENS_PER_WARP:
         yield _p("launch", ("launch", "tokens_per_warp"), f"tokens_per_warp {t} must be in "
                  f"[1, {MAX_TOKENS_PER_WARP}] (registers)", "use 1 or 2")
@@ -557,7 +577,7 @@ def rule_numerics(spec: Spec, lay) -> Iterator[Problem]:
 @rule("launch-occupancy", "min_blocks_per_sm is one each target's SM can hold (else ptxas ignores it)")
 def rule_launch_occupancy(spec: Spec, lay) -> Iterator[Problem]:
     w, m = spec.launch.warps_per_block, spec.launch.min_blocks_per_sm
-    if m <= 0 or not 1 <= w <= MAX_THREADS_PER_BLOCK // L.WARP or m * w > A.MAX_WARPS_PER_SM:
+    if m <= 0 or not 1 <= w <= A.MAX_THREADS_PER_BLOCK // L.WARP or m * w > A.MAX_WARPS_PER_SM:
         return  # no hint, or already the launch rule's problem
     for t in spec.targets:
         limits = A.sm_limits(t)
@@ -573,8 +593,6 @@ def rule_launch_occupancy(spec: Spec, lay) -> Iterator[Problem]:
 
 def _int_fields(model, prefix: tuple = ()) -> Iterator[tuple[tuple, int]]:
     """(loc, value) of every integer of a spec (bools aside), nested sections included."""
-    from pydantic import BaseModel
-
     for name in type(model).model_fields:
         value = getattr(model, name)
         if isinstance(value, BaseModel):

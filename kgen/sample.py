@@ -16,6 +16,9 @@ import random
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
+from pydantic import ValidationError
+
+from .rules import FAST_SCALES, check_variant
 from .spec import Spec
 
 T = TypeVar("T")
@@ -98,7 +101,6 @@ def spec_candidate(c: Chooser, *, name: str, kind: str | None = None, max_page_s
         "launch": launch,
         "targets": list(targets),
     }
-    from .rules import FAST_SCALES
 
     if store["dtype"] == "fp8_e4m3" and "rope_dtype" not in store and store["scale"] in FAST_SCALES \
             and c.choice((False, False, True)):
@@ -115,10 +117,6 @@ def spec_candidate(c: Chooser, *, name: str, kind: str | None = None, max_page_s
 
 def accepted(data: dict) -> bool:
     """Does kgen's validator accept this spec dict (no errors; warnings allowed)?"""
-    from pydantic import ValidationError
-
-    from .rules import check_variant
-
     try:
         spec = Spec.model_validate(data)
     except ValidationError:

@@ -52,16 +52,18 @@ from typing import Any
 import torch
 
 from . import reference as R
-from .abi import ArgumentError
+from .diagnostics import ArgumentError
+from .dtypes import torch_name
 from .layout import Layout, compute
-from .ops import resolve_spec
+from .reader_layout import READER_Q_DTYPE
+from .resolve import resolve_spec
 from .spec import Spec
 
 __all__ = ["CHUNK_BYTES", "LogitsChecked", "Q_DTYPES", "check_logits_arguments", "dense_logits",
            "gather_keys", "indexer_logits_batched", "indexer_logits_torch", "key_chunk", "sequence_logits",
            "visible_lengths"]
 
-Q_DTYPES = ("bfloat16", "float8_e4m3fn")
+Q_DTYPES = tuple(dict.fromkeys(torch_name(d) for d in READER_Q_DTYPE.values()))  # q's torch dtypes
 CHUNK_BYTES = 256 << 20  # budget of one [rows, heads, keys] intermediate
 NAMES = ("q", "weights", "cache", "block_table", "seq_lens")
 INT32_MAX = 2**31 - 1

@@ -94,16 +94,14 @@ class Host(_Model):
 
 class Launch(_Model):
     """Kernel launch shape (kgen extension; the defaults are what the H200 benchmark chose on production-like
-    inputs, bench/results/h200-2026-11-30: 4-warp blocks beat 8 and 16 at every head_dim and token count
-    measured)."""
+    inputs: bench/results/h200-2026-11-30/README.md)."""
 
     warps_per_block: int = Field(4, description="warps per thread block (one token per warp at a time)")
     tokens_per_warp: int = Field(2, description="tokens a warp loads before it computes (memory "
-                                 "parallelism); the grid shrinks accordingly (below `large_min_tokens`, if set). 2 "
-                                 "is faster than the peer at every N; 4 moves more bytes at 1M tokens (head_dim 128: "
-                                 "0.81 of copy against 0.77) but adds latency at small N (CUDA graph, 1 token: 1.5 us "
-                                 "against 1.2): the shipped indexers take 8 (loaded in stages of 2, `stage_tokens`) "
-                                 "from 16384 tokens on")
+                                 "parallelism); the grid shrinks accordingly (below `large_min_tokens`, if set). More "
+                                 "tokens per warp move more bytes at large N but add latency at small N, so the "
+                                 "shipped indexers take 8 (loaded in stages of 2, `stage_tokens`) from 16384 tokens "
+                                 "on (the figures: bench/results/h200-2026-11-30/writer3/README.md)")
     min_blocks_per_sm: int = Field(0, description="__launch_bounds__ minimum resident blocks per SM; "
                                    "caps registers at 65536 / (threads x this) for occupancy (0: no hint)")
     pdl: bool = Field(True, description="programmatic dependent launch on sm_90+: the kernel waits for the "

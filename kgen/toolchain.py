@@ -19,6 +19,10 @@ import json
 import os
 from pathlib import Path
 
+from .files import write_atomic
+from .resources import cache_root
+from .source import read_regular
+
 # NVRTC 13.x's list, used only when no libnvrtc can be found.
 FALLBACK_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121)
 PROBE_RECORD = "nvrtc_archs.json"  # in the cache root
@@ -70,8 +74,6 @@ def dist_versions() -> dict[str, str]:
 def _probe_file() -> Path | None:
     if os.environ.get("KGEN_NO_PROBE_CACHE"):
         return None
-    from .cache import cache_root
-
     return cache_root() / PROBE_RECORD
 
 
@@ -86,7 +88,6 @@ def probe_key(lib: Path) -> str | None:
 
 def _read_probe(key: str) -> tuple[frozenset[int], str] | None:
     """The recorded probe of this very library, if any (a special file or garbage is ignored)."""
-    from .source import read_regular
 
     f = _probe_file()
     try:
@@ -99,7 +100,6 @@ def _read_probe(key: str) -> tuple[frozenset[int], str] | None:
 
 
 def _write_probe(key: str, archs: frozenset[int], source: str) -> None:
-    from .files import write_atomic
 
     f = _probe_file()
     if f is None:

@@ -1,11 +1,13 @@
-"""Host cost per call of each piece of torch.ops.kgen.norm_rope_store on this GPU (docs/ops.md, "Host cost").
+"""Host cost per eager call of both ops on this GPU, and of each piece (docs/ops.md, "Host cost").
 
-    python scripts/host_breakdown.py [--tokens N] [--json FILE]
+    python scripts/host_breakdown.py [--tokens N] [--batch B --keys K] [--json FILE]
 
-Median of 9 loops of 2000 calls each (no sync inside a loop), microseconds per call. Complements
-`kgen bench`'s host_us_per_call with the pieces: the current-stream lookups, the generated Python
-check alone, the dispatcher into an empty Python and the `.default` overload, and the native kernel's
-counters."""
+Prints `host_us_per_call` of torch.ops.kgen.norm_rope_store (the writer, N tokens) and of
+torch.ops.kgen.indexer_logits (the reader, B sequences of K keys, fp8), measured the same way: median
+of 9 loops of 2000 calls each (no sync inside a loop), microseconds per call. The pieces: the
+current-stream lookups, the generated Python check alone, the dispatcher into an empty Python op, the
+Python kernel (the checked twin each native kernel falls back to), and the native kernels' counters
+(launched natively vs declined)."""
 
 from __future__ import annotations
 
@@ -36,9 +38,50 @@ def per_call_us(fn, calls: int = 2000, loops: int = 9) -> float:
     return round(statistics.median(out), 3)
 
 
+def reader_cost(batch: int, keys: int) -> dict:
+    """The reader op's host cost: B sequences of `keys` keys of the fp8 indexer layout (reader_check's
+    inputs: pages written by the writer), eager calls of torch.ops.kgen.indexer_logits."""
+    import torch
+
+    from kgen import fastpath, ops
+    from kgen.abi import INDEXER_LOGITS
+    from kgen.ops import reader
+    from kgen.reader_check import make_case
+
+    name = str(SPEC)
+    v = ops.resolve(name)
+    q, w, cache, table, lens, msl = make_case(v.spec, [keys] * batch, seed=0)
+    op = torch.ops.kgen.indexer_logits
+    for _ in range(3):  # loads, installs the native kernel, learns the shape and the cache's map
+        op(name, q, w, cache, table, lens, msl)
+    torch.cuda.synchronize()
+    kop = reader._op(name)
+    logits = torch.empty((batch, msl), dtype=torch.float32, device="cuda")
+    check = fastpath.build_check(INDEXER_LOGITS, v.spec, v.layout)
+    kernel = ops.native_kernel(INDEXER_LOGITS.kernel)
+    before = kernel.counts() if kernel else None
+    pieces = {
+        "op (packet)": lambda: op(name, q, w, cache, table, lens, msl),
+        "op (.default overload)": lambda: op.default(name, q, w, cache, table, lens, msl),
+        "Python kernel (checked twin)": lambda: torch.ops.kgen._indexer_logits_checked(name, q, w, cache, table,
+                                                                                         lens, msl),
+        "Python fast path (check + launch, logits given)": lambda: kop.fast(q, w, cache, table, lens, logits),
+        "generated Python check": lambda: check(q, w, cache, table, lens, logits),
+        "torch.empty of the logits": lambda: torch.empty((batch, msl), dtype=torch.float32, device="cuda"),
+    }
+    out: dict = {"batch": batch, "keys": keys, "us_per_call": {k: per_call_us(f) for k, f in pieces.items()}}
+    out["host_us_per_call"] = out["us_per_call"]["op (packet)"]
+    if kernel is not None and before is not None:
+        after = kernel.counts()
+        out["native_calls"] = {"launched": after[0] - before[0], "declined": after[1] - before[1]}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=4096)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--keys", type=int, default=4096)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     import torch
@@ -67,10 +110,12 @@ def main() -> int:
         "Python kernel (checked twin)": lambda: torch.ops.kgen._norm_rope_store_checked(name, *args),
         "raw launcher (prepare().run, ctypes)": raw,
     }
-    out = {"tokens": a.tokens, "native": native.status(), "us_per_call": {k: per_call_us(f) for k, f in pieces.items()}}
+    writer = {"tokens": a.tokens, "us_per_call": {k: per_call_us(f) for k, f in pieces.items()}}
+    writer["host_us_per_call"] = writer["us_per_call"]["op (packet)"]
     if kernel is not None and before is not None:
         after = kernel.counts()
-        out["native_calls"] = {"launched": after[0] - before[0], "declined": after[1] - before[1]}
+        writer["native_calls"] = {"launched": after[0] - before[0], "declined": after[1] - before[1]}
+    out = {"native": native.status(), "writer": writer, "reader": reader_cost(a.batch, a.keys)}
     text = json.dumps(out, indent=1)
     print(text)
     if a.json:

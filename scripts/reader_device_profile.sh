@@ -8,7 +8,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD KGEN_CACHE_DIR=/tmp/kcache PYTHONUNBUFFERED=1
 timeout ${T_NCU:-150} ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
   --section ComputeWorkloadAnalysis -k regex:indexer_logits -c ${NCU_COUNT:-4} \
-  python3 -m kgen.reader_check profile specs/dsv4/indexer_fp8.yaml specs/indexer_bf16.yaml --shapes ${SHAPES:-1x4096,32x65536} \
+  python3 -m kgen bench specs/dsv4/indexer_fp8.yaml specs/indexer_bf16.yaml --profile ${SHAPES:-1x4096,32x65536} \
   > $OUT/ncu.txt 2>&1
 echo "ncu rc=$?"
 grep -E "indexer_logits|Duration|Throughput|Pipe|Achieved Occupancy|Registers|Stall|Warp Cycles|Issue" $OUT/ncu.txt | cut -c1-160 | head -90

@@ -37,10 +37,11 @@ def launch(spec: Spec, exe: Path, work: Path, n: int, seed: int = 0, inputs: dic
     cache bytes, the first few). Fails with the emulator's stderr (ASan's report) if it does not exit 0."""
     import torch
 
+    from kgen import inputs as I
     from kgen import reference as R
     from kgen.abi import NORM_ROPE_STORE, cpu_launch_files
 
-    inp = R.make_inputs(spec, n, seed=seed) if inputs is None else inputs
+    inp = I.make_inputs(spec, n, seed=seed) if inputs is None else inputs
     args = NORM_ROPE_STORE.check(spec, NORM_ROPE_STORE.arguments(spec, inp), require_cuda=False)
     d = work / f"n{n}"
     data = {k: t.contiguous().view(torch.uint8).numpy().tobytes() for k, t in args.tensors.items() if t is not None}

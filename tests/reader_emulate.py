@@ -41,11 +41,11 @@ def launch(spec: Spec, exe: Path, work: Path, args: tuple, *, sm_count: int = 4,
     import torch
 
     from kgen import indexer
-    from kgen import layout as L
+    from kgen import reader_plan as RP
     from kgen.abi import write_launch_files
 
     a = indexer.check(spec, *args, require_cuda=False, check_bounds=check_bounds)
-    grid, threads, smem, _ = L.reader_launch(spec, a.dims["B"], a.dims["next_n"], a.dims["max_seq_len"], sm_count,
+    grid, threads, smem, _ = RP.reader_launch(spec, a.dims["B"], a.dims["next_n"], a.dims["max_seq_len"], sm_count,
                                              wgmma=wgmma, tune=tune)
     data = {k: t.contiguous().view(torch.uint8).numpy().tobytes() for k, t in a.tensors.items() if t is not None}
     d = work / "launch"

@@ -33,7 +33,13 @@ def _s(name: str, kind: str) -> Scalar:
 MIXED = _table(_s("a", "int32"), _t("p"), _s("b", "float32"), _s("c", "int32"), _s("d", "int64"), _s("e", "int32"))
 MAP_BYTES = bytes(range(7, 7 + 128))
 # a tensor map after a 4-B scalar: 60 B of padding before it, and the struct padded to 64 B
-MAPPED = _table(_s("a", "int32"), TensorMap("m", "p", "a map of p", lambda a: MAP_BYTES), _t("p"), _s("b", "int64"))
+GEOMETRY = object()  # what the field describes; the launch stack's encoder turns it into bytes
+MAPPED = _table(_s("a", "int32"), TensorMap("m", "p", "a map of p", lambda a: GEOMETRY), _t("p"), _s("b", "int64"))
+
+
+def _encode(tensor, geometry) -> bytes:
+    assert geometry is GEOMETRY and tensor is not None  # the field's source tensor and its geometry
+    return MAP_BYTES
 # the one definition of kgen::TensorMap, as the kernels and the CPU shim compile it
 TENSOR_MAP_CXX = re.search(r"struct alignas\(64\) TensorMap \{.*?\};",
                            (ROOT / "templates/include/kgen/memory.cuh").read_text(), re.S).group(0)
@@ -60,11 +66,11 @@ def test_tensor_map_field_is_128_bytes_aligned_to_64():
     assert buf.bytes() == data and buf.address % 64 == 0  # the struct where cuda.h would align a CUtensorMap
 
 
-def _mapped_args(encode=None) -> A.Args:
-    from kgen.ops import resolve_spec
+def _mapped_args(geometry=None) -> A.Args:
+    from kgen.resolve import resolve_spec
 
-    table = _table(*(f if encode is None or not isinstance(f, TensorMap) else TensorMap(f.name, f.source, f.doc, encode)
-                     for f in MAPPED.fields))
+    table = _table(*(f if geometry is None or not isinstance(f, TensorMap)
+                     else TensorMap(f.name, f.source, f.doc, geometry) for f in MAPPED.fields))
     spec = resolve_spec(BF16)
     from kgen.layout import compute
 
@@ -77,12 +83,12 @@ def _mapped_args(encode=None) -> A.Args:
 
 def test_args_values_encode_tensor_maps():
     args = _mapped_args()
-    assert args.values() == (3, MAP_BYTES, 0x7F00, 4)
-    assert args.values(lambda _n, _t: 0, maps=False) == (3, bytes(128), 0, 4)  # the CPU runners' params.bin
-    assert args.pack()[64:192] == MAP_BYTES
-    short = _mapped_args(lambda a: bytes(100))  # struct would pad it silently: the ABI refuses it
+    assert args.values(encode=_encode) == (3, MAP_BYTES, 0x7F00, 4)
+    assert args.values(lambda _n, _t: 0) == (3, bytes(128), 0, 4)  # no encoder: zeros (the CPU runners' params.bin)
+    assert args.pack(_encode)[64:192] == MAP_BYTES
+    assert _mapped_args(lambda a: None).values(encode=_encode)[1] == bytes(128)  # the launch reads no map
     with pytest.raises(A.KgenError, match="m: its encoder returned 100 bytes, a tensor map has 128"):
-        short.values()
+        args.values(encode=lambda t, g: bytes(100))  # struct would pad it silently: the ABI refuses it
 
 
 def test_write_launch_files_zero_the_maps(tmp_path):

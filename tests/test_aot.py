@@ -35,8 +35,18 @@ def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("aot") / "kgen-aot"
     r = _kgen("compile", BF16, "--arch", ARCH, "--out", out)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert f"wrote {out / 'manifest.json'} (1 cubins)" in r.stderr
+    # the writer, the reader with its shipped tuning and the reader's per-shape tuning (kgen.abi.KERNELS)
+    assert f"wrote {out / 'manifest.json'} (3 cubins)" in r.stderr
     return out
+
+
+def _spec():
+    return validate_paths([BF16]).specs()[0]
+
+
+def _writer_entry(m: dict) -> dict:
+    (e,) = [e for e in m["kernels"] if e["kernel"] == "norm_rope_store"]
+    return e
 
 
 def _copy(built: Path, tmp_path: Path) -> Path:
@@ -51,15 +61,123 @@ def test_manifest_records_spec_hash_arch_symbol_and_abi(built):
     spec = validate_paths([BF16]).specs()[0]
     m = json.loads((built / "manifest.json").read_text())
     assert m["format"] == aot.FORMAT
-    (e,) = m["kernels"]
-    assert (e["variant"], e["arch"], e["kernel"]) == (spec.name, ARCH, "norm_rope_store")
+    e = _writer_entry(m)
+    assert (e["variant"], e["arch"], e["kernel"], e["tune"]) == (spec.name, ARCH, "norm_rope_store", "")
     assert e["spec_sha256"] == hashlib.sha256(spec.model_dump_json().encode()).hexdigest() == aot.spec_hash(spec)
     assert e["abi"] == KERNELS["norm_rope_store"].manifest() and e["abi"]["version"] >= 1
     cubin = (built / e["cubin"]).read_bytes()
     assert cubin[:4] == b"\x7fELF" and hashlib.sha256(cubin).hexdigest() == e["cubin_sha256"]
     assert e["symbol"].encode() in cubin  # the mangled kernel name is in the cubin's symbol table
     k = aot.AotDir(built).find(spec, ARCH)
-    assert k.cubin == cubin and k.symbol == e["symbol"]
+    assert k.cubin == cubin and k.symbol == e["symbol"] == KERNELS["norm_rope_store"].symbol(spec.name)
+
+
+def test_every_kernel_and_tuning_of_the_spec_is_in_the_directory(built):
+    from kgen.abi import INDEXER_LOGITS
+    from kgen.reader_plan import ring_tunes
+
+    spec = _spec()
+    m = json.loads((built / "manifest.json").read_text())
+    readers = sorted(e["tune"] for e in m["kernels"] if e["kernel"] == "indexer_logits")
+    tunes = ring_tunes(spec, None)
+    assert len(tunes) == 2 and readers == sorted(aot.tune_key(t) for t in tunes)
+    d = aot.AotDir(built)
+    for t in tunes:
+        k = d.find(spec, ARCH, INDEXER_LOGITS, t)
+        assert k.symbol == INDEXER_LOGITS.symbol(spec.name) and k.symbol.encode() in k.cubin
+
+
+def _edited(built: Path, tmp_path: Path, edit) -> Path:
+    d = _copy(built, tmp_path)
+    m = json.loads((d / "manifest.json").read_text())
+    edit(d, m)
+    (d / "manifest.json").write_text(json.dumps(m))
+    return d
+
+
+def test_an_entry_carrying_another_kernels_cubin_is_refused(built, tmp_path):
+    def swap(d, m):  # the writer's entry edited to carry the reader's cubin, hash and symbol
+        w = _writer_entry(m)
+        r = next(e for e in m["kernels"] if e["kernel"] == "indexer_logits" and not e["tune"])
+        w.update(cubin=r["cubin"], cubin_sha256=r["cubin_sha256"], symbol=r["symbol"])
+
+    with pytest.raises(KgenError, match="'symbol' is .* but this spec's is"):
+        aot.AotDir(_edited(built, tmp_path / "a", swap)).find(_spec(), ARCH)
+
+    def swap_bytes(d, m):  # the file itself replaced by another kernel's (hash updated to match)
+        w = _writer_entry(m)
+        r = next(e for e in m["kernels"] if e["kernel"] == "indexer_logits" and not e["tune"])
+        (d / w["cubin"]).write_bytes((d / r["cubin"]).read_bytes())
+        w["cubin_sha256"] = r["cubin_sha256"]
+
+    with pytest.raises(KgenError, match="holds no kernel"):
+        aot.AotDir(_edited(built, tmp_path / "b", swap_bytes)).find(_spec(), ARCH)
+
+
+@pytest.mark.parametrize("name", ["../outside.cubin", "/etc/passwd", "sub/x.cubin"])
+def test_cubin_names_are_confined_to_the_directory(built, tmp_path, name):
+    d = _edited(built, tmp_path, lambda d, m: _writer_entry(m).update(cubin=name))
+    with pytest.raises(KgenError, match="'cubin' is"):
+        aot.AotDir(d).find(_spec(), ARCH)
+
+
+def test_a_symlinked_or_fifo_cubin_is_not_read(built, tmp_path):
+    d = _copy(built, tmp_path)
+    e = _writer_entry(json.loads((d / "manifest.json").read_text()))
+    real = tmp_path / "elsewhere.cubin"
+    (d / e["cubin"]).rename(real)
+    (d / e["cubin"]).symlink_to(real)
+    with pytest.raises(KgenError, match="symbolic link"):
+        aot.AotDir(d).find(_spec(), ARCH)
+    (d / e["cubin"]).unlink()
+    os.mkfifo(d / e["cubin"])
+    with pytest.raises(KgenError, match="not a regular file"):
+        aot.AotDir(d).find(_spec(), ARCH)
+
+
+def test_duplicate_and_malformed_entries_are_located_errors(built, tmp_path):
+    d = _edited(built, tmp_path / "dup", lambda d, m: m["kernels"].append(dict(_writer_entry(m))))
+    with pytest.raises(KgenError, match=r"kernels\[3\]: .* is listed twice"):
+        aot.AotDir(d)
+    d = _edited(built, tmp_path / "nosym", lambda d, m: _writer_entry(m).pop("symbol"))
+    with pytest.raises(KgenError, match=r"kernels\[\d\]: no 'symbol' field"):
+        aot.AotDir(d)
+    d = _edited(built, tmp_path / "abi", lambda d, m: _writer_entry(m).update(abi=[1]))
+    with pytest.raises(KgenError, match=r"'abi' must be a object, got list"):
+        aot.AotDir(d)
+    d = _edited(built, tmp_path / "item", lambda d, m: m["kernels"].append(7))
+    with pytest.raises(KgenError, match=r"an entry must be an object, got int"):
+        aot.AotDir(d)
+
+
+def test_a_fifo_manifest_does_not_hang(tmp_path):
+    os.mkfifo(tmp_path / "manifest.json")
+    with pytest.raises(KgenError, match="not a regular file"):
+        aot.AotDir(tmp_path)
+    r = _kgen("compile", BF16, "--arch", ARCH, "--out", tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_out_file_with_json_is_a_usage_error_before_any_compile(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    r = _kgen("compile", BF16, "--arch", ARCH, "--out", f, "--json")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 2 and doc["results"] == [] and "not a directory" in doc["errors"][0]["message"]
+    assert "compiling" not in r.stderr and f.read_text() == "x"
+
+
+def test_two_concurrent_writers_leave_a_consistent_directory(built, tmp_path):
+    out = tmp_path / "out"
+    procs = [subprocess.Popen([sys.executable, "-m", "kgen", "compile", str(BF16), "--arch", ARCH, "--out", str(out)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stderr.read()
+    m = json.loads((out / "manifest.json").read_text())
+    listed = {e["cubin"] for e in m["kernels"]}
+    assert listed == {p.name for p in out.glob("*.cubin")}  # every listed cubin exists, nothing else is left
+    d = aot.AotDir(out)
+    assert d.find(_spec(), ARCH).cubin[:4] == b"\x7fELF"
 
 
 def test_refuses_another_spec(built, tmp_path):
@@ -76,7 +194,7 @@ def test_refuses_another_spec(built, tmp_path):
 def test_refuses_another_abi_version(built, tmp_path):
     d = _copy(built, tmp_path)
     m = json.loads((d / "manifest.json").read_text())
-    m["kernels"][0]["abi"]["version"] += 1
+    _writer_entry(m)["abi"]["version"] += 1
     (d / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(KgenError) as e:
         aot.AotDir(d).find(validate_paths([BF16]).specs()[0], ARCH)
@@ -101,7 +219,7 @@ def test_refuses_changed_cubin_bytes_and_missing_arch(built, tmp_path):
 def test_not_an_aot_dir(tmp_path):
     with pytest.raises(KgenError) as e:
         aot.AotDir(tmp_path)
-    assert e.value.exit_code == 2 and "not a kgen AOT directory" in e.value.problems[0].message
+    assert e.value.exit_code == 2 and "no such file" in e.value.problems[0].message
     (tmp_path / "manifest.json").write_text('{"format": "other"}')
     with pytest.raises(KgenError, match="manifest format 'other'"):
         aot.AotDir(tmp_path)
@@ -132,19 +250,23 @@ SERVE = BLOCKER + textwrap.dedent("""
     import torch
     import kgen.ops as ops
     from kgen import reference
+    from kgen import inputs as I
     from kgen.abi import NORM_ROPE_STORE
 
     name, arch, gpu = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
     v = ops.resolve(name)
     k = ops.aot_dir().find(v.spec, arch)          # KGEN_AOT_DIR, read without a compiler
     assert k.cubin[:4] == b"\\x7fELF"
-    inp = reference.make_inputs(v.spec, 33, seed=5)
+    inp = I.make_inputs(v.spec, 33, seed=5)
     args = tuple(t for k, t in NORM_ROPE_STORE.arguments(v.spec, inp).items() if k != "cache")
     ref = inp["cache"].clone()
     reference.norm_rope_store(v.spec, *args, ref)
     out = inp["cache"].clone()
     torch.ops.kgen.norm_rope_store(name, *args, out)  # CPU: the reference through the op
     assert torch.equal(out, ref)
+    from kgen.abi import INDEXER_LOGITS
+    for t in INDEXER_LOGITS.tunings(v.spec):  # the reader's cubins too, every tuning
+        assert ops.aot_dir().find(v.spec, arch, INDEXER_LOGITS, t).cubin[:4] == b"\x7fELF"
     if gpu:
         dev = [t.cuda() if t is not None else None for t in args]
         out = inp["cache"].cuda()
@@ -152,6 +274,17 @@ SERVE = BLOCKER + textwrap.dedent("""
         torch.cuda.synchronize()
         assert v.kernels[torch.cuda.current_device()]["aot"], v.kernels
         assert torch.equal(out.cpu(), ref), "GPU bytes differ from the reference (bf16 store: exact)"
+        from kgen.score import indexer_logits_torch
+        g = torch.Generator().manual_seed(1)
+        q = torch.randn(2, 1, 64, v.spec.head_dim, generator=g).to(torch.bfloat16)
+        w = torch.rand(2, 64, generator=g)
+        pages = out.shape[0]
+        table = torch.arange(2 * pages, dtype=torch.int32).reshape(2, pages) % pages
+        lens = torch.tensor([33, 20], dtype=torch.int32)
+        want = indexer_logits_torch(v.spec, q, w, out.cpu(), table, lens, 40)
+        got = torch.ops.kgen.indexer_logits(name, q.cuda(), w.cuda(), out, table.cuda(), lens.cuda(), 40)
+        torch.cuda.synchronize()
+        assert torch.allclose(got.cpu(), want, rtol=1e-4, atol=1e-3, equal_nan=True), "reader from the AOT dir"
     bad = sorted(m for m in sys.modules
                  if m.split(".")[0] == "jinja2" or m.startswith(("cuda.core", "cuda.bindings.nvrtc")))
     assert not bad, bad

@@ -17,7 +17,7 @@ from kgen.load import load_document  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
 ARCHS = ["sm_90a", "sm_100a", "sm_120a"]
-KEYS = {"variant", "arch", "ok", "cached", "seconds", "registers", "spill_bytes", "log"}
+KEYS = {"variant", "kernel", "tune", "arch", "ok", "cached", "seconds", "registers", "spill_bytes", "log"}
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +38,20 @@ def shipped_variants() -> set[str]:
     return names
 
 
+def shipped_kernels() -> set[tuple[str, str, str]]:
+    """(variant, kernel, tuning) of every kernel `kgen compile` builds for the shipped specs: the registry's
+    kernels each variant has (the reader where it reads the layout), every tuning a launch may load."""
+    from kgen.abi import tune_key
+    from kgen.build import kernels_of
+
+    out = set()
+    for p in SPECS:
+        for v in load_document(p).variants:
+            if v.spec is not None:
+                out |= {(v.spec.name, k.kernel, tune_key(t)) for k, t in kernels_of(v.spec)}
+    return out
+
+
 def run_json(capsys, paths, archs=None, validate=True) -> tuple[int, dict, str]:
     code = compile_command([Path(p) for p in paths], archs, validate=validate, as_json=True)
     out, err = capsys.readouterr()
@@ -48,8 +62,14 @@ def test_shipped_specs_compile_for_every_arch_without_spills(capsys):
     code, doc, err = run_json(capsys, SPECS, ARCHS)
     assert code == 0, err
     rows = doc["results"]
-    assert {(r["variant"], r["arch"]) for r in rows} == {(v, a) for v in shipped_variants() for a in ARCHS}
-    assert len(rows) == len(shipped_variants()) * len(ARCHS)  # a variant reached twice compiles once
+    kernels = shipped_kernels()
+    got = {(r["variant"], r["kernel"], r["tune"], r["arch"]) for r in rows}
+    assert got == {(*k, a) for k in kernels for a in ARCHS}
+    assert len(rows) == len(kernels) * len(ARCHS)  # a variant reached twice compiles once
+    # every readable variant's reader is built, with its per-shape tunings (the registry drives the command)
+    assert {v for v, k, _ in kernels if k == "indexer_logits"} == {"dsv32_indexer_fp8", "dsv4_indexer_bf16",
+                                                                  "dsv4_indexer_fp4", "dsv4_indexer_fp8"}
+    assert any(t for _, k, t in kernels if k == "indexer_logits")
     for r in rows:
         assert set(r) == KEYS
         assert r["ok"] is True
@@ -71,9 +91,10 @@ def test_targets_come_from_the_spec_unless_arch(capsys, kgen_cache):
     spec = ROOT / "specs" / "indexer_bf16.yaml"
     targets = load_document(spec).variants[0].spec.targets
     code, doc, _ = run_json(capsys, [spec])
-    assert code == 0 and [r["arch"] for r in doc["results"]] == targets
+    assert code == 0 and [r["arch"] for r in doc["results"] if r["kernel"] == "norm_rope_store"] == targets
+    assert {r["arch"] for r in doc["results"]} == set(targets)  # the reader's cubins: the same targets
     code, doc, _ = run_json(capsys, [spec], ["sm_90a"])
-    assert code == 0 and [r["arch"] for r in doc["results"]] == ["sm_90a"]
+    assert code == 0 and {r["arch"] for r in doc["results"]} == {"sm_90a"}
 
 
 def test_table_output(capsys):
@@ -148,7 +169,7 @@ def test_cli_json_failure_row(tmp_path, kgen_cache):
     bad = broken_page_size(tmp_path)
     r = _cli(str(bad), "--arch", "sm_90a", "--no-validate", "--json", env_cache=kgen_cache)
     assert r.returncode == 1
-    (row,) = json.loads(r.stdout)["results"]
+    (row,) = [r for r in json.loads(r.stdout)["results"] if r["kernel"] == "norm_rope_store"]
     assert set(row) == KEYS and row["ok"] is False and "[page-size]" in row["log"]
 
 
@@ -163,7 +184,7 @@ def test_warm_run_skips_yaml_validation_and_render(capsys, monkeypatch, kgen_cac
     monkeypatch.setattr(K, "_build", boom)
     code, doc, err = run_json(capsys, SPECS, ARCHS)
     assert code == 0 and all(r["cached"] for r in doc["results"]) and err == ""
-    assert len(doc["results"]) == len(shipped_variants()) * len(ARCHS)
+    assert len(doc["results"]) == len(shipped_kernels()) * len(ARCHS)
 
 
 def test_warm_shortcut_notices_a_changed_included_file(tmp_path, capsys, monkeypatch):
@@ -184,3 +205,22 @@ def test_warm_shortcut_notices_a_changed_included_file(tmp_path, capsys, monkeyp
                                           .replace("page_size: 64", "page_size: 48"))
     code, doc, err = run_json(capsys, [fam], ["sm_90a"])
     assert code == 1 and "error[page-size]" in err
+
+
+def test_warm_shortcut_sees_a_retargeted_symlinked_include(capsys, tmp_path, kgen_cache):
+    """Issue 23, class 13: a family includes cur/v.yaml with cur -> a; retargeting cur -> b (an invalid
+    spec) must not be answered from the run memo ("cached yes", exit 0) while validate exits 1."""
+    good = (ROOT / "specs" / "indexer_bf16.yaml").read_text()
+    for name, text in (("a", good), ("b", good.replace("page_size: 64", "page_size: 0"))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "v.yaml").write_text(text)
+    (tmp_path / "cur").symlink_to("a")
+    fam = tmp_path / "fam.yaml"
+    fam.write_text("kgen: 1\nfamily: fam_t\nvariants: [cur/v.yaml]\ndispatch:\n  key: [store.dtype]\n")
+    code, _, _ = run_json(capsys, [fam], ["sm_90a"])
+    code2, doc, _ = run_json(capsys, [fam], ["sm_90a"])
+    assert code == code2 == 0 and all(r["cached"] for r in doc["results"])  # the memo answers
+    (tmp_path / "cur").unlink()
+    (tmp_path / "cur").symlink_to("b")
+    code, doc, err = run_json(capsys, [fam], ["sm_90a"])
+    assert code == 1 and doc["results"] == [] and "page" in err

@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import emulate  # noqa: E402
+from kgen import inputs as I  # noqa: E402
 from kgen import layout as L  # noqa: E402
 from kgen import ops  # noqa: E402
 from kgen import reference as R  # noqa: E402
@@ -59,7 +60,7 @@ def test_plans_are_laid_out_like_sglangs_planner(n, ratio):
     """One row per query token whose position + 1 is a multiple of R (seq_len = position + 1), each
     ragged id once, then padding rows up to N; the rows in no particular order."""
     s = spec(positions={"source": "compress_plan", "compress_ratio": ratio})
-    plan = R.compress_plan_for(s, n, 4096, torch.Generator().manual_seed(n))
+    plan = I.compress_plan_for(s, n, 4096, torch.Generator().manual_seed(n))
     assert plan.shape == (n, 16)
     f = fields(plan)
     k = sum(v != INVALID for v in f["seq_len"])
@@ -94,7 +95,7 @@ def test_reference_is_the_positions_reference_at_the_plans_slots():
     """The plan's reference equals the positions-array reference at (seq_len - R, out_loc[ragged_id])."""
     s = spec()
     arr = s.model_copy(update={"positions": s.positions.model_copy(update={"source": "array"})})
-    inp = R.make_inputs(s, 300, seed=4)
+    inp = I.make_inputs(s, 300, seed=4)
     pos, slots = R.compress_plan_slots(s, inp["positions"], inp["out_loc"])
     kept = int((slots >= 0).sum())
     assert 40 < kept < 80  # ~one key per 4 query tokens, some of their slots skipped by out_loc
@@ -119,7 +120,7 @@ def test_rule_positions():
 
 def test_op_takes_the_plan_in_place_of_positions():
     s = spec()
-    inp = R.make_inputs(s, 5, seed=1)
+    inp = I.make_inputs(s, 5, seed=1)
     args = (inp["x"], inp["weight"], None, inp["freqs"], inp["positions"], inp["out_loc"], inp["cache"])
     ops.check_arguments(s, *args, require_cuda=False)
     with pytest.raises(ops.ArgumentError, match=r"^positions: expected uint8 \[N, 16\]"):
@@ -130,7 +131,7 @@ def test_op_takes_the_plan_in_place_of_positions():
 
 def test_cpu_op_writes_the_reference_bytes():
     s = spec()
-    inp = R.make_inputs(s, 129, seed=2)
+    inp = I.make_inputs(s, 129, seed=2)
     args = tuple(v for k, v in NORM_ROPE_STORE.arguments(s, inp).items() if k != "cache")
     ref = inp["cache"].clone()
     R.norm_rope_store(s, *args, ref)
@@ -164,7 +165,7 @@ def test_kernel_skips_rows_that_would_read_outside(tmp_path):
     keys - are skipped without a read outside a buffer (ASan), and the keys around them are stored."""
     s = spec()
     n = 9
-    inp = R.make_inputs(s, n, seed=5, skip_fraction=0.0)
+    inp = I.make_inputs(s, n, seed=5, skip_fraction=0.0)
     seq = torch.tensor([8, 200, INVALID, 16, 2, 44, 0, 36, 4])
     rid = torch.tensor([3, 0xFFFF, 0, 8, 1, 9, 2, 0, 7])
     inp["positions"] = R.make_compress_plan(seq, rid, torch.zeros(n), torch.zeros(n), torch.zeros(n))

@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kgen import inputs as I  # noqa: E402
 from kgen import layout as L  # noqa: E402
 from kgen import ops  # noqa: E402
 from kgen import reference as R  # noqa: E402
@@ -56,7 +57,7 @@ def test_reference_writes_only_emitting_tokens():
     """The plan's reference equals the positions reference with non-emitting tokens skipped."""
     s = spec()
     arr = s.model_copy(update={"positions": s.positions.model_copy(update={"source": "array"})})
-    inp = R.make_inputs(s, 300, seed=4)
+    inp = I.make_inputs(s, 300, seed=4)
     pos, emit = R.plan_positions(s, inp["positions"])
     assert 0.5 < float(emit.float().mean()) < 0.8  # make_inputs mixes in every non-emitting kind
     a, b = inp["cache"].clone(), inp["cache"].clone()
@@ -78,7 +79,7 @@ def test_rule_positions():
 
 def test_op_takes_the_plan_in_place_of_positions():
     s = spec()
-    inp = R.make_inputs(s, 5, seed=1)
+    inp = I.make_inputs(s, 5, seed=1)
     args = (inp["x"], inp["weight"], None, inp["freqs"], inp["positions"], inp["out_loc"], inp["cache"])
     ops.check_arguments(s, *args, require_cuda=False)
     with pytest.raises(ops.ArgumentError, match=r"^positions: expected uint8 \[N, 16\]"):

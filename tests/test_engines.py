@@ -518,6 +518,7 @@ def test_patched_prefill_spec_is_the_variant_reading_the_compress_plan(tree):
     tree, it has the variant's layout and reads CompressPlan rows; on SGLang-shaped prefill plans the
     op (CPU) writes what the variant's reference writes at the plan's positions and slots."""
     torch = pytest.importorskip("torch")
+    from kgen import inputs as I
     from kgen import layout as L
     from kgen import ops
     from kgen import reference as R
@@ -531,7 +532,7 @@ def test_patched_prefill_spec_is_the_variant_reading_the_compress_plan(tree):
     same = {"name", "description", "positions"}
     assert twin.model_dump(exclude=same) == variant.model_dump(exclude=same)
     assert L.compute(twin).page_bytes == L.compute(variant).page_bytes
-    inp = R.make_inputs(twin, 129, seed=7)
+    inp = I.make_inputs(twin, 129, seed=7)
     args = tuple(v for k, v in NORM_ROPE_STORE.arguments(twin, inp).items() if k != "cache")
     got = inp["cache"].clone()
     ops.norm_rope_store(str(pkg / "spec_prefill.yaml"), *args, got)

@@ -134,10 +134,10 @@ def _spec(name="dsv4_indexer_fp8"):
 
 
 def _inputs(spec, n, seed=0):
-    from kgen import reference
+    from kgen import inputs as I
     from kgen.gpurun import kernel_args
 
-    inp = reference.make_inputs(spec, n, seed=seed, device="cuda")
+    inp = I.make_inputs(spec, n, seed=seed, device="cuda")
     *tensors, cache = kernel_args(spec, inp)
     return tuple(tensors), cache
 

@@ -102,10 +102,11 @@ TMA_TUNES = [{"kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 
 
 def _runs_tma(spec, tune) -> bool:
     from kgen import layout as L
+    from kgen import reader_layout as RL
     from kgen.arch import has_wgmma
     from kgen.runtime import device_arch
 
-    return has_wgmma(device_arch(spec, 0)) and L.reader_wg_tma(L.compute(spec), tune)
+    return has_wgmma(device_arch(spec, 0)) and RL.reader_wg_tma(L.compute(spec), tune)
 
 
 @pytest.mark.parametrize("tune", TMA_TUNES, ids=["2x2", "1x3", "evict-first"])
@@ -143,3 +144,42 @@ def test_tma_variant_reads_no_page_outside_the_cache(path):
     keep[1, 64:128] = False
     r = rc.compare(spec.name, "bad page", torch.where(keep, got, want.float()), want)
     assert r.ok, r
+
+
+@pytest.mark.parametrize("path", INDEXER)
+def test_eager_op_calls_take_the_native_path_and_stay_right(path):
+    """Repeated eager calls of torch.ops.kgen.indexer_logits: the first teaches the per-shape entry and the
+    native kernel, the next ones launch natively (the logits allocated in C++, the cache's tensor map
+    from its per-address table); another cache tensor, another max_seq_len and a CUDA-graph replay of the
+    op all still match the Torch path."""
+    import kgen.ops as ops
+    from kgen.score import indexer_logits_torch
+
+    spec_path = str(SPECS / path)
+    spec = load_spec(spec_path)
+    q, w, cache, table, lens, msl = rc.make_case(spec, [70, 5, 3000], next_n=2, seed=6)
+    want = indexer_logits_torch(spec, q, w, cache, table, lens, msl, accum=torch.float64)
+    op = torch.ops.kgen.indexer_logits
+    outs = [op(spec_path, q, w, cache, table, lens, msl) for _ in range(4)]
+    native = ops.native_kernel("indexer_logits")
+    before = native.counts() if native is not None else None
+    outs += [op(spec_path, q, w, cache, table, lens, msl) for _ in range(4)]
+    torch.cuda.synchronize()
+    for out in outs:
+        assert rc.compare(spec.name, "eager", out, want).ok
+    if native is not None:  # KGEN_NATIVE=0 or no compiler: the Python fast path ran them
+        after = native.counts()
+        assert after[0] - before[0] == 4 and after[1] == before[1], (before, after)
+    other = cache.clone()  # another layer's cache: a new address, its own tensor map
+    for _ in range(3):
+        got = op(spec_path, q, w, other, table, lens, msl)
+    assert rc.compare(spec.name, "other cache", got, want).ok
+    longer = op(spec_path, q, w, cache, table, lens, msl + 64)  # another shape
+    torch.cuda.synchronize()
+    assert torch.isinf(longer[:, msl:]).all() and rc.compare(spec.name, "longer", longer[:, :msl], want).ok
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = op(spec_path, q, w, cache, table, lens, msl)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rc.compare(spec.name, "graph", captured, want).ok

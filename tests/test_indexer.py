@@ -5,6 +5,7 @@ kernel source run by the CPU emulation (tests/reader_shim) against kgen.score's 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 from dataclasses import replace
@@ -17,7 +18,10 @@ torch = pytest.importorskip("torch")
 from kgen import indexer  # noqa: E402
 from kgen import layout as L  # noqa: E402
 from kgen import reader_check as rc  # noqa: E402
+from kgen import reader_layout as RL  # noqa: E402
+from kgen import reader_plan as RP  # noqa: E402
 from kgen.abi import INDEXER_LOGITS, ArgumentError  # noqa: E402
+from kgen.arch import DeviceFacts  # noqa: E402
 from kgen.diagnostics import KgenError  # noqa: E402
 from kgen.reference import load_spec  # noqa: E402
 from kgen.render import include_dirs, render_reader, render_variant  # noqa: E402
@@ -88,7 +92,7 @@ def test_reader_config_is_the_writers_config_plus_reader_constants():
     rv = render_reader(spec)
     cfg = rv.files["dsv4_indexer_fp8/logits_config.cuh"]
     assert '#include "config.cuh"' in cfg and "struct dsv4_indexer_fp8 : kgen_cfg::dsv4_indexer_fp8" in cfg
-    for name, value in L.reader_constants(L.compute(spec)).items():
+    for name, value in RL.reader_constants(L.compute(spec)).items():
         assert f"static constexpr long long {name} = {value};" in cfg
     assert f"static_assert(sizeof(Params) == {INDEXER_LOGITS.size}" in cfg
     # the byte constants come from the writer's config, rendered once
@@ -110,11 +114,11 @@ def test_shipped_reader_compiles_for_sm90a_without_spills(key, cache):
 @pytest.mark.parametrize("ring", [(6, 1), (8, 2), (4, 2), (12, 3), (8, 4)])
 def test_tma_rings_compile_with_their_twins_agreeing(key, ring, cache):
     # rings other than the default: CTAs per SM bound by shared memory or by the planned registers
-    # (layout.READER_WG_TMA_REGISTERS and its twin), 1-4 consumer warpgroups
+    # (RL.READER_WG_TMA_REGISTERS and its twin), 1-4 consumer warpgroups
     stages, consumers = ring
     tune = {"kReaderWgTma": 1, "kReaderWgTmaStages": stages, "kReaderWgConsumers": consumers}
     spec = spec_of(key)
-    if not L.reader_wg_tma(L.compute(spec), tune):
+    if not RL.reader_wg_tma(L.compute(spec), tune):
         pytest.skip("the ring does not fit")
     k, log = compile_log(render_reader(spec, tune=tune), cache)
     assert k is not None, log[-3000:]
@@ -175,16 +179,16 @@ def test_abi_table_packs_the_struct_the_config_asserts():
                                            (3, 7, 1000), (2, 2, 1), (1, 1, 0)])
 def test_reader_launch_covers_every_logit(B, next_n, keys):
     spec = spec_of("bf16")
-    (gx, gy, gz), threads, smem, per = L.reader_launch(spec, B, next_n, keys, 132)
-    step = L.READER_WARPS * L.READER_WARP_KEYS
-    assert threads == L.reader_threads() and per % step == 0
+    (gx, gy, gz), threads, smem, per = RP.reader_launch(spec, B, next_n, keys, 132)
+    step = RL.READER_WARPS * RL.READER_WARP_KEYS
+    assert threads == RL.reader_threads() and per % step == 0
     # the kernel derives its slice as ceil(keys / gx) rounded up to whole iterations: it must cover
     per_cta = -(-keys // gx)
     kernel_per = -(-per_cta // step) * step
     assert gx * kernel_per >= keys and kernel_per <= per
-    tpc = L.reader_tokens_per_cta(spec)
-    assert gy == B and gz == -(-next_n // tpc) and smem == min(tpc, next_n) * L.reader_q_token_bytes(spec)
-    assert smem <= L.READER_SMEM_BYTES
+    tpc = RL.reader_tokens_per_cta(spec)
+    assert gy == B and gz == -(-next_n // tpc) and smem == min(tpc, next_n) * RL.reader_q_token_bytes(spec)
+    assert smem <= RL.READER_SMEM_BYTES
     if (B, keys) == (1, 4096):
         assert gx >= 32  # a short context is split over many SMs
 
@@ -195,22 +199,22 @@ def test_reader_launch_covers_every_logit(B, next_n, keys):
 def test_wgmma_launch_covers_every_logit_in_one_wave(key, B, next_n, keys):
     spec = spec_of(key)
     lay = L.compute(spec)
-    stages = L.reader_wg_stages(lay)
-    assert L.reader_wgmma(lay, stages) and L.reader_wg_enabled(lay)
-    tma = L.reader_wg_tma(lay)  # the shipped default where it reads the layout: bf16 and fp8 keys
+    stages = RL.reader_wg_stages(lay)
+    assert RL.reader_wgmma(lay, stages) and RL.reader_wg_enabled(lay)
+    tma = RL.reader_wg_tma(lay)  # the shipped default where it reads the layout: bf16 and fp8 keys
     assert tma == (key != "fp4")
-    (gx, gy, gz), threads, smem, per = L.reader_launch(spec, B, next_n, keys, 132, wgmma=True)
-    tile = L.READER_WG_TILE_KEYS
-    tpc = L.reader_wg_tokens_per_cta(lay, stages, tma)
-    assert threads == (L.reader_wg_tma_threads(L.reader_wg_consumers(lay)) if tma else 128)
+    (gx, gy, gz), threads, smem, per = RP.reader_launch(spec, B, next_n, keys, 132, wgmma=True)
+    tile = RL.READER_WG_TILE_KEYS
+    tpc = RL.reader_wg_tokens_per_cta(lay, stages, tma)
+    assert threads == (RL.reader_wg_tma_threads(RL.reader_wg_consumers(lay)) if tma else 128)
     assert per % tile == 0 and gy == B and gz == -(-next_n // tpc)
     # the kernel's slice: ceil(tiles / gx) whole tiles; together they cover the context
     tiles = -(-keys // tile)
     kernel_per = -(-tiles // gx) * tile
     assert gx * kernel_per >= keys and kernel_per <= per and (gx - 1) * kernel_per < max(keys, 1)
     ntok = min(tpc, next_n)
-    assert smem == L.reader_wg_smem_bytes(lay, ntok, stages, tma) <= L.READER_MAX_SMEM_BYTES
-    slots = 132 * L.reader_wg_ctas_per_sm(lay, ntok, stages, tma, L.reader_wg_consumers(lay))
+    assert smem == RL.reader_wg_smem_bytes(lay, ntok, stages, tma) <= RL.READER_MAX_SMEM_BYTES
+    slots = 132 * RL.reader_wg_ctas_per_sm(lay, ntok, stages, tma, RL.reader_wg_consumers(lay))
     assert gx * gy * gz <= max(slots, B * gz)  # one wave unless the sequences alone are more CTAs
     if (B, keys) == (1, 4096):
         assert gx == 64  # a short context: one tile per CTA, 64 SMs busy
@@ -227,23 +231,23 @@ def test_wgmma_path_choice():
     # of 128 B per key, as bf16 keys), one more 1024-B aligned buffer beside the stages
     assert runs_wgmma(fp4, "sm_90a") and not runs_wgmma(fp4, "sm_100a") and not runs_wgmma(fp4, None)
     lay4 = L.compute(fp4)
-    assert L.reader_wg_chunks(lay4) == L.reader_wg_chunks(L.compute(bf16)) == 2
-    assert L.reader_wg_smem_bytes(lay4, 1, 3) == 1024 + 2 * 8192 + 3 * (64 * (64 + 4) + 64 * 4) + 2 * 8192 + 4 * 64
-    assert L.reader_wg_tokens_per_cta(lay4, 3) == 1 and L.reader_wg_ctas_per_sm(lay4, 1, 3) == 4
-    c4 = L.reader_constants(lay4)
+    assert RL.reader_wg_chunks(lay4) == RL.reader_wg_chunks(L.compute(bf16)) == 2
+    assert RL.reader_wg_smem_bytes(lay4, 1, 3) == 1024 + 2 * 8192 + 3 * (64 * (64 + 4) + 64 * 4) + 2 * 8192 + 4 * 64
+    assert RL.reader_wg_tokens_per_cta(lay4, 3) == 1 and RL.reader_wg_ctas_per_sm(lay4, 1, 3) == 4
+    c4 = RL.reader_constants(lay4)
     assert c4["kReaderWgmma"] == 1 and c4["kReaderWgChunks"] == 2 and c4["kReaderWgMinBlocks"] == 4
     # fp4 layouts the path cannot stage: scale bytes of a token not whole 4-B words at 4-B aligned offsets
     odd = with_(fp4, layout={"scale_stride": 6})
-    assert not L.reader_wg_enabled(L.compute(odd))
+    assert not RL.reader_wg_enabled(L.compute(odd))
     # head_dim 384: a packed row is 12 pieces of 16 B, which do not split 128 threads into whole passes
-    assert L.reader_wg_enabled(L.compute(with_(fp4, head_dim=256)))
-    assert not L.reader_wg_enabled(L.compute(with_(fp4, head_dim=384)))
+    assert RL.reader_wg_enabled(L.compute(with_(fp4, head_dim=256)))
+    assert not RL.reader_wg_enabled(L.compute(with_(fp4, head_dim=384)))
     assert not runs_wgmma(fp8, "sm_90") and not runs_wgmma(fp8, None)  # the CPU emulation: mma.sync
     # layouts the path cannot stage: ue8m0 scale bytes, rows that are not whole 128-B atoms
-    assert not L.reader_wg_enabled(L.compute(with_(fp8, store={"scale": "ue8m0"})))
-    assert not L.reader_wg_enabled(L.compute(with_(fp8, head_dim=64)))
+    assert not RL.reader_wg_enabled(L.compute(with_(fp8, store={"scale": "ue8m0"})))
+    assert not RL.reader_wg_enabled(L.compute(with_(fp8, head_dim=64)))
     assert not runs_wgmma(fp8, "sm_90a", {"kReaderWgmma": 0})
-    c = L.reader_constants(L.compute(fp8), {"kReaderWgmma": 0})
+    c = RL.reader_constants(L.compute(fp8), {"kReaderWgmma": 0})
     assert c["kReaderWgmma"] == 0 and c["kReaderWgChunks"] == 0 and c["kReaderWgTokensPerCta"] == 0
 
 
@@ -256,46 +260,45 @@ def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
     fp8, bf16, dsv32, fp4 = (spec_of(k) for k in ("fp8", "bf16", "dsv32", "fp4"))
     for s in (fp8, bf16, dsv32):
         lay = L.compute(s)
-        assert L.reader_wg_tma_layout(lay) and L.reader_wg_tma(lay)  # the default where it reads the layout
-        assert L.reader_wg_tma(lay, TMA) and runs_wgmma(s, "sm_90a", TMA) and not L.reader_wg_tma(lay, CP)
-    assert not L.reader_wg_tma_layout(L.compute(fp4)) and not L.reader_wg_tma(L.compute(fp4), TMA)
+        assert RL.reader_wg_tma_layout(lay) and RL.reader_wg_tma(lay)  # the default where it reads the layout
+        assert RL.reader_wg_tma(lay, TMA) and runs_wgmma(s, "sm_90a", TMA) and not RL.reader_wg_tma(lay, CP)
+    assert not RL.reader_wg_tma_layout(L.compute(fp4)) and not RL.reader_wg_tma(L.compute(fp4), TMA)
     # a tile must lie in one page (one box), fp8's 64 scales one 16-B aligned 256-B copy
-    assert not L.reader_wg_tma_layout(L.compute(with_(fp8, layout={"page_size": 32})))
-    assert L.reader_wg_tma_layout(L.compute(with_(fp8, layout={"page_size": 128})))
-    assert not L.reader_wg_tma_layout(L.compute(with_(fp8, layout={"scale_stride": 8})))
+    assert not RL.reader_wg_tma_layout(L.compute(with_(fp8, layout={"page_size": 32})))
+    assert RL.reader_wg_tma_layout(L.compute(with_(fp8, layout={"page_size": 128})))
+    assert not RL.reader_wg_tma_layout(L.compute(with_(fp8, layout={"scale_stride": 8})))
     # where the variant does not read, kReaderWgTma 1 renders the cp.async variant (the constant says so)
-    assert L.reader_constants(L.compute(fp4), TMA)["kReaderWgTma"] == 0
-    assert L.reader_constants(L.compute(fp8), {**TMA, "kReaderWgmma": 0})["kReaderWgTma"] == 0
+    assert RL.reader_constants(L.compute(fp4), TMA)["kReaderWgTma"] == 0
+    assert RL.reader_constants(L.compute(fp8), {**TMA, "kReaderWgmma": 0})["kReaderWgTma"] == 0
 
     lay = L.compute(fp8)
     # per stage: 64 rows of 128 B, 64 scale words, two 8-B mbarriers; per token q (64 x 128 B) and weights
-    assert L.reader_wg_smem_bytes(lay, 1, 8, tma=True) == 1024 + 8 * (8192 + 256 + 16) + (8192 + 256)
-    assert L.reader_wg_tma_threads(2) == 2 * 128 + 32
+    assert RL.reader_wg_smem_bytes(lay, 1, 8, tma=True) == 1024 + 8 * (8192 + 256 + 16) + (8192 + 256)
+    assert RL.reader_wg_tma_threads(2) == 2 * 128 + 32
     # large CTAs: registers bind (planned at READER_WG_TMA_REGISTERS each) before shared memory does
-    assert L.reader_wg_ctas_per_sm(lay, 1, 4, tma=True, consumers=2) == 65536 // (288 * L.READER_WG_TMA_REGISTERS)
-    assert L.reader_wg_ctas_per_sm(lay, 1, 16, tma=True, consumers=2) == 1  # 144.9 KB of shared memory
-    c = L.reader_constants(lay, TMA)
+    assert RL.reader_wg_ctas_per_sm(lay, 1, 4, tma=True, consumers=2) == 65536 // (288 * RL.READER_WG_TMA_REGISTERS)
+    assert RL.reader_wg_ctas_per_sm(lay, 1, 16, tma=True, consumers=2) == 1  # 144.9 KB of shared memory
+    c = RL.reader_constants(lay, TMA)
     assert c["kReaderWgTma"] == 1 and c["kReaderWgMinBlocks"] == 2 and c["kReaderWgTokensPerCta"] == 2
-    (gx, gy, gz), threads, smem, per = L.reader_launch(fp8, 128, 1, 65536, 132, wgmma=True, tune=TMA)
-    assert threads == 288 and smem == L.reader_wg_smem_bytes(lay, 1, 8, tma=True) and (gy, gz) == (128, 1)
+    (gx, gy, gz), threads, smem, per = RP.reader_launch(fp8, 128, 1, 65536, 132, wgmma=True, tune=TMA)
+    assert threads == 288 and smem == RL.reader_wg_smem_bytes(lay, 1, 8, tma=True) and (gy, gz) == (128, 1)
     assert gx * gy <= 2 * 132 and gx * per >= 65536
     # the ring is the CTA's: no shallow ring for small launches
-    assert L.reader_wg_shape_tune(lay, TMA, 1, 1, 4096, 132) == TMA
-    assert L.reader_wg_shape_tune(lay, CP, 1, 1, 4096, 132) == {**CP, "kReaderWgStages": 2}
+    assert RP.reader_wg_shape_tune(lay, TMA, 1, 1, 4096, 132) == TMA
+    assert RP.reader_wg_shape_tune(lay, CP, 1, 1, 4096, 132) == {**CP, "kReaderWgStages": 2}
 
 
 def test_launch_follows_the_loaded_target_and_tuning(monkeypatch):
     import dataclasses
 
-    monkeypatch.setitem(indexer._sm_counts, 0, 132)
     spec, args = _case("fp8", lens=(5, 70))
-    checked = indexer.check(spec, *args, require_cuda=False)
+    checked = dataclasses.replace(indexer.check(spec, *args, require_cuda=False), device=H200)
     msl = checked.dims["max_seq_len"]
     cases = [(None, None, False), ("sm_90a", None, True), ("sm_90a", {"kReaderWgmma": 0}, False),
              ("sm_90", None, False), ("sm_100a", None, False), ("sm_90a", {"kReaderWgStages": 6}, True)]
     for target, tune, wg in cases:
         a = dataclasses.replace(checked, target=target, tune=tune)
-        want = L.reader_launch(spec, 2, 1, msl, 132, wgmma=wg, tune=tune)[:3]
+        want = RP.reader_launch(spec, 2, 1, msl, 132, wgmma=wg, tune=tune)[:3]
         for _ in range(2):  # the second time from the memo
             assert indexer.launch_of(a) == want and a.grid() == want[:2], (target, tune)
             assert INDEXER_LOGITS.shared_bytes(a) == want[2] and INDEXER_LOGITS.prefers_shared(a) is wg
@@ -310,29 +313,29 @@ CP = {"kReaderWgTma": 0}  # the cp.async variant of the sm_90a path
 def test_ring_by_launch_shape():
     # the cp.async variant's rule (CP: the TMA variant, the default where it reads, has one ring: below)
     fp8, bf16 = L.compute(spec_of("fp8")), L.compute(spec_of("bf16"))
-    shallow, per_sm = L.READER_WG_SHAPE_STAGES["fp8_e4m3"]
-    assert L.reader_wg_stages(fp8, CP) == 4 and shallow == 2
+    shallow, per_sm = RP.READER_WG_SHAPE_STAGES["fp8_e4m3"]
+    assert RL.reader_wg_stages(fp8, CP) == 4 and shallow == 2
     # fp8: the shallow ring below `per_sm` staged keys per SM, the default from there on
-    assert L.reader_wg_shape_tune(fp8, CP, 1, 1, 262144, 132) == {**CP, "kReaderWgStages": 2}
-    assert L.reader_wg_shape_tune(fp8, CP, 32, 1, 65536, 132) == {**CP, "kReaderWgStages": 2}
-    assert L.reader_wg_shape_tune(fp8, CP, 64, 1, 65536, 132) == {**CP, "kReaderWgStages": 2}
-    assert L.reader_wg_shape_tune(fp8, CP, 128, 1, 65536, 132) == CP
+    assert RP.reader_wg_shape_tune(fp8, CP, 1, 1, 262144, 132) == {**CP, "kReaderWgStages": 2}
+    assert RP.reader_wg_shape_tune(fp8, CP, 32, 1, 65536, 132) == {**CP, "kReaderWgStages": 2}
+    assert RP.reader_wg_shape_tune(fp8, CP, 64, 1, 65536, 132) == {**CP, "kReaderWgStages": 2}
+    assert RP.reader_wg_shape_tune(fp8, CP, 128, 1, 65536, 132) == CP
     edge = per_sm * 132
-    assert L.reader_wg_shape_tune(fp8, CP, 1, 1, edge, 132) == CP
-    assert L.reader_wg_shape_tune(fp8, CP, 1, 1, edge - 1, 132) == {**CP, "kReaderWgStages": 2}
+    assert RP.reader_wg_shape_tune(fp8, CP, 1, 1, edge, 132) == CP
+    assert RP.reader_wg_shape_tune(fp8, CP, 1, 1, edge - 1, 132) == {**CP, "kReaderWgStages": 2}
     # MTP tokens share one staging of the keys (2 per CTA): next_n 2 stages what next_n 1 does
-    assert L.reader_wg_shape_tune(fp8, CP, 1, 2, edge, 132) == CP
-    assert L.reader_wg_shape_tune(fp8, CP, 1, 3, edge // 2, 132) == CP
+    assert RP.reader_wg_shape_tune(fp8, CP, 1, 2, edge, 132) == CP
+    assert RP.reader_wg_shape_tune(fp8, CP, 1, 3, edge // 2, 132) == CP
     # fewer SMs: fewer keys make an SM's share
-    assert L.reader_wg_shape_tune(fp8, CP, 32, 1, 65536, 16) == CP
+    assert RP.reader_wg_shape_tune(fp8, CP, 32, 1, 65536, 16) == CP
     # a tuning that fixes the ring keeps it; other overrides keep the rule
-    assert L.reader_wg_shape_tune(fp8, {**CP, "kReaderWgStages": 4}, 1, 1, 4096, 132) == {**CP, "kReaderWgStages": 4}
-    assert L.reader_wg_shape_tune(fp8, {**CP, "kReaderWgL2Prefetch": 256}, 1, 1, 4096, 132) == {
+    assert RP.reader_wg_shape_tune(fp8, {**CP, "kReaderWgStages": 4}, 1, 1, 4096, 132) == {**CP, "kReaderWgStages": 4}
+    assert RP.reader_wg_shape_tune(fp8, {**CP, "kReaderWgL2Prefetch": 256}, 1, 1, 4096, 132) == {
         **CP, "kReaderWgL2Prefetch": 256, "kReaderWgStages": 2}
     # the shipped default (the TMA variant) keeps its ring at every shape
-    assert L.reader_wg_tma(fp8) and L.reader_wg_shape_tune(fp8, None, 1, 1, 4096, 132) is None
+    assert RL.reader_wg_tma(fp8) and RP.reader_wg_shape_tune(fp8, None, 1, 1, 4096, 132) is None
     # bf16 has no rule
-    assert L.reader_wg_shape_tune(bf16, None, 1, 1, 4096, 132) is None
+    assert RP.reader_wg_shape_tune(bf16, None, 1, 1, 4096, 132) is None
     assert rc.ring_tunes(spec_of("bf16"), CP) == [CP]
     assert rc.ring_tunes(spec_of("fp8"), CP) == [CP, {**CP, "kReaderWgStages": 2}]
     # the TMA variant's cubins: the default, and the evict-first L2 policy of launches the L2 cannot hold
@@ -346,39 +349,44 @@ def test_evict_first_where_the_launch_overflows_the_l2():
     l2 = 50 * 2**20
     ef = {"kReaderWgEvictFirst": 1}
     # fp8 keys are 132 B: 32 x 4K (17 MB) and 1 x 256K (35 MB) stay normal, 32 x 64K and 128 x 4K do not fit
-    assert L.reader_wg_shape_tune(fp8, None, 32, 1, 4096, 132, l2) is None
-    assert L.reader_wg_shape_tune(fp8, None, 1, 1, 262144, 132, l2) is None
-    assert L.reader_wg_shape_tune(fp8, None, 32, 1, 65536, 132, l2) == ef
-    assert L.reader_wg_shape_tune(fp8, None, 128, 1, 4096, 132, l2) == ef
+    assert RP.reader_wg_shape_tune(fp8, None, 32, 1, 4096, 132, l2) is None
+    assert RP.reader_wg_shape_tune(fp8, None, 1, 1, 262144, 132, l2) is None
+    assert RP.reader_wg_shape_tune(fp8, None, 32, 1, 65536, 132, l2) == ef
+    assert RP.reader_wg_shape_tune(fp8, None, 128, 1, 4096, 132, l2) == ef
     edge = l2 // 132  # keys whose bytes just fill the L2
-    assert L.reader_wg_shape_tune(fp8, None, 1, 1, edge, 132, l2) is None
-    assert L.reader_wg_shape_tune(fp8, None, 1, 1, edge + 1, 132, l2) == ef
+    assert RP.reader_wg_shape_tune(fp8, None, 1, 1, edge, 132, l2) is None
+    assert RP.reader_wg_shape_tune(fp8, None, 1, 1, edge + 1, 132, l2) == ef
     # MTP: 2 tokens share a staging of the keys, 3 tokens read them twice
-    assert L.reader_wg_shape_tune(fp8, None, 1, 2, edge, 132, l2) is None
-    assert L.reader_wg_shape_tune(fp8, None, 1, 3, edge, 132, l2) == ef
+    assert RP.reader_wg_shape_tune(fp8, None, 1, 2, edge, 132, l2) is None
+    assert RP.reader_wg_shape_tune(fp8, None, 1, 3, edge, 132, l2) == ef
     # bf16 keys are 256 B: 1 x 256K overflows
-    assert L.reader_wg_shape_tune(bf16, None, 1, 1, 262144, 132, l2) == ef
+    assert RP.reader_wg_shape_tune(bf16, None, 1, 1, 262144, 132, l2) == ef
     # an unknown L2 (0), a tuning that fixes the policy, the cp.async variant: no rule
-    assert L.reader_wg_shape_tune(fp8, None, 128, 1, 65536, 132, 0) is None
-    assert L.reader_wg_shape_tune(fp8, {"kReaderWgEvictFirst": 0}, 128, 1, 65536, 132, l2) == {"kReaderWgEvictFirst": 0}
-    assert L.reader_wg_shape_tune(fp8, CP, 128, 1, 65536, 132, l2) == CP
-    # the launch: the device's L2, memoized with the shape (a CPU tensor's device has none)
-    assert indexer.l2_bytes(torch.device("cpu")) == 0
+    assert RP.reader_wg_shape_tune(fp8, None, 128, 1, 65536, 132, 0) is None
+    off = {"kReaderWgEvictFirst": 0}
+    assert RP.reader_wg_shape_tune(fp8, off, 128, 1, 65536, 132, l2) == off
+    assert RP.reader_wg_shape_tune(fp8, CP, 128, 1, 65536, 132, l2) == CP
+    # the launch: the device's L2 (kgen.arch.DeviceFacts in the checked arguments), memoized with the shape
+    a = dataclasses.replace(indexer.check(spec_of("fp8"), *_case("fp8", lens=(5, 70))[1], require_cuda=False),
+                            device=DeviceFacts(0, 132, 1))
+    assert indexer.launch_tune(a, "sm_90a") == {"kReaderWgEvictFirst": 1}  # keys overflow a 1-B L2
 
 
-def test_launch_tune_follows_the_arch_and_the_shape(monkeypatch):
-    monkeypatch.setitem(indexer._sm_counts, 0, 132)
+H200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0)  # 0: an L2 nobody reported (no L2 rule)
+
+
+def test_launch_tune_follows_the_arch_and_the_shape():
     spec, args = _case("fp8", lens=(5, 70))
-    a = indexer.check(spec, *args, require_cuda=False)
-    assert indexer.launch_tune(a, "sm_90a") is None  # the TMA variant: one ring; a CPU tensor: no L2 rule
+    a = dataclasses.replace(indexer.check(spec, *args, require_cuda=False), device=H200)
+    assert indexer.launch_tune(a, "sm_90a") is None  # the TMA variant: one ring; no L2 known: no L2 rule
     assert indexer.launch_tune(a, "sm_90a", CP) == {**CP, "kReaderWgStages": 2}  # a small launch: the shallow ring
     assert indexer.launch_tune(a, "sm_90a", CP) == {**CP, "kReaderWgStages": 2}  # memoized
     assert indexer.launch_tune(a, "sm_90a", {**CP, "kReaderWgStages": 4}) == {**CP, "kReaderWgStages": 4}
     assert indexer.launch_tune(a, "sm_90") is None  # the mma.sync path has no ring
     assert indexer.launch_tune(a, "sm_90a", {"kReaderWgmma": 0}) == {"kReaderWgmma": 0}
-    monkeypatch.setitem(indexer._sm_counts, 0, 1)  # one SM: 2 x 70 keys are still below its share
-    spec_b, args_b = _case("bf16", lens=(5, 70))
-    assert indexer.launch_tune(indexer.check(spec_b, *args_b, require_cuda=False), "sm_90a") is None
+    spec_b, args_b = _case("bf16", lens=(5, 70))  # one SM: 2 x 70 keys are still below its share
+    b = dataclasses.replace(indexer.check(spec_b, *args_b, require_cuda=False), device=DeviceFacts(0, 1, 0))
+    assert indexer.launch_tune(b, "sm_90a") is None
 
 
 @pytest.mark.parametrize("variant,old,new", [
@@ -454,8 +462,26 @@ def test_cpu_tensors_and_unreadable_variants_are_refused_before_any_launch():
     with pytest.raises(ArgumentError, match=r"^q: expected a CUDA tensor"):
         indexer.check(spec, *args)
     packed = load_spec(SPECS / "dsv4/latent_fp8_p64.yaml")
-    with pytest.raises(ArgumentError, match=r"^variant: indexer_logits cannot read dsv4_latent_fp8_p64"):
+    with pytest.raises(ArgumentError, match=r"^variant: dsv4_latent_fp8_p64 is not an indexer-key variant "
+                                            "indexer_logits reads: keys with a kept RoPE span"):
         indexer.check(packed, *args, require_cuda=False)
+
+
+def test_the_ops_name_a_latent_variant_and_other_devices_issue_23():
+    import kgen.ops  # noqa: F401 - registers the ops
+
+    latent = str(SPECS / "dsv4/latent_fp8_p64.yaml")
+    spec, args = _case()
+    for call in (lambda: torch.ops.kgen.indexer_logits(latent, *args),  # CPU: before any shape check
+                 lambda: kgen.ops.indexer_logits(latent, *args)):
+        with pytest.raises(ArgumentError, match=r"^variant: dsv4_latent_fp8_p64 is not an indexer-key variant"):
+            call()
+    meta = (args[0].to("meta"), *args[1:])  # one tensor on the meta device: named, not a meta result
+    with pytest.raises(ArgumentError, match=r"^weights: on cpu, but q is on meta: all arguments must share one"):
+        torch.ops.kgen.indexer_logits(str(SPECS / "dsv4/indexer_fp8.yaml"), *meta)
+    for empty in ("", "::x"):  # an empty variant string names no file (was ".: is a directory")
+        with pytest.raises(ArgumentError, match=r"^variant: .* names no spec file"):
+            torch.ops.kgen.indexer_logits(empty, *args)
 
 
 def test_abi_check_wants_64_heads_and_the_layouts_q_dtype():
@@ -522,7 +548,7 @@ def test_wgmma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, tmp
     # the descriptors' 128-B swizzled layout): staging, the fp4 conversion, the pipeline's indexing and
     # the epilogue against the Torch path (not the hardware's ordering: tests/test_gpu_indexer.py)
     spec = spec_of(key)
-    assert L.reader_wg_enabled(L.compute(spec), tune)
+    assert RL.reader_wg_enabled(L.compute(spec), tune)
     got, args = emulate(spec, lens, next_n, tmp_path, tune=tune, wgmma=True)
     want = indexer_logits_torch(spec, *args, accum=torch.float64)
     r = rc.compare(spec.name, "emulated wgmma", got, want)
@@ -534,12 +560,12 @@ def test_wgmma_source_on_cpu_for_random_fp4_specs(tmp_path):
     # the fp4 staging's other branches: pages smaller than a tile (rows staged one by one), scale strides
     # other than 4 B, head_dim 256 (4 operand chunks, 8 scale bytes per key)
     sampled = [s for s in rc.sample_readable(60, seed=1) if s.store.dtype == "fp4_e2m1"
-               and L.reader_wg_enabled(L.compute(s))]
-    small = next(s for s in sampled if s.layout.page_size < L.READER_WG_TILE_KEYS)
+               and RL.reader_wg_enabled(L.compute(s))]
+    small = next(s for s in sampled if s.layout.page_size < RL.READER_WG_TILE_KEYS)
     wide = next(s for s in sampled if s.head_dim == 256)
     strided = with_(spec_of("fp4"), layout={"scale_stride": 8})  # a tile's scale words not consecutive
     specs = [small, wide, strided]
-    assert all(L.reader_wg_enabled(L.compute(s)) for s in specs)
+    assert all(RL.reader_wg_enabled(L.compute(s)) for s in specs)
     for i, spec in enumerate(specs):
         got, args = emulate(spec, [3, spec.layout.page_size + 1, 200], 2, tmp_path / str(i), wgmma=True)
         want = indexer_logits_torch(spec, *args, accum=torch.float64)

@@ -252,3 +252,107 @@ def test_the_build_key_follows_the_compilers_version(tmp_path):
 
     old, same, new = key_with("cc 13.2.0"), key_with("cc 13.2.0"), key_with("cc 14.1.0")
     assert old == same != new
+
+
+# ---------------------------------------------------------------------------------------------
+# the reader's op: the logits allocated natively, max_seq_len from the int argument, the cubin and the
+# tensor map per shape (and per cache address)
+
+
+class ReaderHarness:
+    """A test op with indexer_logits' schema and the native kernel at its CPU key; its twin `checked`
+    plans the call with the reader's KernelOp tables (kgen.ops.registry), registers the shape (its own
+    cubin: READER_FUNCTION) and this cache's tensor map (MAP), as the GPU's checked twin does."""
+
+    MAP = bytes(range(128))
+    READER_FUNCTION = 0xDEF0
+
+    def __init__(self, variant: str):
+        from kgen.ops import reader
+
+        self.op_py = reader._op(ops.variant_name(variant))
+        self.launches: list = []
+        self.checked_calls = 0
+        op = self.op_py
+        size = op.abi.size
+
+        @LAUNCH
+        def launch(cfg, fn, params, _extra):
+            self.launches.append((CONFIG.unpack(ctypes.string_at(cfg, CONFIG.size)), fn,
+                                  ctypes.string_at(params[0], size)))
+            return 0
+
+        @STREAM
+        def stream(_dev, out):
+            out[0] = STREAM_HANDLE
+            return 0
+
+        self._keep = (launch, stream)
+        ns = f"kgen_native_test{next(_namespaces)}"
+        self.lib = torch.library.Library(ns, "FRAGMENT")  # noqa: TOR901
+        self.lib.define("op" + reader.INDEXER_LOGITS_SCHEMA)
+        self.lib.define("checked" + reader.INDEXER_LOGITS_SCHEMA)
+        self.lib.impl("op", lambda *a: None, "CPU")
+        self.lib.impl("checked", self._checked, "CPU")
+        try:
+            self.native = native.install_for_tests(ns, "op", "checked", "CPU",
+                                                   *(ctypes.cast(f, ctypes.c_void_p).value for f in self._keep), None)
+        except RuntimeError as e:
+            pytest.skip(f"the native kernel cannot be built here: {e}")
+        maps = [s for s in op.abi.slots if s.field.kind == "tensor_map"]
+        self.handle = self.native.add_variant(
+            op.key, op._native_table(), len(op._symbols), size, 16,
+            int_args={arg: op._symbols.index(sym) for sym, arg in op.int_args.items()}, keyed_by_device=True,
+            map_offset=maps[0].offset, map_source=list(op.names).index("cache"))
+        assert self.handle
+        self.ns = ns
+        self.call = getattr(torch.ops, ns).op
+
+    def _checked(self, variant, q, weights, cache, block_table, seq_lens, max_seq_len):
+        from kgen.ops import reader
+
+        self.checked_calls += 1
+        op = self.op_py
+        a = reader.check(op.spec, q, weights, cache, block_table, seq_lens, max_seq_len, require_cuda=False)
+        sizes = tuple(a.dims[s] for s in op._symbols)
+        self.native.add_shape(self.handle, sizes, (3, a.dims["B"], 1), 70000, op.abi.pack(a.values(lambda _n, _t: 0)),
+                              device=0, function=self.READER_FUNCTION, context=0, block=(288, 1, 1), pdl=True)
+        self.native.add_map(self.handle, sizes, 0, cache.data_ptr(), self.MAP)
+        return a.tensors["logits"]
+
+
+def test_the_reader_launches_natively_and_returns_its_logits():
+    from kgen import reader_check as rc
+    from kgen.reference import load_spec
+
+    h = ReaderHarness(FP8)
+    spec = load_spec(ROOT / "specs" / "dsv4" / "indexer_fp8.yaml")
+    q, w, cache, table, lens, msl = rc.make_case(spec, [5, 70], device="cpu", seed=2)
+    name = h.op_py.key
+    first = h.call(name, q, w, cache, table, lens, msl)  # unknown shape: the twin
+    assert h.checked_calls == 1 and h.launches == [] and first.shape == (2, msl)
+    out = h.call(name, q, w, cache, table, lens, msl)  # now native: allocated and launched in C++
+    assert h.checked_calls == 1 and len(h.launches) == 1
+    assert out.shape == (2, msl) and out.dtype == torch.float32 and out.data_ptr() != first.data_ptr()
+    cfg, fn, params = h.launches[0]
+    assert cfg[:7] == (3, 2, 1, 288, 1, 1, 70000) and cfg[7] == STREAM_HANDLE and fn == h.READER_FUNCTION
+    slots = {s.field.name: s for s in h.op_py.abi.slots}
+    assert params[:128] == h.MAP  # the tensor map of this cache, at offset 0
+    for name_, t in (("q", q), ("weights", w), ("cache", cache), ("block_table", table), ("seq_lens", lens),
+                     ("logits", out)):
+        off = slots[name_].offset
+        assert struct.unpack_from("<Q", params, off)[0] == t.data_ptr(), name_
+    assert struct.unpack_from("<i", params, slots["max_seq_len"].offset)[0] == msl
+    # another cache tensor (another layer): no map for its address yet -> the twin teaches it
+    other = cache.clone()
+    h.call(name, q, w, other, table, lens, msl)
+    assert h.checked_calls == 2
+    h.call(name, q, w, other, table, lens, msl)
+    assert h.checked_calls == 2 and len(h.launches) == 2
+    # another max_seq_len (the int argument): another shape
+    h.call(name, q, w, cache, table, lens, msl + 64)
+    assert h.checked_calls == 3
+    # refused arguments reach the located message of the twin, never a launch
+    with pytest.raises(ArgumentError, match=r"^q: expected float8_e4m3fn"):
+        h.call(name, q.to(torch.bfloat16), w, cache, table, lens, msl)
+    assert len(h.launches) == 2

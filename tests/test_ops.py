@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kgen import fastpath, launcher, ops, reference  # noqa: E402
+from kgen import inputs as I  # noqa: E402
 from kgen.abi import NORM_ROPE_STORE, ArgumentError  # noqa: E402
 from kgen.layout import compute  # noqa: E402
 from kgen.spec import Norm, Rope  # noqa: E402
@@ -46,7 +47,7 @@ def _args(spec, inp) -> tuple:
 
 
 def _inputs(spec, n, seed=0):
-    inp = reference.make_inputs(spec, n, seed=seed)
+    inp = I.make_inputs(spec, n, seed=seed)
     return _args(spec, inp), inp["cache"]
 
 
@@ -176,13 +177,13 @@ def test_fake_impl_checks_shapes_and_dtypes():
 def test_a_variant_string_is_resolved_once(monkeypatch, tmp_path):
     import shutil
 
-    import kgen.validate
+    import kgen.resolve
 
     shutil.copy(ROOT / "specs" / "indexer_bf16.yaml", tmp_path / "v.yaml")
     name = str(tmp_path / "v.yaml")
     calls = []
-    real = kgen.validate.validate_or_raise
-    monkeypatch.setattr(kgen.validate, "validate_or_raise", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = kgen.resolve.validate_or_raise
+    monkeypatch.setattr(kgen.resolve, "validate_or_raise", lambda *a, **k: calls.append(a) or real(*a, **k))
     spec = ops.resolve(name).spec
     args, cache = _inputs(spec, 4)
     for _ in range(3):
@@ -267,9 +268,11 @@ def test_launch_buffer_layout(pdl):
     buf = launcher.PreparedLaunch(abi.struct_format, 256, pdl=pdl)
     values = (0x7000_0000_0010, 0x7000_0000_0020, 0, 0x7000_0000_0040, 0x7000_0000_0050, 0x7000_0000_0060,
               0x7000_0000_0070, 4096, 4096 * 64)
-    buf.pack(129, 0xABCDEF, *values)
+    buf.pack((129, 1, 1), 0, 0xABCDEF, *values)
     gx, gy, gz, bx, by, bz, smem, stream, attrs, nattrs = buf.config_fields()
     assert (gx, gy, gz, bx, by, bz, smem, stream) == (129, 1, 1, 256, 1, 1, 0, 0xABCDEF)
+    buf.pack((3, 4, 5), 70000, 0x11, *values)  # the reader's 3-D grid and opted-in shared memory
+    assert buf.config_fields()[:8] == (3, 4, 5, 256, 1, 1, 70000, 0x11)
     assert buf.param_bytes() == abi.pack(values)  # the struct exactly as kgen.abi lays it out
     (ptr,) = buf.kernel_params()
     assert ctypes.string_at(ptr, abi.size) == abi.pack(values)  # kernelParams[0] -> the struct
@@ -299,7 +302,7 @@ def test_indexer_logits_cpu_is_the_torch_path():
     g = torch.Generator().manual_seed(0)
     B, H, pages, max_pages = 2, 4, 6, 3
     n = pages * lay.page_size
-    inp = reference.make_inputs(spec, n, seed=1, num_pages=pages, skip_fraction=0.0, overflow_locs=False)
+    inp = I.make_inputs(spec, n, seed=1, num_pages=pages, skip_fraction=0.0, overflow_locs=False)
     cache = inp["cache"]
     reference.norm_rope_store(spec, *_args(spec, inp), cache)
     q = torch.randn(B, 1, H, spec.head_dim, generator=g).bfloat16()
@@ -338,12 +341,47 @@ def test_launcher_hands_the_driver_the_packed_launch(monkeypatch):
     prepared = launcher.PreparedLaunch(abi.struct_format, 256, pdl=True)
     run = launcher.launcher(kernel, prepared, backend="ctypes", name="k")
     values = (16, 32, 0, 48, 64, 80, 96, 7, 64 * 3)
-    run(5, 0x1234, *values)  # first: no context on this thread -> made current, launched again
+    run((5, 1, 1), 0, 0x1234, *values)  # first: no context on this thread -> made current, launched again
     assert made_current == [1] and len(seen) == 2
     head, fn, params, extra = seen[-1]
     assert head[:8] == (5, 1, 1, 256, 1, 1, 0, 0x1234) and head[9] == 1 and fn == 0xF00 and extra is None
     assert params == abi.pack(values)
-    run(1, 0, *values[:-2], 1, 64)
+    run((1, 1, 1), 0, 0, *values[:-2], 1, 64)
     assert seen[-1][2] == abi.pack((*values[:-2], 1, 64))
     with pytest.raises(launcher.LaunchError, match="k: error 719"):
-        run(1, 0, *values)
+        run((1, 1, 1), 0, 0, *values)
+
+
+# ---------------------------------------------------------------------------------------------
+# the CPU op's argument checks (issue 23, classes 12 and 16): a located, named error, never a wrap,
+# an IndexError or a silent no-op
+
+
+def _cpu_case():
+    spec = ops.resolve_spec(str(ROOT / "specs" / "indexer_bf16.yaml"))
+    (x, w, b, f, p, loc), cache = _inputs(spec, 6)
+    return spec, [x, w, b, f, p, loc], cache
+
+
+@pytest.mark.parametrize("bad,message", [
+    (lambda a: a[4].fill_(-1), r"^positions: values in \[-1, -1\] but freqs has \d+ rows \(valid: \[0, \d+\]\)"),
+    (lambda a: a[4].fill_(10**6), r"^positions: values in \[1000000, 1000000\] but freqs has"),
+    (lambda a: a.__setitem__(3, a[3][:0]), r"^positions: .* but freqs has 0 rows \(it has no row to read\)"),
+])
+def test_cpu_op_refuses_positions_outside_freqs(bad, message):
+    spec, args, cache = _cpu_case()
+    bad(args)
+    before = cache.clone()
+    with pytest.raises(ArgumentError, match=message):
+        torch.ops.kgen.norm_rope_store(ops.variant_name(spec), *args, cache)
+    assert torch.equal(cache, before)  # nothing written
+
+
+def test_cpu_op_names_a_meta_tensor_among_cpu_ones():
+    spec, args, cache = _cpu_case()
+    args[0] = args[0].to("meta")
+    with pytest.raises(ArgumentError, match=r"^weight: on cpu, but x is on meta: all arguments must share one"):
+        torch.ops.kgen.norm_rope_store(ops.variant_name(spec), *args, cache)
+    spec, args, cache = _cpu_case()
+    with pytest.raises(ArgumentError, match=r"^cache: on meta, but x is on cpu"):
+        torch.ops.kgen.norm_rope_store(ops.variant_name(spec), *args, cache.to("meta"))

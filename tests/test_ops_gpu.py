@@ -32,10 +32,10 @@ def _shipped() -> list[str]:
 
 
 def _inputs(spec, n, seed=0):
-    from kgen import reference
+    from kgen import inputs as I
     from kgen.abi import NORM_ROPE_STORE
 
-    inp = reference.make_inputs(spec, n, seed=seed, device="cuda")
+    inp = I.make_inputs(spec, n, seed=seed, device="cuda")
     args = tuple(v for k, v in NORM_ROPE_STORE.arguments(spec, inp).items() if k != "cache")
     return args, inp["cache"]
 
@@ -253,7 +253,7 @@ def test_launch_backends_and_pdl(backend, pdl):
     # nothing in flight before it: with the PDL attribute a kernel that does not wait in-kernel
     # (griddepcontrol.wait) could overlap its predecessor
     torch.cuda.synchronize()
-    run(checked.grid()[0], torch.cuda.current_stream().cuda_stream, *checked.values())
+    run((checked.grid()[0], 1, 1), 0, torch.cuda.current_stream().cuda_stream, *checked.values())
     torch.cuda.synchronize()
     assert torch.equal(out, ref)
 

@@ -100,5 +100,7 @@ def test_wheel_works_outside_the_repo(tmp_path):
     r = subprocess.run([sys.executable, "-m", "kgen", "compile", "spec.yaml", "--arch", "sm_90a", "--json"],
                        cwd=work, capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    (row,) = json.loads(r.stdout)["results"]
+    rows = json.loads(r.stdout)["results"]
+    (row,) = [x for x in rows if x["kernel"] == "norm_rope_store"]
     assert row["ok"] and row["variant"] == "dsv4_indexer_bf16" and row["arch"] == "sm_90a"
+    assert {x["kernel"] for x in rows} == {"norm_rope_store", "indexer_logits"} and all(x["ok"] for x in rows)

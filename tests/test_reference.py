@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kgen import inputs as I  # noqa: E402
 from kgen import layout as L  # noqa: E402
 from kgen import reference as R  # noqa: E402
 from kgen.spec import Spec  # noqa: E402
@@ -290,7 +291,7 @@ def _norm_spec(kind: str) -> Spec:
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_rmsnorm_layernorm_vs_float64(dtype):
     spec = spec_of("indexer_bf16").model_copy(update={"input_dtype": dtype})
-    inp = R.make_inputs(spec, 64, seed=3)
+    inp = I.make_inputs(spec, 64, seed=3)
     x, w, b = (inp[k].double() for k in ("x", "weight", "bias"))
     eps = float(np.float32(1e-6))
     y = R.norm(_norm_spec("rmsnorm"), inp["x"], inp["weight"], inp["bias"]).double()
@@ -307,7 +308,7 @@ def test_rmsnorm_layernorm_vs_float64(dtype):
 
 
 def test_norm_exact_vs_scalar_emulation():
-    inp = R.make_inputs(spec_of("indexer_bf16"), 6, seed=4)
+    inp = I.make_inputs(spec_of("indexer_bf16"), 6, seed=4)
     x, w, b = (inp[k].numpy().astype(np.float32) for k in ("x", "weight", "bias"))
     eps, n = np.float32(1e-6), np.float32(128)
     rms = R.norm(_norm_spec("rmsnorm"), inp["x"], inp["weight"]).numpy()
@@ -329,7 +330,7 @@ def test_rope_vs_complex_multiplication(style, placement):
     rng = np.random.default_rng(5)
     y = rng.standard_normal((32, n)).astype(np.float32)
     pos = rng.integers(0, 4096, 32)
-    freqs = R.rope_freqs(4096, r)
+    freqs = I.rope_freqs(4096, r)
     out = R.rope(spec, torch.from_numpy(y), freqs, torch.from_numpy(pos)).numpy()
     start = 0 if placement == "first" else n - r
     i = np.arange(r // 2)
@@ -351,7 +352,7 @@ def test_rope_vs_complex_multiplication(style, placement):
 
 
 def test_rope_freqs_table():
-    f = R.rope_freqs(100, 64).double().numpy()
+    f = I.rope_freqs(100, 64).double().numpy()
     pos, i = np.arange(100)[:, None], np.arange(32)[None, :]
     ang = pos * 10000.0 ** (-2.0 * i / 64)
     assert np.allclose(f[:, 0::2], np.cos(ang), atol=1e-7) and np.allclose(f[:, 1::2], np.sin(ang), atol=1e-7)
@@ -502,7 +503,7 @@ def any_spec(key: str) -> Spec:
 def test_tokens_bytes_match_scalar_emulation(key):
     spec = any_spec(key)
     n_tok = 3 if spec.head_dim > 128 else 6
-    inp = R.make_inputs(spec, n_tok, seed=6)
+    inp = I.make_inputs(spec, n_tok, seed=6)
     if spec.store.dtype == "fp16":  # reach fp16 overflow (inf) and subnormals
         inp["x"][0, :4] = torch.tensor([1e5, -1e5, 1e-6, 3e-8])
         if spec.norm.kind == "none":
@@ -536,7 +537,7 @@ def written_mask(spec, inp, stage=None) -> tuple[torch.Tensor, torch.Tensor]:
     (a written value cannot equal both p and ~p). Also asserts unwritten bytes are intact."""
     outs = []
     for invert in (False, True):
-        cache = R.poison_pattern(*inp["cache"].shape, invert=invert)
+        cache = I.poison_pattern(*inp["cache"].shape, invert=invert)
         before = cache.clone()
         R.norm_rope_store(spec, **{**inp, "cache": cache})
         outs.append((cache, before))
@@ -552,7 +553,7 @@ def test_page_map(key):
     num_pages = 4
     num_slots = num_pages * P
     locs = [P + 1, 0, 3 * P + P - 1, -1, num_slots, num_slots + 5, -P, 2 * P]
-    inp = R.make_inputs(spec, len(locs), seed=7, num_pages=num_pages, skip_fraction=0)
+    inp = I.make_inputs(spec, len(locs), seed=7, num_pages=num_pages, skip_fraction=0)
     inp["out_loc"] = torch.tensor(locs, dtype=torch.int64)
     assert tuple(inp["cache"].shape) == (num_pages, page_bytes)
     mask, cache = written_mask(spec, inp)
@@ -597,7 +598,7 @@ def test_layout_agrees_with_domain_page_maps():
 def test_decode_within_format_error(key):
     spec = spec_of(key)
     lay = L.compute(spec)
-    inp = R.make_inputs(spec, 96, seed=8)
+    inp = I.make_inputs(spec, 96, seed=8)
     R.norm_rope_store(spec, **inp)
     y = R.prequant(spec, *(inp[k] for k in ("x", "weight", "bias", "freqs", "positions"))).double()
     vals, scales = R.decode(spec, inp["cache"], inp["out_loc"])
@@ -659,7 +660,7 @@ def test_bf16_roundtrip_happens_before_amax_and_codes():
     assert E4M3[with_rt.values[0, 64].item()] * 2 ** -7 == 1.0
     assert E4M3[without.values[0, 64].item()] * 2 ** -7 == 1.125
     # and prequant applies it
-    inp = R.make_inputs(spec, 4, seed=9)
+    inp = I.make_inputs(spec, 4, seed=9)
     yy = R.prequant(spec, *(inp[k] for k in ("x", "weight", "bias", "freqs", "positions")))
     assert torch.equal(yy, R.bf16_roundtrip(yy))
 
@@ -669,8 +670,8 @@ def test_bf16_roundtrip_happens_before_amax_and_codes():
 
 def test_make_inputs_shape_and_properties():
     spec = spec_of("indexer_fp8")
-    a = R.make_inputs(spec, 200, seed=11, skip_fraction=0.1)
-    b = R.make_inputs(spec, 200, seed=11, skip_fraction=0.1)
+    a = I.make_inputs(spec, 200, seed=11, skip_fraction=0.1)
+    b = I.make_inputs(spec, 200, seed=11, skip_fraction=0.1)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert set(a) == {"x", "weight", "bias", "freqs", "positions", "out_loc", "cache"}
     assert a["x"].dtype == torch.float32 and a["x"].shape == (200, 128)
@@ -687,13 +688,13 @@ def test_make_inputs_shape_and_properties():
     assert col_max.max() > 8 * col_max.median()  # outlier channels
     c = a["freqs"].double()
     assert torch.allclose(c[:, 0::2] ** 2 + c[:, 1::2] ** 2, torch.ones(4096, 32, dtype=torch.float64))
-    bf = R.make_inputs(spec_of("dsv32_indexer"), 8, seed=1)
+    bf = I.make_inputs(spec_of("dsv32_indexer"), 8, seed=1)
     assert bf["x"].dtype == torch.bfloat16 and bf["weight"].dtype == torch.bfloat16
 
 
 def test_store_skips_every_out_of_range_loc():
     spec = spec_of("indexer_fp8")
-    inp = R.make_inputs(spec, 8, seed=12, num_pages=2)
+    inp = I.make_inputs(spec, 8, seed=12, num_pages=2)
     inp["out_loc"] = torch.tensor([-1, -64, -129, 128, 129, 10 ** 6, -(10 ** 6), 2 ** 40])
     before = inp["cache"].clone()
     R.norm_rope_store(spec, **inp)
@@ -702,7 +703,7 @@ def test_store_skips_every_out_of_range_loc():
 
 def test_stage_functions_compose_to_norm_rope_store():
     spec = spec_of("latent_p64")
-    inp = R.make_inputs(spec, 20, seed=13)
+    inp = I.make_inputs(spec, 20, seed=13)
     cache = inp["cache"].clone()
     y = R.prequant(spec, *(inp[k] for k in ("x", "weight", "bias", "freqs", "positions")))
     qz = R.quantize(spec, y)
@@ -713,7 +714,7 @@ def test_stage_functions_compose_to_norm_rope_store():
 
 def test_zero_tokens_and_optional_arguments():
     spec = any_spec("indexer_no_norm_no_rope")  # norm none, no RoPE: weight, bias, freqs, positions unused
-    inp = R.make_inputs(spec, 5, seed=14)
+    inp = I.make_inputs(spec, 5, seed=14)
     before = inp["cache"].clone()
     R.norm_rope_store(spec, inp["x"][:0], None, None, None, None, inp["out_loc"][:0], inp["cache"])
     assert torch.equal(inp["cache"], before)
@@ -735,7 +736,7 @@ def test_every_accepted_spec_matches_the_scalar_emulation():
     def check(d):
         spec = Spec.model_validate(d)
         lay = L.compute(spec)
-        inp = R.make_inputs(spec, 5, seed=15, max_pos=64)
+        inp = I.make_inputs(spec, 5, seed=15, max_pos=64)
         row, qz = R.encode(spec, *(inp[k] for k in ("x", "weight", "bias", "freqs", "positions")))
         fr = inp["freqs"].numpy()[inp["positions"].numpy()] if spec.rope.dim else None
         for i in range(2):

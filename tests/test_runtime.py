@@ -4,6 +4,7 @@ cache comparison and the random-spec sampler. Nothing here needs a GPU or NVRTC.
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kgen import arch, bench, compare, gpurun, ops, reference, runtime, sample  # noqa: E402
+from kgen import arch, bench, compare, gpurun, ops, reference, runtime, sample, timing  # noqa: E402
+from kgen import inputs as I  # noqa: E402
 from kgen.diagnostics import KgenError  # noqa: E402
 from kgen.layout import compute, launch_shape  # noqa: E402
 from kgen.rules import check_variant  # noqa: E402
@@ -284,8 +286,8 @@ def test_byte_model_arithmetic():
     assert bench.byte_model(v32, 1)["read_per_token"] == 128 * 2 + 64 * 4 + 16
     norope = bf16.model_copy(update={"rope": Rope(dim=0)})
     assert bench.byte_model(norope, 1)["read_per_token"] == 512 + 8  # no freqs row, no position
-    assert bench.gbps(10**9, 1.0) == pytest.approx(1000.0)
-    assert bench.gbps(1, 0) is None
+    assert timing.gbps(10**9, 1.0) == pytest.approx(1000.0)
+    assert timing.gbps(1, 0) is None
 
 
 def test_bench_ratios_and_table(tmp_path):
@@ -314,7 +316,7 @@ def test_bench_ratios_and_table(tmp_path):
 
 
 def _ref_pair(spec, n=37, seed=1):
-    inp = reference.make_inputs(spec, n, seed=seed)
+    inp = I.make_inputs(spec, n, seed=seed)
     *tensors, a = gpurun.kernel_args(spec, inp)
     reference.norm_rope_store(spec, *tensors, a)
     return a, inp["out_loc"]
@@ -429,102 +431,39 @@ def test_sampled_specs_dry_run_on_cpu():
 
 
 # ---------------------------------------------------------------------------------------------
-# runtime.load / launch mechanics against a fake cuda.core and fake torch.cuda (no GPU)
+# runtime.load / launch mechanics against a fake driver (kgen.launcher) and fake torch.cuda (no GPU)
 
 
-class _FakeKernel:
-    handle = 0xBEEF
+class _FakeStack:
+    """Records what kgen.runtime asks of the launch stack (kgen.launcher): each load, and each
+    cuLaunchKernelEx with its config and the bytes its kernelParams point at (read back through the
+    void** the driver would read)."""
 
-    def __eq__(self, other):
-        return isinstance(other, _FakeKernel)
-
-
-class _FakeCC:
-    """Records what kgen.runtime asks of cuda.core."""
-
-    def __init__(self):
-        self.calls = []
-        cc = self
-
-        class ObjectCode:
-            @staticmethod
-            def from_cubin(data, symbol_mapping=None):
-                cc.calls.append(("from_cubin", len(data), symbol_mapping))
-                return ObjectCode()
-
-            def get_kernel(self, name):
-                cc.calls.append(("get_kernel", name))
-                return _FakeKernel()
-
-        class Device:
-            def __init__(self, idx):
-                self.idx = idx
-
-            def set_current(self):
-                cc.calls.append(("set_current", self.idx))
-
-        class Stream:
-            @staticmethod
-            def from_handle(h):
-                cc.calls.append(("stream", h))
-                return ("STREAM", h)
-
-        class LaunchConfig:
-            def __init__(self, grid, block, programmatic_stream_serialization=False):
-                self.grid, self.block, self.pdl = grid, block, programmatic_stream_serialization
-
-        def launch(stream, cfg, kernel, *args):
-            cc.calls.append(("launch", stream, cfg.grid, cfg.block, kernel, args))
-
-        self.ObjectCode, self.Device, self.Stream, self.LaunchConfig, self.launch = (
-            ObjectCode, Device, Stream, LaunchConfig, launch)
-        self.LEGACY_DEFAULT_STREAM = "LEGACY"
-
-
-class _FakeDriver:
-    """cuda.bindings.driver as kgen.runtime launches through it: records each cuLaunchKernelEx with
-    the bytes its kernelParams point at (read back through the void** the driver would read)."""
-
-    def __init__(self, calls):
+    def __init__(self, params_size: int):
         import ctypes
-        import enum
 
-        self.calls = calls
-        drv = self
+        from kgen import launcher
 
-        class CUresult(enum.IntEnum):
-            CUDA_SUCCESS = 0
-            CUDA_ERROR_INVALID_VALUE = 1
+        self.calls: list = []
+        self.params_size, self.fail = params_size, False
+        stack = self
 
-        class CUlaunchAttributeID(enum.IntEnum):
-            CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+        def load_cubin(cubin, symbol, device_index, *, what="kernel"):
+            stack.calls.append(("load_cubin", len(cubin), symbol, device_index))
+            return launcher.DriverKernel(device_index, 0xBEEF, (stack.params_size,), (None, None, 0xC0))
 
-        class _Value:
-            programmaticStreamSerializationAllowed = 0
+        class Lib:
+            @staticmethod
+            def cuLaunchKernelEx(cfg, fn, params, extra):  # noqa: N802 - the driver's name
+                head = launcher._CONFIG.unpack(ctypes.string_at(cfg, launcher._CONFIG.size))
+                grid, block, smem, stream, attrs_at, nattrs = head[:3], head[3:6], head[6], head[7], head[8], head[9]
+                attrs = [struct.unpack("<I4xi", ctypes.string_at(attrs_at, 12))] if nattrs else []
+                ptr = ctypes.c_void_p.from_address(params).value
+                stack.calls.append(("cuLaunchKernelEx", stream, grid, block, fn,
+                                    ctypes.string_at(ptr, stack.params_size), attrs, extra, smem))
+                return 1 if stack.fail else 0  # CUDA_ERROR_INVALID_VALUE
 
-        class CUlaunchAttribute:
-            def __init__(self):
-                self.id, self.value = None, _Value()
-
-        class CUlaunchConfig:
-            pass
-
-        self.CUresult, self.CUlaunchAttributeID, self.CUlaunchAttribute, self.CUlaunchConfig = (
-            CUresult, CUlaunchAttributeID, CUlaunchAttribute, CUlaunchConfig)
-        self.CUstream = lambda h: ("CUstream", h)
-        self.CUfunction = lambda h: ("CUfunction", h)
-        self.fail = False
-
-        def cuLaunchKernelEx(cfg, f, kernel_params, extra):
-            struct_ptr = ctypes.c_void_p.from_address(kernel_params).value
-            size = drv.params_size
-            drv.calls.append(("cuLaunchKernelEx", cfg.hStream, (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ),
-                              (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ), f, ctypes.string_at(struct_ptr, size),
-                              [(a.id, a.value.programmaticStreamSerializationAllowed) for a in cfg.attrs], extra))
-            return (CUresult.CUDA_ERROR_INVALID_VALUE if drv.fail else CUresult.CUDA_SUCCESS,)
-
-        self.cuLaunchKernelEx = cuLaunchKernelEx
-        self.cuGetErrorString = lambda err: (CUresult.CUDA_SUCCESS, b"invalid argument")
+        self.load_cubin, self.lib = load_cubin, Lib
 
 
 @pytest.fixture
@@ -532,17 +471,17 @@ def fake_gpu(monkeypatch, tmp_path):
     import numpy as np  # noqa: F401
 
     from kgen import compile as kcompile
-
-    cc = _FakeCC()
-    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(runtime, "gpu_problem", lambda: None)
-    monkeypatch.setattr(runtime, "_cuda_core", lambda: cc)
+    from kgen import launcher
     from kgen.abi import NORM_ROPE_STORE
 
-    drv = _FakeDriver(cc.calls)
-    drv.params_size = NORM_ROPE_STORE.size
-    cc.driver = drv
-    monkeypatch.setattr(runtime, "_driver", lambda: drv)
+    stack = _FakeStack(NORM_ROPE_STORE.size)
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(runtime, "gpu_problem", lambda: None)
+    monkeypatch.setattr(launcher, "load_cubin", stack.load_cubin)
+    monkeypatch.setattr(launcher, "_libcuda", lambda: stack.lib)
+    monkeypatch.setattr(launcher, "_raise_launch", lambda name, err, grid, block: (_ for _ in ()).throw(
+        launcher.LaunchError(f"{name}: kernel launch failed (error {err}: invalid argument)")))
+    monkeypatch.setattr(runtime, "device_facts", lambda i: runtime.A.DeviceFacts(i, 132, 50 << 20))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: "Fake H200")
@@ -564,22 +503,16 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "device", _Dev)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: _Stream())
     compiled = []
-    real = kcompile.compile_variant
+    real = kcompile.compile_rendered
 
-    def spy(spec, arch, **kw):
-        compiled.append((spec.name, arch))
-        return real(spec, arch, progress=None)
+    def spy(rendered, arch, **kw):
+        compiled.append((rendered.uri, arch))
+        return real(rendered, arch, progress=None)
 
-    monkeypatch.setattr(kcompile, "compile_variant", spy)
+    monkeypatch.setattr(runtime, "compile_rendered", spy)
     runtime.clear_cache()
-    runtime._streams.clear()
-    if hasattr(runtime._tls, "devices"):
-        del runtime._tls.devices
-    yield cc, compiled
+    yield stack, compiled
     runtime.clear_cache()
-    runtime._streams.clear()
-    if hasattr(runtime._tls, "devices"):
-        del runtime._tls.devices
 
 
 def test_load_checks_arch_compiles_loads_and_caches(fake_gpu):
@@ -589,18 +522,16 @@ def test_load_checks_arch_compiles_loads_and_caches(fake_gpu):
     spec = ops.resolve_spec(f"{FAMILY}::dsv4_indexer_fp8")
     loaded = runtime.load(spec)
     assert compiled == [("dsv4_indexer_fp8", "sm_90a")] and loaded.arch == "sm_90a"
-    frm = [c for c in cc.calls if c[0] == "from_cubin"][0]
-    expr = loaded.compiled.name_expression
-    assert frm[2] == {expr: loaded.compiled.symbol} and frm[1] == len(loaded.compiled.cubin)
-    assert ("get_kernel", expr) in cc.calls and ("set_current", 0) in cc.calls
+    (load,) = [c for c in cc.calls if c[0] == "load_cubin"]
+    assert load == ("load_cubin", len(loaded.compiled.cubin), loaded.compiled.symbol, 0)
     assert runtime.load(spec) is loaded and len(compiled) == 1  # cached in-process
     args = ops.check_arguments(spec, **good_args(spec, n=1000, pages=3), require_cuda=False)
     loaded.launch(args)
-    kind, stream, grid, block, f, packed, attrs, extra = cc.calls[-1]
-    assert kind == "cuLaunchKernelEx" and stream == ("CUstream", 0xABC) and f == ("CUfunction", 0xBEEF)
+    kind, stream, grid, block, f, packed, attrs, extra, smem = cc.calls[-1]
+    assert kind == "cuLaunchKernelEx" and stream == 0xABC and f == 0xBEEF and smem == 0
     assert (grid[0], block[0]) == launch_shape(spec, 1000) and grid[1:] == block[1:] == (1, 1)
     # sm_90a with launch.pdl (the default): the PDL attribute, as the kernel's griddepcontrol expects
-    assert loaded.pdl and len(attrs) == 1 and attrs[0][1] == 1 and extra == 0
+    assert loaded.pdl and attrs == [(6, 1)] and extra is None
     # the struct the kernel reads: every data pointer, then N (int32) and num_slots (int64), as the
     # C struct lays them out (4 bytes of padding after num_tokens)
     t = args.tensors
@@ -612,8 +543,8 @@ def test_load_checks_arch_compiles_loads_and_caches(fake_gpu):
     run = loaded.prepare(args, programmatic_stream_serialization=True)
     run()
     run(stream=0x77)
-    assert [c[1] for c in cc.calls[n:]] == [("CUstream", 0xABC), ("CUstream", 0x77)]
-    assert all(c[5] == packed and len(c[6]) == 1 and c[6][0][1] == 1 for c in cc.calls[n:])
+    assert [c[1] for c in cc.calls[n:]] == [0xABC, 0x77]
+    assert all(c[5] == packed and c[6] == [(6, 1)] for c in cc.calls[n:])
     n = len(cc.calls)
     empty = ops.check_arguments(spec, **good_args(spec, n=0, pages=3), require_cuda=False)
     loaded.launch(empty)  # N == 0: nothing launched
@@ -624,8 +555,8 @@ def test_load_checks_arch_compiles_loads_and_caches(fake_gpu):
     assert not runtime.load(off).pdl and cc.calls[-1][6] == []
     with pytest.raises(ValueError, match="would race"):
         runtime.load(off).prepare(args, programmatic_stream_serialization=True)
-    cc.driver.fail = True
-    with pytest.raises(runtime.LaunchError, match="cuLaunchKernelEx failed.*invalid argument"):
+    cc.fail = True
+    with pytest.raises(runtime.LaunchError, match="kernel launch failed.*invalid argument"):
         loaded.launch(args)
 
 
@@ -720,7 +651,7 @@ def test_bench_inputs_are_production_like():
         bench._freqs_tables.clear()
     rec = bench.inputs_record("random")
     assert (rec["positions"], rec["max_pos"], rec["freqs_rows"]) == ("random", 1 << 20, 1 << 20)
-    assert bench.graph_calls(1) == bench.GRAPH_MAX_CALLS and bench.graph_calls(1 << 40) == bench.GRAPH_MIN_CALLS
+    assert timing.graph_calls(1) == timing.GRAPH_MAX_CALLS and timing.graph_calls(1 << 40) == timing.GRAPH_MIN_CALLS
 
 
 @pytest.mark.parametrize("args, option", [(["test", "--tokens", "-1"], "--tokens"),
@@ -771,3 +702,18 @@ def test_compare_fast_numerics_tolerance(name):
             b3[page, off:off + 4] = torch.tensor(list(struct.pack("<I", bits + ulps)), dtype=torch.uint8)
             c = compare.compare_caches(spec, b3, a, out_loc=loc, tokens=37)
             assert c.ok is ok and c.max_scale_distance == ulps, c.reason
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["test", "--readers-only", "--reader-tune", "{bad", str(BF16)], "--reader-tune '{bad' is not JSON"),
+    (["test", "--reader-tune", '{"kReaderWgStages": "2"}', str(BF16)], "expected null or an object of integers"),
+    (["test", "--tune-cases", "2,x", str(BF16)], "--tune-cases '2,x': expected indices"),
+    (["bench", "--profile", "4096", str(BF16)], "--profile '4096': expected B x keys shapes"),
+    (["bench", "--reader-shapes", "0x64", str(BF16)], "--reader-shapes '0x64': expected B x keys shapes"),
+])
+def test_reader_options_of_test_and_bench_are_usage_errors(argv, message):
+    """kgen test / kgen bench carry what `python -m kgen.reader_check` did (--readers-only, --reader-tune,
+    --tune-cases, --reader-shapes, --profile); a bad value is a one-line usage error, exit 2, before any
+    GPU work."""
+    r = subprocess.run([sys.executable, "-m", "kgen", *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr

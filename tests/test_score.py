@@ -16,6 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kgen import inputs as I  # noqa: E402
 from kgen import reference as R  # noqa: E402
 from kgen.diagnostics import KgenError  # noqa: E402
 from kgen.score import (  # noqa: E402
@@ -89,7 +90,7 @@ def write_sequences(spec, seq_lens, *, num_pages, seed):
         table[b, :n] = perm[at:at + n]
         at += n
     total = sum(seq_lens)
-    inp = R.make_inputs(spec, total, seed=seed, num_pages=num_pages, skip_fraction=0.0)
+    inp = I.make_inputs(spec, total, seed=seed, num_pages=num_pages, skip_fraction=0.0)
     locs = []
     for b, n in enumerate(seq_lens):
         s = torch.arange(n)

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 from kgen import indexer, runtime, tma  # noqa: E402
 from kgen import layout as L  # noqa: E402
 from kgen import reader_check as rc  # noqa: E402
+from kgen import reader_layout as RL  # noqa: E402
 from kgen.abi import INDEXER_LOGITS, NO_TENSOR_MAP, ArgumentError  # noqa: E402
 from kgen.reference import load_spec  # noqa: E402
 from strategies import ROOT  # noqa: E402
@@ -41,7 +42,7 @@ def test_fp8_geometry_is_the_132_byte_key_layout():
     assert g.strides == (128, 128, 8448)
     assert g.box == (128, 1, 64, 1) and g.element_strides == (1, 1, 1, 1)
     # the box is one tile of one chunk: no tile crosses a page, the box's bytes end before the scales
-    assert g.box[2] == L.READER_WG_TILE_KEYS and lay.page_size % g.box[2] == 0
+    assert g.box[2] == RL.READER_WG_TILE_KEYS and lay.page_size % g.box[2] == 0
     assert g.box[2] * g.strides[1] <= lay.scale_region_offset
 
 
@@ -106,7 +107,7 @@ class FakeDriver:
 def fake_driver(monkeypatch):
     pytest.importorskip("cuda.bindings.driver")
     fake = FakeDriver()
-    monkeypatch.setattr(tma, "_driver", lambda: fake)
+    monkeypatch.setattr(tma, "driver", lambda: fake)
     monkeypatch.setattr(tma, "_memo", {})
     return fake
 
@@ -122,8 +123,8 @@ def fake_driver(monkeypatch):
 ])
 def test_no_map_unless_the_tma_variant_runs(fake_driver, path, target, tune):
     a = _args(path, target=target, tune=tune)
-    values = a.values()
-    assert values[0] == NO_TENSOR_MAP and a.pack()[:128] == bytes(128)
+    values = a.values(encode=tma.encode_map)
+    assert values[0] == NO_TENSOR_MAP and a.pack(tma.encode_map)[:128] == bytes(128)
     assert fake_driver.calls == []  # nothing asked of the driver
 
 
@@ -131,8 +132,8 @@ def test_no_map_unless_the_tma_variant_runs(fake_driver, path, target, tune):
 @pytest.mark.parametrize("path", [FP8, BF16])
 def test_tma_variant_gets_the_encoded_map_of_the_cache(fake_driver, path, tune):
     a = _args(path, target="sm_90a", tune=tune)
-    assert L.reader_wg_tma(a.layout, tune) and indexer.launch_tma(a)
-    packed = a.pack()
+    assert RL.reader_wg_tma(a.layout, tune) and indexer.launch_tma(a)
+    packed = a.pack(tma.encode_map)
     assert packed[:8] == (1).to_bytes(8, "little") and packed[8:16] == (100).to_bytes(8, "little")
     (call,) = fake_driver.calls
     d = fake_driver
@@ -152,21 +153,23 @@ def test_tma_variant_gets_the_encoded_map_of_the_cache(fake_driver, path, tune):
 
 def test_map_is_memoized_per_cache_tensor(fake_driver):
     a = _args(FP8, target="sm_90a", tune=TMA)
-    first = a.values()[0]
-    assert a.values()[0] is first and len(fake_driver.calls) == 1  # the same cache: no second encode
+    first = a.values(encode=tma.encode_map)[0]
+    enc = tma.encode_map
+    assert a.values(encode=enc)[0] is first and len(fake_driver.calls) == 1  # the same cache: no second encode
     other = dataclasses.replace(a, tensors={**a.tensors, "cache": a.tensors["cache"].clone()})
-    assert other.values()[0] != first and len(fake_driver.calls) == 2  # another address: its own map
+    assert other.values(encode=enc)[0] != first and len(fake_driver.calls) == 2  # another address: its own map
     fewer = a.tensors["cache"][:1]  # the same address, fewer pages: another geometry
-    assert tma.cache_key_map(a.layout, fewer) != first and len(fake_driver.calls) == 3
+    assert tma.encode_map(fewer, tma.cache_map_geometry(a.layout, 1)) != first and len(fake_driver.calls) == 3
     for i in range(tma.MEMO_MAX + 5):  # bounded
-        tma.cache_key_map(a.layout, torch.zeros(1 + i, a.layout.page_bytes, dtype=torch.uint8))
+        t = torch.zeros(1 + i, a.layout.page_bytes, dtype=torch.uint8)
+        tma.encode_map(t, tma.cache_map_geometry(a.layout, 1 + i))
     assert len(tma._memo) <= tma.MEMO_MAX
 
 
 def test_empty_cache_has_no_map(fake_driver):
     a = _args(FP8, target="sm_90a", tune=TMA)
     empty = dataclasses.replace(a, tensors={**a.tensors, "cache": a.tensors["cache"][:0]})
-    assert empty.values()[0] == NO_TENSOR_MAP and fake_driver.calls == []
+    assert empty.values(encode=tma.encode_map)[0] == NO_TENSOR_MAP and fake_driver.calls == []
 
 
 def test_refused_encode_names_the_cache(fake_driver):
@@ -174,7 +177,7 @@ def test_refused_encode_names_the_cache(fake_driver):
     a = _args(BF16, target="sm_90a", tune=TMA)
     with pytest.raises(ArgumentError, match=r"^cache: the driver cannot encode its tensor map "
                                             r"\(CUDA_ERROR_INVALID_VALUE: invalid argument\).*dims \[128, 2, 64, "):
-        a.values()
+        a.values(encode=tma.encode_map)
 
 
 def test_missing_driver_library_is_an_argument_error(monkeypatch):
@@ -184,7 +187,7 @@ def test_missing_driver_library_is_an_argument_error(monkeypatch):
     pytest.importorskip("cuda.bindings.driver")
     fake = FakeDriver()
     fake.cuTensorMapEncodeTiled = broken  # type: ignore[method-assign]
-    monkeypatch.setattr(tma, "_driver", lambda: fake)
+    monkeypatch.setattr(tma, "driver", lambda: fake)
     with pytest.raises(ArgumentError, match=r"^cache: .*RuntimeError: libcuda.so.1 not found"):
         tma.encode(0x1000, tma.cache_map_geometry(_lay(FP8), 2))
 
@@ -205,11 +208,11 @@ def test_driver_encodes_the_cache_map(path):
     spec = load_spec(SPECS / path)
     case = rc.make_case(spec, [5, 70, 300], device="cuda", seed=3)
     a = dataclasses.replace(indexer.check(spec, *case), target="sm_90a", tune=TMA)
-    got = a.values()[0]
+    got = a.values(encode=tma.encode_map)[0]
     assert len(got) == 128 and any(got)
-    assert a.values()[0] is got  # memoized
-    assert tma.cache_key_map(a.layout, case[2]) is got
-    assert a.pack()[:128] == got and INDEXER_LOGITS.slots[0].field.name == "cache_map"
+    assert a.values(encode=tma.encode_map)[0] is got  # memoized
+    assert tma.encode_map(case[2], tma.cache_map_geometry(a.layout, case[2].shape[0])) is got
+    assert a.pack(tma.encode_map)[:128] == got and INDEXER_LOGITS.slots[0].field.name == "cache_map"
     # the driver checks what it is given: an address off its 16-B alignment is refused, named
     with pytest.raises(ArgumentError, match="^cache: the driver cannot encode its tensor map"):
         tma.encode(case[2].data_ptr() + 8, tma.cache_map_geometry(a.layout, case[2].shape[0]))

@@ -25,6 +25,17 @@ struct dsv4_latent_bf16 {
   static constexpr bool kScaleStrideSet = false;
   static constexpr long long kScaleStrideRaw = 0;
   static constexpr bool kLayoutComputed = true;
+  static constexpr long long kPageSizeMax = 65536;
+  static constexpr long long kPageBytesLimit = 2147483648;
+  static constexpr long long kHeadDimMin = 32;
+  static constexpr long long kHeadDimMax = 1024;
+  static constexpr long long kMaxWarpsPerBlock = 32;
+  static constexpr long long kMaxTokensPerWarp = 8;
+  static constexpr long long kMaxWarpsPerSm = 64;
+  static constexpr long long kFp4Block = 32;
+  static constexpr long long kMaxNumTokens = 2147483647;
+  static constexpr long long kCompressRatioMax = 65536;
+  static constexpr long long kSmRegisters = 65536;
   static constexpr long long kPageSize = 64;
   static constexpr long long kBytesPerToken = 1024;
   static constexpr long long kPageBytes = 65536;

@@ -433,7 +433,8 @@ struct NormRopeStore {
   // any of its math): kGroup == T (launch.stage_tokens, if set) unless the words in flight would not fit the registers
   // __launch_bounds__ leaves (head_dim 1024, or 1024-thread blocks); the norm weights stay in
   // registers across tokens when they fit too, else each token re-reads them (L1 hits).
-  static constexpr int kRegs = 65536 / (W * 32) < 255 ? 65536 / (W * 32) : 255;
+  static constexpr int kRegs =
+      Cfg::kSmRegisters / (W * 32) < 255 ? static_cast<int>(Cfg::kSmRegisters / (W * 32)) : 255;
   static constexpr int kAvail = kRegs - 40;  // addresses, indices, loop state, scale math
   static constexpr int kWeightRegs = (kNorm ? V : 0) + (kLayerNorm ? V : 0);
   static constexpr int kWorkRegs = V + 8;

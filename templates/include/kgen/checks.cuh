@@ -12,14 +12,9 @@
 namespace kgen {
 namespace rules {
 
-constexpr long long kPageSizeMax = 65536;
-constexpr long long kPageBytesLimit = 1ll << 31;
-constexpr long long kHeadDimMin = 32;
-constexpr long long kHeadDimMax = 1024;
-constexpr long long kMaxWarpsPerBlock = 32;
-constexpr long long kMaxTokensPerWarp = 8;
-constexpr long long kMaxWarpsPerSm = 64;  // resident warps of an sm_90/sm_100 SM
-constexpr long long kFp4Block = 32;
+// The thresholds the rules compare against (kPageSizeMax, kHeadDimMin/Max, kMaxWarpsPerBlock, ...) are
+// the config's: kgen.rules.twin_limits renders them into every variant, so these twins re-derive the
+// rules' logic and never restate a number the Python owns.
 
 KGEN_HD constexpr long long max3(long long a, long long b, long long c) {
   return a > b ? (a > c ? a : c) : (b > c ? b : c);
@@ -34,7 +29,7 @@ KGEN_HD constexpr long long lanes_v() {
 template <class C>
 KGEN_HD constexpr bool head_dim() {
   const long long h = C::kHeadDim;
-  return kHeadDimMin <= h && h <= kHeadDimMax && h % 32 == 0 && is_pow2(h / 32);
+  return C::kHeadDimMin <= h && h <= C::kHeadDimMax && h % 32 == 0 && is_pow2(h / 32);
 }
 
 template <class C>
@@ -82,8 +77,8 @@ KGEN_HD constexpr bool store_scale_kind() {
 template <class C>
 KGEN_HD constexpr bool store_scale_fp4_block() {
   if (C::kStoreDtype != Dtype::fp4_e2m1) return true;
-  if (C::kBlockSet) return C::kBlockRaw == kFp4Block;
-  return !C::kLayoutComputed || C::kQuantDim == kFp4Block;
+  if (C::kBlockSet) return C::kBlockRaw == C::kFp4Block;
+  return !C::kLayoutComputed || C::kQuantDim == C::kFp4Block;
 }
 
 template <class C>
@@ -113,12 +108,12 @@ KGEN_HD constexpr bool store_amax_floor() {
 
 template <class C>
 KGEN_HD constexpr bool page_size() {
-  return is_pow2(C::kPageSize) && C::kPageSize <= kPageSizeMax;
+  return is_pow2(C::kPageSize) && C::kPageSize <= C::kPageSizeMax;
 }
 
 template <class C>
 KGEN_HD constexpr bool page_align() {
-  return C::kPageAlign >= 1 && C::kPageAlign < kPageBytesLimit;
+  return C::kPageAlign >= 1 && C::kPageAlign < C::kPageBytesLimit;
 }
 
 template <class C>
@@ -145,32 +140,28 @@ KGEN_HD constexpr bool layout_align() {
 template <class C>
 KGEN_HD constexpr bool page_bytes_limit() {
   // a page_align out of range is the page-align rule's problem (it alone rounds the page past 2^31)
-  return !C::kLayoutComputed || C::kPageBytes < kPageBytesLimit || !page_align<C>();
+  return !C::kLayoutComputed || C::kPageBytes < C::kPageBytesLimit || !page_align<C>();
 }
 
 template <class C>
 KGEN_HD constexpr bool launch() {
-  return 1 <= C::kWarpsPerBlock && C::kWarpsPerBlock <= kMaxWarpsPerBlock && 1 <= C::kTokensPerWarp &&
-         C::kTokensPerWarp <= kMaxTokensPerWarp && 0 <= C::kStageTokens && C::kStageTokens <= kMaxTokensPerWarp &&
-         0 <= C::kMinBlocksPerSm && C::kMinBlocksPerSm * C::kWarpsPerBlock <= kMaxWarpsPerSm;
+  return 1 <= C::kWarpsPerBlock && C::kWarpsPerBlock <= C::kMaxWarpsPerBlock && 1 <= C::kTokensPerWarp &&
+         C::kTokensPerWarp <= C::kMaxTokensPerWarp && 0 <= C::kStageTokens && C::kStageTokens <= C::kMaxTokensPerWarp &&
+         0 <= C::kMinBlocksPerSm && C::kMinBlocksPerSm * C::kWarpsPerBlock <= C::kMaxWarpsPerSm;
 }
-
-constexpr long long kMaxNumTokens = 0x7fffffffLL;  // num_tokens is the ABI's int32
 
 template <class C>
 KGEN_HD constexpr bool launch_large() {
-  return 0 <= C::kLargeMinTokens && C::kLargeMinTokens <= kMaxNumTokens && 1 <= C::kLargeTokensPerWarp &&
-         C::kLargeTokensPerWarp <= kMaxTokensPerWarp;
+  return 0 <= C::kLargeMinTokens && C::kLargeMinTokens <= C::kMaxNumTokens && 1 <= C::kLargeTokensPerWarp &&
+         C::kLargeTokensPerWarp <= C::kMaxTokensPerWarp;
 }
-
-constexpr long long kCompressRatioMax = 1 << 16;
 
 template <class C>
 KGEN_HD constexpr bool positions() {
   // at most one plan kind (kgen/spec.py's positions.source is one value); either needs RoPE and a ratio
   return !(C::kDecodePlan && C::kCompressPlan) &&
          (!(C::kDecodePlan || C::kCompressPlan) ||
-          (C::kRopeDim > 0 && 1 <= C::kCompressRatio && C::kCompressRatio <= kCompressRatioMax));
+          (C::kRopeDim > 0 && 1 <= C::kCompressRatio && C::kCompressRatio <= C::kCompressRatioMax));
 }
 
 template <class C>
