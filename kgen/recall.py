@@ -66,8 +66,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .diagnostics import KgenError, Problem, err
-from .files import write_all, write_atomic
+from .diagnostics import KgenError, Problem, err, failure_json, print_json
+from .files import check_target, file_kind, write_all, write_atomic
 from .gpurun import precompile
 from .layout import compute
 from .rules import check_variant
@@ -360,10 +360,10 @@ def compare(ref_a, var_a, ref_n, var_n, positions, placed, sigma, topk: int) -> 
     mask.scatter_(1, ti_r, True)
     agree = mask.gather(1, ti_v).sum(1).double() / topk
 
-    err = var_a - ref_a
+    error = var_a - ref_a
     spread = ref_a.std(dim=1)
-    rms_sigma = err.pow(2).mean(1).sqrt() / spread
-    max_sigma = err.abs().amax(1) / spread
+    rms_sigma = error.pow(2).mean(1).sqrt() / spread
+    max_sigma = error.abs().amax(1) / spread
 
     pos = positions.to(dev)
     ok = placed.to(dev)
@@ -385,7 +385,7 @@ def compare(ref_a, var_a, ref_n, var_n, positions, placed, sigma, topk: int) -> 
         "needle_margin_actual": float(actual[ok].mean()) if n_placed else None,
         "score_error_rms_sigma": float(rms_sigma.mean()),
         "score_error_max_sigma": float(max_sigma.max()),
-        "score_error_max_rel": float(err.abs().max() / ref_a.abs().max()),
+        "score_error_max_rel": float(error.abs().max() / ref_a.abs().max()),
     }
 
 
@@ -626,8 +626,6 @@ def _check_keys_path(path: Path) -> None:
     import os
     import stat
 
-    from .files import file_kind
-
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -793,16 +791,12 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
                        keys=keys, as_json=as_json, plot=plot, device=device, toggle_hadamard=toggle_hadamard)
     except KgenError as e:
         if json_to_stdout:
-            from .diagnostics import failure_json, print_json
-
             print_json(failure_json(e.problems, results=[]))
         raise
 
 
 def _check_output(out: Path, what: str) -> None:
     """Before any work: `out` is a regular file kgen may replace (or a new one in a directory)."""
-    from .files import check_target
-
     try:
         check_target(out)
     except OSError as e:
@@ -831,8 +825,6 @@ def memory_budget(device: str) -> int:
 def _recall(paths: list[Path], *, contexts: str | None, topk: int, queries: int, heads: int, margin: float,
             seed: int, keys: Path | None, as_json: bool, plot: Path | None, device: str,
             toggle_hadamard: bool) -> int:
-    from .diagnostics import err
-
     json_file = None
     if as_json:  # `--json FILE.json` writes there; a .json path is never a spec
         outs = [p for p in paths if Path(p).suffix == ".json"]
