@@ -636,7 +636,7 @@ READER_WG_TILE_KEYS = 64  # wgmma m64: keys per tile
 READER_WG_CHUNK_BYTES = 128  # one 128-B swizzle atom's width of a key row (and of q's rows)
 READER_WG_ALIGN = 1024  # the 128-B swizzle pattern repeats every 1024 B: operand bases aligned to it
 READER_WG_ROW_INFO_BYTES = 4  # per key row and stage: its scale (fp32) or 1, NaN where the page is bad
-READER_WG_MAX_TOKENS = 2  # query tokens (MTP) a CTA scores from one staging of the keys
+READER_WG_MAX_TOKENS = 4  # query tokens (MTP, next_n 1-4) a CTA scores from one staging of the keys
 READER_MAX_SMEM_BYTES = 227 * 1024  # dynamic shared memory one CTA may opt in to (sm_90)
 READER_SM_SHARED_BYTES = 228 * 1024  # shared memory of an sm_90 SM; the driver keeps 1 KB per CTA
 READER_CTA_RESERVED_BYTES = 1024
@@ -679,15 +679,17 @@ def reader_wg_smem_bytes(lay: Layout, ntok: int, stages: int, tma: bool = False)
 
 
 def reader_wg_tokens_per_cta(lay: Layout, stages: int, tma: bool = False) -> int:
-    """Query tokens a wgmma-path CTA scores together (their q in shared memory): up to
-    READER_WG_MAX_TOKENS, 1 when a row is several chunks (each token would keep its own accumulators
-    across the chunks); 0: one token does not fit."""
+    """Query tokens a wgmma-path CTA scores together from one staging of the keys (their q in shared
+    memory): up to READER_WG_MAX_TOKENS that fit; 0: one token does not fit. 1 for the cp.async variant of
+    rows of several chunks, which stages a tile chunk by chunk (each token would keep its own accumulators
+    across the chunks); the TMA variant stages, and fp4 converts, whole tiles."""
     chunks = reader_wg_chunks(lay)
     fits = [t for t in range(1, READER_WG_MAX_TOKENS + 1)
             if reader_wg_smem_bytes(lay, t, stages, tma) <= READER_MAX_SMEM_BYTES]
     if not chunks or not fits:
         return 0
-    return 1 if chunks > 1 else max(fits)
+    whole_tiles = tma or lay.spec.store.dtype == "fp4_e2m1"
+    return 1 if chunks > 1 and not whole_tiles else max(fits)
 
 
 def reader_wgmma(lay: Layout, stages: int) -> bool:
@@ -886,10 +888,13 @@ def reader_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_coun
 def reader_wg_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_count: int,
                      tune: dict[str, int] | None = None, lay: Layout | None = None
                      ) -> tuple[tuple[int, int, int], int, int, int]:
-    """The wgmma path's launch: one wave. The CTAs an SM holds at once times the SMs, split evenly over
-    the (sequence, token group) pairs; each CTA's slice of the context whole 64-key tiles (the kernel
-    derives the same slice from gridDim.x). A DRAM-bound kernel gains nothing from a second wave but a
-    tail."""
+    """The wgmma path's launch: one wave of a 1-D grid, the CTAs an SM holds at once times the SMs (no
+    more than the tiles the longest rows could have: B x token groups x ceil(max_seq_len / 64)). Each CTA
+    derives its share of the work from seq_lens in the kernel (kgen::detail::wg::Work): an even split of
+    the tiles the sequences really have, then of the -inf columns past them, so ragged batches keep every SM
+    busy and nothing here depends on the lengths (a captured CUDA graph replays for any). A DRAM-bound
+    kernel gains nothing from a second wave but a tail. The fourth value: the keys one CTA scores where every
+    sequence has max_seq_len of them."""
     lay = lay or compute(spec)
     stages = reader_wg_stages(lay, tune)
     tma = reader_wg_tma(lay, tune)
@@ -898,9 +903,7 @@ def reader_wg_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_c
     ntok = min(tpc, next_n)
     groups = -(-next_n // tpc)
     slots = max(1, sm_count) * reader_wg_ctas_per_sm(lay, ntok, stages, tma, consumers)
-    tile = READER_WG_TILE_KEYS
-    tiles = max(1, -(-max_seq_len // tile))
-    split = max(1, min(tiles, slots // max(1, batch * groups)))
-    per = -(-tiles // split) * tile
-    grid = (max(1, -(-max_seq_len // per)), batch, groups)
-    return grid, reader_wg_threads(lay, tune), reader_wg_smem_bytes(lay, ntok, stages, tma), per
+    tiles = max(1, batch * groups * -(-max_seq_len // READER_WG_TILE_KEYS))
+    ctas = max(1, min(slots, tiles))
+    per = -(-tiles // ctas) * READER_WG_TILE_KEYS
+    return (ctas, 1, 1), reader_wg_threads(lay, tune), reader_wg_smem_bytes(lay, ntok, stages, tma), per
