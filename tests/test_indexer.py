@@ -207,7 +207,8 @@ def work_split(seq_lens: list[int], next_n: int, max_seq_len: int, tpc: int, cta
         cells: list[tuple[int, int]] = []
         for p, i in tiles[c * len(tiles) // ctas:(c + 1) * len(tiles) // ctas]:
             b, t0, ntok, _, _ = pairs[p]
-            cells += [(b * next_n + t0 + t, k) for t in range(ntok) for k in range(64 * i, min(64 * i + 64, max_seq_len))]
+            keys = range(64 * i, min(64 * i + 64, max_seq_len))
+            cells += [(b * next_n + t0 + t, k) for t in range(ntok) for k in keys]
         for p, col in fills[c * len(fills) // ctas:(c + 1) * len(fills) // ctas]:
             b, t0, ntok, nt, _ = pairs[p]
             cells += [(b * next_n + t0 + t, 64 * nt + col) for t in range(ntok)]
