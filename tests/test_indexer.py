@@ -190,29 +190,27 @@ def test_reader_launch_covers_every_logit(B, next_n, keys):
 
 
 def work_split(seq_lens: list[int], next_n: int, max_seq_len: int, tpc: int, ctas: int) -> list[dict]:
-    """The kernel's split (kgen::detail::wg::Work), restated: per CTA its (row, key) cells."""
+    """The kernel's split (kgen::detail::wg::Work), restated: per CTA its tiles and (row, key) cells."""
     groups = -(-next_n // tpc)
+    tm = -(-max_seq_len // 64)
     pairs = []
     for b, n in enumerate(seq_lens):
         for g in range(groups):
             t0 = g * tpc
             ntok = min(tpc, next_n - t0)
             end = min(max(n - next_n + t0 + ntok, 0), max_seq_len)
-            ntiles = -(-end // 64)
-            pairs.append((b, t0, ntok, ntiles, max(0, max_seq_len - 64 * ntiles)))
-    tiles = [(p, i) for p, (_, _, _, nt, _) in enumerate(pairs) for i in range(nt)]
-    fills = [(p, c) for p, (*_, nf) in enumerate(pairs) for c in range(nf)]
+            pairs.append((b, t0, ntok, -(-end // 64)))
+    tiles = [(p, i) for p, (*_, nt) in enumerate(pairs) for i in range(nt)]
+    fills = [(p, nt + j) for p, (*_, nt) in enumerate(pairs) for j in range(tm - nt)]
+    kt, kf = -(-len(tiles) // ctas), -(-len(fills) // ctas)
     out = []
     for c in range(ctas):
-        cells: list[tuple[int, int]] = []
-        for p, i in tiles[c * len(tiles) // ctas:(c + 1) * len(tiles) // ctas]:
-            b, t0, ntok, _, _ = pairs[p]
+        mine, cells = tiles[c * kt:(c + 1) * kt], []
+        for p, i in mine + fills[c * kf:(c + 1) * kf]:
+            b, t0, ntok, _ = pairs[p]
             keys = range(64 * i, min(64 * i + 64, max_seq_len))
             cells += [(b * next_n + t0 + t, k) for t in range(ntok) for k in keys]
-        for p, col in fills[c * len(fills) // ctas:(c + 1) * len(fills) // ctas]:
-            b, t0, ntok, nt, _ = pairs[p]
-            cells += [(b * next_n + t0 + t, 64 * nt + col) for t in range(ntok)]
-        out.append({"tiles": (c + 1) * len(tiles) // ctas - c * len(tiles) // ctas, "cells": cells})
+        out.append({"tiles": len(mine), "pairs": len({p for p, _ in mine}), "cells": cells})
     return out
 
 
@@ -257,7 +255,18 @@ def test_work_split_covers_every_logit_once_and_balances_keys(seed):
     cells = [c for s in split for c in s["cells"]]
     assert len(cells) == len(set(cells)) == len(lens) * next_n * msl  # every logit, once
     counts = [s["tiles"] for s in split]
-    assert max(counts) - min(counts) <= 1  # the tiles the rows really have, evenly
+    total = sum(-(-max(0, min(n - next_n + t0 + min(tpc, next_n - t0), msl)) // 64)
+                for n in lens for t0 in range(0, next_n, tpc))
+    assert sum(counts) == total and max(counts) == -(-total // ctas)  # the tiles the rows really have, evenly
+
+
+def test_work_split_keeps_equal_lengths_on_pair_boundaries():
+    # 32 x 4K keys on 264 CTAs: 8 tiles each, 8 CTAs per sequence, no CTA changes q
+    split = work_split([4096] * 32, 1, 4096, 4, 264)
+    assert [s["tiles"] for s in split] == [8] * 256 + [0] * 8 and max(s["pairs"] for s in split) == 1
+    # a ragged batch: still the tiles the rows have, split evenly (some CTAs cross sequences)
+    split = work_split([100, 5000, 64, 3000], 2, 5000, 4, 10)
+    assert sum(s["tiles"] for s in split) == 2 + 79 + 1 + 47 and max(s["pairs"] for s in split) == 3
 
 
 def test_wgmma_path_choice():

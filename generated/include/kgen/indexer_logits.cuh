@@ -987,26 +987,29 @@ __device__ __forceinline__ uint32_t swizzled128(int r, int c) {
 // The launch's work, split by the keys each sequence really has (kgen.layout.reader_wg_launch: a 1-D grid,
 // one wave). A "pair" is sequence b's query-token group g (pair = b * groups + g; tokens [g kTokens, +ntok)),
 // its tiles the 64-key tiles [0, ntiles) of b's context some token of the group sees:
-// ntiles = ceil(min(visible_end, max_seq_len) / 64), visible_end = seq_len - next_n + t0 + ntok. The work is
-// the list of every pair's tiles, pair by pair; CTA c of G = gridDim.x takes tiles [c T / G, (c + 1) T / G)
-// of it (T: its length), and columns [c F / G, (c + 1) F / G) of the list of columns past each pair's last
-// tile (F of them: no key there is visible, -inf for the pair's ntok rows). Each CTA derives its share from
-// seq_lens itself (every warp alike: two passes over B x groups lengths, no schedule kernel and nothing on
-// the host that depends on the lengths, so a captured CUDA graph replays it for any lengths).
+// ntiles = ceil(min(visible_end, max_seq_len) / 64), visible_end = seq_len - next_n + t0 + ntok; its "fill
+// tiles" the tm - ntiles others (tm = ceil(max_seq_len / 64): no key there is visible, -inf for the pair's
+// ntok rows). The work is the list of every pair's tiles, pair by pair (T of them); CTA c of G = gridDim.x
+// takes tiles [c k, (c + 1) k) of it, k = ceil(T / G) (so equal lengths split on pair boundaries where k
+// divides a pair's tiles: no change of q inside a CTA), and likewise its share of the F = pairs x tm - T fill
+// tiles. Each CTA derives its share from seq_lens itself (every warp alike: a sum and a scan over
+// B x groups lengths, no schedule kernel and nothing on the host that depends on the lengths, so a captured
+// CUDA graph replays it for any lengths). `guess` is the share where every pair has tm tiles (equal
+// lengths): known before seq_lens is read, so the first table entries and q can be loaded meanwhile.
 template <class C, int kTokens, int kTile>
 struct Work {
   struct Pair {
     int b, t0, ntok, seq_len, ntiles;
-    long long fill;  // columns past its last tile (within max_seq_len)
   };
   struct Share {
-    int pair, tile, count;  // where the CTA's first tile is, and how many it scores
-    int fill_pair;          // where its share of the fill starts (column fill_col past that pair's tiles)
-    long long fill_col, fill_count;
+    int pair, tile, count;      // where the CTA's first tile is, and how many it scores
+    int fill_pair, fill_tile;   // where its share of the fill tiles starts (fill tile fill_tile of that pair)
+    long long fill_count;
   };
 
   __device__ static __forceinline__ int groups(const typename C::Params& p) { return (p.next_n + kTokens - 1) / kTokens; }
   __device__ static __forceinline__ int pairs(const typename C::Params& p) { return p.batch * groups(p); }
+  __device__ static __forceinline__ int tiles_max(const typename C::Params& p) { return (p.max_seq_len + kTile - 1) / kTile; }
 
   __device__ static __forceinline__ Pair pair_of(const typename C::Params& p, int pair) {
     const int ng = groups(p);
@@ -1018,78 +1021,91 @@ struct Work {
     const long long vis = static_cast<long long>(r.seq_len) - p.next_n + r.t0 + r.ntok;
     const long long end = vis < 0 ? 0 : vis < p.max_seq_len ? vis : p.max_seq_len;
     r.ntiles = static_cast<int>((end + kTile - 1) / kTile);
-    const long long past = p.max_seq_len - static_cast<long long>(r.ntiles) * kTile;
-    r.fill = past > 0 ? past : 0;
     return r;
   }
 
+  // ceil(a / b) for 0 <= a, 0 < b (32-bit division where both fit)
+  __device__ static __forceinline__ long long ceil_div(long long a, long long b) {
+    if (a < (1ll << 32) && b < (1ll << 32)) {
+      const unsigned ua = static_cast<unsigned>(a), ub = static_cast<unsigned>(b);
+      return ua / ub + (ua % ub != 0u);
+    }
+    return (a + b - 1) / b;
+  }
   __device__ static __forceinline__ long long shfl64(long long v, int src) {
     const unsigned lo = __shfl_sync(num::kFullMask, static_cast<unsigned>(v), src);
     const unsigned hi = __shfl_sync(num::kFullMask, static_cast<unsigned>(static_cast<unsigned long long>(v) >> 32), src);
     return static_cast<long long>((static_cast<unsigned long long>(hi) << 32) | lo);
   }
-  // inclusive prefix sum over the warp's lanes
-  __device__ static __forceinline__ long long scan64(long long v, int lane) {
+  // inclusive prefix sum over the warp's lanes (a pair's tiles < 2^26: 32 of them fit 32 bits)
+  __device__ static __forceinline__ unsigned scan32(unsigned v, int lane) {
 #pragma unroll
     for (int d = 1; d < 32; d *= 2) {
-      const long long o = shfl64(v, lane >= d ? lane - d : lane);
+      const unsigned o = __shfl_sync(num::kFullMask, v, lane >= d ? lane - d : lane);
       if (lane >= d) v += o;
     }
     return v;
   }
-  // the largest value over the warp's lanes
-  __device__ static __forceinline__ unsigned warp_max(unsigned v) {
+  __device__ static __forceinline__ unsigned warp_sum(unsigned v) {
 #pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const unsigned o = __shfl_xor_sync(num::kFullMask, v, d);
-      v = o > v ? o : v;
-    }
+    for (int d = 1; d < 32; d *= 2) v += __shfl_xor_sync(num::kFullMask, v, d);
     return v;
+  }
+  __device__ static __forceinline__ unsigned warp_or(unsigned v) {
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) v |= __shfl_xor_sync(num::kFullMask, v, d);
+    return v;
+  }
+
+  // the share where every pair has tiles_max tiles: (pair, tile) of its first tile, pair = pairs(p) if none
+  __device__ static __forceinline__ void guess(const typename C::Params& p, int& pair, int& tile) {
+    const long long tm = tiles_max(p), T = static_cast<long long>(pairs(p)) * tm;
+    const long long t_lo = static_cast<long long>(blockIdx.x) * ceil_div(T, gridDim.x);
+    pair = pairs(p);
+    tile = 0;
+    if (t_lo < T) {
+      pair = static_cast<int>(t_lo / tm);
+      tile = static_cast<int>(t_lo - pair * tm);
+    }
   }
 
   // this CTA's share (every lane of the calling warp gets it)
   __device__ static Share share(const typename C::Params& p, int lane) {
-    const int np = pairs(p);
-    long long T = 0, F = 0;
-    for (int base = 0; base < np; base += 32) {  // pass 1: the lists' lengths
-      long long nt = 0, nf = 0;
-      if (base + lane < np) {
-        const Pair q = pair_of(p, base + lane);
-        nt = q.ntiles;
-        nf = q.fill;
-      }
-      T += shfl64(scan64(nt, lane), 31);
-      F += shfl64(scan64(nf, lane), 31);
+    const int np = pairs(p), tm = tiles_max(p);
+    long long T = 0;
+    for (int base = 0; base < np; base += 32) {  // pass 1: the tiles' count
+      const unsigned nt = base + lane < np ? static_cast<unsigned>(pair_of(p, base + lane).ntiles) : 0u;
+      T += warp_sum(nt);
     }
-    const long long G = gridDim.x, c = blockIdx.x;
-    const long long t_lo = c * T / G, f_lo = c * F / G;
+    const long long F = static_cast<long long>(np) * tm - T;
+    const long long G = gridDim.x, c = blockIdx.x, kt = ceil_div(T, G), kf = ceil_div(F, G);
+    const long long t_lo = c * kt < T ? c * kt : T, t_hi = (c + 1) * kt < T ? (c + 1) * kt : T;
+    const long long f_lo = c * kf < F ? c * kf : F, f_hi = (c + 1) * kf < F ? (c + 1) * kf : F;
     Share s;
-    s.count = static_cast<int>((c + 1) * T / G - t_lo);
-    s.fill_count = (c + 1) * F / G - f_lo;
+    s.count = static_cast<int>(t_hi - t_lo);
+    s.fill_count = f_hi - f_lo;
     s.pair = s.fill_pair = np;
-    s.tile = 0;
-    s.fill_col = 0;
-    long long tb = 0, fb = 0;  // before this chunk of pairs
-    for (int base = 0; base < np && (s.pair == np || s.fill_pair == np); base += 32) {  // pass 2: where
-      long long nt = 0, nf = 0;
-      if (base + lane < np) {
-        const Pair q = pair_of(p, base + lane);
-        nt = q.ntiles;
-        nf = q.fill;
-      }
-      const long long it = tb + scan64(nt, lane), ft = fb + scan64(nf, lane);  // past this lane's pair
-      const unsigned at_t = warp_max(nt > 0 && it - nt <= t_lo && t_lo < it ? lane + 1u : 0u);
-      const unsigned at_f = warp_max(nf > 0 && ft - nf <= f_lo && f_lo < ft ? lane + 1u : 0u);
+    s.tile = s.fill_tile = 0;
+    long long tb = 0;  // tiles before this chunk of pairs
+    for (int base = 0; base < np && ((s.count && s.pair == np) || (s.fill_count && s.fill_pair == np));
+         base += 32) {  // pass 2: where the shares start
+      const int pair = base + lane;
+      const unsigned nt = pair < np ? static_cast<unsigned>(pair_of(p, pair).ntiles) : 0u;
+      const unsigned nf = pair < np ? static_cast<unsigned>(tm) - nt : 0u;
+      const long long it = tb + scan32(nt, lane), t_ex = it - nt;             // tiles through / before this pair
+      const long long f_in = static_cast<long long>(pair + 1) * tm - it, f_ex = f_in - nf;  // fill tiles likewise
+      const unsigned at = warp_or((nt && t_ex <= t_lo && t_lo < it ? (lane + 1u) << 8 : 0u) |
+                                  (nf && f_ex <= f_lo && f_lo < f_in ? lane + 1u : 0u));
+      const int at_t = static_cast<int>(at >> 8), at_f = static_cast<int>(at & 0xffu);
       if (s.pair == np && at_t) {
-        s.pair = base + static_cast<int>(at_t) - 1;
-        s.tile = static_cast<int>(t_lo - shfl64(it - nt, static_cast<int>(at_t) - 1));
+        s.pair = base + at_t - 1;
+        s.tile = static_cast<int>(t_lo - shfl64(t_ex, at_t - 1));
       }
       if (s.fill_pair == np && at_f) {
-        s.fill_pair = base + static_cast<int>(at_f) - 1;
-        s.fill_col = f_lo - shfl64(ft - nf, static_cast<int>(at_f) - 1);
+        s.fill_pair = base + at_f - 1;
+        s.fill_tile = static_cast<int>(f_lo - shfl64(f_ex, at_f - 1));
       }
       tb = shfl64(it, 31);
-      fb = shfl64(ft, 31);
     }
     if (s.pair == np) s.count = 0;
     if (s.fill_pair == np) s.fill_count = 0;
@@ -1125,18 +1141,20 @@ struct Work {
     }
   };
 
-  // The share's -inf columns, by `threads` threads (thread index `tid`): plain stores, a warp's 32 one line.
+  // The share's fill tiles (-inf), by `threads` threads (thread index `tid`): plain stores, a warp's 32 one line.
   __device__ static void fill(const typename C::Params& p, const Share& s, int tid, int threads) {
-    const int np = pairs(p);
-    long long left = s.fill_count, col = s.fill_col;
-    for (int pair = s.fill_pair; left > 0 && pair < np; ++pair, col = 0) {
+    const int np = pairs(p), tm = tiles_max(p);
+    long long left = s.fill_count;
+    int j = s.fill_tile;
+    for (int pair = s.fill_pair; left > 0 && pair < np; ++pair, j = 0) {
       const Pair q = pair_of(p, pair);
-      const long long n = q.fill - col < left ? q.fill - col : left;
-      if (n <= 0) continue;
-      const long long c0 = static_cast<long long>(q.ntiles) * kTile + col;
+      const int avail = tm - q.ntiles - j;
+      if (avail <= 0) continue;
+      const int n = avail < left ? avail : static_cast<int>(left);
+      const int c0 = (q.ntiles + j) * kTile, c1 = min(p.max_seq_len, c0 + n * kTile);
       for (int t = 0; t < q.ntok; ++t) {
-        float* row = p.logits + (static_cast<long long>(q.b) * p.next_n + q.t0 + t) * p.max_seq_len + c0;
-        for (long long i = tid; i < n; i += threads) row[i] = -__int_as_float(0x7f800000);
+        float* row = p.logits + (static_cast<long long>(q.b) * p.next_n + q.t0 + t) * p.max_seq_len;
+        for (int i = c0 + tid; i < c1; i += threads) row[i] = -__int_as_float(0x7f800000);
       }
       left -= n;
     }
@@ -1550,22 +1568,22 @@ struct WgTmaLogits {
 
   using Work = wg::Work<C, kTokens, kTile>;
 
-  // the share's tiles, in order, into the ring
+  // the share's tiles, in order, into the ring; `row_pair`, `window`, `entry`: the table columns
+  // [window, +32) of row_pair's sequence the caller loaded (lane l: column window + l), -1: none
   __device__ static void produce(const typename C::Params& p, const Smem& sm, const typename Work::Share& share,
-                                 int lane) {
+                                 int lane, int row_pair, int window, int entry) {
     const void* map = &p.cache_map;
     constexpr bool kHint = C::kReaderWgEvictFirst != 0;
     const unsigned long long policy = kHint ? wg::evict_first_policy() : 0;  // keys are read once
     uint32_t generic = 0;  // fp8: stages whose rows' factors this warp last wrote by st.shared
     typename Work::Cursor at(p, share);
-    const int* table = p.block_table;
-    int row_pair = -1, window = 0, entry = -1;  // the table columns [window, +32) of row_pair's sequence
+    const int* table = p.block_table + static_cast<long long>(row_pair < 0 ? 0 : row_pair / Work::groups(p)) * p.max_pages;
 #pragma unroll 1
     for (int i = 0; i < share.count; ++i, at.advance(p)) {
       const int s = i % kStages;
       const int k0 = at.k0();
       const int col = k0 >> kPageShift;
-      if (at.pair != row_pair || col >= window + 32) {
+      if (at.pair != row_pair || col < window || col >= window + 32) {
         if (at.pair != row_pair) table = p.block_table + static_cast<long long>(at.at.b) * p.max_pages;
         row_pair = at.pair;
         window = col;
@@ -1632,12 +1650,35 @@ struct WgTmaLogits {
     __syncthreads();
 
     reader::wait_for_predecessor<C>();  // before the first read of an input
-    const typename Work::Share share = Work::share(p, lane);  // this CTA's tiles (every warp alike)
+    // the share of equal lengths, before seq_lens is read: the producer loads its first table entries, the
+    // consumers its q, while the share is computed (used where it is the share)
+    int guess_pair, guess_tile;
+    Work::guess(p, guess_pair, guess_tile);
+    const bool guessed = guess_pair < Work::pairs(p);
     if (warp >= kConsumers * 4) {
-      produce(p, sm, share, lane);
+      const int col = (guess_tile * kTile) >> kPageShift;
+      const int entry = guessed ? table_entry(p, p.block_table + static_cast<long long>(guess_pair / Work::groups(p)) *
+                                                                     p.max_pages,
+                                              col, lane)
+                                : -1;
+      const typename Work::Share share = Work::share(p, lane);  // this CTA's tiles (every warp alike)
+      produce(p, sm, share, lane, guessed ? guess_pair : -1, col, entry);
       Work::fill(p, share, lane, 32);  // the columns past the pairs' tiles, while the consumers score
       return;
     }
+    int qpair = -1;          // the pair whose q and weights are staged (or on their way: q_pending)
+    bool q_pending = false;  // its copy group not yet waited for
+    const auto stage_pair = [&](int pair) {
+      const typename Work::Pair q = Work::pair_of(p, pair);
+      const long long q_token0 = static_cast<long long>(q.b) * p.next_n + q.t0;
+      wg::stage_q<H, kChunks, kConsumerThreads, C::kRowBytes>(p.q, sm.q, q_token0, q.ntok, tid);
+      for (int j = tid; j < q.ntok * H; j += kConsumerThreads) sm.w[j] = __ldg(p.weights + q_token0 * H + j);
+      wg::commit();
+      qpair = pair;
+      q_pending = true;
+    };
+    if (guessed) stage_pair(guess_pair);
+    const typename Work::Share share = Work::share(p, lane);  // this CTA's tiles (every warp alike)
 
     const int group = warp / 4, gwarp = warp % 4;
     const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.keys)), q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
@@ -1647,20 +1688,22 @@ struct WgTmaLogits {
     // takes part in each change of pair alike: all consumers are done with the last pair's q (their tiles
     // before the change), then restage the pair's q and weights together.
     typename Work::Cursor at(p, share);
-    int qpair = -1;
+    bool q_used = false;  // some tile was scored with the staged q
 #pragma unroll 1
     for (int i = 0; i < share.count; ++i, at.advance(p)) {
       if (at.pair != qpair) {
-        if (qpair >= 0) wg::named_sync(1, kConsumerThreads);
-        const long long q_token0 = static_cast<long long>(at.at.b) * p.next_n + at.at.t0;
-        wg::stage_q<H, kChunks, kConsumerThreads, C::kRowBytes>(p.q, sm.q, q_token0, at.at.ntok, tid);
-        for (int j = tid; j < at.at.ntok * H; j += kConsumerThreads) sm.w[j] = __ldg(p.weights + q_token0 * H + j);
-        wg::commit();
+        if (q_pending) wg::wait<0>();                   // no copy still writes the buffer
+        if (q_used) wg::named_sync(1, kConsumerThreads);  // every consumer is done with the last pair's q
+        stage_pair(at.pair);
+        q_used = false;
+      }
+      if (q_pending) {
         wg::wait<0>();
         wg::fence_async_proxy();  // q, written by cp.async, is read by wgmma
         wg::named_sync(1, kConsumerThreads);
-        qpair = at.pair;
+        q_pending = false;
       }
+      q_used = true;
       if (i % kConsumers != group) continue;
       const int s = i % kStages;
       const int k0 = at.k0();
