@@ -8,7 +8,10 @@ and weights; the kernel's logits against kgen.score's Torch path evaluated in fl
   * per query row, the top-512 key sets equal except near-ties: a key in one set and not the other
     whose Torch logit lies within 2 x the row's max error of the 512th value (counted, listed).
 
-Speed (`bench_case`): B sequences of `keys` keys each (next_n = 1), random block tables over a
+Speed, batches as engines run them (`bench_batch`, what `kgen bench` runs): BATCH_SHAPES (equal, +-30 % and
+uniform lengths, next_n 1, 2, 4), DeepGEMM's fp8_paged_mqa_logits beside the fp8 layout it reads in the
+same process on the same tensors whenever `deep_gemm` imports (docs/gpu.md). Tunings compared
+(`bench_case`): B sequences of `keys` keys each (next_n = 1), random block tables over a
 cache of exactly the pages needed (filled by repeating reference-written pages), cold (256 MiB
 memset before each call) and graph (20 launches in a CUDA graph), as docs/gpu.md measures
 DeepGEMM's fp8_paged_mqa_logits. Byte model: per key, the key's bytes (row + scales as stored,
