@@ -3,34 +3,65 @@
 #   run(command="cd .xfer/reader && ln -sfn ../../.whl .whl && ln -sfn ../../.peers .peers && bash scripts/reader_device_run.sh",
 #       carry=[".xfer/reader", ".whl", ".peers"])
 # 1. the peer: DeepGEMM built on the machine where .peers/deepgemm holds its sources (docs/gpu.md, "The peer"),
+#    in the background while steps 2 and 3 run (they do not need it),
 # 2. correctness: kgen.reader_check test (shipped readable variants, SAMPLE random readable specs: ragged
 #    lengths, next_n up to 4) and the reader's GPU pytest,
-# 3. speed: kgen.reader_check bench (BATCH_SHAPES, or BATCHES: B:keys:lengths:next_n,...) of SPECS_BENCH,
-#    DeepGEMM's fp8_paged_mqa_logits beside the fp8 layout in the same process.
-# Writes $OUT/{test,pytest,bench}.log, test.json, bench.json. T_TEST, T_PYTEST, T_BENCH: step limits (s).
+# 3. PROFILE_SHAPES (B x keys list, fp8 keys, one launch each): ncu of this tree's reader and of each
+#    other staged tree in TREES (e.g. "../main ../branch": trees staged beside this one),
+# 4. speed: kgen.reader_check bench (BATCH_SHAPES, or BATCHES: B:keys:lengths:next_n,...) of SPECS_BENCH,
+#    DeepGEMM's fp8_paged_mqa_logits beside the fp8 layout in the same process; each tree of TREES on
+#    TREE_BATCHES (its own process, the peer beside it there too).
+# Writes $OUT/{test,pytest,bench}.log, test.json, bench.json, and with TREES or PROFILE_SHAPES $OUT/more.tgz
+# (ncu-*.txt, bench-*.{log,json}). T_TEST, T_PYTEST, T_BENCH, T_NCU, T_TREE: step limits (s).
 cd "$(dirname "$0")/.."  # the repository root (or its copy under .xfer/)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl
 export PYTHONPATH=/tmp/site:$PWD KGEN_CACHE_DIR=/tmp/kcache PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+MORE=/tmp/more; mkdir -p $MORE
+T0=$(date +%s)
 if [ -f .peers/deepgemm/build_on_device.sh ]; then
-  t0=$(date +%s)
-  eval "$(bash .peers/deepgemm/build_on_device.sh 2> $OUT/peer_build.log)"
-  export PYTHONPATH=/tmp/site:$PWD:$PYTHONPATH
-  echo "peer build $(( $(date +%s) - t0 )) s: $(python3 -c 'import deep_gemm; print(deep_gemm.__file__)' 2>&1 | tail -1)"
+  (bash .peers/deepgemm/build_on_device.sh > /tmp/peer_env 2> $OUT/peer_build.log; echo "peer build $(( $(date +%s) - T0 )) s" >> $OUT/peer_build.log) &
+  PEER_PID=$!
 fi
 SAMPLE=${SAMPLE:-12}
 if [ "${T_TEST:-150}" -gt 0 ]; then
   timeout ${T_TEST:-150} python3 -m kgen.reader_check test specs/dsv4.yaml specs/dsv32_indexer.yaml --sample $SAMPLE --json $OUT/test.json > $OUT/test.log 2>&1
-  echo "test rc=$?"
+  echo "test rc=$? [$(( $(date +%s) - T0 )) s]"
   grep -v "^ok " $OUT/test.log | cut -c1-400 | tail -25
 fi
 if [ "${T_PYTEST:-90}" -gt 0 ]; then
   timeout ${T_PYTEST:-90} python3 -m pytest -q -p no:cacheprovider tests/test_gpu_indexer.py > $OUT/pytest.log 2>&1
-  echo "pytest rc=$?"; tail -5 $OUT/pytest.log
+  echo "pytest rc=$? [$(( $(date +%s) - T0 )) s]"; tail -5 $OUT/pytest.log
 fi
+FP8=specs/dsv4/indexer_fp8.yaml
+if [ -n "${PROFILE_SHAPES:-}" ]; then
+  for t in . ${TREES:-}; do
+    n=$(basename "$(cd "$t" && pwd)")
+    (cd "$t" && PYTHONPATH=/tmp/site:$PWD KGEN_CACHE_DIR=/tmp/kcache-$n timeout -k 5 ${T_NCU:-45} ncu --clock-control none \
+      -k regex:indexer_logits -c 9 --section LaunchStats --section Occupancy --section SpeedOfLight \
+      --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      python3 -m kgen.reader_check profile $FP8 --shapes $PROFILE_SHAPES) > $MORE/ncu-$n.txt 2>&1
+    echo "ncu $n rc=$? [$(( $(date +%s) - T0 )) s]"
+    grep -E "^  [a-z_:]+.*indexer_logits|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit Reg|Block Limit Shared|Grid Size|Warp Cycles Per Issued|No Eligible" $MORE/ncu-$n.txt | sed 's/  */ /g' | cut -c1-120
+  done
+fi
+if [ -n "${PEER_PID:-}" ]; then
+  wait $PEER_PID
+  eval "$(cat /tmp/peer_env)"
+  PEERPATH=${PYTHONPATH%%:*}  # the peer's tree, first
+  export PYTHONPATH=/tmp/site:$PWD:$PEERPATH
+  echo "$(tail -1 $OUT/peer_build.log): $(python3 -c 'import deep_gemm; print(deep_gemm.__file__)' 2>&1 | tail -1)"
+fi
+for t in ${TREES:-}; do
+  n=$(basename "$(cd "$t" && pwd)")
+  (cd "$t" && PYTHONPATH=/tmp/site:$PWD${PEERPATH:+:$PEERPATH} KGEN_CACHE_DIR=/tmp/kcache-$n timeout ${T_TREE:-60} \
+    python3 -m kgen.reader_check bench $FP8 --batches ${TREE_BATCHES:-1:4096:equal:1} --json $MORE/bench-$n.json) > $MORE/bench-$n.log 2>&1
+  echo "bench $n rc=$? [$(( $(date +%s) - T0 )) s]"; grep -E "fp8|peer " $MORE/bench-$n.log | cut -c1-260
+done
 SPECS_BENCH=${SPECS_BENCH:-specs/dsv4/indexer_fp8.yaml specs/indexer_bf16.yaml specs/dsv4/indexer_fp4.yaml}
 if [ "${T_BENCH:-240}" -gt 0 ]; then
   timeout ${T_BENCH:-240} python3 -m kgen.reader_check bench $SPECS_BENCH ${BATCHES:+--batches $BATCHES} --json $OUT/bench.json > $OUT/bench.log 2>&1
-  echo "bench rc=$?"
+  echo "bench rc=$? [$(( $(date +%s) - T0 )) s]"
   cut -c1-260 $OUT/bench.log | tail -80
 fi
+[ -n "$(ls $MORE)" ] && tar -C /tmp -czf $OUT/more.tgz more

@@ -1002,21 +1002,32 @@ struct Work {
     int b, t0, ntok, seq_len, ntiles;
   };
   struct Share {
-    int pair, tile, count;      // where the CTA's first tile is, and how many it scores
-    int fill_pair, fill_tile;   // where its share of the fill tiles starts (fill tile fill_tile of that pair)
+    int pair, tile, count;     // where the CTA's first tile is, and how many it scores
+    int fill_pair, fill_tile;  // where its share of the fill tiles starts (fill tile fill_tile of that pair)
     long long fill_count;
   };
 
-  __device__ static __forceinline__ int groups(const typename C::Params& p) { return (p.next_n + kTokens - 1) / kTokens; }
+  __device__ static __forceinline__ int groups(const typename C::Params& p) {
+    return (p.next_n + kTokens - 1) / kTokens;
+  }
   __device__ static __forceinline__ int pairs(const typename C::Params& p) { return p.batch * groups(p); }
-  __device__ static __forceinline__ int tiles_max(const typename C::Params& p) { return (p.max_seq_len + kTile - 1) / kTile; }
+  __device__ static __forceinline__ int tiles_max(const typename C::Params& p) {
+    return (p.max_seq_len + kTile - 1) / kTile;
+  }
 
-  __device__ static __forceinline__ Pair pair_of(const typename C::Params& p, int pair) {
+  // the pair's sequence and tokens (no load; one group per sequence, next_n <= kTokens, needs no division)
+  __device__ static __forceinline__ Pair tokens_of(const typename C::Params& p, int pair) {
     const int ng = groups(p);
     Pair r;
-    r.b = pair / ng;
-    r.t0 = pair % ng * kTokens;
+    r.b = ng == 1 ? pair : pair / ng;
+    r.t0 = ng == 1 ? 0 : (pair - r.b * ng) * kTokens;
     r.ntok = min(kTokens, p.next_n - r.t0);
+    r.seq_len = 0;
+    r.ntiles = 0;
+    return r;
+  }
+  __device__ static __forceinline__ Pair pair_of(const typename C::Params& p, int pair) {
+    Pair r = tokens_of(p, pair);
     r.seq_len = __ldg(p.seq_lens + r.b);
     const long long vis = static_cast<long long>(r.seq_len) - p.next_n + r.t0 + r.ntok;
     const long long end = vis < 0 ? 0 : vis < p.max_seq_len ? vis : p.max_seq_len;
@@ -1034,7 +1045,8 @@ struct Work {
   }
   __device__ static __forceinline__ long long shfl64(long long v, int src) {
     const unsigned lo = __shfl_sync(num::kFullMask, static_cast<unsigned>(v), src);
-    const unsigned hi = __shfl_sync(num::kFullMask, static_cast<unsigned>(static_cast<unsigned long long>(v) >> 32), src);
+    const unsigned hi =
+        __shfl_sync(num::kFullMask, static_cast<unsigned>(static_cast<unsigned long long>(v) >> 32), src);
     return static_cast<long long>((static_cast<unsigned long long>(hi) << 32) | lo);
   }
   // inclusive prefix sum over the warp's lanes (a pair's tiles < 2^26: 32 of them fit 32 bits)
@@ -1046,15 +1058,19 @@ struct Work {
     }
     return v;
   }
-  __device__ static __forceinline__ unsigned warp_sum(unsigned v) {
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) v += __shfl_xor_sync(num::kFullMask, v, d);
-    return v;
-  }
-  __device__ static __forceinline__ unsigned warp_or(unsigned v) {
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) v |= __shfl_xor_sync(num::kFullMask, v, d);
-    return v;
+  // (redux.sync: one instruction where a shuffle tree is five dependent ones; every lane takes part)
+  __device__ static __forceinline__ unsigned warp_sum(unsigned v) { return __reduce_add_sync(num::kFullMask, v); }
+  __device__ static __forceinline__ unsigned warp_or(unsigned v) { return __reduce_or_sync(num::kFullMask, v); }
+  // (pair, tile) of tile t_lo of the list where every pair has tm tiles (32-bit division where it fits)
+  __device__ static __forceinline__ void full_at(long long t_lo, long long tm, int& pair, int& tile) {
+    if (t_lo < (1ll << 32)) {
+      const unsigned q = static_cast<unsigned>(t_lo) / static_cast<unsigned>(tm);
+      pair = static_cast<int>(q);
+      tile = static_cast<int>(static_cast<unsigned>(t_lo) - q * static_cast<unsigned>(tm));
+    } else {
+      pair = static_cast<int>(t_lo / tm);
+      tile = static_cast<int>(t_lo - pair * tm);
+    }
   }
 
   // the share where every pair has tiles_max tiles: (pair, tile) of its first tile, pair = pairs(p) if none
@@ -1063,22 +1079,26 @@ struct Work {
     const long long t_lo = static_cast<long long>(blockIdx.x) * ceil_div(T, gridDim.x);
     pair = pairs(p);
     tile = 0;
-    if (t_lo < T) {
-      pair = static_cast<int>(t_lo / tm);
-      tile = static_cast<int>(t_lo - pair * tm);
-    }
+    if (t_lo < T) full_at(t_lo, tm, pair, tile);
   }
 
   // this CTA's share (every lane of the calling warp gets it)
   __device__ static Share share(const typename C::Params& p, int lane) {
     const int np = pairs(p), tm = tiles_max(p);
     long long T = 0;
-    for (int base = 0; base < np; base += 32) {  // pass 1: the tiles' count
-      const unsigned nt = base + lane < np ? static_cast<unsigned>(pair_of(p, base + lane).ntiles) : 0u;
-      T += warp_sum(nt);
+    // pass 1: the tiles' count, 128 pairs a round (four independent loads per lane: one round trip, not
+    // four), each sum over 64 pairs (< 2^31: a pair has at most 2^25 tiles)
+    for (int base = 0; base < np; base += 128) {
+      unsigned nt[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int pair = base + u * 32 + lane;
+        nt[u] = pair < np ? static_cast<unsigned>(pair_of(p, pair).ntiles) : 0u;
+      }
+      T += static_cast<long long>(warp_sum(nt[0] + nt[1])) + warp_sum(nt[2] + nt[3]);
     }
     const long long F = static_cast<long long>(np) * tm - T;
-    const long long G = gridDim.x, c = blockIdx.x, kt = ceil_div(T, G), kf = ceil_div(F, G);
+    const long long G = gridDim.x, c = blockIdx.x, kt = ceil_div(T, G), kf = F == 0 ? 0 : ceil_div(F, G);
     const long long t_lo = c * kt < T ? c * kt : T, t_hi = (c + 1) * kt < T ? (c + 1) * kt : T;
     const long long f_lo = c * kf < F ? c * kf : F, f_hi = (c + 1) * kf < F ? (c + 1) * kf : F;
     Share s;
@@ -1086,13 +1106,19 @@ struct Work {
     s.fill_count = f_hi - f_lo;
     s.pair = s.fill_pair = np;
     s.tile = s.fill_tile = 0;
+    if (F == 0) {  // every pair has tm tiles (equal lengths): the share is guess's, no scan
+      if (s.count > 0) full_at(t_lo, tm, s.pair, s.tile);
+      s.fill_count = 0;
+      if (s.pair == np) s.count = 0;
+      return s;
+    }
     long long tb = 0;  // tiles before this chunk of pairs
     for (int base = 0; base < np && ((s.count && s.pair == np) || (s.fill_count && s.fill_pair == np));
          base += 32) {  // pass 2: where the shares start
       const int pair = base + lane;
       const unsigned nt = pair < np ? static_cast<unsigned>(pair_of(p, pair).ntiles) : 0u;
       const unsigned nf = pair < np ? static_cast<unsigned>(tm) - nt : 0u;
-      const long long it = tb + scan32(nt, lane), t_ex = it - nt;             // tiles through / before this pair
+      const long long it = tb + scan32(nt, lane), t_ex = it - nt;  // tiles through / before this pair
       const long long f_in = static_cast<long long>(pair + 1) * tm - it, f_ex = f_in - nf;  // fill tiles likewise
       const unsigned at = warp_or((nt && t_ex <= t_lo && t_lo < it ? (lane + 1u) << 8 : 0u) |
                                   (nf && f_ex <= f_lo && f_lo < f_in ? lane + 1u : 0u));
@@ -1117,7 +1143,8 @@ struct Work {
   struct Cursor {
     int pair, tile, np;
     Pair at;
-    __device__ __forceinline__ Cursor(const typename C::Params& p, const Share& s) : pair(s.pair), tile(s.tile), np(pairs(p)) {
+    __device__ __forceinline__ Cursor(const typename C::Params& p, const Share& s)
+        : pair(s.pair), tile(s.tile), np(pairs(p)) {
       at.ntiles = 0;
       if (pair < np) at = pair_of(p, pair);
     }
@@ -1197,7 +1224,8 @@ __device__ __forceinline__ void load_q(const uint8_t* q, unsigned char* sq, long
       const int i = i0 + u * kThreads;
       const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
       const int t = i / (kColumns * H * kChunks);
-      if (i < n) v[u] = __ldg(reinterpret_cast<const uint4*>(q + ((q_token0 + t) * H + h) * kQRowBytes + kc * 128 + col * 16));
+      if (i < n)
+        v[u] = __ldg(reinterpret_cast<const uint4*>(q + ((q_token0 + t) * H + h) * kQRowBytes + kc * 128 + col * 16));
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
@@ -1413,7 +1441,7 @@ struct WgLogits {
     sm.row_info = reinterpret_cast<float*>(sm.q + ntok_max * kChunks * kQChunkBytes);
     sm.w = sm.row_info + kStages * kTile;
 
-    reader::wait_for_predecessor<C>();  // before the first read of an input
+    reader::wait_for_predecessor<C>();                        // before the first read of an input
     const typename Work::Share share = Work::share(p, lane);  // this CTA's tiles (every warp alike)
     const int nloads = share.count * kChunks;
     const int r0 = tid / kColumns;
@@ -1577,7 +1605,8 @@ struct WgTmaLogits {
     const unsigned long long policy = kHint ? wg::evict_first_policy() : 0;  // keys are read once
     uint32_t generic = 0;  // fp8: stages whose rows' factors this warp last wrote by st.shared
     typename Work::Cursor at(p, share);
-    const int* table = p.block_table + static_cast<long long>(row_pair < 0 ? 0 : row_pair / Work::groups(p)) * p.max_pages;
+    const int* table =
+        p.block_table + static_cast<long long>(row_pair < 0 ? 0 : row_pair / Work::groups(p)) * p.max_pages;
 #pragma unroll 1
     for (int i = 0; i < share.count; ++i, at.advance(p)) {
       const int s = i % kStages;
@@ -1657,22 +1686,23 @@ struct WgTmaLogits {
     const bool guessed = guess_pair < Work::pairs(p);
     if (warp >= kConsumers * 4) {
       const int col = (guess_tile * kTile) >> kPageShift;
-      const int entry = guessed ? table_entry(p, p.block_table + static_cast<long long>(guess_pair / Work::groups(p)) *
-                                                                     p.max_pages,
-                                              col, lane)
-                                : -1;
+      const int entry =
+          guessed ? table_entry(p, p.block_table + static_cast<long long>(guess_pair / Work::groups(p)) * p.max_pages,
+                                col, lane)
+                  : -1;
       const typename Work::Share share = Work::share(p, lane);  // this CTA's tiles (every warp alike)
       produce(p, sm, share, lane, guessed ? guess_pair : -1, col, entry);
       Work::fill(p, share, lane, 32);  // the columns past the pairs' tiles, while the consumers score
       return;
     }
-    int qpair = -1;          // the pair whose q and weights are staged (or on their way: q_pending)
-    bool q_pending = false;  // its copy group not yet waited for
-    const auto stage_pair = [&](int pair) {
-      const typename Work::Pair q = Work::pair_of(p, pair);
+    int qpair = -1;                          // the pair whose q and weights are staged (or on their way: q_pending)
+    bool q_pending = false;                  // its copy group not yet waited for
+    const auto stage_pair = [&](int pair) {  // q and the weights by cp.async: no thread waits for them here
+      const typename Work::Pair q = Work::tokens_of(p, pair);
       const long long q_token0 = static_cast<long long>(q.b) * p.next_n + q.t0;
       wg::stage_q<H, kChunks, kConsumerThreads, C::kRowBytes>(p.q, sm.q, q_token0, q.ntok, tid);
-      for (int j = tid; j < q.ntok * H; j += kConsumerThreads) sm.w[j] = __ldg(p.weights + q_token0 * H + j);
+      for (int j = tid; j < q.ntok * H; j += kConsumerThreads)
+        wg::cp4(wg::smem_addr(sm.w + j), p.weights + q_token0 * H + j);
       wg::commit();
       qpair = pair;
       q_pending = true;
@@ -1692,7 +1722,7 @@ struct WgTmaLogits {
 #pragma unroll 1
     for (int i = 0; i < share.count; ++i, at.advance(p)) {
       if (at.pair != qpair) {
-        if (q_pending) wg::wait<0>();                   // no copy still writes the buffer
+        if (q_pending) wg::wait<0>();                     // no copy still writes the buffer
         if (q_used) wg::named_sync(1, kConsumerThreads);  // every consumer is done with the last pair's q
         stage_pair(at.pair);
         q_used = false;
@@ -1723,8 +1753,7 @@ struct WgTmaLogits {
           __syncwarp();
           if (lane == 0) wg::bar_arrive(sm.empty(s));
         }
-        wg::finish_with(acc, any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid,
-                        tig);
+        wg::finish_with(acc, any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid, tig);
       }
     }
   }
@@ -1880,7 +1909,7 @@ struct WgFp4Logits {
     sm.row_info = reinterpret_cast<float*>(sm.stages + kStages * kStageBytes);
     sm.w = sm.row_info + kStages * kTile;
 
-    reader::wait_for_predecessor<C>();  // before the first read of an input
+    reader::wait_for_predecessor<C>();                        // before the first read of an input
     const typename Work::Share share = Work::share(p, lane);  // this CTA's tiles (every warp alike)
     const int ntiles = share.count;
     const int r0 = tid / kPieces;
