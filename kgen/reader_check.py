@@ -230,6 +230,8 @@ def correctness_cases(spec: Spec, seed: int = 0) -> list[tuple[list[int], int]]:
         ([rng.randint(1, 3000) for _ in range(9)], 3),
         # a ragged batch of many sequences, MTP 4 (a CTA's share of the keys crosses sequences)
         ([rng.choice([1, 4, rng.randint(1, 9000)]) for _ in range(40)], 4),
+        # more than 128 (sequence, token group) pairs: the kernel sums the lengths in two rounds
+        ([rng.randint(1, 3000) for _ in range(140)], 2),
     ]
 
 

@@ -22,7 +22,7 @@ INDEXER = ["dsv4/indexer_fp8.yaml", "dsv4/indexer_fp4.yaml", "indexer_bf16.yaml"
 
 @pytest.mark.parametrize("tune", [None, {"kReaderWgTma": 0}], ids=["default", "cp.async"])
 @pytest.mark.parametrize("path", INDEXER)
-@pytest.mark.parametrize("case", [0, 3, 6])  # ragged lengths at next_n 1, 2, 4
+@pytest.mark.parametrize("case", [0, 3, 6, 7])  # ragged lengths at next_n 1, 2, 4; 140 sequences
 def test_kernel_matches_the_torch_path(path, case, tune):
     spec = load_spec(SPECS / path)
     lens, next_n = rc.correctness_cases(spec)[case]
@@ -118,7 +118,7 @@ def _runs_tma(spec, tune) -> bool:
 
 @pytest.mark.parametrize("tune", TMA_TUNES, ids=["2x2", "1x3", "evict-first"])
 @pytest.mark.parametrize("path", ["dsv4/indexer_fp8.yaml", "indexer_bf16.yaml"])
-@pytest.mark.parametrize("case", [0, 2, 3, 4, 6])
+@pytest.mark.parametrize("case", [0, 2, 3, 4, 6, 7])
 def test_tma_variant_matches_the_torch_path(path, case, tune):
     spec = load_spec(SPECS / path)
     if not _runs_tma(spec, tune):

@@ -580,6 +580,10 @@ def test_kernel_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, tm
     ("fp8", [0, 1, 3, 64, 65, 129, 700, 2], 4, None, 1),
     ("fp8", [3, 70, 200], 2, {"kReaderWgStages": 2}, 64),
     ("dsv32", [1, 2, 900, 64, 130], 4, {"kReaderWgStages": 2}, 1),
+    # more than 128 (sequence, token group) pairs: the lengths' sum takes two rounds (one group per
+    # sequence; two groups of one token each for bf16's cp.async variant)
+    ("fp8", [i * 37 % 190 for i in range(140)], 1, None, 4),
+    ("bf16", [i * 53 % 150 + 1 for i in range(70)], 2, None, 4),
 ])
 def test_wgmma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms, tmp_path):
     # the sm_90a path's source, its primitives emulated (cp.async copies at once, wgmma per thread from

@@ -1026,13 +1026,45 @@ struct Work {
     r.ntiles = 0;
     return r;
   }
+  // the 64-key tiles of a pair's tokens [t0, +ntok) of a sequence of seq_len keys
+  __device__ static __forceinline__ int tiles_of(const typename C::Params& p, int t0, int ntok, int seq_len) {
+    const long long vis = static_cast<long long>(seq_len) - p.next_n + t0 + ntok;
+    const long long end = vis < 0 ? 0 : vis < p.max_seq_len ? vis : p.max_seq_len;
+    return static_cast<int>(static_cast<unsigned>(end + kTile - 1) / static_cast<unsigned>(kTile));
+  }
   __device__ static __forceinline__ Pair pair_of(const typename C::Params& p, int pair) {
     Pair r = tokens_of(p, pair);
     r.seq_len = __ldg(p.seq_lens + r.b);
-    const long long vis = static_cast<long long>(r.seq_len) - p.next_n + r.t0 + r.ntok;
-    const long long end = vis < 0 ? 0 : vis < p.max_seq_len ? vis : p.max_seq_len;
-    r.ntiles = static_cast<int>((end + kTile - 1) / kTile);
+    r.ntiles = tiles_of(p, r.t0, r.ntok, r.seq_len);
     return r;
+  }
+
+  // A round of the lengths: lane l's pairs base + l, + 32, + 64, + 96 (indices clamped to the last pair, so
+  // the four loads are unconditional and in flight together). The first round is loaded before anything
+  // else, so its trip overlaps the rest of the prologue (a launch never has zero pairs: kgen.indexer).
+  struct Lens {
+    int v[4];
+  };
+  __device__ static __forceinline__ Lens load_lens(const typename C::Params& p, int base, int lane) {
+    const int np = pairs(p), ng = groups(p);
+    Lens l;
+    if (ng == 1) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) l.v[u] = __ldg(p.seq_lens + min(base + u * 32 + lane, np - 1));
+    } else {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) l.v[u] = __ldg(p.seq_lens + min(base + u * 32 + lane, np - 1) / ng);
+    }
+    return l;
+  }
+  // the tiles of the round's pairs lane l holds (0 past the last pair)
+  __device__ static __forceinline__ unsigned round_tiles(const typename C::Params& p, const Lens& l, int base, int lane,
+                                                         int u) {
+    const int pair = base + u * 32 + lane;
+    if (pair >= pairs(p)) return 0u;
+    const int ng = groups(p);
+    const int t0 = ng == 1 ? 0 : pair % ng * kTokens;
+    return static_cast<unsigned>(tiles_of(p, t0, min(kTokens, p.next_n - t0), l.v[u]));
   }
 
   // ceil(a / b) for 0 <= a, 0 < b (32-bit division where both fit)
@@ -1082,20 +1114,18 @@ struct Work {
     if (t_lo < T) full_at(t_lo, tm, pair, tile);
   }
 
-  // this CTA's share (every lane of the calling warp gets it)
-  __device__ static Share share(const typename C::Params& p, int lane) {
+  // this CTA's share (every lane of the calling warp gets it); `first`: load_lens(p, 0, lane)
+  __device__ static Share share(const typename C::Params& p, int lane) { return share(p, lane, load_lens(p, 0, lane)); }
+  __device__ static Share share(const typename C::Params& p, int lane, const Lens& first) {
     const int np = pairs(p), tm = tiles_max(p);
     long long T = 0;
-    // pass 1: the tiles' count, 128 pairs a round (four independent loads per lane: one round trip, not
-    // four), each sum over 64 pairs (< 2^31: a pair has at most 2^25 tiles)
+    // pass 1: the tiles' count, a round of 128 pairs at a time, each sum over 64 pairs (< 2^31: a pair has
+    // at most 2^25 tiles)
     for (int base = 0; base < np; base += 128) {
-      unsigned nt[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int pair = base + u * 32 + lane;
-        nt[u] = pair < np ? static_cast<unsigned>(pair_of(p, pair).ntiles) : 0u;
-      }
-      T += static_cast<long long>(warp_sum(nt[0] + nt[1])) + warp_sum(nt[2] + nt[3]);
+      const Lens l = base == 0 ? first : load_lens(p, base, lane);
+      const unsigned n01 = round_tiles(p, l, base, lane, 0) + round_tiles(p, l, base, lane, 1);
+      const unsigned n23 = round_tiles(p, l, base, lane, 2) + round_tiles(p, l, base, lane, 3);
+      T += static_cast<long long>(warp_sum(n01)) + warp_sum(n23);
     }
     const long long F = static_cast<long long>(np) * tm - T;
     const long long G = gridDim.x, c = blockIdx.x, kt = ceil_div(T, G), kf = F == 0 ? 0 : ceil_div(F, G);
@@ -1678,19 +1708,21 @@ struct WgTmaLogits {
     }
     __syncthreads();
 
-    reader::wait_for_predecessor<C>();  // before the first read of an input
-    // the share of equal lengths, before seq_lens is read: the producer loads its first table entries, the
-    // consumers its q, while the share is computed (used where it is the share)
+    reader::wait_for_predecessor<C>();                             // before the first read of an input
+    const typename Work::Lens lens = Work::load_lens(p, 0, lane);  // first: its trip overlaps what follows
+    // the share of equal lengths, while seq_lens is on its way: the producer loads its first table entries,
+    // the consumers its q (used where it is the share)
     int guess_pair, guess_tile;
     Work::guess(p, guess_pair, guess_tile);
     const bool guessed = guess_pair < Work::pairs(p);
     if (warp >= kConsumers * 4) {
       const int col = (guess_tile * kTile) >> kPageShift;
       const int entry =
-          guessed ? table_entry(p, p.block_table + static_cast<long long>(guess_pair / Work::groups(p)) * p.max_pages,
-                                col, lane)
-                  : -1;
-      const typename Work::Share share = Work::share(p, lane);  // this CTA's tiles (every warp alike)
+          guessed
+              ? table_entry(p, p.block_table + static_cast<long long>(Work::tokens_of(p, guess_pair).b) * p.max_pages,
+                            col, lane)
+              : -1;
+      const typename Work::Share share = Work::share(p, lane, lens);  // this CTA's tiles (every warp alike)
       produce(p, sm, share, lane, guessed ? guess_pair : -1, col, entry);
       Work::fill(p, share, lane, 32);  // the columns past the pairs' tiles, while the consumers score
       return;
@@ -1708,7 +1740,7 @@ struct WgTmaLogits {
       q_pending = true;
     };
     if (guessed) stage_pair(guess_pair);
-    const typename Work::Share share = Work::share(p, lane);  // this CTA's tiles (every warp alike)
+    const typename Work::Share share = Work::share(p, lane, lens);  // this CTA's tiles (every warp alike)
 
     const int group = warp / 4, gwarp = warp % 4;
     const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.keys)), q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
