@@ -8,7 +8,10 @@ and weights; the kernel's logits against kgen.score's Torch path evaluated in fl
   * per query row, the top-512 key sets equal except near-ties: a key in one set and not the other
     whose Torch logit lies within 2 x the row's max error of the 512th value (counted, listed).
 
-Speed (`bench_case`): B sequences of `keys` keys each (next_n = 1), random block tables over a
+Speed, batches as engines run them (`bench_batch`, what `kgen bench` runs): BATCH_SHAPES (equal, +-30 % and
+uniform lengths, next_n 1, 2, 4), DeepGEMM's fp8_paged_mqa_logits beside the fp8 layout it reads in the
+same process on the same tensors whenever `deep_gemm` imports (docs/gpu.md). Tunings compared
+(`bench_case`): B sequences of `keys` keys each (next_n = 1), random block tables over a
 cache of exactly the pages needed (filled by repeating reference-written pages), cold (256 MiB
 memset before each call) and graph (20 launches in a CUDA graph), as docs/gpu.md measures
 DeepGEMM's fp8_paged_mqa_logits. Byte model: per key, the key's bytes (row + scales as stored,
@@ -235,6 +238,10 @@ def correctness_cases(spec: Spec, seed: int = 0) -> list[tuple[list[int], int]]:
         (ragged, 2),
         ([1, 2, P + 3, 1000], 4),
         ([rng.randint(1, 3000) for _ in range(9)], 3),
+        # a ragged batch of many sequences, MTP 4 (a CTA's share of the keys crosses sequences)
+        ([rng.choice([1, 4, rng.randint(1, 9000)]) for _ in range(40)], 4),
+        # more than 128 (sequence, token group) pairs: the kernel sums the lengths in two rounds
+        ([rng.randint(1, 3000) for _ in range(140)], 2),
     ]
 
 
@@ -277,6 +284,171 @@ def bench_case(torch, timer, spec: Spec, batch: int, keys: int, copy_gbps: float
 
 
 # ---------------------------------------------------------------------------------------------
+# batches as engines run them, beside the peer (DeepGEMM's fp8_paged_mqa_logits, where it imports)
+
+# (B, keys, lengths, next_n): "equal" every sequence `keys` long; "pm30" uniform in [0.7, 1.3] x keys
+# (DeepGEMM's own test draw); "uniform" uniform in [1, keys]. max_seq_len is the batch's longest.
+BATCH_SHAPES: tuple[tuple[int, int, str, int], ...] = (
+    *((b, k, "equal", 1) for b, k in ((1, 4096), (1, 65536), (1, 262144), (1, 1048576), (32, 4096), (32, 65536),
+                                      (64, 32768), (128, 4096), (128, 65536))),
+    *((b, k, d, 1) for d in ("pm30", "uniform") for b, k in ((32, 65536), (64, 32768), (128, 16384))),
+    *((b, k, d, n) for n in (2, 4) for b, k, d in ((1, 65536, "equal"), (32, 65536, "equal"), (64, 32768, "pm30"),
+                                                    (128, 16384, "uniform"))),
+)
+BATCH_BYTE_MODEL = ("per call: every sequence's keys read once (layout.bytes_per_token each, whatever next_n) + "
+                    "B x next_n x max_seq_len x 4 B of fp32 logits written (kgen writes the -inf columns; the peer "
+                    "leaves columns past a row's length unwritten, so the model flatters it slightly)")
+PEER_NAME = "deep_gemm.fp8_paged_mqa_logits"
+PEER_MAX_NEXT_N = 2  # DeepGEMM's sm_90 kernel
+
+
+def batch_lens(batch: int, keys: int, dist: str, seed: int, next_n: int = 1) -> list[int]:
+    """Sequence lengths (at least next_n: a sequence holds its MTP tokens' keys)."""
+    rng = random.Random(seed)
+    if dist == "equal":
+        return [keys] * batch
+    if dist == "pm30":
+        return [rng.randint(int(0.7 * keys), int(1.3 * keys)) for _ in range(batch)]
+    if dist == "uniform":
+        return [rng.randint(max(1, next_n), keys) for _ in range(batch)]
+    raise ValueError(f"lengths {dist!r}: equal, pm30 or uniform")
+
+
+def peer_module():
+    """(deep_gemm, None) where it imports, else (None, why)."""
+    try:
+        import deep_gemm  # noqa: PLC0415 - a measurement peer, built on the GPU machine only
+    except Exception as e:  # noqa: BLE001
+        return None, f"deep_gemm does not import ({type(e).__name__}: {e})"[:300]
+    return deep_gemm, None
+
+
+def peer_reads(spec: Spec) -> str | None:
+    """Why DeepGEMM's sm_90 reader cannot read this variant's pages (None: it can): 64-key pages of
+    128 fp8 e4m3 per key, then one fp32 scale per key."""
+    lay = L.compute(spec)
+    if (spec.store.dtype != "fp8_e4m3" or spec.head_dim != 128 or lay.page_size != 64 or lay.row_bytes != 128
+            or lay.scale_unit != 4 or lay.blocks_per_token != 1 or lay.scale_stride != 4
+            or lay.scale_region_offset != 64 * 128 or lay.page_bytes != 64 * 132):
+        return "the peer reads only 64-key pages of 128 fp8 + an fp32 scale per key"
+    return None
+
+
+def peer_info() -> dict:
+    dg, why = peer_module()
+    if dg is None:
+        return {"name": PEER_NAME, "present": False, "why": why}
+    return {"name": PEER_NAME, "present": True, "version": str(getattr(dg, "__version__", "?")),
+            "file": str(getattr(dg, "__file__", "?")), "num_sms": int(dg.get_num_sms())}
+
+
+def _abba(timer, how: str, a, b, **kw) -> tuple[dict, dict]:
+    """A, B, B, A with `timer.<how>`: each side's two medians and their mean (order effects cancel)."""
+    m = getattr(timer, how)
+    a1, b1, b2, a2 = m(a, **kw), m(b, **kw), m(b, **kw), m(a, **kw)
+
+    def pair(x, y):
+        return {"ms": (x["ms"] + y["ms"]) / 2, "orders_ms": [x["ms"], y["ms"]], "reps": x["reps"]}
+
+    return pair(a1, a2), pair(b1, b2)
+
+
+def bench_batch(torch, timer, spec: Spec, batch: int, keys: int, dist: str, next_n: int, copy_gbps: float | None,
+                *, seed: int = 0, peer=None) -> dict:
+    """kgen's reader and (`peer`: deep_gemm, for the layouts and next_n it reads) the peer on the same
+    tensors in this process: cold and CUDA-graph times A-B-B-A, the peer's schedule kernel apart, the ratio
+    peer / kgen (> 1: kgen faster), and the two outputs' agreement on the visible logits."""
+    lens = batch_lens(batch, keys, dist, seed, next_n)
+    msl = max(lens)
+    args = make_case(spec, lens, next_n=next_n, seed=seed, extra_pages=0, max_seq_len=msl)
+    q, weights, cache, table, seq_lens, _ = args
+    lay = L.compute(spec)
+    nbytes = sum(lens) * lay.bytes_per_token + batch * next_n * msl * 4
+    launch, logits = launcher(spec, args)
+    e: dict[str, Any] = {"variant": spec.name, "batch": batch, "keys": keys, "lengths": dist, "next_n": next_n,
+                         "max_seq_len": msl, "total_keys": sum(lens), "bytes": nbytes}
+    why = peer_reads(spec) or (None if next_n <= PEER_MAX_NEXT_N else f"the peer takes next_n <= {PEER_MAX_NEXT_N}")
+    if peer is None or why:
+        e["peer"] = {"name": PEER_NAME, "present": False, "why": why or "deep_gemm does not import"}
+        e["cold"] = _with_bw(timer.cold(launch, lo=20, hi=60), nbytes, copy_gbps)
+        e["graph"] = _with_bw(timer.warm(launch, lo=10, hi=30), nbytes, copy_gbps)
+        return e
+    dg = peer
+    pos = torch.arange(next_n, device=q.device, dtype=torch.int32)
+    ctx = (seq_lens[:, None] - next_n + 1 + pos[None, :]).clamp_min(0).to(torch.int32).contiguous()
+    sms = int(dg.get_num_sms())
+    kv = cache.view(cache.shape[0], lay.page_size, 1, lay.page_bytes // lay.page_size)
+    meta = dg.get_paged_mqa_logits_metadata(ctx, lay.page_size, sms)
+
+    def run_peer():
+        return dg.fp8_paged_mqa_logits(q, kv, weights, ctx, table, meta, msl, False)
+
+    def run_meta():
+        return dg.get_paged_mqa_logits_metadata(ctx, lay.page_size, sms)
+
+    kc, pc = _abba(timer, "cold", launch, run_peer, lo=20, hi=60)
+    kg, pg = _abba(timer, "warm", launch, run_peer, lo=10, hi=30)
+    e["cold"], e["graph"] = _with_bw(kc, nbytes, copy_gbps), _with_bw(kg, nbytes, copy_gbps)
+    p: dict[str, Any] = {"name": PEER_NAME, "present": True, "cold": _with_bw(pc, nbytes, copy_gbps),
+                         "graph": _with_bw(pg, nbytes, copy_gbps)}
+    p["schedule"] = {"cold": _with_bw(timer.cold(run_meta, lo=20, hi=40), 0, None),
+                     "graph": _with_bw(timer.warm(run_meta, lo=10, hi=20), 0, None)}
+    p["speed"] = {"cold": p["cold"]["ms"] / kc["ms"], "graph": p["graph"]["ms"] / kg["ms"],
+                  "what": "peer time / kgen time, the peer's schedule kernel not counted (> 1: kgen faster)"}
+    # the outputs on the visible logits (the peer's columns past a row's length are not written)
+    launch()
+    theirs = run_peer()[:, :msl].float()
+    torch.cuda.synchronize()
+    mine = logits.float()
+    vis = torch.isfinite(mine)
+    scale = float(mine[vis].abs().max()) if bool(vis.any()) else 1.0
+    p["max_difference_of_largest"] = float((mine[vis] - theirs[vis]).abs().max()) / max(scale, 1e-30) if bool(
+        vis.any()) else 0.0
+    e["peer"] = p
+    return e
+
+
+def bench_batches(specs: list[Spec], shapes=BATCH_SHAPES, *, say=print, timer=None, copy: dict | None = None) -> dict:
+    """BATCH_SHAPES of each readable variant; the peer beside the layouts it reads whenever deep_gemm imports
+    (the JSON says why it is absent otherwise)."""
+    torch = _torch()
+    timer = timer or Timer(torch)
+    copy = copy or copy_bandwidth(torch, timer)
+    say(f"copy {copy['gbps']:.0f} GB/s")
+    dg, _ = peer_module()
+    info = peer_info()
+    say(f"peer {PEER_NAME}: " + (f"present ({info.get('version')}, {info.get('file')})" if dg else info["why"]))
+    data: dict[str, Any] = {"copy": copy, "byte_model": BATCH_BYTE_MODEL, "peer": info, "results": []}
+    for spec in specs:
+        for b, k, dist, n in shapes:
+            try:
+                e = bench_batch(torch, timer, spec, b, k, dist, n, copy["gbps"], peer=dg)
+            except Exception as ex:  # noqa: BLE001
+                e = {"variant": spec.name, "batch": b, "keys": k, "lengths": dist, "next_n": n,
+                     "error": f"{type(ex).__name__}: {ex}"[:1000]}
+            data["results"].append(e)
+            say(batch_line(e))
+            torch.cuda.empty_cache()
+    return data
+
+
+def batch_line(e: dict) -> str:
+    head = f"{e['variant']:18s} {e['batch']:4d} x {e['keys']:7d} {e['lengths']:7s} n={e['next_n']}"
+    if "error" in e:
+        return f"{head}  ERROR {e['error']}"
+    c, g = e["cold"], e["graph"]
+    text = (f"{head}  cold {c['us']:8.1f} us {c.get('fraction_of_copy', 0):5.3f}"
+            f"  graph {g['us']:8.1f} us {g.get('fraction_of_copy', 0):5.3f}")
+    p = e.get("peer", {})
+    if p.get("present"):
+        s = p["schedule"]
+        text += (f"  | peer {p['cold']['us']:.1f} / {p['graph']['us']:.1f} us: x{p['speed']['cold']:.2f} /"
+                 f" x{p['speed']['graph']:.2f} (schedule {s['cold']['us']:.1f} / {s['graph']['us']:.1f} us,"
+                 f" diff {p['max_difference_of_largest']:.1e})")
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
 # whole runs (kgen test / kgen bench call these for the readable variants)
 
 
@@ -292,12 +464,13 @@ def sample_readable(k: int, seed: int = 0) -> list[Spec]:
 
 def test_specs(specs: list[Spec], *, seed: int = 0, quick: bool = False, say=print, tune: dict | None = None,
                cases: tuple | None = None) -> list[LogitsResult]:
-    """Every correctness case of every spec (quick: two cases each; `cases`: those indices). A kernel
+    """Every correctness case of every spec (quick: three cases each; `cases`: those indices). A kernel
     fault stops the run (the CUDA context is lost) and is reported as the failing case."""
     results = []
     for spec in specs:
         all_cases = correctness_cases(spec, seed)
-        picked = [all_cases[i] for i in (cases if cases is not None else (0, 3) if quick else range(len(all_cases)))]
+        # quick (sampled specs): ragged lengths at next_n 1, 2 and 4
+        picked = [all_cases[i] for i in (cases if cases is not None else (0, 3, 6) if quick else range(len(all_cases)))]
         for lens, next_n in picked:
             name = f"B={len(lens)} next_n={next_n} lens={_lens_text(lens)}" + (f" tune={tune}" if tune else "")
             try:
@@ -325,9 +498,10 @@ TUNE_CASES = (2, 3)  # the cases an alternative tuning runs by default: 70000 ke
 
 def test_readers(specs: list[Spec], sampled: list[Spec], *, seed: int = 0, say=print, tunes: tuple = (),
                  tune_cases: tuple | None = TUNE_CASES) -> list[LogitsResult]:
-    """`kgen test`'s read side: every correctness case of each readable variant given, two cases of each
-    readable sampled spec, and each alternative tuning of `tunes` (kgen.reader_layout.READER_TUNING_DEFAULTS
-    overrides; `kgen test --reader-tune`) on the `tune_cases` of each variant (None: every case)."""
+    """`kgen test`'s read side: every correctness case of each readable variant given, three cases (ragged
+    lengths at next_n 1, 2, 4) of each readable sampled spec, and each alternative tuning of `tunes`
+    (kgen.reader_layout.READER_TUNING_DEFAULTS overrides; `kgen test --reader-tune`) on the `tune_cases` of
+    each variant (None: every case)."""
     mine = [s for s in specs if readable(s)]
     samples = [s for s in sampled if readable(s)]
     if not mine and not samples:
@@ -345,12 +519,16 @@ def test_readers(specs: list[Spec], sampled: list[Spec], *, seed: int = 0, say=p
 
 def bench_readers(specs: list[Spec], timer, copy: dict, *, say=print, tunes: tuple = (None,),
                   shapes: tuple | None = None) -> dict:
-    """`kgen bench`'s read side: `shapes` (default BENCH_SHAPES) for each readable variant given (the Torch
-    path beside fp8), each tuning of `tunes` side by side (`kgen bench --reader-tune`)."""
+    """`kgen bench`'s read side. By default BATCH_SHAPES (batches as engines run them: ragged lengths,
+    MTP) for each readable variant given, the peer beside the fp8 layout it reads (bench_batches); with
+    `shapes` or alternative `tunes` (`kgen bench --reader-tune`), those equal-length shapes with each
+    tuning side by side (bench_specs)."""
     mine = [s for s in specs if readable(s)]
     if not mine:
         return {"results": []}
     precompile([(s, t) for s in mine for t in tunes], say=say)
+    if shapes is None and tuple(tunes) == (None,):
+        return bench_batches(mine, timer=timer, copy=copy, say=say)
     return bench_specs(mine, shapes or BENCH_SHAPES, timer=timer, copy=copy, say=say, tunes=tunes)
 
 

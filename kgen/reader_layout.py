@@ -112,7 +112,7 @@ READER_WG_TILE_KEYS = 64  # wgmma m64: keys per tile
 READER_WG_CHUNK_BYTES = 128  # one 128-B swizzle atom's width of a key row (and of q's rows)
 READER_WG_ALIGN = 1024  # the 128-B swizzle pattern repeats every 1024 B: operand bases aligned to it
 READER_WG_ROW_INFO_BYTES = 4  # per key row and stage: its scale (fp32) or 1, NaN where the page is bad
-READER_WG_MAX_TOKENS = 2  # query tokens (MTP) a CTA scores from one staging of the keys
+READER_WG_MAX_TOKENS = 4  # query tokens (MTP, next_n 1-4) a CTA scores from one staging of the keys
 READER_MAX_SMEM_BYTES = SM90.block_shared_bytes  # dynamic shared memory one CTA may opt in to (sm_90)
 READER_SM_SHARED_BYTES = SM90.shared_bytes  # shared memory of an sm_90 SM; the driver keeps some per CTA
 READER_CTA_RESERVED_BYTES = SM90.reserved_shared_bytes
@@ -155,15 +155,17 @@ def reader_wg_smem_bytes(lay: Layout, ntok: int, stages: int, tma: bool = False)
 
 
 def reader_wg_tokens_per_cta(lay: Layout, stages: int, tma: bool = False) -> int:
-    """Query tokens a wgmma-path CTA scores together (their q in shared memory): up to
-    READER_WG_MAX_TOKENS, 1 when a row is several chunks (each token would keep its own accumulators
-    across the chunks); 0: one token does not fit."""
+    """Query tokens a wgmma-path CTA scores together from one staging of the keys (their q in shared
+    memory): up to READER_WG_MAX_TOKENS that fit; 0: one token does not fit. 1 for the cp.async variant of
+    rows of several chunks, which stages a tile chunk by chunk (each token would keep its own accumulators
+    across the chunks); the TMA variant stages, and fp4 converts, whole tiles."""
     chunks = reader_wg_chunks(lay)
     fits = [t for t in range(1, READER_WG_MAX_TOKENS + 1)
             if reader_wg_smem_bytes(lay, t, stages, tma) <= READER_MAX_SMEM_BYTES]
     if not chunks or not fits:
         return 0
-    return 1 if chunks > 1 else max(fits)
+    whole_tiles = tma or lay.spec.store.dtype == "fp4_e2m1"
+    return 1 if chunks > 1 and not whole_tiles else max(fits)
 
 
 def reader_wgmma(lay: Layout, stages: int) -> bool:

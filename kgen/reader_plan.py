@@ -112,10 +112,13 @@ def reader_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_coun
 def reader_wg_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_count: int,
                      tune: dict[str, int] | None = None, lay: Layout | None = None
                      ) -> tuple[tuple[int, int, int], int, int, int]:
-    """The wgmma path's launch: one wave. The CTAs an SM holds at once times the SMs, split evenly over
-    the (sequence, token group) pairs; each CTA's slice of the context whole 64-key tiles (the kernel
-    derives the same slice from gridDim.x). A DRAM-bound kernel gains nothing from a second wave but a
-    tail."""
+    """The wgmma path's launch: one wave of a 1-D grid, the CTAs an SM holds at once times the SMs (no
+    more than the tiles the longest rows could have: B x token groups x ceil(max_seq_len / 64)). Each CTA
+    derives its share of the work from seq_lens in the kernel (kgen::detail::wg::Work): an even split of
+    the tiles the sequences really have, then of the -inf columns past them, so ragged batches keep every SM
+    busy and nothing here depends on the lengths (a captured CUDA graph replays for any). A DRAM-bound
+    kernel gains nothing from a second wave but a tail. The fourth value: the keys one CTA scores where every
+    sequence has max_seq_len of them."""
     lay = lay or compute(spec)
     stages = reader_wg_stages(lay, tune)
     tma = reader_wg_tma(lay, tune)
@@ -124,12 +127,10 @@ def reader_wg_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_c
     ntok = min(tpc, next_n)
     groups = -(-next_n // tpc)
     slots = max(1, sm_count) * reader_wg_ctas_per_sm(lay, ntok, stages, tma, consumers)
-    tile = READER_WG_TILE_KEYS
-    tiles = max(1, -(-max_seq_len // tile))
-    split = max(1, min(tiles, slots // max(1, batch * groups)))
-    per = -(-tiles // split) * tile
-    grid = (max(1, -(-max_seq_len // per)), batch, groups)
-    return grid, reader_wg_threads(lay, tune), reader_wg_smem_bytes(lay, ntok, stages, tma), per
+    tiles = max(1, batch * groups * -(-max_seq_len // READER_WG_TILE_KEYS))
+    ctas = max(1, min(slots, tiles))
+    per = -(-tiles // ctas) * READER_WG_TILE_KEYS
+    return (ctas, 1, 1), reader_wg_threads(lay, tune), reader_wg_smem_bytes(lay, ntok, stages, tma), per
 
 
 # ---------------------------------------------------------------------------------------------

@@ -193,10 +193,36 @@ def test_reader_launch_covers_every_logit(B, next_n, keys):
         assert gx >= 32  # a short context is split over many SMs
 
 
+def work_split(seq_lens: list[int], next_n: int, max_seq_len: int, tpc: int, ctas: int) -> list[dict]:
+    """The kernel's split (kgen::detail::wg::Work), restated: per CTA its tiles and (row, key) cells."""
+    groups = -(-next_n // tpc)
+    tm = -(-max_seq_len // 64)
+    pairs = []
+    for b, n in enumerate(seq_lens):
+        for g in range(groups):
+            t0 = g * tpc
+            ntok = min(tpc, next_n - t0)
+            end = min(max(n - next_n + t0 + ntok, 0), max_seq_len)
+            pairs.append((b, t0, ntok, -(-end // 64)))
+    tiles = [(p, i) for p, (*_, nt) in enumerate(pairs) for i in range(nt)]
+    fills = [(p, nt + j) for p, (*_, nt) in enumerate(pairs) for j in range(tm - nt)]
+    kt, kf = -(-len(tiles) // ctas), -(-len(fills) // ctas)
+    out = []
+    for c in range(ctas):
+        mine, cells = tiles[c * kt:(c + 1) * kt], []
+        for p, i in mine + fills[c * kf:(c + 1) * kf]:
+            b, t0, ntok, _ = pairs[p]
+            keys = range(64 * i, min(64 * i + 64, max_seq_len))
+            cells += [(b * next_n + t0 + t, k) for t in range(ntok) for k in keys]
+        out.append({"tiles": len(mine), "pairs": len({p for p, _ in mine}), "cells": cells})
+    return out
+
+
 @pytest.mark.parametrize("key", ["fp8", "bf16", "dsv32", "fp4"])
 @pytest.mark.parametrize("B,next_n,keys", [(1, 1, 4096), (1, 1, 65536), (1, 1, 262144), (32, 1, 4096),
-                                           (128, 1, 65536), (3, 7, 1000), (2, 2, 1), (1, 1, 63), (500, 3, 70000)])
-def test_wgmma_launch_covers_every_logit_in_one_wave(key, B, next_n, keys):
+                                           (128, 1, 65536), (3, 7, 1000), (2, 2, 1), (1, 1, 63), (500, 3, 70000),
+                                           (64, 4, 16384)])
+def test_wgmma_launch_is_one_wave_of_the_keys_rows_have(key, B, next_n, keys):
     spec = spec_of(key)
     lay = L.compute(spec)
     stages = RL.reader_wg_stages(lay)
@@ -204,20 +230,47 @@ def test_wgmma_launch_covers_every_logit_in_one_wave(key, B, next_n, keys):
     tma = RL.reader_wg_tma(lay)  # the shipped default where it reads the layout: bf16 and fp8 keys
     assert tma == (key != "fp4")
     (gx, gy, gz), threads, smem, per = RP.reader_launch(spec, B, next_n, keys, 132, wgmma=True)
-    tile = RL.READER_WG_TILE_KEYS
     tpc = RL.reader_wg_tokens_per_cta(lay, stages, tma)
+    # every next_n up to 4 from one staging of the keys (bf16 and fp4 too: whole tiles staged or converted)
+    assert tpc == RL.READER_WG_MAX_TOKENS == 4
     assert threads == (RL.reader_wg_tma_threads(RL.reader_wg_consumers(lay)) if tma else 128)
-    assert per % tile == 0 and gy == B and gz == -(-next_n // tpc)
-    # the kernel's slice: ceil(tiles / gx) whole tiles; together they cover the context
-    tiles = -(-keys // tile)
-    kernel_per = -(-tiles // gx) * tile
-    assert gx * kernel_per >= keys and kernel_per <= per and (gx - 1) * kernel_per < max(keys, 1)
+    assert (gy, gz) == (1, 1)
     ntok = min(tpc, next_n)
     assert smem == RL.reader_wg_smem_bytes(lay, ntok, stages, tma) <= RL.READER_MAX_SMEM_BYTES
     slots = 132 * RL.reader_wg_ctas_per_sm(lay, ntok, stages, tma, RL.reader_wg_consumers(lay))
-    assert gx * gy * gz <= max(slots, B * gz)  # one wave unless the sequences alone are more CTAs
+    tiles = B * -(-next_n // tpc) * -(-keys // 64)
+    assert gx == max(1, min(slots, tiles))  # one wave, never more CTAs than tiles
+    assert per == -(-max(tiles, 1) // gx) * 64
     if (B, keys) == (1, 4096):
         assert gx == 64  # a short context: one tile per CTA, 64 SMs busy
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_work_split_covers_every_logit_once_and_balances_keys(seed):
+    import random
+
+    rng = random.Random(seed)
+    next_n = rng.randint(1, 6)
+    msl = rng.choice([1, 63, 64, 65, 700, 3000])
+    lens = [rng.choice([0, 1, next_n, rng.randint(0, msl + 100)]) for _ in range(rng.randint(1, 12))]
+    tpc = rng.choice([1, 2, 4])
+    ctas = rng.choice([1, 3, 17, 200])
+    split = work_split(lens, next_n, msl, tpc, ctas)
+    cells = [c for s in split for c in s["cells"]]
+    assert len(cells) == len(set(cells)) == len(lens) * next_n * msl  # every logit, once
+    counts = [s["tiles"] for s in split]
+    total = sum(-(-max(0, min(n - next_n + t0 + min(tpc, next_n - t0), msl)) // 64)
+                for n in lens for t0 in range(0, next_n, tpc))
+    assert sum(counts) == total and max(counts) == -(-total // ctas)  # the tiles the rows really have, evenly
+
+
+def test_work_split_keeps_equal_lengths_on_pair_boundaries():
+    # 32 x 4K keys on 264 CTAs: 8 tiles each, 8 CTAs per sequence, no CTA changes q
+    split = work_split([4096] * 32, 1, 4096, 4, 264)
+    assert [s["tiles"] for s in split] == [8] * 256 + [0] * 8 and max(s["pairs"] for s in split) == 1
+    # a ragged batch: still the tiles the rows have, split evenly (some CTAs cross sequences)
+    split = work_split([100, 5000, 64, 3000], 2, 5000, 4, 10)
+    assert sum(s["tiles"] for s in split) == 2 + 79 + 1 + 47 and max(s["pairs"] for s in split) == 3
 
 
 def test_wgmma_path_choice():
@@ -233,7 +286,7 @@ def test_wgmma_path_choice():
     lay4 = L.compute(fp4)
     assert RL.reader_wg_chunks(lay4) == RL.reader_wg_chunks(L.compute(bf16)) == 2
     assert RL.reader_wg_smem_bytes(lay4, 1, 3) == 1024 + 2 * 8192 + 3 * (64 * (64 + 4) + 64 * 4) + 2 * 8192 + 4 * 64
-    assert RL.reader_wg_tokens_per_cta(lay4, 3) == 1 and RL.reader_wg_ctas_per_sm(lay4, 1, 3) == 4
+    assert RL.reader_wg_tokens_per_cta(lay4, 3) == 4 and RL.reader_wg_ctas_per_sm(lay4, 1, 3) == 4
     c4 = RL.reader_constants(lay4)
     assert c4["kReaderWgmma"] == 1 and c4["kReaderWgChunks"] == 2 and c4["kReaderWgMinBlocks"] == 4
     # fp4 layouts the path cannot stage: scale bytes of a token not whole 4-B words at 4-B aligned offsets
@@ -279,10 +332,12 @@ def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
     assert RL.reader_wg_ctas_per_sm(lay, 1, 4, tma=True, consumers=2) == 65536 // (288 * RL.READER_WG_TMA_REGISTERS)
     assert RL.reader_wg_ctas_per_sm(lay, 1, 16, tma=True, consumers=2) == 1  # 144.9 KB of shared memory
     c = RL.reader_constants(lay, TMA)
-    assert c["kReaderWgTma"] == 1 and c["kReaderWgMinBlocks"] == 2 and c["kReaderWgTokensPerCta"] == 2
+    assert c["kReaderWgTma"] == 1 and c["kReaderWgMinBlocks"] == 2 and c["kReaderWgTokensPerCta"] == 4
     (gx, gy, gz), threads, smem, per = RP.reader_launch(fp8, 128, 1, 65536, 132, wgmma=True, tune=TMA)
-    assert threads == 288 and smem == RL.reader_wg_smem_bytes(lay, 1, 8, tma=True) and (gy, gz) == (128, 1)
-    assert gx * gy <= 2 * 132 and gx * per >= 65536
+    assert threads == 288 and smem == RL.reader_wg_smem_bytes(lay, 1, 8, tma=True) and (gy, gz) == (1, 1)
+    assert gx == 2 * 132 and gx * per >= 128 * 65536
+    # next_n 4: q of 4 tokens beside the 8 stages, still 2 CTAs per SM
+    assert RL.reader_wg_ctas_per_sm(lay, 4, 8, tma=True, consumers=2) == 2
     # the ring is the CTA's: no shallow ring for small launches
     assert RP.reader_wg_shape_tune(lay, TMA, 1, 1, 4096, 132) == TMA
     assert RP.reader_wg_shape_tune(lay, CP, 1, 1, 4096, 132) == {**CP, "kReaderWgStages": 2}
@@ -323,9 +378,10 @@ def test_ring_by_launch_shape():
     edge = per_sm * 132
     assert RP.reader_wg_shape_tune(fp8, CP, 1, 1, edge, 132) == CP
     assert RP.reader_wg_shape_tune(fp8, CP, 1, 1, edge - 1, 132) == {**CP, "kReaderWgStages": 2}
-    # MTP tokens share one staging of the keys (2 per CTA): next_n 2 stages what next_n 1 does
-    assert RP.reader_wg_shape_tune(fp8, CP, 1, 2, edge, 132) == CP
-    assert RP.reader_wg_shape_tune(fp8, CP, 1, 3, edge // 2, 132) == CP
+    # MTP tokens share one staging of the keys (up to 4 per CTA): next_n 4 stages what next_n 1 does
+    assert RP.reader_wg_shape_tune(fp8, CP, 1, 4, edge, 132) == CP
+    assert RP.reader_wg_shape_tune(fp8, CP, 1, 4, edge - 1, 132) == {**CP, "kReaderWgStages": 2}
+    assert RP.reader_wg_shape_tune(fp8, CP, 1, 5, edge // 2, 132) == CP
     # fewer SMs: fewer keys make an SM's share
     assert RP.reader_wg_shape_tune(fp8, CP, 32, 1, 65536, 16) == CP
     # a tuning that fixes the ring keeps it; other overrides keep the rule
@@ -356,9 +412,9 @@ def test_evict_first_where_the_launch_overflows_the_l2():
     edge = l2 // 132  # keys whose bytes just fill the L2
     assert RP.reader_wg_shape_tune(fp8, None, 1, 1, edge, 132, l2) is None
     assert RP.reader_wg_shape_tune(fp8, None, 1, 1, edge + 1, 132, l2) == ef
-    # MTP: 2 tokens share a staging of the keys, 3 tokens read them twice
-    assert RP.reader_wg_shape_tune(fp8, None, 1, 2, edge, 132, l2) is None
-    assert RP.reader_wg_shape_tune(fp8, None, 1, 3, edge, 132, l2) == ef
+    # MTP: up to 4 tokens share a staging of the keys, 5 tokens read them twice
+    assert RP.reader_wg_shape_tune(fp8, None, 1, 4, edge, 132, l2) is None
+    assert RP.reader_wg_shape_tune(fp8, None, 1, 5, edge, 132, l2) == ef
     # bf16 keys are 256 B: 1 x 256K overflows
     assert RP.reader_wg_shape_tune(bf16, None, 1, 1, 262144, 132, l2) == ef
     # an unknown L2 (0), a tuning that fixes the policy, the cp.async variant: no rule
@@ -391,7 +447,7 @@ def test_launch_tune_follows_the_arch_and_the_shape():
 
 @pytest.mark.parametrize("variant,old,new", [
     ("fp8", "kReaderWgChunks = 1;", "kReaderWgChunks = 2;"),
-    ("fp8", "kReaderWgTokensPerCta = 2;", "kReaderWgTokensPerCta = 3;"),
+    ("fp8", "kReaderWgTokensPerCta = 4;", "kReaderWgTokensPerCta = 3;"),
     ("fp8", "kReaderWgMinBlocks = 2;", "kReaderWgMinBlocks = 3;"),
     ("fp8", "kReaderWgChunkBytes = 128;", "kReaderWgChunkBytes = 64;"),
     # fp4: the operand's chunks are the bf16 widening of head_dim, the shared memory has the operand buffer
@@ -506,7 +562,7 @@ def test_abi_check_wants_64_heads_and_the_layouts_q_dtype():
 
 
 def emulate(spec: Spec, lens: list[int], next_n: int, tmp: Path, *, tune=None, sanitize=False, table_fix=None,
-            wgmma=False):
+            wgmma=False, sm_count=4):
     import reader_emulate as E
 
     if wgmma:  # the emulation has cp.async and wgmma, not TMA and mbarriers: the cp.async variant
@@ -515,7 +571,8 @@ def emulate(spec: Spec, lens: list[int], next_n: int, tmp: Path, *, tune=None, s
     if table_fix:
         table_fix(args)
     exe = E.build(spec, tmp, tune=tune, sanitize=sanitize, wgmma=wgmma)
-    got, _ = E.launch(spec, exe, tmp, tuple(args), check_bounds=table_fix is None, wgmma=wgmma, tune=tune)
+    got, _ = E.launch(spec, exe, tmp, tuple(args), check_bounds=table_fix is None, wgmma=wgmma, tune=tune,
+                      sm_count=sm_count)
     return got, args
 
 
@@ -535,21 +592,32 @@ def test_kernel_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, tm
     assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
 
 
-@pytest.mark.parametrize("key,lens,next_n,tune", [
-    ("fp4", [1, 63, 64, 65, 300], 1, None),
-    ("fp4", [2, 130, 700], 3, {"kReaderWgStages": 4}),
-    ("fp4", [129, 1000], 2, {"kReaderWgStages": 2}),
-    ("bf16", [1, 65, 257], 2, None),
-    ("fp8", [1, 64, 200], 3, None),
-    ("fp8", [5, 300], 1, {"kReaderWgStages": 2}),
+# ragged batches on few SMs (a CTA's share crosses sequences: q restaged per pair, the -inf columns
+# split apart) and on more CTAs than tiles; next_n up to 4 from one staging of the keys
+@pytest.mark.parametrize("key,lens,next_n,tune,sms", [
+    ("fp4", [1, 63, 64, 65, 300], 1, None, 4),
+    ("fp4", [2, 130, 700], 3, {"kReaderWgStages": 4}, 4),
+    ("fp4", [129, 1000], 2, {"kReaderWgStages": 2}, 4),
+    ("fp4", [0, 1, 5, 200, 64, 640], 4, None, 1),
+    ("bf16", [1, 65, 257], 2, None, 4),
+    ("bf16", [2, 300, 64, 1000, 3], 4, None, 1),
+    ("fp8", [1, 64, 200], 3, None, 4),
+    ("fp8", [5, 300], 1, {"kReaderWgStages": 2}, 4),
+    ("fp8", [0, 1, 3, 64, 65, 129, 700, 2], 4, None, 1),
+    ("fp8", [3, 70, 200], 2, {"kReaderWgStages": 2}, 64),
+    ("dsv32", [1, 2, 900, 64, 130], 4, {"kReaderWgStages": 2}, 1),
+    # more than 128 (sequence, token group) pairs: the lengths' sum takes two rounds (one group per
+    # sequence; two groups of one token each for bf16's cp.async variant)
+    ("fp8", [i * 37 % 190 for i in range(140)], 1, None, 4),
+    ("bf16", [i * 53 % 150 + 1 for i in range(70)], 2, None, 4),
 ])
-def test_wgmma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, tmp_path):
+def test_wgmma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms, tmp_path):
     # the sm_90a path's source, its primitives emulated (cp.async copies at once, wgmma per thread from
-    # the descriptors' 128-B swizzled layout): staging, the fp4 conversion, the pipeline's indexing and
-    # the epilogue against the Torch path (not the hardware's ordering: tests/test_gpu_indexer.py)
+    # the descriptors' 128-B swizzled layout): staging, the fp4 conversion, the pipeline's indexing, the work
+    # split and the epilogue against the Torch path (not the hardware's ordering: tests/test_gpu_indexer.py)
     spec = spec_of(key)
     assert RL.reader_wg_enabled(L.compute(spec), tune)
-    got, args = emulate(spec, lens, next_n, tmp_path, tune=tune, wgmma=True)
+    got, args = emulate(spec, lens, next_n, tmp_path, tune=tune, wgmma=True, sm_count=sms)
     want = indexer_logits_torch(spec, *args, accum=torch.float64)
     r = rc.compare(spec.name, "emulated wgmma", got, want)
     assert r.ok, r

@@ -26,7 +26,7 @@ struct dsv32_indexer_fp8 : kgen_cfg::dsv32_indexer_fp8 {
   static constexpr long long kReaderWgChunkBytes = 128;
   static constexpr long long kReaderWgChunks = 1;
   static constexpr long long kReaderWgAlign = 1024;
-  static constexpr long long kReaderWgTokensPerCta = 2;
+  static constexpr long long kReaderWgTokensPerCta = 4;
   static constexpr long long kReaderWgMinBlocks = 2;
   static constexpr long long kReaderWgTmaBarrierBytes = 16;
   static constexpr long long kReaderWgTmaProducerThreads = 32;

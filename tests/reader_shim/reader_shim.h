@@ -119,6 +119,18 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
   return r;
 }
 
+// redux.sync add / or: every lane takes part (the kernel uses them for whole warps only)
+inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+  unsigned r = 0;
+  for (int src = 0; src < 32; ++src) r += kgen_cpu::exchange(v, src);
+  return r;
+}
+inline unsigned __reduce_or_sync(unsigned, unsigned v) {
+  unsigned r = 0;
+  for (int src = 0; src < 32; ++src) r |= kgen_cpu::exchange(v, src);
+  return r;
+}
+
 #define gridDim (kgen_cpu::tl_grid)
 #define blockDim (kgen_cpu::tl_block_dim)
 inline void __syncthreads() { kgen_cpu::tl_cta->bar.arrive_and_wait(); }

@@ -104,7 +104,7 @@ KGEN_HD constexpr bool layout_agrees() {
 }
 
 // The sm_90a (wgmma) path's facts (kgen/layout.py's reader_wg_* functions), re-derived.
-constexpr long long kWgTileKeys = 64, kWgChunkBytes = 128, kWgAlign = 1024, kWgRowInfoBytes = 4, kWgMaxTokens = 2;
+constexpr long long kWgTileKeys = 64, kWgChunkBytes = 128, kWgAlign = 1024, kWgRowInfoBytes = 4, kWgMaxTokens = 4;
 constexpr long long kMaxSmemBytes = 227 * 1024, kSmSharedBytes = 228 * 1024, kCtaReservedBytes = 1024;
 constexpr long long kWgMaxCtas = 16;
 // fp4 values per ue8m0 scale the path converts (a function, not a namespace-scope constant: those are
@@ -152,7 +152,9 @@ KGEN_HD constexpr long long wg_tokens() {
   for (long long n = 1; n <= kWgMaxTokens; ++n) {
     if (wg_smem<C>(n) <= kMaxSmemBytes) t = n;
   }
-  return wg_chunks<C>() == 0 ? 0 : wg_chunks<C>() > 1 ? min2(t, 1) : t;
+  // the cp.async variant stages a tile of several chunks chunk by chunk: one token's accumulators across them
+  const bool whole_tiles = C::kReaderWgTma != 0 || C::kStoreDtype == Dtype::fp4_e2m1;
+  return wg_chunks<C>() == 0 ? 0 : wg_chunks<C>() > 1 && !whole_tiles ? min2(t, 1) : t;
 }
 template <class C>
 KGEN_HD constexpr bool wg_readable() {
@@ -982,19 +984,237 @@ __device__ __forceinline__ uint32_t swizzled128(int r, int c) {
   return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
 }
 
-// The keys one CTA scores: the context's tiles split evenly over gridDim.x (kgen.layout.reader_wg_launch).
-// A CTA with key0 >= max_seq_len has none and returns before any barrier.
-template <int kTile>
-struct CtaKeys {
-  long long key0;
-  int key_end;  // past the CTA's last key
-  int ntiles;   // its 64-key tiles
-  __device__ __forceinline__ explicit CtaKeys(int max_seq_len) {
-    const int tiles = (max_seq_len + kTile - 1) / kTile;
-    const int per_cta = (tiles + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x) * kTile;
-    key0 = static_cast<long long>(blockIdx.x) * per_cta;
-    key_end = static_cast<int>(min(static_cast<long long>(max_seq_len), key0 + per_cta));
-    ntiles = (key_end - static_cast<int>(key0) + kTile - 1) / kTile;
+// The launch's work, split by the keys each sequence really has (kgen.layout.reader_wg_launch: a 1-D grid,
+// one wave). A "pair" is sequence b's query-token group g (pair = b * groups + g; tokens [g kTokens, +ntok)),
+// its tiles the 64-key tiles [0, ntiles) of b's context some token of the group sees:
+// ntiles = ceil(min(visible_end, max_seq_len) / 64), visible_end = seq_len - next_n + t0 + ntok; its "fill
+// tiles" the tm - ntiles others (tm = ceil(max_seq_len / 64): no key there is visible, -inf for the pair's
+// ntok rows). The work is the list of every pair's tiles, pair by pair (T of them); CTA c of G = gridDim.x
+// takes tiles [c k, (c + 1) k) of it, k = ceil(T / G) (so equal lengths split on pair boundaries where k
+// divides a pair's tiles: no change of q inside a CTA), and likewise its share of the F = pairs x tm - T fill
+// tiles. Each CTA derives its share from seq_lens itself (every warp alike: a sum and a scan over
+// B x groups lengths, no schedule kernel and nothing on the host that depends on the lengths, so a captured
+// CUDA graph replays it for any lengths). `guess` is the share where every pair has tm tiles (equal
+// lengths): known before seq_lens is read, so the first table entries and q can be loaded meanwhile.
+template <class C, int kTokens, int kTile>
+struct Work {
+  struct Pair {
+    int b, t0, ntok, seq_len, ntiles;
+  };
+  struct Share {
+    int pair, tile, count;     // where the CTA's first tile is, and how many it scores
+    int fill_pair, fill_tile;  // where its share of the fill tiles starts (fill tile fill_tile of that pair)
+    long long fill_count;
+  };
+
+  __device__ static __forceinline__ int groups(const typename C::Params& p) {
+    return (p.next_n + kTokens - 1) / kTokens;
+  }
+  __device__ static __forceinline__ int pairs(const typename C::Params& p) { return p.batch * groups(p); }
+  __device__ static __forceinline__ int tiles_max(const typename C::Params& p) {
+    return (p.max_seq_len + kTile - 1) / kTile;
+  }
+
+  // the pair's sequence and tokens (no load; one group per sequence, next_n <= kTokens, needs no division)
+  __device__ static __forceinline__ Pair tokens_of(const typename C::Params& p, int pair) {
+    const int ng = groups(p);
+    Pair r;
+    r.b = ng == 1 ? pair : pair / ng;
+    r.t0 = ng == 1 ? 0 : (pair - r.b * ng) * kTokens;
+    r.ntok = min(kTokens, p.next_n - r.t0);
+    r.seq_len = 0;
+    r.ntiles = 0;
+    return r;
+  }
+  // the 64-key tiles of a pair's tokens [t0, +ntok) of a sequence of seq_len keys
+  __device__ static __forceinline__ int tiles_of(const typename C::Params& p, int t0, int ntok, int seq_len) {
+    const long long vis = static_cast<long long>(seq_len) - p.next_n + t0 + ntok;
+    const long long end = vis < 0 ? 0 : vis < p.max_seq_len ? vis : p.max_seq_len;
+    return static_cast<int>(static_cast<unsigned>(end + kTile - 1) / static_cast<unsigned>(kTile));
+  }
+  __device__ static __forceinline__ Pair pair_of(const typename C::Params& p, int pair) {
+    Pair r = tokens_of(p, pair);
+    r.seq_len = __ldg(p.seq_lens + r.b);
+    r.ntiles = tiles_of(p, r.t0, r.ntok, r.seq_len);
+    return r;
+  }
+
+  // A round of the lengths: lane l's pairs base + l, + 32, + 64, + 96 (indices clamped to the last pair, so
+  // the four loads are unconditional and in flight together). The first round is loaded before anything
+  // else, so its trip overlaps the rest of the prologue (a launch never has zero pairs: kgen.indexer).
+  struct Lens {
+    int v[4];
+  };
+  __device__ static __forceinline__ Lens load_lens(const typename C::Params& p, int base, int lane) {
+    const int np = pairs(p), ng = groups(p);
+    Lens l;
+    if (ng == 1) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) l.v[u] = __ldg(p.seq_lens + min(base + u * 32 + lane, np - 1));
+    } else {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) l.v[u] = __ldg(p.seq_lens + min(base + u * 32 + lane, np - 1) / ng);
+    }
+    return l;
+  }
+  // the tiles of the round's pairs lane l holds (0 past the last pair)
+  __device__ static __forceinline__ unsigned round_tiles(const typename C::Params& p, const Lens& l, int base, int lane,
+                                                         int u) {
+    const int pair = base + u * 32 + lane;
+    if (pair >= pairs(p)) return 0u;
+    const int ng = groups(p);
+    const int t0 = ng == 1 ? 0 : pair % ng * kTokens;
+    return static_cast<unsigned>(tiles_of(p, t0, min(kTokens, p.next_n - t0), l.v[u]));
+  }
+
+  // ceil(a / b) for 0 <= a, 0 < b (32-bit division where both fit)
+  __device__ static __forceinline__ long long ceil_div(long long a, long long b) {
+    if (a < (1ll << 32) && b < (1ll << 32)) {
+      const unsigned ua = static_cast<unsigned>(a), ub = static_cast<unsigned>(b);
+      return ua / ub + (ua % ub != 0u);
+    }
+    return (a + b - 1) / b;
+  }
+  __device__ static __forceinline__ long long shfl64(long long v, int src) {
+    const unsigned lo = __shfl_sync(num::kFullMask, static_cast<unsigned>(v), src);
+    const unsigned hi =
+        __shfl_sync(num::kFullMask, static_cast<unsigned>(static_cast<unsigned long long>(v) >> 32), src);
+    return static_cast<long long>((static_cast<unsigned long long>(hi) << 32) | lo);
+  }
+  // inclusive prefix sum over the warp's lanes (a pair's tiles < 2^26: 32 of them fit 32 bits)
+  __device__ static __forceinline__ unsigned scan32(unsigned v, int lane) {
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const unsigned o = __shfl_sync(num::kFullMask, v, lane >= d ? lane - d : lane);
+      if (lane >= d) v += o;
+    }
+    return v;
+  }
+  // (redux.sync: one instruction where a shuffle tree is five dependent ones; every lane takes part)
+  __device__ static __forceinline__ unsigned warp_sum(unsigned v) { return __reduce_add_sync(num::kFullMask, v); }
+  __device__ static __forceinline__ unsigned warp_or(unsigned v) { return __reduce_or_sync(num::kFullMask, v); }
+  // (pair, tile) of tile t_lo of the list where every pair has tm tiles (32-bit division where it fits)
+  __device__ static __forceinline__ void full_at(long long t_lo, long long tm, int& pair, int& tile) {
+    if (t_lo < (1ll << 32)) {
+      const unsigned q = static_cast<unsigned>(t_lo) / static_cast<unsigned>(tm);
+      pair = static_cast<int>(q);
+      tile = static_cast<int>(static_cast<unsigned>(t_lo) - q * static_cast<unsigned>(tm));
+    } else {
+      pair = static_cast<int>(t_lo / tm);
+      tile = static_cast<int>(t_lo - pair * tm);
+    }
+  }
+
+  // the share where every pair has tiles_max tiles: (pair, tile) of its first tile, pair = pairs(p) if none
+  __device__ static __forceinline__ void guess(const typename C::Params& p, int& pair, int& tile) {
+    const long long tm = tiles_max(p), T = static_cast<long long>(pairs(p)) * tm;
+    const long long t_lo = static_cast<long long>(blockIdx.x) * ceil_div(T, gridDim.x);
+    pair = pairs(p);
+    tile = 0;
+    if (t_lo < T) full_at(t_lo, tm, pair, tile);
+  }
+
+  // this CTA's share (every lane of the calling warp gets it); `first`: load_lens(p, 0, lane)
+  __device__ static Share share(const typename C::Params& p, int lane) { return share(p, lane, load_lens(p, 0, lane)); }
+  __device__ static Share share(const typename C::Params& p, int lane, const Lens& first) {
+    const int np = pairs(p), tm = tiles_max(p);
+    long long T = 0;
+    // pass 1: the tiles' count, a round of 128 pairs at a time, each sum over 64 pairs (< 2^31: a pair has
+    // at most 2^25 tiles)
+    for (int base = 0; base < np; base += 128) {
+      const Lens l = base == 0 ? first : load_lens(p, base, lane);
+      const unsigned n01 = round_tiles(p, l, base, lane, 0) + round_tiles(p, l, base, lane, 1);
+      const unsigned n23 = round_tiles(p, l, base, lane, 2) + round_tiles(p, l, base, lane, 3);
+      T += static_cast<long long>(warp_sum(n01)) + warp_sum(n23);
+    }
+    const long long F = static_cast<long long>(np) * tm - T;
+    const long long G = gridDim.x, c = blockIdx.x, kt = ceil_div(T, G), kf = F == 0 ? 0 : ceil_div(F, G);
+    const long long t_lo = c * kt < T ? c * kt : T, t_hi = (c + 1) * kt < T ? (c + 1) * kt : T;
+    const long long f_lo = c * kf < F ? c * kf : F, f_hi = (c + 1) * kf < F ? (c + 1) * kf : F;
+    Share s;
+    s.count = static_cast<int>(t_hi - t_lo);
+    s.fill_count = f_hi - f_lo;
+    s.pair = s.fill_pair = np;
+    s.tile = s.fill_tile = 0;
+    if (F == 0) {  // every pair has tm tiles (equal lengths): the share is guess's, no scan
+      if (s.count > 0) full_at(t_lo, tm, s.pair, s.tile);
+      s.fill_count = 0;
+      if (s.pair == np) s.count = 0;
+      return s;
+    }
+    long long tb = 0;  // tiles before this chunk of pairs
+    for (int base = 0; base < np && ((s.count && s.pair == np) || (s.fill_count && s.fill_pair == np));
+         base += 32) {  // pass 2: where the shares start
+      const int pair = base + lane;
+      const unsigned nt = pair < np ? static_cast<unsigned>(pair_of(p, pair).ntiles) : 0u;
+      const unsigned nf = pair < np ? static_cast<unsigned>(tm) - nt : 0u;
+      const long long it = tb + scan32(nt, lane), t_ex = it - nt;  // tiles through / before this pair
+      const long long f_in = static_cast<long long>(pair + 1) * tm - it, f_ex = f_in - nf;  // fill tiles likewise
+      const unsigned at = warp_or((nt && t_ex <= t_lo && t_lo < it ? (lane + 1u) << 8 : 0u) |
+                                  (nf && f_ex <= f_lo && f_lo < f_in ? lane + 1u : 0u));
+      const int at_t = static_cast<int>(at >> 8), at_f = static_cast<int>(at & 0xffu);
+      if (s.pair == np && at_t) {
+        s.pair = base + at_t - 1;
+        s.tile = static_cast<int>(t_lo - shfl64(t_ex, at_t - 1));
+      }
+      if (s.fill_pair == np && at_f) {
+        s.fill_pair = base + at_f - 1;
+        s.fill_tile = static_cast<int>(f_lo - shfl64(f_ex, at_f - 1));
+      }
+      tb = shfl64(it, 31);
+    }
+    if (s.pair == np) s.count = 0;
+    if (s.fill_pair == np) s.fill_count = 0;
+    return s;
+  }
+
+  // Walks the list from a share's first tile: `pair`, `tile` and the pair's facts `at` (pairs without
+  // tiles skipped). Past the last pair, `pair` is pairs(p) and nothing more is read.
+  struct Cursor {
+    int pair, tile, np;
+    Pair at;
+    __device__ __forceinline__ Cursor(const typename C::Params& p, const Share& s)
+        : pair(s.pair), tile(s.tile), np(pairs(p)) {
+      at.ntiles = 0;
+      if (pair < np) at = pair_of(p, pair);
+    }
+    __device__ __forceinline__ void advance(const typename C::Params& p) {
+      if (++tile < at.ntiles) return;
+      tile = 0;
+      at.ntiles = 0;
+      while (++pair < np) {
+        at = pair_of(p, pair);
+        if (at.ntiles > 0) return;
+      }
+    }
+    __device__ __forceinline__ int k0() const { return tile * kTile; }
+    // logits row of the pair's token t (of at.ntok)
+    __device__ __forceinline__ float* row(const typename C::Params& p, int t) const {
+      return p.logits + (static_cast<long long>(at.b) * p.next_n + at.t0 + t) * p.max_seq_len;
+    }
+    // keys [0, visible(t)) are the pair's token t's
+    __device__ __forceinline__ int visible(const typename C::Params& p, int t) const {
+      return at.seq_len - p.next_n + 1 + at.t0 + t;
+    }
+  };
+
+  // The share's fill tiles (-inf), by `threads` threads (thread index `tid`): plain stores, a warp's 32 one line.
+  __device__ static void fill(const typename C::Params& p, const Share& s, int tid, int threads) {
+    const int np = pairs(p), tm = tiles_max(p);
+    long long left = s.fill_count;
+    int j = s.fill_tile;
+    for (int pair = s.fill_pair; left > 0 && pair < np; ++pair, j = 0) {
+      const Pair q = pair_of(p, pair);
+      const int avail = tm - q.ntiles - j;
+      if (avail <= 0) continue;
+      const int n = avail < left ? avail : static_cast<int>(left);
+      const int c0 = (q.ntiles + j) * kTile, c1 = min(p.max_seq_len, c0 + n * kTile);
+      for (int t = 0; t < q.ntok; ++t) {
+        float* row = p.logits + (static_cast<long long>(q.b) * p.next_n + q.t0 + t) * p.max_seq_len;
+        for (int i = c0 + tid; i < c1; i += threads) row[i] = -__int_as_float(0x7f800000);
+      }
+      left -= n;
+    }
   }
 };
 
@@ -1021,28 +1241,63 @@ __device__ __forceinline__ void stage_q(const uint8_t* q, unsigned char* sq, lon
   }
 }
 
+// The same by plain loads and shared stores (no copy group: for a CTA whose copy groups count its key
+// stages), four in flight per thread.
+template <int H, int kChunks, int kThreads, long long kQRowBytes>
+__device__ __forceinline__ void load_q(const uint8_t* q, unsigned char* sq, long long q_token0, int ntok, int tid) {
+  constexpr int kColumns = 128 / 16, kQChunkBytes = H * 128, kBatch = 4;
+  const int n = ntok * kChunks * H * kColumns;
+  for (int i0 = tid; i0 < n; i0 += kBatch * kThreads) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * kThreads;
+      const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
+      const int t = i / (kColumns * H * kChunks);
+      if (i < n)
+        v[u] = __ldg(reinterpret_cast<const uint4*>(q + ((q_token0 + t) * H + h) * kQRowBytes + kc * 128 + col * 16));
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * kThreads;
+      const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
+      const int t = i / (kColumns * H * kChunks);
+      if (i < n) *reinterpret_cast<uint4*>(sq + (t * kChunks + kc) * kQChunkBytes + swizzled128(h, col)) = v[u];
+    }
+  }
+}
+
 // Where a thread's kRowsPerThread rows of a 64-key tile (rows r0 + j * kLoadRows) live (both staging
 // paths). `whole`: the page of a tile that lies in one page (page_size a multiple of 64) and is read
-// entirely (every key visible to some token here, inside the slice, the page inside the table and
+// entirely (every key visible to some token of its pair, inside max_seq_len, the page inside the table and
 // cache): its rows are consecutive, so the copies need no per-row arithmetic; -1 otherwise, and then
 // `rows` holds each row's page: the table's entry, -1 for a row not read, -2 for a visible row whose
-// page lies outside the table or the cache (its logit is NaN). Looked up one step ahead of the copies,
-// so the table's latency is not on their path.
+// page lies outside the table or the cache (its logit is NaN). `k0`: the tile's first key, `pair` its pair
+// (-1: no tile, nothing read). Looked up one step ahead of the copies, so the table's latency is not on
+// their path.
 template <class C, int kLoadRows, int kRowsPerThread>
 struct TilePages {  // (no static data members: they would be emitted into the cubin's global data)
   int whole;
+  int k0;
+  int pair;
   int rows[kRowsPerThread];
 
   KGEN_HD static constexpr bool whole_pages() { return C::kPageSize % C::kReaderWgTileKeys == 0; }
-  __device__ __forceinline__ void lookup(const typename C::Params& p, const int* table, int tile, long long key0,
-                                         int visible_end, int key_end, int r0) {
+  // the tile at `cur` (a Work cursor; `live` false: past the CTA's share, nothing looked up)
+  template <class Cursor>
+  __device__ __forceinline__ void lookup(const typename C::Params& p, const Cursor& cur, bool live, int r0) {
     constexpr int kTile = static_cast<int>(C::kReaderWgTileKeys), kPageShift = static_cast<int>(C::kPageShift);
-    const int k0 = static_cast<int>(key0) + tile * kTile;
     whole = -1;
+    pair = live ? cur.pair : -1;
+    k0 = cur.k0();
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; ++j) rows[j] = -1;
+    if (!live) return;
+    const int* table = p.block_table + static_cast<long long>(cur.at.b) * p.max_pages;
+    const int visible_end = cur.visible(p, cur.at.ntok - 1), key_end = p.max_seq_len;
     if constexpr (whole_pages()) {
-      // the entry is loaded before the visibility test: for the first tile its latency overlaps seq_lens'
       const int c = k0 >> kPageShift;
-      const int page = c < p.max_pages && k0 < key_end ? __ldg(table + c) : -1;
+      const int page = c < p.max_pages ? __ldg(table + c) : -1;
       if (k0 + kTile <= min(visible_end, key_end) && page >= 0 && page < p.num_pages) {
         whole = page;
         return;
@@ -1051,7 +1306,6 @@ struct TilePages {  // (no static data members: they would be emitted into the c
 #pragma unroll
     for (int j = 0; j < kRowsPerThread; ++j) {
       const int key = k0 + r0 + j * kLoadRows;
-      rows[j] = -1;
       if (key < visible_end && key < key_end) {
         const int c = key >> kPageShift;
         const int page = c < p.max_pages ? __ldg(table + c) : -1;
@@ -1151,17 +1405,14 @@ struct WgLogits {
   using Pages = wg::TilePages<C, kLoadRows, kRowsPerThread>;
   static constexpr bool kWholePages = C::kPageSize % kTile == 0;
 
-  __device__ static __forceinline__ void lookup(const typename C::Params& p, const int* table, int tile, long long key0,
-                                                int visible_end, int key_end, int r0, Pages& pg) {
-    pg.lookup(p, table, tile, key0, visible_end, key_end, r0);
-  }
+  using Work = wg::Work<C, kTokens, kTile>;
 
-  // Stages chunk kc of tile `tile` (load u) into stage u % kStages: the thread's 16-B column of its
-  // rows, and with the last chunk each row's info word.
-  __device__ static __forceinline__ void issue(const typename C::Params& p, const Smem& sm, int u, long long key0,
-                                               const Pages& pg, int tid) {
-    const int tile = u / kChunks, kc = u % kChunks, s = u % kStages;
-    const int k0 = static_cast<int>(key0) + tile * kTile;
+  // Stages chunk kc of the tile `pg` looked up (load u of the CTA) into stage u % kStages: the thread's
+  // 16-B column of its rows, and with the last chunk each row's info word.
+  __device__ static __forceinline__ void issue(const typename C::Params& p, const Smem& sm, int u, const Pages& pg,
+                                               int tid) {
+    const int kc = u % kChunks, s = u % kStages;
+    const int k0 = pg.k0;
     const int col = tid % kColumns, r0 = tid / kColumns;
     // row r0 + j * kLoadRows lands at dst + j * kDstRowStep (the swizzle repeats every 8 rows)
     const uint32_t dst = wg::smem_addr(sm.keys + s * kStageBytes) + swizzled(r0, col);
@@ -1212,35 +1463,30 @@ struct WgLogits {
     KGEN_DYNAMIC_SMEM(smem);
     const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
     const int gid = lane / 4, tig = lane % 4;
-    const int b = blockIdx.y;
-    const int t0 = blockIdx.z * kTokens;
-    const int ntok = min(kTokens, p.next_n - t0);
-    const wg::CtaKeys<kTile> cta(p.max_seq_len);
-    if (cta.key0 >= p.max_seq_len) return;  // the whole CTA, before any barrier
-    const long long key0 = cta.key0;
-    const int key_end = cta.key_end, nloads = cta.ntiles * kChunks;
+    const int ntok_max = min(kTokens, p.next_n);  // the launch's shared memory holds this many tokens' q
 
     Smem sm;
-    sm.keys = wg::aligned_smem<C>(smem, ntok);
+    sm.keys = wg::aligned_smem<C>(smem, ntok_max);
     sm.q = sm.keys + kStages * kStageBytes;
-    sm.row_info = reinterpret_cast<float*>(sm.q + ntok * kChunks * kQChunkBytes);
+    sm.row_info = reinterpret_cast<float*>(sm.q + ntok_max * kChunks * kQChunkBytes);
     sm.w = sm.row_info + kStages * kTile;
 
-    reader::wait_for_predecessor<C>();  // before the first read of an input
-    const int seq_len = __ldg(p.seq_lens + b);
-    const int* table = p.block_table + static_cast<long long>(b) * p.max_pages;
-    const int visible_end = seq_len - p.next_n + t0 + ntok;  // past the last key any token here sees
-    const long long q_token0 = static_cast<long long>(b) * p.next_n + t0;
+    reader::wait_for_predecessor<C>();                        // before the first read of an input
+    const typename Work::Share share = Work::share(p, lane);  // this CTA's tiles (every warp alike)
+    const int nloads = share.count * kChunks;
     const int r0 = tid / kColumns;
 
-    // q of this CTA's tokens (swizzled, as the B operand) joins the first copy group; the weights
-    // are plain loads (seen after the first barrier). pages[i]: tile i of the next step to issue (the
-    // table is read one step ahead of the copies)
+    // pages[i]: tile i of the next step to issue (the table is read one step ahead of the copies), looked
+    // up in order by `ahead`
+    typename Work::Cursor ahead(p, share);
+    int looked = 0;
     Pages pages[kStepTiles];
+    const auto look = [&](Pages& pg) {
+      pg.lookup(p, ahead, looked < share.count, r0);
+      if (looked++ < share.count) ahead.advance(p);
+    };
 #pragma unroll
-    for (int i = 0; i < kStepTiles; ++i) lookup(p, table, i, key0, visible_end, key_end, r0, pages[i]);
-    wg::stage_q<H, kChunks, kThreads, kRowBytes>(p.q, sm.q, q_token0, ntok, tid);  // q rows are key rows' width
-    for (int i = tid; i < ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
+    for (int i = 0; i < kStepTiles; ++i) look(pages[i]);
     // step v's loads are v * kStepLoads ..; steps 0 .. kRingSteps - 2 now; step v + kRingSteps - 1 is
     // issued in iteration v, before its wait, into the stages step v - 1 used: kRingSteps steps in
     // flight while the CTA waits for the oldest
@@ -1250,10 +1496,8 @@ struct WgLogits {
       for (int g = 0; g < kStepLoads; ++g) {
         const int u = step * kStepLoads + g;
         if (u < nloads) {
-          issue(p, sm, u, key0, pages[g / kChunks], tid);
-          if (u % kChunks == kChunks - 1) {
-            lookup(p, table, u / kChunks + kStepTiles, key0, visible_end, key_end, r0, pages[g / kChunks]);
-          }
+          issue(p, sm, u, pages[g / kChunks], tid);
+          if (u % kChunks == kChunks - 1) look(pages[g / kChunks]);
         }
       }
     };
@@ -1263,8 +1507,10 @@ struct WgLogits {
       wg::commit();
     }
 
+    // the tiles scored, in order; q and the weights are those of `qpair` (staged when the pair changes)
+    typename Work::Cursor at(p, share);
+    int qpair = -1;
     const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.keys)), q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
-    float* const logits_t0 = p.logits + q_token0 * p.max_seq_len;
     float acc[32];
 #pragma unroll 1
     for (int v = 0; v < nsteps; ++v) {
@@ -1282,22 +1528,33 @@ struct WgLogits {
         const int u = v * kStepLoads + g;
         if (kStepLoads > 1 && u >= nloads) break;
         const int kc = u % kChunks, s = u % kStages;
-        const int k0 = static_cast<int>(key0) + u / kChunks * kTile;
+        if (kc == 0 && at.pair != qpair) {  // a new pair's first tile: its q and weights
+          if (qpair >= 0) __syncthreads();  // every warp's wgmma is done with the last pair's q
+          const long long q_token0 = static_cast<long long>(at.at.b) * p.next_n + at.at.t0;
+          wg::load_q<H, kChunks, kThreads, kRowBytes>(p.q, sm.q, q_token0, at.at.ntok, tid);
+          for (int i = tid; i < at.at.ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
+          wg::fence_async_proxy();  // q, written by st.shared, is read by wgmma
+          __syncthreads();
+          qpair = at.pair;
+        }
+        const int k0 = at.k0();
         const uint32_t a_lo = keys_lo + s * (kStageBytes / 16);
 #pragma unroll 1
-        for (int t = 0; t < ntok; ++t) {
-          const int visible_t = seq_len - p.next_n + 1 + t0 + t;  // keys [0, visible_t) are token t's
-          const bool any = k0 < visible_t;  // a tile none of whose keys the token sees costs no mma
-          if (any) {                        // this load's chunk kc (the tile's first: acc overwritten)
+        for (int t = 0; t < at.at.ntok; ++t) {
+          const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
+          const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
+          if (any) {                               // this load's chunk kc (the tile's first: acc overwritten)
             wg::tile_mma<kFp8, 1>(acc, a_lo, 0, q_lo + (t * kChunks + kc) * (kQChunkBytes / 16), 0, kc > 0);
           }
           if (kc == kChunks - 1) {
-            wg::finish(acc, any, sm.w + t * H, sm.row_info + s * kTile,
-                       logits_t0 + static_cast<long long>(t) * p.max_seq_len, k0, key_end, visible_t, warp, gid, tig);
+            wg::finish(acc, any, sm.w + t * H, sm.row_info + s * kTile, at.row(p, t), k0, p.max_seq_len, visible_t,
+                       warp, gid, tig);
           }
         }
+        if (kc == kChunks - 1) at.advance(p);
       }
     }
+    Work::fill(p, share, tid, kThreads);
   }
 };
 
@@ -1343,7 +1600,6 @@ struct WgTmaLogits {
   static_assert(reader::q_bytes(C::kStoreDtype) * C::kHeadDim == C::kRowBytes, "q rows are key rows' width");
   static_assert(kBoxBytes % C::kReaderWgAlign == 0 && kQChunkBytes % C::kReaderWgAlign == 0,
                 "[wgmma] operand bases 1024-B aligned");
-  static_assert(kChunks == 1 || kTokens == 1, "several chunks per row: one token's accumulators per tile");
   static_assert(C::kPageSize % kTile == 0, "[wgmma-tma] a tile lies in one page");
   static_assert(!kScaled || (C::kScaleStride == 4 && C::kScaleRegionOffset % 16 == 0),
                 "[wgmma-tma] a tile's scales are one 16-B aligned 256-B copy");
@@ -1368,28 +1624,36 @@ struct WgTmaLogits {
     return window + lane < p.max_pages ? __ldg(table + window + lane) : -1;
   }
 
-  // `window`, `entry`: the first window of table columns, loaded by the caller (beside seq_lens' load)
-  __device__ static void produce(const typename C::Params& p, const Smem& sm, const int* table, long long key0,
-                                 int ntiles, int visible_end, int lane, int window, int entry) {
+  using Work = wg::Work<C, kTokens, kTile>;
+
+  // the share's tiles, in order, into the ring; `row_pair`, `window`, `entry`: the table columns
+  // [window, +32) of row_pair's sequence the caller loaded (lane l: column window + l), -1: none
+  __device__ static void produce(const typename C::Params& p, const Smem& sm, const typename Work::Share& share,
+                                 int lane, int row_pair, int window, int entry) {
     const void* map = &p.cache_map;
     constexpr bool kHint = C::kReaderWgEvictFirst != 0;
     const unsigned long long policy = kHint ? wg::evict_first_policy() : 0;  // keys are read once
     uint32_t generic = 0;  // fp8: stages whose rows' factors this warp last wrote by st.shared
+    typename Work::Cursor at(p, share);
+    const int* table =
+        p.block_table + static_cast<long long>(row_pair < 0 ? 0 : row_pair / Work::groups(p)) * p.max_pages;
 #pragma unroll 1
-    for (int i = 0; i < ntiles; ++i) {
+    for (int i = 0; i < share.count; ++i, at.advance(p)) {
       const int s = i % kStages;
-      const int k0 = static_cast<int>(key0) + i * kTile;
+      const int k0 = at.k0();
       const int col = k0 >> kPageShift;
-      if (col >= window + 32) {
+      if (at.pair != row_pair || col < window || col >= window + 32) {
+        if (at.pair != row_pair) table = p.block_table + static_cast<long long>(at.at.b) * p.max_pages;
+        row_pair = at.pair;
         window = col;
         entry = table_entry(p, table, window, lane);
       }
       const int page = __shfl_sync(num::kFullMask, entry, col - window);
       if (i >= kStages) wg::bar_wait(sm.empty(s), static_cast<uint32_t>(i / kStages - 1) & 1u);
-      const bool seen = k0 < visible_end;  // some token here sees a key of the tile
-      const bool ok = seen && col < p.max_pages && page >= 0 && page < p.num_pages;
+      // every tile of the list has a key some token of its pair sees
+      const bool ok = col < p.max_pages && page >= 0 && page < p.num_pages;
       float* info = sm.row_info + s * kTile;
-      if (seen && (!kScaled || !ok)) {
+      if (!kScaled || !ok) {
         const float factor = ok ? 1.0f : __int_as_float(0x7fc00000);
         info[lane] = factor;
         info[lane + 32] = factor;
@@ -1426,20 +1690,14 @@ struct WgTmaLogits {
     // the warpgroup's, are not divergent, and keeps the wgmma asynchronous across them
     const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = __shfl_sync(num::kFullMask, tid / 32, 0);
     const int gid = lane / 4, tig = lane % 4;
-    const int b = blockIdx.y;
-    const int t0 = blockIdx.z * kTokens;
-    const int ntok = min(kTokens, p.next_n - t0);
-    const wg::CtaKeys<kTile> cta(p.max_seq_len);
-    if (cta.key0 >= p.max_seq_len) return;  // the whole CTA, before any barrier
-    const long long key0 = cta.key0;
-    const int key_end = cta.key_end, ntiles = cta.ntiles;
+    const int ntok_max = min(kTokens, p.next_n);  // the launch's shared memory holds this many tokens' q
 
     Smem sm;
-    sm.keys = wg::aligned_smem<C>(smem, ntok);
+    sm.keys = wg::aligned_smem<C>(smem, ntok_max);
     sm.q = sm.keys + kStages * kStageBytes;
-    sm.row_info = reinterpret_cast<float*>(sm.q + ntok * kChunks * kQChunkBytes);
+    sm.row_info = reinterpret_cast<float*>(sm.q + ntok_max * kChunks * kQChunkBytes);
     sm.w = sm.row_info + kStages * kTile;
-    sm.bars = wg::smem_addr(sm.w + ntok * H);
+    sm.bars = wg::smem_addr(sm.w + ntok_max * H);
     if (tid == kConsumerThreads) {
       for (int s = 0; s < kStages; ++s) {
         wg::bar_init(sm.full(s), 1);   // the producer's lane 0 (its copies add their bytes)
@@ -1450,42 +1708,75 @@ struct WgTmaLogits {
     }
     __syncthreads();
 
-    reader::wait_for_predecessor<C>();  // before the first read of an input
-    const int* table = p.block_table + static_cast<long long>(b) * p.max_pages;
-    // the producer's first table entries are loaded before seq_lens is: neither waits for the other
-    const int window = static_cast<int>(key0 >> kPageShift);
-    const int entry = warp >= kConsumers * 4 ? table_entry(p, table, window, lane) : -1;
-    const int seq_len = __ldg(p.seq_lens + b);
-    const int visible_end = seq_len - p.next_n + t0 + ntok;  // past the last key any token here sees
+    reader::wait_for_predecessor<C>();                             // before the first read of an input
+    const typename Work::Lens lens = Work::load_lens(p, 0, lane);  // first: its trip overlaps what follows
+    // the share of equal lengths, while seq_lens is on its way: the producer loads its first table entries,
+    // the consumers its q (used where it is the share)
+    int guess_pair, guess_tile;
+    Work::guess(p, guess_pair, guess_tile);
+    const bool guessed = guess_pair < Work::pairs(p);
     if (warp >= kConsumers * 4) {
-      produce(p, sm, table, key0, ntiles, visible_end, lane, window, entry);
+      const int col = (guess_tile * kTile) >> kPageShift;
+      const int entry =
+          guessed
+              ? table_entry(p, p.block_table + static_cast<long long>(Work::tokens_of(p, guess_pair).b) * p.max_pages,
+                            col, lane)
+              : -1;
+      const typename Work::Share share = Work::share(p, lane, lens);  // this CTA's tiles (every warp alike)
+      produce(p, sm, share, lane, guessed ? guess_pair : -1, col, entry);
+      Work::fill(p, share, lane, 32);  // the columns past the pairs' tiles, while the consumers score
       return;
     }
-
-    const long long q_token0 = static_cast<long long>(b) * p.next_n + t0;
-    wg::stage_q<H, kChunks, kConsumerThreads, C::kRowBytes>(p.q, sm.q, q_token0, ntok, tid);
-    for (int i = tid; i < ntok * H; i += kConsumerThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
-    wg::commit();
-    wg::wait<0>();
-    wg::fence_async_proxy();  // q, written by cp.async, is read by wgmma
-    wg::named_sync(1, kConsumerThreads);
+    int qpair = -1;                          // the pair whose q and weights are staged (or on their way: q_pending)
+    bool q_pending = false;                  // its copy group not yet waited for
+    const auto stage_pair = [&](int pair) {  // q and the weights by cp.async: no thread waits for them here
+      const typename Work::Pair q = Work::tokens_of(p, pair);
+      const long long q_token0 = static_cast<long long>(q.b) * p.next_n + q.t0;
+      wg::stage_q<H, kChunks, kConsumerThreads, C::kRowBytes>(p.q, sm.q, q_token0, q.ntok, tid);
+      for (int j = tid; j < q.ntok * H; j += kConsumerThreads)
+        wg::cp4(wg::smem_addr(sm.w + j), p.weights + q_token0 * H + j);
+      wg::commit();
+      qpair = pair;
+      q_pending = true;
+    };
+    if (guessed) stage_pair(guess_pair);
+    const typename Work::Share share = Work::share(p, lane, lens);  // this CTA's tiles (every warp alike)
 
     const int group = warp / 4, gwarp = warp % 4;
     const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.keys)), q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
-    float* const logits_t0 = p.logits + q_token0 * p.max_seq_len;
     const int row = wg::finish_row(gwarp, gid, tig);
     float acc[32];
+    // Every warpgroup walks every tile of the share (warpgroup g scores tiles g, g + kConsumers, ...) and
+    // takes part in each change of pair alike: all consumers are done with the last pair's q (their tiles
+    // before the change), then restage the pair's q and weights together.
+    typename Work::Cursor at(p, share);
+    bool q_used = false;  // some tile was scored with the staged q
 #pragma unroll 1
-    for (int i = group; i < ntiles; i += kConsumers) {
+    for (int i = 0; i < share.count; ++i, at.advance(p)) {
+      if (at.pair != qpair) {
+        if (q_pending) wg::wait<0>();                     // no copy still writes the buffer
+        if (q_used) wg::named_sync(1, kConsumerThreads);  // every consumer is done with the last pair's q
+        stage_pair(at.pair);
+        q_used = false;
+      }
+      if (q_pending) {
+        wg::wait<0>();
+        wg::fence_async_proxy();  // q, written by cp.async, is read by wgmma
+        wg::named_sync(1, kConsumerThreads);
+        q_pending = false;
+      }
+      q_used = true;
+      if (i % kConsumers != group) continue;
       const int s = i % kStages;
-      const int k0 = static_cast<int>(key0) + i * kTile;
+      const int k0 = at.k0();
       wg::bar_wait(sm.full(s), static_cast<uint32_t>(i / kStages) & 1u);
       const uint32_t a_lo = keys_lo + s * (kStageBytes / 16);
       const float factor = tig < 2 ? sm.row_info[s * kTile + row] : 0.0f;  // the row's scale, 1, or NaN
+      const int ntok = at.at.ntok;
 #pragma unroll 1
       for (int t = 0; t < ntok; ++t) {
-        const int visible_t = seq_len - p.next_n + 1 + t0 + t;  // keys [0, visible_t) are token t's
-        const bool any = k0 < visible_t;                        // a tile none of whose keys the token sees costs no mma
+        const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
+        const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
         if (any) {
           wg::tile_mma<kFp8, kChunks>(acc, a_lo, kBoxBytes / 16, q_lo + t * kChunks * (kQChunkBytes / 16),
                                       kQChunkBytes / 16, false);
@@ -1494,8 +1785,7 @@ struct WgTmaLogits {
           __syncwarp();
           if (lane == 0) wg::bar_arrive(sm.empty(s));
         }
-        wg::finish_with(acc, any, sm.w + t * H, factor, logits_t0 + static_cast<long long>(t) * p.max_seq_len, k0,
-                        key_end, visible_t, gwarp, gid, tig);
+        wg::finish_with(acc, any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid, tig);
       }
     }
   }
@@ -1553,7 +1843,6 @@ struct WgFp4Logits {
   static_assert(kStageBytes % 16 == 0 && kPackedStageBytes % 16 == 0, "[wgmma-fp4] stages 16-B aligned");
   static_assert((kTile * kChunks * kColumns) % kThreads == 0, "[wgmma-fp4] conversion: whole rounds");
   static_assert(kOperandChunkBytes % kAlign == 0 && kQChunkBytes % kAlign == 0, "[wgmma] operand bases 1024-B aligned");
-  static_assert(kChunks == 1 || kTokens == 1, "several chunks per row: one token's accumulators per CTA");
   static_assert(kStages >= 2, "staging shape");
   static_assert(reader::wg_smem<C>(kTokens) <= reader::kMaxSmemBytes, "[wgmma] shared memory within 227 KB");
 
@@ -1570,10 +1859,12 @@ struct WgFp4Logits {
 
   // Stages tile `tile` into stage tile % kStages: the thread's 16-B piece of its rows, the rows' scale
   // bytes, each row's info word.
-  __device__ static __forceinline__ void issue(const typename C::Params& p, const Smem& sm, int tile, long long key0,
-                                               const Pages& pg, int tid) {
+  using Work = wg::Work<C, kTokens, kTile>;
+
+  __device__ static __forceinline__ void issue(const typename C::Params& p, const Smem& sm, int tile, const Pages& pg,
+                                               int tid) {
     const int s = tile % kStages;
-    const int k0 = static_cast<int>(key0) + tile * kTile;
+    const int k0 = pg.k0;
     const int piece = tid % kPieces, r0 = tid / kPieces;
     unsigned char* stage = sm.stages + s * kStageBytes;
     const uint32_t dst = wg::smem_addr(stage) + r0 * kRowBytes + piece * 16;
@@ -1641,36 +1932,32 @@ struct WgFp4Logits {
     KGEN_DYNAMIC_SMEM(smem);
     const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
     const int gid = lane / 4, tig = lane % 4;
-    const int b = blockIdx.y;
-    const int t0 = blockIdx.z * kTokens;
-    const int ntok = min(kTokens, p.next_n - t0);
-    const wg::CtaKeys<kTile> cta(p.max_seq_len);
-    if (cta.key0 >= p.max_seq_len) return;  // the whole CTA, before any barrier
-    const long long key0 = cta.key0;
-    const int key_end = cta.key_end, ntiles = cta.ntiles;
+    const int ntok_max = min(kTokens, p.next_n);  // the launch's shared memory holds this many tokens' q
 
     Smem sm;  // the carve-up (reader::wg_smem): the operand and q first (1024-B aligned)
-    sm.operand = wg::aligned_smem<C>(smem, ntok);
+    sm.operand = wg::aligned_smem<C>(smem, ntok_max);
     sm.q = sm.operand + kChunks * kOperandChunkBytes;
-    sm.stages = sm.q + ntok * kChunks * kQChunkBytes;
+    sm.stages = sm.q + ntok_max * kChunks * kQChunkBytes;
     sm.row_info = reinterpret_cast<float*>(sm.stages + kStages * kStageBytes);
     sm.w = sm.row_info + kStages * kTile;
 
-    reader::wait_for_predecessor<C>();  // before the first read of an input
-    const int seq_len = __ldg(p.seq_lens + b);
-    const int* table = p.block_table + static_cast<long long>(b) * p.max_pages;
-    const int visible_end = seq_len - p.next_n + t0 + ntok;  // past the last key any token here sees
-    const long long q_token0 = static_cast<long long>(b) * p.next_n + t0;
+    reader::wait_for_predecessor<C>();                        // before the first read of an input
+    const typename Work::Share share = Work::share(p, lane);  // this CTA's tiles (every warp alike)
+    const int ntiles = share.count;
     const int r0 = tid / kPieces;
 
-    // q (bf16, swizzled as the B operand) joins the first copy group; the table is read one tile ahead
+    // the table is read one tile ahead, in order (`ahead`)
+    typename Work::Cursor ahead(p, share);
+    int looked = 0;
     Pages pages;
-    pages.lookup(p, table, 0, key0, visible_end, key_end, r0);
-    wg::stage_q<H, kChunks, kThreads, kChunks * kChunkBytes>(p.q, sm.q, q_token0, ntok, tid);  // bf16 q rows
-    for (int i = tid; i < ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
+    const auto look = [&]() {
+      pages.lookup(p, ahead, looked < ntiles, r0);
+      if (looked++ < ntiles) ahead.advance(p);
+    };
+    look();
     const auto issue_tile = [&](int tile) {
-      issue(p, sm, tile, key0, pages, tid);
-      pages.lookup(p, table, tile + 1, key0, visible_end, key_end, r0);
+      issue(p, sm, tile, pages, tid);
+      look();
     };
     // tiles 0 .. kStages - 2 now; tile v + kStages - 1 in iteration v, into the stage tile v - 1 used
 #pragma unroll
@@ -1681,10 +1968,11 @@ struct WgFp4Logits {
 
     const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.operand)),
                    q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
-    float* const logits_t0 = p.logits + q_token0 * p.max_seq_len;
+    typename Work::Cursor at(p, share);  // the tile scored; q and the weights are those of `qpair`
+    int qpair = -1;
     float acc[32];
 #pragma unroll 1
-    for (int v = 0; v < ntiles; ++v) {
+    for (int v = 0; v < ntiles; ++v, at.advance(p)) {
       const int next = v + kStages - 1;
       if (next < ntiles) {
         if (v > 0) __syncthreads();  // every thread is done with tile v - 1's stage and row info
@@ -1693,23 +1981,30 @@ struct WgFp4Logits {
       wg::commit();
       wg::wait<kStages - 1>();  // tile v has landed (this thread's part) ...
       const int s = v % kStages;
-      __syncthreads();  // ... everyone's; and every warp's wgmma of tile v - 1 is done with the operand
+      __syncthreads();  // ... everyone's; and every warp's wgmma of tile v - 1 is done with the operand and q
       convert(sm, s, tid);
-      wg::fence_async_proxy();  // the operand, written by st.shared, is read by wgmma
+      if (at.pair != qpair) {  // a new pair's first tile: its q (bf16, swizzled as the B operand) and weights
+        const long long q_token0 = static_cast<long long>(at.at.b) * p.next_n + at.at.t0;
+        wg::load_q<H, kChunks, kThreads, kChunks * kChunkBytes>(p.q, sm.q, q_token0, at.at.ntok, tid);
+        for (int i = tid; i < at.at.ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
+        qpair = at.pair;
+      }
+      wg::fence_async_proxy();  // the operand (and q), written by st.shared, are read by wgmma
       __syncthreads();
-      const int k0 = static_cast<int>(key0) + v * kTile;
+      const int k0 = at.k0();
 #pragma unroll 1
-      for (int t = 0; t < ntok; ++t) {
-        const int visible_t = seq_len - p.next_n + 1 + t0 + t;  // keys [0, visible_t) are token t's
-        const bool any = k0 < visible_t;                        // a tile none of whose keys the token sees costs no mma
-        if (any) {                                              // the converted tile (bf16) times q
+      for (int t = 0; t < at.at.ntok; ++t) {
+        const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
+        const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
+        if (any) {                               // the converted tile (bf16) times q
           wg::tile_mma<false, kChunks>(acc, keys_lo, kOperandChunkBytes / 16, q_lo + t * kChunks * (kQChunkBytes / 16),
                                        kQChunkBytes / 16, false);
         }
-        wg::finish(acc, any, sm.w + t * H, sm.row_info + s * kTile,
-                   logits_t0 + static_cast<long long>(t) * p.max_seq_len, k0, key_end, visible_t, warp, gid, tig);
+        wg::finish(acc, any, sm.w + t * H, sm.row_info + s * kTile, at.row(p, t), k0, p.max_seq_len, visible_t, warp,
+                   gid, tig);
       }
     }
+    Work::fill(p, share, tid, kThreads);
   }
 };
 #endif  // KGEN_READER_WGMMA
