@@ -246,7 +246,7 @@ def _libcuda():
 
 def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | None = None,
              name: str = "kernel") -> Callable[..., None]:
-    """`run(grid, stream, *param_values)`: pack and launch `kernel` (raises LaunchError on failure)."""
+    """`run(grid (x, y, z), shared bytes, stream, *param_values)`: pack and launch `kernel` (LaunchError on failure)."""
     backend = backend or os.environ.get("KGEN_LAUNCHER", "ctypes")
     if backend not in BACKENDS:
         raise LaunchError(f"KGEN_LAUNCHER={backend!r}: expected one of {', '.join(BACKENDS)}")

@@ -87,7 +87,8 @@ def main() -> int:
     import torch
 
     from kgen import fastpath, native, ops
-    from kgen.bench import _empty_op, bench_inputs
+    from kgen.bench import bench_inputs
+    from kgen.host_cost import _empty_op
 
     name = str(SPEC)
     v = ops.resolve(name)

@@ -48,7 +48,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Torch numerics: the reference, its inputs, the read side's Torch path", ("reference", "inputs", "score")),
     ("ops: torch.ops.kgen.*", ("ops", "ops.registry", "ops.writer", "ops.reader", "indexer")),
     ("checks and measurements: kgen test / bench / recall, engines", (
-        "compare", "gpurun", "reader_check", "gputest", "timing", "bench", "recall",
+        "compare", "gpurun", "reader_check", "gputest", "timing", "host_cost", "bench", "recall",
         "engines", "engines.tree", "engines.sites", "engines.sglang", "engines.vllm", "engines.bundle",
         "engines.commands")),
     ("command line", ("cli", "__main__", "")),  # "" is the package itself (kgen/__init__.py: lazy API)
