@@ -557,10 +557,11 @@ def test_cache_prune_and_clean(warm_cache, tmp_path):
     root = _copy(warm_cache, tmp_path / "cache")
     env = {"KGEN_CACHE_DIR": str(root)}
     info = json.loads(kgen("cache", "info", "--json", env=env).stdout)
-    assert info["entries"] == 1 and info["bytes"] > 10_000
+    kept = info["entries"]  # the writer, the reader and its shape tunings: every kernel kgen compile builds
+    assert kept >= 3 and info["bytes"] > 10_000
     (root / "dsv4_indexer_bf16" / "failed-sm_90a-0123456789abcdef").mkdir()
-    r = kgen("cache", "prune", "--json", env=env)  # the default bound keeps the entry
-    assert r.returncode == 0 and json.loads(r.stdout)["entries"] == 1
+    r = kgen("cache", "prune", "--json", env=env)  # the default bound keeps the entries
+    assert r.returncode == 0 and json.loads(r.stdout)["entries"] == kept
     assert not (root / "dsv4_indexer_bf16" / "failed-sm_90a-0123456789abcdef").exists()
     r = kgen("cache", "prune", "--max-mb", "0", "--json", env=env)
     assert r.returncode == 0 and json.loads(r.stdout)["entries"] == 0
