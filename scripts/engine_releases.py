@@ -108,6 +108,9 @@ def unpack(rel: dict) -> Path:
                 raise SystemExit(f"releases: {rel['wheel']} has no {', '.join(missing[:5])}")
             for name in files:
                 target = tmp / rel["prefix"] / name
+                if name.endswith("/"):  # a directory the engine looks for (SGLang's JIT include root)
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(z.read(name))
         (tmp / STAMP).write_text(entry_digest(rel) + "\n", encoding="utf-8")

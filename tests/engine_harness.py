@@ -169,7 +169,7 @@ class Harness(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return False
 
     def create_module(self, spec):
-        if spec.name.split(".")[0] == "sglang" and spec.name not in BOUNDARIES:
+        if spec.name.split(".")[0] == "sglang" and spec.name not in BOUNDARIES and spec.origin is not None:
             return None
         module = _StandIn(spec.name)
         module.__path__ = []
@@ -191,6 +191,9 @@ class Harness(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         where = os.path.join(self.root, *name.split("."))
         init = os.path.join(where, "__init__.py")
         if not os.path.isfile(init):
+            if not os.path.isdir(where) and any(b.startswith(name + ".") for b in BOUNDARIES):
+                # the package above a boundary, not kept in the tree: an empty package
+                return importlib.machinery.ModuleSpec(name, self, is_package=True)
             return None  # a plain module: the path finder loads it from the tree
         spec = importlib.machinery.ModuleSpec(name, self, is_package=True, origin=init)
         spec.submodule_search_locations = [where]
