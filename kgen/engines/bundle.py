@@ -249,8 +249,8 @@ def query(c4_indexer, q_lora, positions, weights, q_lora_quant=None):
 
 
 def logits(q, kv_cache, weights, seq_lens, page_table, metadata, max_seq_len, clean):
-    """DeepGEMM's paged-logits call, scored by kgen's reader (DeepGEMM's metadata unused):
-    the [pages, 64, 1, W] view back to [pages, page bytes], the [B, 1] lengths to [B]."""
+    """DeepGEMM's paged-logits call, scored by kgen's reader (the metadata is unused): the
+    [pages, 64, 1, W] view back to [pages, page bytes], the [B, 1] lengths to [B]."""
     import torch
 
     cache = kv_cache.view(kv_cache.shape[0], host.PAGE_BYTES)

@@ -562,7 +562,7 @@ def patch_pd_layout(ctx: Ctx) -> None:
     parsed, method = found
     ret = method.body.body[-1]
     indent = indent_of(parsed, ret)
-    value = " ".join(part.strip() for part in code_of(parsed, ret.body[0].value).splitlines())  # type: ignore
+    value = " ".join(part.strip() for part in code_of(parsed, ret.body[0].value).splitlines())
     inner = indent + "    "
     ours = [f"{inner}return {PKG}.pd_layout({value})"]
     if len(ours[0]) > LINE:
@@ -581,7 +581,7 @@ def _budget(ctx: Ctx):
     its _get_bytes_per_full_token. Returns (parsed, cls, method, assignment, helper call or None)."""
     parsed = ctx.tree.parse(ctx.tree.pick([CONFIGURATOR], "class DSV4PoolConfigurator", "memory budget"))
     cls = find_class(ctx.tree, parsed, "DSV4PoolConfigurator", "memory budget")
-    shapes = []
+    shapes: list[tuple[cst.FunctionDef, cst.Assign, cst.Call | None]] = []
     init = methods(cls).get("__init__")
     if init is not None:
         for a in assignments(init, "self.indexer_bytes_per_token"):
@@ -939,7 +939,8 @@ def patch_query(ctx: Ctx) -> None:
             ours = call(indent + "    ", f"{target} = {PKG}.query", ["c4_indexer", *_args_code(parsed, node)])
             body = [f"    {ln}" if ln.strip() else ln for ln in source_lines(parsed, stmt)]
             new = [*if_block(indent, f"{PKG}.in_use(self.token_to_kv_pool)", ours), f"{indent}else:", *body]
-            _edit(ctx, parsed, lambda lines, stmt=stmt, new=new: lines.replace(*span(parsed, stmt), new))
+            where = span(parsed, stmt)
+            _edit(ctx, parsed, lambda lines, where=where, new=new: lines.replace(*where, new))
 
 
 def _metadata(ctx: Ctx):
