@@ -893,10 +893,16 @@ def patch_scorer(ctx: Ctx) -> None:
 QUERY_METHODS = ("_forward_prepare_normal", "_forward_prepare_multi_stream")
 
 
+def _query_methods(ctx: Ctx) -> list[str]:
+    """The query-preparation methods this version has (the multi-stream one is newer)."""
+    _parsed, cls, _ = _reader(ctx)
+    return [name for name in QUERY_METHODS if name in methods(cls)]
+
+
 def _queries(ctx: Ctx):
     """Every `q, weights = c4_indexer.compute_q(...)` of the indexer's query preparation."""
     out = []
-    for name in QUERY_METHODS:
+    for name in _query_methods(ctx):
         parsed, _cls, method = _reader_method(ctx, name, "indexer query")
         out += [(name, c) for c in calls(method, "c4_indexer.compute_q")]
     if not out:
@@ -907,11 +913,12 @@ def _queries(ctx: Ctx):
 
 def audit_query(ctx: Ctx) -> None:
     """With the flag the query must reach kgen's scorer unquantized: the engine's compute_q makes an
-    fp8 (or fp4) q for DeepGEMM; kgen's bf16-key scorer needs a bf16 q."""
-    _queries(ctx)
+    fp8 (or fp4) q for DeepGEMM; kgen's bf16-key scorer needs a bf16 q. (Without kgen's files the
+    query holds no fact of the spec: the engine's q matches the engine's scorer.)"""
     if not ctx.mode.flag:
         return
-    for name in QUERY_METHODS:
+    _queries(ctx)
+    for name in _query_methods(ctx):
         parsed, _cls, method = _reader_method(ctx, name, "indexer query")
         for node in calls(method, "c4_indexer.compute_q"):
             if not calls(method, f"{PKG}.query"):
@@ -921,7 +928,7 @@ def audit_query(ctx: Ctx) -> None:
 
 def patch_query(ctx: Ctx) -> None:
     _queries(ctx)
-    for name in QUERY_METHODS:
+    for name in _query_methods(ctx):
         parsed, _cls, method = _reader_method(ctx, name, "indexer query")
         if calls(method, f"{PKG}.query") or not calls(method, "c4_indexer.compute_q"):
             continue
@@ -952,8 +959,10 @@ def _metadata(ctx: Ctx):
 
 
 def audit_metadata(ctx: Ctx) -> None:
+    if not ctx.mode.flag:
+        return
     parsed, _cls, post = _metadata(ctx)
-    if ctx.mode.flag and not _kgen_code(post, parsed):
+    if not _kgen_code(post, parsed):
         ctx.report("engine-metadata", parsed, post.name, f"with {FLAG_CLI} the indexer metadata still builds "
                    "DeepGEMM's schedule (import deep_gemm), which kgen's scorer does not read", ctx.patch_fix)
 
