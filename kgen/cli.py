@@ -279,10 +279,12 @@ def _build_app():
                                                  compile_budget_s=compile_budget, positions=positions)))
 
     EngineName = Annotated[str, typer.Option("--engine", help="sglang or vllm", show_default=False)]
-    EngineRoot = Annotated[Path, typer.Option("--root", help="the engine's repository root", show_default=False)]
+    EngineRoot = Annotated[Path | None, typer.Option("--root", help="the engine's repository root or installed "
+                                                     "package directory (default: the importable package)",
+                                                     show_default=False)]
 
     @app.command()
-    def audit(paths: Paths, engine: EngineName, root: EngineRoot, as_json: JsonFlag = False) -> None:
+    def audit(paths: Paths, engine: EngineName, root: EngineRoot = None, as_json: JsonFlag = False) -> None:
         """Compare every place an engine checkout hard-codes the cache ABI with the specs."""
         from .engines.commands import audit_command
 
@@ -290,7 +292,7 @@ def _build_app():
 
     @app.command()
     def patch(path: Annotated[Path, typer.Argument(help="spec file of the variant", show_default=False)],
-              engine: EngineName, root: EngineRoot,
+              engine: EngineName, root: EngineRoot = None,
               out: Annotated[Path | None, typer.Option("-o", "--out", help="write the diff here")] = None,
               apply: Annotated[bool, typer.Option("--apply", help="write the patch into the engine tree")] = False,
               as_json: JsonFlag = False) -> None:

@@ -142,3 +142,15 @@ def test_root_may_be_the_installed_package(name):
     """`--root .../site-packages/sglang`: the package directory itself is accepted."""
     code, results = audit("sglang", releases.tree(name) / "python" / "sglang", FP8)
     assert code == 0, results
+
+
+def test_without_root_the_importable_package_is_audited():
+    root = releases.tree("sglang-0.5.23") / "python"
+    env = {"PYTHONPATH": f"{ROOT}:{root}", "PATH": "/usr/bin:/bin", "KGEN_CACHE_DIR": "/tmp/kgen-cache-test-releases"}
+    r = subprocess.run([PY, "-m", "kgen", "audit", "--engine", "sglang", str(FP8)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, check=False, timeout=300)
+    assert r.returncode == 0 and str(root / "sglang") in r.stdout, r.stderr
+    env["PYTHONPATH"] = str(ROOT)
+    r = subprocess.run([PY, "-m", "kgen", "audit", "--engine", "sglang", str(FP8)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, check=False, timeout=300)
+    assert r.returncode == 2 and "no importable sglang" in r.stderr and "Traceback" not in r.stderr

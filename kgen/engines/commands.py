@@ -76,8 +76,9 @@ def _variants(path: Path):
     return [(c.spec, c.layout if c.layout is not None else compute(c.spec)) for c in validate_paths([path]).checked()]
 
 
-def audit_command(engine: str, root: Path, paths: list[Path], as_json: bool) -> int:
+def audit_command(engine: str, root: Path | None, paths: list[Path], as_json: bool) -> int:
     try:
+        root = default_root(engine) if root is None else root
         adapter = _adapter(engine, root)
     except KgenError as e:
         return _fail(e, as_json)
@@ -117,8 +118,10 @@ def audit_command(engine: str, root: Path, paths: list[Path], as_json: bool) -> 
     return code
 
 
-def patch_command(engine: str, root: Path, path: Path, out: Path | None, apply: bool, as_json: bool) -> int:
+def patch_command(engine: str, root: Path | None, path: Path, out: Path | None, apply: bool,
+                  as_json: bool) -> int:
     try:
+        root = default_root(engine) if root is None else root
         adapter = _adapter(engine, root)
         variants = _variants(path)
         if len(variants) != 1:
