@@ -5,11 +5,12 @@
 1. the location is checked first: `out` (and every existing part of its path) must be a directory or
    not exist yet - `-o` naming a file, or a path through a file, is refused before anything is written;
 2. every file whose content changes is written with `kgen.files.write_all` (temp files beside their
-   targets, then renamed; all or none); if a write fails (permission, disk full), the directories
-   created for it are removed too and the output is as it was;
+   targets, a journal, then renamed; all or none, even across a kill); if a write fails (permission,
+   disk full), the directories created for it are removed too and the output is as it was;
 3. what an earlier render left and this one does not produce - a variant dir of a spec since renamed,
-   a family's table - is removed, but only files that carry kgen's banner (or headers under
-   `include/kgen/`); anything else in `out` is the user's and stays.
+   a family's table - is removed in the same write (directories it leaves empty too), but only files
+   that carry kgen's banner (or headers under `include/kgen/`); anything else in `out` is the user's
+   and stays.
 
 Files whose content is already right are not touched (their mtime stays, so builds do not rerun).
 """
@@ -101,54 +102,13 @@ def write_tree(out: Path, files: dict[str, str], banner: str) -> Written:
         except (UnicodeDecodeError, OSError):
             pass  # unreadable or not text: rewrite it
         changed[target] = text
-    created: list[Path] = []
-    try:
-        for target in changed:
-            _mkdirs(target.parent, created)
-        write_all(changed)  # kgen.files: staged beside each target, then renamed; all or none
+    stale = stale_files(out, files, banner)
+    try:  # kgen.files: staged, journaled, renamed; all or none (stale files too), new dirs removed
+        write_all({**changed, **dict.fromkeys(stale)}, root=out)
     except OSError as e:
-        _rmdirs(created)
         where = e.filename or out
         raise _refuse(out, f"cannot write {where}: {e.strerror or e}; nothing was written",
                       "choose a writable -o") from None
-    except BaseException:
-        _rmdirs(created)
-        raise
     result.changed = list(changed)
-    for p in stale_files(out, files, banner):
-        try:
-            p.unlink()
-            result.removed.append(p)
-        except OSError:
-            continue
-        _prune_empty(p.parent, out)
+    result.removed = stale
     return result
-
-
-def _mkdirs(d: Path, created: list[Path]) -> None:
-    missing = []
-    p = d
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    for m in reversed(missing):
-        m.mkdir()
-        created.append(m)
-
-
-def _rmdirs(created: list[Path]) -> None:
-    """Remove the directories this write created (deepest first; only if still empty)."""
-    for d in reversed(created):
-        try:
-            d.rmdir()
-        except OSError:
-            pass
-
-
-def _prune_empty(d: Path, out: Path) -> None:
-    while d != out and d.is_relative_to(out):
-        try:
-            d.rmdir()  # only if empty
-        except OSError:
-            return
-        d = d.parent

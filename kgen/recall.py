@@ -608,28 +608,72 @@ def _fmt_recall(v) -> str:
 # --keys FILE
 
 
-def load_keys_file(path: Path, head_dim: int | None = None) -> dict:
-    """{"keys": [N, D], "queries": [Q, H, D] or None, "weights": [Q, H] or None} (CPU float tensors)
-    from a safetensors or torch .pt file; KgenError naming the file and the tensor otherwise."""
+MAX_KEY_MAGNITUDE = 1e30  # |value| of a user key or query: the store's Hadamard and scales stay finite in fp32
+_KEY_DTYPES = ("float16", "bfloat16", "float32", "float64")
+_ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+_ST_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4, "I16": 2,
+             "I8": 1, "U8": 1, "BOOL": 1}
+MAX_ST_HEADER = 100 << 20  # the safetensors format's own bound on its JSON header
+
+
+def _keys_problem(path: Path, msg: str, code: int = 1) -> KgenError:
+    return KgenError([Problem("recall-keys", f"{path}: {msg}")], exit_code=code)
+
+
+def _check_keys_path(path: Path) -> None:
+    """A regular file, before anything opens it (a FIFO would block the read)."""
+    import os
+    import stat
+
+    from .files import file_kind
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise _keys_problem(path, "no such file", 2) from None
+    except OSError as e:
+        raise _keys_problem(path, f"cannot read it ({e.strerror or e})", 2) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _keys_problem(path, f"is {file_kind(st.st_mode)}, not a regular file")
+
+
+def keys_file_rows(path: Path) -> int:
+    """How many keys a --keys file holds, read from its header (safetensors) or a memory map (.pt):
+    nothing of the data is read."""
+    data = _open_keys(path, rows=0)
+    if not isinstance(data, dict):
+        return 0
+    shape = data.get("__shapes__", {}).get("keys") or list(getattr(data.get("keys"), "shape", []))
+    return int(shape[0]) if shape else 0
+
+
+def _open_keys(path: Path, rows: int | None):
     import torch
 
-    def bad(msg: str, code: int = 1) -> KgenError:
-        return KgenError([Problem("recall-keys", f"{path}: {msg}")], exit_code=code)
-
-    if not path.is_file():
-        raise bad("no such file", 2)
+    _check_keys_path(path)
     try:
         if path.suffix == ".safetensors":
-            data = read_safetensors(path)
-        else:
+            return read_safetensors(path, rows)
+        try:  # a memory map: only the rows a run uses are read
+            data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:  # the legacy (non-zip) format cannot be mapped
             data = torch.load(path, map_location="cpu", weights_only=True)
+        return {"keys": data} if isinstance(data, torch.Tensor) else data
     except KgenError:
         raise
     except Exception as e:  # noqa: BLE001 - any unreadable file is the user's input error
-        raise bad(f"cannot read it as {'safetensors' if path.suffix == '.safetensors' else 'a torch .pt file'} "
-                  f"({type(e).__name__}: {e})") from None
-    if isinstance(data, torch.Tensor):
-        data = {"keys": data}
+        kind = "safetensors" if path.suffix == ".safetensors" else "a torch .pt file"
+        raise _keys_problem(path, f"cannot read it as {kind} ({type(e).__name__}: {e})") from None
+
+
+def load_keys_file(path: Path, head_dim: int | None = None, rows: int | None = None) -> dict:
+    """{"keys": [N, D], "queries": [Q, H, D] or None, "weights": [Q, H] or None} (CPU float tensors)
+    from a safetensors or torch .pt file; KgenError naming the file and the tensor otherwise. `rows`:
+    read only the first `rows` keys (what the run's largest context uses)."""
+    import torch
+
+    bad = lambda msg, code=1: _keys_problem(path, msg, code)  # noqa: E731
+    data = _open_keys(path, rows)
     if not isinstance(data, dict) or "keys" not in data:
         raise bad("expected a tensor named 'keys' [N, head_dim] (and optionally 'queries' [Q, H, head_dim], "
                   "'weights' [Q, H])")
@@ -642,9 +686,21 @@ def load_keys_file(path: Path, head_dim: int | None = None) -> dict:
         if not isinstance(t, torch.Tensor) or t.dim() != ndim or not t.is_floating_point():
             raise bad(f"'{name}' must be a floating-point tensor of {ndim} dims, got "
                       f"{getattr(t, 'dtype', type(t).__name__)} {list(getattr(t, 'shape', []))}")
+        if t.layout != torch.strided or str(t.dtype).removeprefix("torch.") not in _KEY_DTYPES:
+            raise bad(f"'{name}' is {str(t.dtype).removeprefix('torch.')} ({str(t.layout).removeprefix('torch.')}); "
+                      f"kgen reads dense {', '.join(_KEY_DTYPES)} tensors")
+        if 0 in t.shape:
+            raise bad(f"'{name}' is {list(t.shape)}: every dim must be at least 1")
+        if name == "keys" and rows is not None:
+            t = t[:rows]
+        t = t.float()
         if not bool(torch.isfinite(t).all()):
-            raise bad(f"'{name}' holds non-finite values")
-        out[name] = t.float()
+            raise bad(f"'{name}' holds non-finite values in float32 (NaN, inf, or beyond 3.4e38)")
+        biggest = float(t.abs().max())
+        if biggest > MAX_KEY_MAGNITUDE:
+            raise bad(f"'{name}' holds values up to {biggest:.3g}; kgen reads keys and queries up to "
+                      f"{MAX_KEY_MAGNITUDE:.0e} (the store's fp32 math overflows beyond)")
+        out[name] = t
     keys, q, w = out["keys"], out["queries"], out["weights"]
     if head_dim is not None and keys.shape[1] != head_dim:
         raise bad(f"'keys' is [{keys.shape[0]}, {keys.shape[1]}] but the variants have head_dim {head_dim}")
@@ -660,34 +716,49 @@ def load_keys_file(path: Path, head_dim: int | None = None) -> dict:
     return out
 
 
-_ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
-
-
-def read_safetensors(path: Path) -> dict:
+def read_safetensors(path: Path, rows: int | None = None) -> dict:
     """The floating-point tensors of a safetensors file (8-byte little-endian header length, a JSON
-    header {name: {dtype, shape, data_offsets}}, then the raw little-endian data)."""
+    header {name: {dtype, shape, data_offsets}}, then the raw little-endian data), read from their
+    offsets: `rows` keeps only the first rows of 'keys' (0: shapes only, no data)."""
     import torch
 
-    raw = path.read_bytes()
-    if len(raw) < 8:
-        raise ValueError("shorter than a safetensors header")
-    n = int.from_bytes(raw[:8], "little")
-    if n > len(raw) - 8:
-        raise ValueError(f"header of {n} B in a {len(raw)}-B file")
-    header = json.loads(raw[8:8 + n])
-    base = 8 + n
-    out: dict[str, Any] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dt = _ST_DTYPES.get(info.get("dtype"))
-        if dt is None:
-            out[name] = f"unsupported dtype {info.get('dtype')}"
-            continue
-        lo, hi = info["data_offsets"]
-        buf = bytearray(raw[base + lo:base + hi])
-        t = torch.frombuffer(buf, dtype=getattr(torch, dt)) if buf else torch.empty(0, dtype=getattr(torch, dt))
-        out[name] = t.reshape(info["shape"])
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        f.seek(0)
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise ValueError("shorter than a safetensors header")
+        n = int.from_bytes(raw, "little")
+        if n > min(size - 8, MAX_ST_HEADER):
+            raise ValueError(f"header of {n} B in a {size}-B file")
+        header = json.loads(f.read(n))
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+        base = 8 + n
+        out: dict[str, Any] = {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            shape, offsets, code = (info.get("shape"), info.get("data_offsets"), info.get("dtype")) \
+                if isinstance(info, dict) else (None, None, None)
+            if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)
+                    and isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+                    and 0 <= offsets[0] <= offsets[1] <= size - base and code in _ST_SIZES):
+                raise ValueError(f"tensor '{name}': a malformed header entry")
+            if offsets[1] - offsets[0] != math.prod(shape) * _ST_SIZES[code]:
+                raise ValueError(f"tensor '{name}': {offsets[1] - offsets[0]} B of data for shape {shape} {code}")
+            dt = _ST_DTYPES.get(code)
+            if dt is None:
+                out[name] = f"unsupported dtype {code}"
+                continue
+            out.setdefault("__shapes__", {})[name] = list(shape)
+            if name == "keys" and rows is not None and shape:
+                shape = [min(rows, shape[0]), *shape[1:]]
+            nbytes = math.prod(shape) * _ST_SIZES[code]
+            f.seek(base + offsets[0])
+            buf = bytearray(f.read(nbytes))
+            t = torch.frombuffer(buf, dtype=getattr(torch, dt)) if buf else torch.empty(0, dtype=getattr(torch, dt))
+            out[name] = t.reshape(shape)
     return out
 
 
@@ -713,7 +784,52 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
                    queries: int = DEFAULT_QUERIES, heads: int = DEFAULT_HEADS, margin: float = DEFAULT_MARGIN,
                    seed: int = 0, keys: Path | None = None, as_json: bool = False, plot: Path | None = None,
                    device: str = "auto", toggle_hadamard: bool = False) -> int:
-    """`kgen recall`; returns the exit code (KgenError for user errors)."""
+    """`kgen recall`; returns the exit code (KgenError for user errors: with `--json` to stdout, the
+    error document is printed there too)."""
+    json_to_stdout = as_json and not any(Path(p).suffix == ".json" for p in paths)
+    try:
+        return _recall(paths, contexts=contexts, topk=topk, queries=queries, heads=heads, margin=margin, seed=seed,
+                       keys=keys, as_json=as_json, plot=plot, device=device, toggle_hadamard=toggle_hadamard)
+    except KgenError as e:
+        if json_to_stdout:
+            from .diagnostics import failure_json, print_json
+
+            print_json(failure_json(e.problems, results=[]))
+        raise
+
+
+def _check_output(out: Path, what: str) -> None:
+    """Before any work: `out` is a regular file kgen may replace (or a new one in a directory)."""
+    from .files import check_target
+
+    try:
+        check_target(out)
+    except OSError as e:
+        raise _usage(f"{what} {out}: {e.strerror or e}") from None
+    if not Path(out).parent.is_dir():
+        raise _usage(f"{out}: its directory does not exist")
+
+
+def peak_bytes(context: int, queries: int, heads: int, head_dim: int) -> int:
+    """About the most memory one context's measurement holds at once (`measure`): the rows, the
+    full-precision keys (fp32, and fp64 gathered), [2Q, S] fp64 scores of the reference and a variant
+    with their top-k and error temporaries, the cache, the queries in fp64."""
+    return context * (head_dim * 16 + 64 * queries + 512) + 32 * queries * heads * head_dim
+
+
+def memory_budget(device: str) -> int:
+    import os
+
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory)
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _recall(paths: list[Path], *, contexts: str | None, topk: int, queries: int, heads: int, margin: float,
+            seed: int, keys: Path | None, as_json: bool, plot: Path | None, device: str,
+            toggle_hadamard: bool) -> int:
     from .diagnostics import err
 
     json_file = None
@@ -732,9 +848,9 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
         raise _usage("--margin must be finite")
     if device not in ("auto", "cpu", "cuda"):
         raise _usage(f"--device: auto, cpu or cuda, got '{device}'")
-    for out in (json_file, plot):
-        if out is not None and not Path(out).parent.is_dir():
-            raise _usage(f"{out}: its directory does not exist")
+    for out, what in ((json_file, "--json"), (plot, "--plot")):
+        if out is not None:
+            _check_output(Path(out), what)
     if plot is not None:
         try:
             import matplotlib  # noqa: F401
@@ -758,12 +874,11 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
         raise KgenError([_problem("no-gpu", f"no GPU: {reason}")], exit_code=2)
     dev = "cuda" if device == "cuda" or (device == "auto" and reason is None) else "cpu"
 
-    user = None
+    n_keys = None
     if keys is not None:
         if len(dims) > 1:
             raise _usage(f"--keys: the variants have several head_dims ({sorted(dims)}); give one")
-        user = load_keys_file(Path(keys), next(iter(dims)))
-    n_keys = user["keys"].shape[0] if user is not None else None
+        n_keys = keys_file_rows(Path(keys))
     if ctx is None:
         base = DEFAULT_CONTEXTS_GPU if dev == "cuda" else DEFAULT_CONTEXTS_CPU
         ctx = list(base) if n_keys is None else sorted({c for c in base if c < n_keys} | {n_keys})
@@ -772,6 +887,16 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
     small = [c for c in ctx if c <= topk]
     if small:
         raise _usage(f"--contexts: {small[0]} keys is not more than --topk {topk}")
+    user = None
+    if keys is not None:  # only the keys the largest context uses are read
+        user = load_keys_file(Path(keys), next(iter(dims)), rows=max(ctx))
+        if user["queries"] is not None:
+            queries, heads = int(user["queries"].shape[0]), int(user["queries"].shape[1])
+    need, have = peak_bytes(max(ctx), queries, heads, max(dims)), memory_budget(dev)
+    if need > 0.75 * have:
+        raise _usage(f"{max(ctx)} keys x {queries} queries x {heads} heads need about {need / 2**30:.1f} GiB, "
+                     f"more than this {'GPU' if dev == 'cuda' else 'machine'} has ({have / 2**30:.1f} GiB): lower "
+                     "--contexts, --queries or --heads")
 
     specs = [s for s, _ in sel.variants]
     if dev == "cuda":
@@ -789,25 +914,41 @@ def recall_command(paths: list[Path], *, contexts: str | None = None, topk: int 
     path_of = {s.name: p for s, p in sel.variants}
     for r in rows:
         r["path"] = path_of.get(r["variant"])
-    data = report(rows, sel, settings, time.perf_counter() - t0)
+    data = finite_or_null(report(rows, sel, settings, time.perf_counter() - t0))
     if interrupted:
         data["interrupted"] = True
 
     outputs: dict[Path, str | bytes] = {}
     if json_file is not None:
-        outputs[json_file] = json.dumps(data, indent=2) + "\n"
+        outputs[json_file] = json.dumps(data, indent=2, allow_nan=False) + "\n"
     if plot is not None:
         outputs[Path(plot)] = plot_png(data)
     if outputs:
         from .files import write_all
 
-        write_all(outputs)  # the JSON and the PNG, both or neither
+        try:
+            write_all(outputs)  # the JSON and the PNG, both or neither
+        except OSError as e:
+            raise KgenError([_problem("recall-write", f"cannot write {e.filename}: {e.strerror or e}; nothing "
+                                      "was written")]) from None
     if as_json and json_file is None:
-        print(json.dumps(data, indent=2))
+        print(json.dumps(data, indent=2, allow_nan=False))
         print_table(data, sys.stderr)
     else:
         print_table(data, sys.stdout)
     return 1 if interrupted else 0
+
+
+def finite_or_null(value):
+    """The report with every NaN or infinity as None (JSON null): a degenerate input (all keys
+    equal, a zero query) gives undefined score errors, and strict JSON has no NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite_or_null(v) for v in value]
+    return value
 
 
 def _precompile(specs: list[Spec]) -> None:
@@ -854,11 +995,14 @@ def print_table(data: dict, stream) -> None:
     for col in ("variant", "B/token", "keys", "agreement (mean +- std, min)", "needle recall",
                 "score err (rms / max, std)"):
         t.add_column(col, justify="left" if col == "variant" else "right", no_wrap=col == "variant")
+    def num(v, digits: int) -> str:
+        return "-" if v is None else f"{v:.{digits}f}"
+
     for r in data["results"]:
         t.add_row(r["variant"], str(r["bytes_per_token"]), _ctx(r["context"]),
-                  f"{r['agreement']:.4f} +- {r['agreement_std']:.4f}, {r['agreement_min']:.4f}",
+                  f"{num(r['agreement'], 4)} +- {num(r['agreement_std'], 4)}, {num(r['agreement_min'], 4)}",
                   "-" if r["needle_recall"] is None else f"{r['needle_recall']:.3f} of {r['needles']}",
-                  f"{r['score_error_rms_sigma']:.4f} / {r['score_error_max_sigma']:.3f}")
+                  f"{num(r['score_error_rms_sigma'], 4)} / {num(r['score_error_max_sigma'], 3)}")
     console = Console(file=stream, width=max(140, Console(file=stream).width))
     console.print(t)
     for s in data["skipped"]:

@@ -197,18 +197,18 @@ def _short(text: str, limit: int = 80) -> str:
 def _flow_depth_problem(text: str) -> tuple[int, int] | None:
     """Position of the first `[`/`{` nested deeper than MAX_DEPTH, found without the YAML scanner
     (ruamel's scanner is quadratic in flow nesting: a few KB of `[[[[` would take seconds).
-    Brackets in quoted scalars and comments are skipped; elsewhere this over-approximates, which
-    only matters for 17 unclosed brackets in a row."""
+    Brackets in quoted scalars, comments and block-context plain scalars (`description: a[[[`: a
+    bracket after the first character of a plain value is text) are skipped; elsewhere this
+    over-approximates, which only matters for 17 unclosed brackets in a row."""
     depth, line, col, quote = 0, 1, 0, ""
     prev = "\n"  # previous non-space character
+    plain = False  # inside a block-context plain scalar: brackets are text until ": ", " #" or the line's end
     i, n = 0, len(text)
     while i < n:
         c = text[i]
         col += 1
         if c == "\n":
-            line, col, prev = line + 1, 0, "\n"
-            if quote == "'":  # single-quoted scalars may span lines; keep the state
-                pass
+            line, col, prev, plain = line + 1, 0, "\n", False
             i += 1
             continue
         if quote:
@@ -229,7 +229,11 @@ def _flow_depth_problem(text: str) -> tuple[int, int] | None:
             i = n if j < 0 else j
             col -= 1
             continue
-        if c in "'\"" and prev in "\n:-[{,?":
+        follows_space = i + 1 >= n or text[i + 1] in " \t\r\n"
+        if plain:
+            if c == ":" and follows_space:
+                plain = False  # a key ended; its value starts after the space
+        elif c in "'\"" and prev in "\n:-[{,?":
             quote = c
         elif c in "[{":
             depth += 1
@@ -237,6 +241,8 @@ def _flow_depth_problem(text: str) -> tuple[int, int] | None:
                 return line, col
         elif c in "]}":
             depth = max(0, depth - 1)
+        elif depth == 0 and c not in " \t\r" and not (c in "-?:" and follows_space):
+            plain = True  # a plain scalar starts: its later brackets and quotes are text
         if c not in " \t":
             prev = c
         i += 1

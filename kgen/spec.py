@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 InputDtype = Literal["fp32", "bf16", "fp16"]
 NormKind = Literal["rmsnorm", "layernorm", "none"]
@@ -125,8 +125,19 @@ class Launch(_Model):
                               "tokens per warp exceed k; no byte depends on it")
 
 
+def _version(value: object) -> object:
+    """`kgen: true` and `kgen: 1.0` equal 1 to Python (and to a Literal check): a version is an integer."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)
+        raise ValueError(f"the schema version is the integer 1, not {shown}")
+    return value
+
+
+SchemaVersion = Annotated[Literal[1], BeforeValidator(_version)]
+
+
 class Spec(_Model):
-    kgen: Literal[1] = Field(description="schema version")
+    kgen: SchemaVersion = Field(description="schema version")
     name: str = Field(description="[a-z][a-z0-9_]*, at most 64 chars; becomes file and symbol names")
     description: str = Field("", description="free text")
     input_dtype: InputDtype = Field(description="dtype of the input rows and of the norm weight/bias")
@@ -161,7 +172,7 @@ class Dispatch(_Model):
 
 
 class Family(_Model):
-    kgen: Literal[1]
+    kgen: SchemaVersion
     family: str = Field(description="[a-z][a-z0-9_]*; names the dispatch table")
     description: str = ""
     variants: list[Annotated[str, Field()] | dict] = Field(description="paths relative to this file, "

@@ -325,6 +325,7 @@ def probe(root: Path, flag: bool) -> dict:
 def test_apply_writes_all_or_nothing(tree, monkeypatch):
     from kgen.diagnostics import KgenError
     from kgen.engines import commands
+    from kgen.engines.tree import EngineTree
 
     root = tree("sglang_v2")
     before = digest(root)
@@ -343,7 +344,7 @@ def test_apply_writes_all_or_nothing(tree, monkeypatch):
     files = {"python/sglang/a.py": "a = 1\n", "python/sglang/srt/server_args.py": "x = 2\n",
              "python/sglang/c.py": "c = 3\n"}
     with pytest.raises(KgenError):
-        commands.write_all(root, files)
+        commands.write_all(EngineTree(root), files)
     assert digest(root) == before
     assert not list(root.rglob(".*.tmp"))  # no staged files left behind
 

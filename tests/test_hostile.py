@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -598,3 +599,558 @@ def test_nvrtc_errors_cite_files_that_exist(tmp_path):
     for f, line in cited:
         assert Path(f).is_file() and int(line) <= len(Path(f).read_text().splitlines()), f
     assert list((tmp_path / "c" / "_tmp").iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# round 2: engine trees and every write (issue 23)
+
+ENGINE = ROOT / "tests" / "fixtures" / "engines" / "sglang_v3"
+POOL = "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
+FIELDS = "python/sglang/srt/arg_groups/fields/exec_.py"
+PKG = "python/sglang/kgen_indexer"
+FP8 = SPECS / "dsv4" / "indexer_fp8.yaml"
+
+
+def engine_tree(tmp_path: Path, name: str = "sg", crlf: bool = False) -> Path:
+    """A private copy of the SGLang-shaped fixture, committed in a fresh git repository."""
+    root = tmp_path / name
+    shutil.copytree(ENGINE, root)
+    if crlf:
+        for p in root.rglob("*"):
+            if p.is_file() and p.suffix in (".py", ".cuh", ".h"):
+                p.write_bytes(p.read_bytes().replace(b"\n", b"\r\n"))
+    for cmd in (["init", "-q"], ["-c", "core.autocrlf=false", "add", "-A"],
+                ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "fixture"]):
+        subprocess.run(["git", *cmd], cwd=root, check=True, capture_output=True)
+    return root
+
+
+def snapshot(root: Path) -> dict[str, object]:
+    """Every entry under `root` but .git: file bytes, link targets, 'dir'."""
+    out: dict[str, object] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in dirnames + filenames:
+            p = Path(dirpath, name)
+            rel = str(p.relative_to(root))
+            out[rel] = ("link", os.readlink(p)) if p.is_symlink() else "dir" if p.is_dir() else \
+                p.read_bytes() if p.is_file() else "special"
+    return out
+
+
+def patch(root: Path, *args, spec: Path = BF16, timeout: int = 120):
+    return kgen("patch", "--engine", "sglang", "--root", root, spec, *args, timeout=timeout)
+
+
+def audit(root: Path, spec: Path = BF16):
+    return kgen("audit", "--engine", "sglang", "--root", root, spec, timeout=120)
+
+
+def git_check(root: Path, diff: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "apply", "--check", str(diff)], cwd=root, capture_output=True, text=True)
+
+
+def litter(root: Path) -> list[str]:
+    return [str(p) for p in root.rglob("*") if ".git" not in p.parts and
+            (p.name.endswith((".tmp", ".old")) or p.name.startswith(".kgen"))]
+
+
+# class 1: nothing outside the engine root
+
+
+@pytest.mark.parametrize("linked", ["python/sglang/srt/mem_cache", PKG])
+def test_apply_never_writes_through_a_linked_directory(tmp_path, linked):
+    root = engine_tree(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    src = root / linked
+    if src.exists():
+        shutil.move(src, elsewhere)
+    else:
+        elsewhere.mkdir()
+    src.symlink_to(elsewhere, target_is_directory=True)
+    before, outside = snapshot(root), snapshot(elsewhere)
+    r = patch(root, "--apply")
+    assert r.returncode == 1, r.stderr
+    assert "error[engine-write]" in r.stderr and "symbolic link to a directory" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert snapshot(root) == before and snapshot(elsewhere) == outside and not litter(tmp_path)
+
+
+def test_a_linked_engine_file_is_followed_inside_the_root_and_refused_outside(tmp_path):
+    root = engine_tree(tmp_path)
+    pool = root / POOL
+    inside = root / "python" / "pool_real.py"
+    shutil.move(pool, inside)
+    pool.symlink_to(os.path.relpath(inside, pool.parent))
+    r = patch(root, "--apply")
+    assert r.returncode == 0, r.stderr
+    assert pool.is_symlink() and "kgen_indexer" in inside.read_text()  # the link stays, its file is patched
+    assert audit(root).returncode == 0
+
+    root2 = engine_tree(tmp_path, "sg2")
+    outside = tmp_path / "outside_pool.py"
+    shutil.move(root2 / POOL, outside)
+    (root2 / POOL).symlink_to(outside)
+    text, before = outside.read_bytes(), snapshot(root2)
+    r = patch(root2, "--apply")
+    assert r.returncode == 1 and "outside the engine root" in r.stderr, r.stderr
+    assert outside.read_bytes() == text and snapshot(root2) == before
+
+
+# class 2: CRLF trees keep their endings; the diff applies
+
+
+def test_crlf_tree_diff_applies_and_apply_keeps_crlf(tmp_path):
+    lf, crlf = engine_tree(tmp_path, "lf"), engine_tree(tmp_path, "crlf", crlf=True)
+    diff = tmp_path / "crlf.diff"
+    assert patch(crlf, "-o", diff).returncode == 0
+    r = git_check(crlf, diff)
+    assert r.returncode == 0, r.stderr
+    assert patch(lf, "--apply").returncode == 0 and patch(crlf, "--apply").returncode == 0
+
+    def numstat(root):
+        r = subprocess.run(["git", "-c", "core.autocrlf=false", "diff", "--numstat"], cwd=root, capture_output=True,
+                           text=True, check=True)
+        return sorted(r.stdout.splitlines())
+
+    assert numstat(crlf) == numstat(lf)  # the same lines changed: no file rewritten to LF
+    for rel in subprocess.run(["git", "diff", "--name-only"], cwd=crlf, capture_output=True, text=True,
+                              check=True).stdout.split():
+        data = (crlf / rel).read_bytes()
+        assert data.count(b"\n") == data.count(b"\r\n"), rel
+    assert audit(crlf).returncode == 0
+
+
+# class 3: contents and names git reads differently from str.splitlines
+
+
+@pytest.mark.parametrize("char", ["\f", "\u2028", "\x1c", "\x85"])
+def test_odd_line_breaks_in_a_comment_near_an_edit(tmp_path, char):
+    root = engine_tree(tmp_path)
+    pool = root / POOL
+    lines = pool.read_text().split("\n")
+    at = next(i for i, ln in enumerate(lines) if "def get_bytes_per_token" in ln)
+    lines.insert(at, f"    # odd{char}break")
+    pool.write_text("\n".join(lines), newline="")
+    subprocess.run(["git", "commit", "-qam", "odd", "--author", "t <t@t>"], cwd=root, check=True,
+                   capture_output=True, env={**os.environ, "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    diff = tmp_path / "d.diff"
+    assert patch(root, "-o", diff).returncode == 0
+    r = git_check(root, diff)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_tab_or_newline_in_a_file_name_is_c_quoted(tmp_path):
+    root = engine_tree(tmp_path)
+    odd = "python/sglang/srt/arg_groups/fields/ex\tec\n.py"
+    os.rename(root / FIELDS, root / odd)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "odd"], cwd=root, check=True)
+    diff = tmp_path / "d.diff"
+    r = patch(root, "-o", diff)
+    assert r.returncode == 0, r.stderr
+    assert 'diff --git "a/python/sglang/srt/arg_groups/fields/ex\\tec\\n.py"' in diff.read_text()
+    r = git_check(root, diff)
+    assert r.returncode == 0, r.stderr
+
+
+def test_diff_module_against_git_apply(tmp_path):
+    """The diff text alone: every odd character in content, CRLF and CR files, a file without a final
+    newline, a created and a deleted file."""
+    from kgen.engines.diff import file_diff
+
+    cases = {"a.txt": ("x\fy\u2028z\x1c\x85\n1\n2\n3\n", "x\fy\u2028z\x1c\x85\n1\nTWO\n3\n"),
+             "crlf.txt": ("a\r\nb\r\nc\r\n", "a\r\nB\r\nc\r\n"), "cr.txt": ("a\rb\rc", "a\rB\rc"),
+             "nonl.txt": ("one\ntwo", "one\ntwo\nthree"), "gone.txt": ("bye\n", None), "new.txt": (None, "hi\n")}
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    for name, (old, _) in cases.items():
+        if old is not None:
+            (tmp_path / name).write_bytes(old.encode())
+    text = "".join(file_diff(name, old, new) for name, (old, new) in cases.items())
+    (tmp_path / "p.diff").write_bytes(text.encode())
+    r = subprocess.run(["git", "apply", "p.diff"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for name, (_, new) in cases.items():
+        assert (tmp_path / name).read_bytes() == new.encode() if new is not None else not (tmp_path / name).exists()
+
+
+# class 4: killed, interrupted or failed --apply: finished or undone, no litter
+
+_KILLER = """
+import os, signal, sys, tempfile
+from pathlib import Path
+from kgen.engines.commands import patch_command
+root, where, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+count = [0]
+if where == "rename":
+    real = os.replace
+    def hook(src, dst):
+        real(src, dst)
+        if not str(dst).endswith(".json"):
+            count[0] += 1
+            if count[0] == n:
+                os.kill(os.getpid(), signal.SIGKILL)
+    os.replace = hook
+else:
+    real_mk = tempfile.mkstemp
+    def hook(*a, **k):
+        count[0] += 1
+        if count[0] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_mk(*a, **k)
+    tempfile.mkstemp = hook
+patch_command("sglang", root, Path(sys.argv[4]), None, True, False)
+"""
+
+
+@pytest.mark.parametrize("where, n", [("rename", 5), ("stage", 5)])  # the patch writes 10 files
+def test_kill_9_during_apply_is_finished_or_undone_by_the_next_run(tmp_path, where, n):
+    root, clean = engine_tree(tmp_path), engine_tree(tmp_path, "clean")
+    before = snapshot(root)
+    assert patch(clean, "--apply").returncode == 0
+    r = subprocess.run([sys.executable, "-c", _KILLER, str(root), where, str(n), str(BF16)], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == -9, r.stderr
+    r = audit(root)  # a half-written tree is not audited as if it were the engine's
+    assert r.returncode == 1 and "interrupted `kgen patch --apply`" in r.stderr, r.stderr
+    if where == "rename":  # killed in the renames: the next --apply finishes the write
+        r = patch(root, "--apply")
+        assert r.returncode == 0 and "already carries" in r.stderr, r.stderr
+        assert snapshot(root) == snapshot(clean)
+    else:  # killed while staging: undone (the targets were never touched)
+        from kgen import files
+
+        assert files.recover(root) == "undone"
+        assert snapshot(root) == before
+    assert not litter(root)
+
+
+def test_an_interrupt_right_after_a_rename_restores_that_file_too(tmp_path, monkeypatch):
+    """KeyboardInterrupt (or SIGTERM's SystemExit) raised just after the third rename returned: every
+    file is back as it was, including the third, and nothing staged is left."""
+    import kgen.files
+
+    targets = {tmp_path / f"f{i}.txt": f"new {i}\n" for i in range(5)}
+    for i, t in enumerate(targets):
+        if i % 2 == 0:
+            t.write_text(f"old {i}\n")
+    before = snapshot(tmp_path)
+    real, calls = os.replace, []
+
+    def late(src, dst):
+        real(src, dst)
+        if not str(dst).endswith(".json"):
+            calls.append(dst)
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(kgen.files.os, "replace", late)
+    with pytest.raises(KeyboardInterrupt):
+        kgen.files.write_all(targets)
+    assert snapshot(tmp_path) == before
+
+
+def test_a_failed_apply_leaves_no_new_directory(tmp_path):
+    root = engine_tree(tmp_path)
+    before = snapshot(root)
+    (root / POOL).chmod(0o444)  # the last of the renames would replace it: refused before any write
+    r = patch(root, "--apply")
+    assert r.returncode == 1 and "read-only" in r.stderr, r.stderr
+    (root / POOL).chmod(0o644)
+    assert snapshot(root) == before and not (root / PKG).exists() and not litter(root)
+
+
+# class 5 and 6: outputs checked before any work; only regular files replaced
+
+
+def test_apply_with_o_naming_a_directory_fails_before_any_work(tmp_path):
+    root = engine_tree(tmp_path)
+    before = snapshot(root)
+    (tmp_path / "d").mkdir()
+    r = patch(root, "--apply", "-o", tmp_path / "d", "--json")
+    assert r.returncode == 2, r.stderr
+    assert json.loads(r.stdout)["errors"][0]["rule"] == "engine-output"
+    assert snapshot(root) == before
+
+
+@pytest.mark.parametrize("inside", [POOL, f"{PKG}/host.py", "patch.diff"])
+def test_o_inside_the_engine_root_is_refused(tmp_path, inside):
+    root = engine_tree(tmp_path)
+    before = snapshot(root)
+    r = patch(root, "-o", root / inside)
+    assert r.returncode == 2 and "inside the engine root" in r.stderr, r.stderr
+    assert snapshot(root) == before
+
+
+def test_o_a_fifo_is_refused_and_a_link_is_followed(tmp_path):
+    root = engine_tree(tmp_path)
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    r = patch(root, "-o", fifo, timeout=30)
+    assert r.returncode == 2 and "FIFO" in r.stderr, r.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    real, link = tmp_path / "real.diff", tmp_path / "link.diff"
+    real.write_text("old\n")
+    link.symlink_to(real)
+    assert patch(root, "-o", link).returncode == 0
+    assert link.is_symlink() and real.read_text().startswith("diff --git ")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "dangling", "readonly"])
+def test_write_atomic_refuses_what_is_not_a_writable_regular_file(tmp_path, kind):
+    from kgen import files
+
+    t = tmp_path / "t"
+    if kind == "fifo":
+        os.mkfifo(t)
+    elif kind == "dir":
+        t.mkdir()
+    elif kind == "dangling":
+        t.symlink_to(tmp_path / "nowhere")
+    else:
+        t.write_text("keep\n")
+        t.chmod(0o444)
+    before = snapshot(tmp_path)
+    with pytest.raises(files.UnsafeTarget):
+        files.write_atomic(t, "x")
+    with pytest.raises(files.UnsafeTarget):
+        files.write_all({t: "x", tmp_path / "other": "y"})
+    assert snapshot(tmp_path) == before
+
+
+# class 8 (--apply) and 11: one patch at a time; re-patching replaces kgen's files
+
+
+def test_concurrent_applies_do_not_mix_variants(tmp_path):
+    root = engine_tree(tmp_path)
+    cmd = [str(KGEN), "patch", "--engine", "sglang", "--root", str(root), "--apply"]
+    procs = [subprocess.Popen([*cmd, str(spec)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for spec in (BF16, FP8)]
+    for p in procs:
+        p.communicate(timeout=180)
+        assert p.returncode == 0
+    host = (root / PKG / "host.py").read_text()
+    name = re.search(r"^NAME = ['\"](\w+)['\"]", host, re.M).group(1)
+    spec = BF16 if name == "dsv4_indexer_bf16" else FP8
+    assert audit(root, spec).returncode == 0
+    specs = {f: re.search(r"^name: (\w+)", (root / PKG / f).read_text(), re.M).group(1)
+             for f in ("spec.yaml", "spec_prefill.yaml")}
+    assert specs == {"spec.yaml": name, "spec_prefill.yaml": f"{name}_prefill"}  # host and specs of one variant
+    assert not litter(root)
+
+
+def test_locked_is_exclusive_across_processes(tmp_path):
+    from kgen import files
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom kgen import files\n"
+                               "with files.locked(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(30)\n",
+                               str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(files.LockBusy):
+            with files.locked(tmp_path, timeout=0.5):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with files.locked(tmp_path, timeout=5), files.locked(tmp_path):  # re-entrant in one process
+        pass
+
+
+def test_repatching_with_another_variant_removes_the_old_kernel_sources(tmp_path):
+    root = engine_tree(tmp_path)
+    assert patch(root, "--apply").returncode == 0
+    stale = root / PKG / "kernel" / "dsv4_indexer_bf16" / "config.cuh"  # as an earlier kgen vendored them
+    stale.parent.mkdir(parents=True)
+    stale.write_text("// dsv4_indexer_bf16\n")
+    diff = tmp_path / "fp8.diff"
+    assert patch(root, "-o", diff, spec=FP8).returncode == 0
+    assert "deleted file mode" in diff.read_text() and git_check(root, diff).returncode == 0
+    assert patch(root, "--apply", spec=FP8).returncode == 0
+    assert not (root / PKG / "kernel" / "dsv4_indexer_bf16").exists()
+    assert audit(root, FP8).returncode == 0
+
+
+# class 15 and 17: hostile engine files are one located line, fast, never a crash
+
+
+@pytest.mark.parametrize("code, what", [
+    ("x = " + "(" * 3000 + "1" + ")" * 3000 + "\n", "nest"),
+    ("x = " + " + ".join(["a"] * 1500) + "\n", "nest"),
+    ("x = f(" + "g(" * 400 + ")" * 401 + "\n", "nest"),
+    ("x = [" + ", ".join(["1"] * 60000) + "]\n", "statement of more than"),
+    ("# big\n" + "x = 1\n" * 500_000, "larger than kgen reads"),
+])
+def test_hostile_python_is_refused_before_libcst(tmp_path, code, what):
+    root = engine_tree(tmp_path)
+    (root / POOL).write_text(code)
+    for cmd in (audit(root), patch(root, "--apply")):
+        assert cmd.returncode == 1, cmd.stderr
+        assert what in cmd.stderr and "Traceback" not in cmd.stderr, cmd.stderr[-2000:]
+        [line] = [ln for ln in cmd.stderr.splitlines() if "error[" in ln]
+        assert LINE_RE.match(line) and POOL in line, line
+
+
+def test_non_utf8_engine_file_is_exit_2_for_audit_and_patch(tmp_path):
+    root = engine_tree(tmp_path)
+    data = (root / POOL).read_bytes()
+    (root / POOL).write_bytes(data.replace(b"class ", b"\xff\xfeclass ", 1))
+    line = data[:data.index(b"class ")].count(b"\n") + 1
+    for r in (audit(root), patch(root)):
+        assert r.returncode == 2, r.stderr
+        assert f"{POOL}:{line}:1: error[engine-file-encoding]" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("code, line, col", [
+    ("class A:\n    def f(self)\n        return 1\n", 2, 16),  # the parser: the line of the missing colon
+    ("x = 1\ny = )\n", 2, 5),  # the tokenizer: an unmatched bracket
+    ("x = 1\ns = '''open\n", 2, 5),  # the tokenizer: an unterminated string
+])
+def test_syntax_errors_are_located_where_they_are(tmp_path, code, line, col):
+    root = engine_tree(tmp_path)
+    (root / POOL).write_text(code)
+    r = audit(root)
+    assert r.returncode == 1
+    assert f"{POOL}:{line}:" in r.stderr and "error[engine-syntax]" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("kind, says", [("loop", "symbolic link loop"), ("dir", "is a directory"),
+                                        ("broken", "broken symbolic link"), ("empty", "the file is empty")])
+def test_odd_things_at_an_anchored_path_are_one_located_line(tmp_path, kind, says):
+    root = engine_tree(tmp_path)
+    pool = root / POOL
+    pool.unlink()
+    if kind == "loop":
+        pool.symlink_to(pool.name)
+    elif kind == "dir":
+        pool.mkdir()
+    elif kind == "broken":
+        pool.symlink_to("missing.py")
+    else:
+        pool.write_text("")
+    r = audit(root)
+    assert r.returncode == 1, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if "error[" in ln]
+    hits = [ln for ln in errors if says in ln]
+    assert len(hits) == 1 and hits[0].startswith(f"{root / POOL}:1:1: "), r.stderr
+    assert all("found none" not in ln for ln in errors if POOL in ln), r.stderr
+
+
+# class 11 and 14: the engine-code evaluator on legal code
+
+
+def _evaluate(code: str, name: str = "f"):
+    import libcst as cst
+
+    from kgen.engines.pyeval import Evaluator, Function, ModuleScope
+
+    scope = ModuleScope("m.py", cst.parse_module(code))
+    return Evaluator({}).call(Function(scope.functions[name], scope), [], {})
+
+
+@pytest.mark.parametrize("code, says", [
+    ("def f():\n    return 132 // 0\n", "ZeroDivisionError"),
+    ("def f():\n    return 'a' + 1\n", "TypeError"),
+    ("def f():\n    return None + 1\n", "TypeError"),
+    ("def f():\n    return -None\n", "TypeError"),
+    ("def f():\n    return 1 < 'a'\n", "TypeError"),
+    ("A = B\nB = A\n\ndef f():\n    return A\n", "defined in terms of itself"),
+    ("def f():\n    return 1" + "0" * 5000 + "\n", "5001 digits"),
+    ("def f():\n    return 'ab' * 50000000\n", "repetition"),
+    ("def f():\n    return 264 / 2\n", "a float"),
+    ("def f():\n    return " + " + ".join(["1"] * 250) + "\n", None),
+])
+def test_evaluator_never_raises_on_legal_code(code, says):
+    import resource
+
+    from kgen.engines.pyeval import Unknown
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, hard))  # "ab" * 50M must not be built
+    try:
+        if says is None:
+            assert _evaluate(code) == 250
+            return
+        with pytest.raises(Unknown, match=re.escape(says)):
+            _evaluate(code)
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_huge_products_are_unknown_not_huge():
+    from kgen.engines.pyeval import Unknown
+
+    with pytest.raises(Unknown, match="bits"):
+        _evaluate("def f():\n    x = 1000000000000\n    return " + " * ".join(["x"] * 40) + "\n")
+
+
+@pytest.mark.parametrize("code", ["def f() -> int: return 132\n", "def f(): x = 66; return x * 2\n",
+                                  "def f():\n    if True: return 132\n    return 0\n"])
+def test_one_line_suites_are_read(code):
+    assert _evaluate(code) == 132
+
+
+def test_an_anchor_in_an_if_header_or_a_one_line_suite():
+    import libcst as cst
+
+    from kgen.engines.pyeval import Evaluator, Function, ModuleScope
+    from kgen.engines.tree import calls, statement_of
+
+    code = "def g(n):\n    return n\n\ndef f(p):\n    q = p * 2\n    if g(q // 4) is None:\n        raise E\n" \
+           "    if p: g(q + 1)\n"
+    scope = ModuleScope("m.py", cst.parse_module(code))
+    fn = Function(scope.functions["f"], scope)
+    header, suite = calls(fn.node, "g")
+    assert isinstance(statement_of(fn.node, header), cst.If) and isinstance(statement_of(fn.node, suite), cst.If)
+    ev = Evaluator({"p": 8})
+    assert ev.value_at(fn, statement_of(fn.node, header), header.args[0].value, {"p": 8}) == 4
+    assert ev.value_at(fn, statement_of(fn.node, suite), suite.args[0].value, {"p": 8}) == 17
+
+
+_BPT = ("    def get_bytes_per_token(self) -> int:\n        return get_dsv4_indexer_bytes_per_token(\n"
+        "            self.index_head_dim, self.use_fp4_indexer\n        )\n")
+
+
+def test_true_division_does_not_agree_with_a_byte_count(tmp_path):
+    root = engine_tree(tmp_path)
+    pool = root / POOL
+    one_line = "    def get_bytes_per_token(self) -> int:\n        return 264 / 2\n"
+    pool.write_text(pool.read_text().replace(_BPT, one_line))
+    r = audit(root, FP8)
+    assert r.returncode == 1 and "a float" in r.stderr and "agrees" not in r.stdout, r.stderr + r.stdout
+
+
+def test_one_line_def_and_an_anchor_in_an_if_header_are_audited_and_patched(tmp_path):
+    root = engine_tree(tmp_path)
+    pool = root / POOL
+    text = pool.read_text().replace(_BPT, "    def get_bytes_per_token(self) -> int: return "
+                                    "get_dsv4_indexer_bytes_per_token(self.index_head_dim, self.use_fp4_indexer)\n")
+    probe = ("    def _probe(self, page_size):\n        if self._make_indexer_pool(1, page_size // 4, None, 128, 1, "
+             "None) is None:\n            raise RuntimeError\n        if page_size: self._make_indexer_pool(1, "
+             "page_size // 4, None, 128, 1, None)\n\n")
+    pool.write_text(text.replace("    def _init_compressed_pools(", probe + "    def _init_compressed_pools("))
+    r = audit(root, FP8)
+    assert r.returncode == 0, r.stderr
+    r = patch(root, "--apply")
+    assert r.returncode == 0, r.stderr
+    assert audit(root).returncode == 0
+
+
+def test_a_kernel_constant_of_5000_digits_is_a_finding_not_a_crash(tmp_path):
+    root = engine_tree(tmp_path)
+    cuh = next(root.rglob("fused_norm_rope_v2.cuh"))
+    cuh.write_text(cuh.read_text().replace("kIndexerBytes = 132 *", "kIndexerBytes = 1" + "3" * 5000 + " *"))
+    r = audit(root, FP8)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert "fused_norm_rope_v2.cuh" in r.stderr
+
+
+def test_a_non_utf8_file_where_the_patch_writes_is_located_exit_2(tmp_path):
+    root = engine_tree(tmp_path)
+    (root / PKG).mkdir()
+    (root / PKG / "host.py").write_bytes(b'x = "\xff"\n')
+    for r in (patch(root, "--apply"), audit(root)):
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert f"{PKG}/host.py:1:6: error[engine-file-encoding]" in r.stderr, r.stderr
+    assert (root / PKG / "host.py").read_bytes() == b'x = "\xff"\n'

@@ -301,3 +301,107 @@ def test_an_interrupted_run_reports_what_it_measured(tmp_path, monkeypatch):
     data = json.loads(out.read_text())
     assert code == 1 and data["interrupted"] is True
     assert [r["variant"] for r in data["results"]] == ["dsv4_indexer_fp8"]
+
+
+# ---------------------------------------------------------------------------------------------
+# input checks (hostile inputs, round 2): a located one-line error before any work, valid JSON always
+
+
+def _invoke(*args):
+    from typer.testing import CliRunner
+
+    from kgen.cli import app
+
+    return CliRunner().invoke(app, ["recall", *map(str, args)])
+
+
+@pytest.fixture
+def no_measure(monkeypatch):
+    """The measurement must not start: the checks come first."""
+    def refuse(*a, **k):
+        raise AssertionError("measured before the inputs were checked")
+
+    monkeypatch.setattr(RC, "measure", refuse)
+
+
+def _one_error(r, code: int, *words: str) -> str:
+    assert r.exit_code == code, (r.exit_code, r.output)
+    assert "Traceback" not in r.output and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
+    [line] = [ln for ln in r.output.strip().splitlines() if "error[" in ln]
+    for w in words:
+        assert w in line, line
+    return line
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: {"keys": torch.full((2000, 128), 1e300, dtype=torch.float64)}, ["'keys'", "non-finite", "float32"]),
+    (lambda: {"keys": torch.full((2000, 128), 1e35)}, ["'keys'", "up to 1e+35"]),
+    (lambda: {"keys": torch.zeros(2000, 128).to(torch.float8_e4m3fn)}, ["'keys'", "float8_e4m3fn"]),
+    (lambda: {"keys": torch.eye(2000, 128).to_sparse()}, ["'keys'", "sparse"]),
+    (lambda: {"keys": torch.randn(2000, 128), "queries": torch.randn(4, 0, 128)}, ["'queries'", "at least 1"]),
+    (lambda: {"keys": torch.randn(2000, 128), "queries": torch.randn(0, 4, 128)}, ["'queries'", "at least 1"]),
+])
+def test_keys_that_the_measurement_cannot_use_are_refused_first(tmp_path, no_measure, make, words):
+    path = tmp_path / "k.pt"
+    torch.save(make(), path)
+    _one_error(_invoke(SPECS / "indexer_bf16.yaml", "--keys", path, "--contexts", "1024", "--topk", "64"), 1,
+               str(path), *words)
+
+
+def test_a_fifo_as_keys_is_named_a_fifo_at_once(tmp_path, no_measure):
+    fifo = tmp_path / "k.safetensors"
+    os.mkfifo(fifo)
+    _one_error(_invoke(SPECS / "indexer_bf16.yaml", "--keys", fifo), 1, "FIFO")
+
+
+@pytest.mark.parametrize("args", [["--queries", "1000000000000"], ["--contexts", "256M"],
+                                  ["--heads", "100000000"]])
+def test_runs_that_cannot_fit_in_memory_are_usage_errors(no_measure, args):
+    _one_error(_invoke(SPECS / "indexer_bf16.yaml", "--device", "cpu", *args), 2, "GiB")
+
+
+def test_a_plot_path_that_is_a_directory_fails_before_the_measurement(tmp_path, no_measure):
+    (tmp_path / "p.png").mkdir()
+    _one_error(_invoke(SPECS / "indexer_bf16.yaml", "--plot", tmp_path / "p.png"), 2, "--plot", "directory")
+    os.mkfifo(tmp_path / "r.json")
+    _one_error(_invoke(SPECS / "indexer_bf16.yaml", "--json", tmp_path / "r.json"), 2, "--json", "FIFO")
+
+
+def test_json_on_stdout_carries_the_errors_too():
+    p = kgen(SPECS / "indexer_bf16.yaml", "--queries", "0", "--json")
+    assert p.returncode == 2
+    doc = json.loads(p.stdout)
+    assert doc["results"] == [] and doc["errors"][0]["rule"] == "recall-usage"
+
+
+def test_degenerate_keys_give_strict_json(tmp_path):
+    path, out = tmp_path / "k.pt", tmp_path / "r.json"
+    torch.save({"keys": torch.zeros(1200, 128)}, path)  # every score 0: the score errors are undefined
+    code = RC.recall_command([SPECS / "indexer_bf16.yaml", out], keys=path, contexts="1200", topk=64, queries=2,
+                             heads=4, as_json=True, device="cpu")
+    assert code == 0
+
+    def strict(name):
+        raise ValueError(f"{name} is not JSON")
+
+    data = json.loads(out.read_text(), parse_constant=strict)
+    assert data["results"][0]["score_error_rms_sigma"] is None
+
+
+def test_a_big_keys_file_is_read_only_as_far_as_the_run_uses(tmp_path):
+    """A 256 MiB keys file and a 4K-key run: the process stays far below the file's size."""
+    keys = torch.randn(1 << 19, 128)
+    st, pt = tmp_path / "k.safetensors", tmp_path / "k.pt"
+    write_safetensors(st, {"keys": keys})
+    torch.save({"keys": keys}, pt)
+    del keys
+    probe = ("import resource, sys\nfrom pathlib import Path\nfrom kgen import recall\n"
+             "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+             "k = recall.load_keys_file(Path(sys.argv[1]), 128, rows=4096)['keys']\n"
+             "assert recall.keys_file_rows(Path(sys.argv[1])) == 1 << 19 and tuple(k.shape) == (4096, 128)\n"
+             "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n")
+    for path in (st, pt):
+        r = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert r.returncode == 0, r.stderr
+        assert int(r.stdout) < 64, (path, r.stdout)  # MiB grown: a few MiB of rows, not the 256 MiB file

@@ -198,3 +198,26 @@ def test_path_is_kept_as_given(write, validate, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     r = validate(Path("sub/rel.yaml"))
     assert r.problems[0].format().startswith("sub/rel.yaml:")
+
+
+@pytest.mark.parametrize("text", ["a[[[[[[[[[[[[[[[[[", "it's [[[[[[[[[[[[[[[[[[[[ {{{{{{{{{{{{{{{{{{ fine",
+                                  "x: y: [[[[[[[[[[[[[[[[[[[["])
+def test_brackets_inside_a_plain_string_are_text(tmp_path, text):
+    """A plain (unquoted) YAML string may hold any number of brackets after its first character."""
+    from kgen.reference import load_spec
+
+    body = GOOD.replace("kgen: 1\n", f"kgen: 1\ndescription: {text}\n", 1) if "x: y" not in text else \
+        GOOD.replace("kgen: 1\n", f"kgen: 1\ndescription: '{text}'\n", 1)
+    p = tmp_path / "s.yaml"
+    p.write_text(body)
+    assert load_spec(p).description == text
+
+
+@pytest.mark.parametrize("value", ["true", "false", "1.0", "'1'"])
+def test_the_schema_version_is_the_integer_1(tmp_path, value):
+    from kgen.validate import validate_path
+
+    p = tmp_path / "s.yaml"
+    p.write_text(GOOD.replace("kgen: 1\n", f"kgen: {value}\n", 1))
+    r = validate_path(p)
+    assert not r.valid and r.errors[0].line == 1, [e.format() for e in r.errors]

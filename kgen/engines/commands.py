@@ -8,13 +8,15 @@ that is not that engine's checkout, a missing spec file.
 
 from __future__ import annotations
 
-import difflib
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
 from ..diagnostics import KgenError, Problem, err, failure_json, print_json, print_problems, report_each
 from ..layout import compute
+from .diff import unified_diff
 from .sites import Adapter, run_audit, run_patch
 from .tree import EngineTree
 
@@ -39,7 +41,7 @@ def default_root(engine: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def pr_summary(adapter: Adapter, spec, lay, tree: EngineTree, changed: dict[str, str]) -> str:
+def pr_summary(adapter: Adapter, spec, lay, tree: EngineTree, changed: dict[str, str | None]) -> str:
     """A short summary a maintainer can paste as the PR body."""
     from .installed import site_summaries
 
@@ -98,6 +100,7 @@ def audit_command(engine: str, root: Path | None, paths: list[Path], as_json: bo
                 problems = run_audit(tree, adapter, spec, lay, path)
             except KgenError as e:
                 problems = e.problems
+                code = max(code, e.exit_code)  # an unreadable engine file is 2, as for patch
             code = max(code, 1 if problems else 0)
             rows.append({"path": str(path), "variant": spec.name, "ok": not problems,
                          "bytes_per_token": lay.bytes_per_token, "page_bytes": lay.page_bytes,
@@ -122,19 +125,21 @@ def patch_command(engine: str, root: Path | None, path: Path, out: Path | None, 
                   as_json: bool) -> int:
     try:
         root = default_root(engine) if root is None else root
+        check_outputs(root, out, apply)  # before any work: a bad -o never follows a written tree
         adapter = _adapter(engine, root)
-        variants = _variants(path)
-        if len(variants) != 1:
-            raise KgenError([Problem("engine-patch", f"{path} holds {len(variants)} variants; kgen patch wires one",
-                                     file=path, fix="pass the spec file of the variant")])
-        spec, lay = variants[0]
-        tree = open_tree(root, adapter)
-        run_patch(tree, adapter, spec, lay, path)
-        warnings = plan_warnings(adapter, spec, path)
-        changed = tree.changed()
-        diff = unified_diff(tree, changed)
-        if apply:
-            write_all(tree, changed)
+        with _engine_lock(root) if apply else contextlib.nullcontext():
+            variants = _variants(path)
+            if len(variants) != 1:
+                raise KgenError([Problem("engine-patch", f"{path} holds {len(variants)} variants; kgen patch wires "
+                                         "one", file=path, fix="pass the spec file of the variant")])
+            spec, lay = variants[0]
+            tree = open_tree(root, adapter)
+            run_patch(tree, adapter, spec, lay, path)
+            warnings = plan_warnings(adapter, spec, path)
+            changed = tree.changed()
+            diff = unified_diff(tree, changed)
+            if apply:
+                write_all(tree, changed)
         if out is not None:
             _write_atomic(out, diff)
     except KgenError as e:
@@ -178,44 +183,57 @@ def _fail(e: KgenError, as_json: bool) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# the diff and the all-or-nothing write
+# the outputs, the lock and the all-or-nothing write (kgen.files; the diff text: kgen.engines.diff)
 
 
-def _lines(text: str) -> list[str]:
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n\\ No newline at end of file\n"
-    return lines
+def check_outputs(root: Path, out: Path | None, apply: bool) -> None:
+    """`-o` must be a file kgen may write, outside the engine tree (the diff would overwrite the code
+    it patches); checked before anything is read or written."""
+    from ..files import check_target
 
-
-def unified_diff(tree: EngineTree, changed: dict[str, str]) -> str:
-    """A git-appliable unified diff (a/ b/ prefixes) of every changed or new file."""
-    out = []
-    for rel, new in changed.items():
-        old = tree.original(rel)
-        header = f"diff --git a/{rel} b/{rel}\n"
-        if old is None:
-            header += "new file mode 100644\n"
-        body = difflib.unified_diff(_lines(old or ""), _lines(new), fromfile="/dev/null" if old is None else f"a/{rel}",
-                                    tofile=f"b/{rel}")
-        text = "".join(body)
-        if text:
-            out.append(header + text)
-    return "".join(out)
-
-
-def write_all(tree: EngineTree | Path, files: dict[str, str]) -> None:
-    """Write every file or none: all are staged as temp files beside their targets first, then
-    renamed into place; a failure before the last rename restores what was replaced."""
-    from ..files import write_all as write_files
-    from .installed import disk_path
-
-    tree = tree if isinstance(tree, EngineTree) else EngineTree(tree)
+    if out is None:
+        return
+    if os.path.realpath(out) == os.path.realpath(root) or \
+            os.path.realpath(out).startswith(os.path.realpath(root).rstrip(os.sep) + os.sep):
+        raise KgenError([Problem("engine-output", f"-o {out} lies inside the engine root {root}: the diff would "
+                                 "overwrite the tree it patches", file=out,
+                                 fix="write the diff outside --root")], exit_code=2)
     try:
-        write_files({disk_path(tree, rel): text for rel, text in files.items()})
+        check_target(out)
     except OSError as e:
-        raise KgenError([Problem("engine-write", f"writing the patch failed ({e}); nothing was changed",
-                                 file=tree.root)]) from None
+        raise KgenError([Problem("engine-output", f"cannot write the diff to {out}: {e.strerror or e}", file=out,
+                                 fix="-o names a regular file (or a new one)")], exit_code=2) from None
+    if not Path(out).parent.is_dir() and not Path(out).is_symlink():
+        raise KgenError([Problem("engine-output", f"cannot write the diff to {out}: its directory does not exist",
+                                 file=out, fix="create the directory or choose another -o")], exit_code=2)
+
+
+@contextlib.contextmanager
+def _engine_lock(root: Path):
+    """One `--apply` at a time per engine tree, from reading it to the last write (two at once would
+    mix their variants); an earlier `--apply` that was killed is finished or undone first."""
+    from ..files import locked, recover
+
+    try:
+        with locked(root):
+            recover(root)
+            yield
+    except OSError as e:
+        raise KgenError([Problem("engine-write", f"cannot patch {root}: {e.strerror or e}", file=root,
+                                 fix="wait for the other kgen patch --apply, or remove the journal it names")]) \
+            from None
+
+
+def write_all(tree: EngineTree, files: dict[str, str | None]) -> None:
+    """Write every file or none (kgen.files.write_all, confined to the root: no write through a
+    directory link, no link out of the tree, no special or read-only file replaced)."""
+    from ..files import write_all as write_files
+    try:
+        write_files({tree.disk_path(rel): text for rel, text in files.items()}, root=tree.root)
+    except OSError as e:
+        where = Path(e.filename) if e.filename else tree.root
+        raise KgenError([Problem("engine-write", f"cannot write the patch: {where} {e.strerror or e}; nothing was "
+                                 "changed", file=where)]) from None
 
 
 def _write_atomic(target: Path, text: str) -> None:
@@ -224,4 +242,5 @@ def _write_atomic(target: Path, text: str) -> None:
     try:
         write_atomic(target, text)
     except OSError as e:
-        raise KgenError([Problem("engine-write", f"cannot write {target} ({e})", file=target)], exit_code=2) from None
+        raise KgenError([Problem("engine-write", f"cannot write {target} ({e.strerror or e})", file=target)],
+                        exit_code=2) from None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..diagnostics import KgenError, Problem
 from .sites import Adapter
 from .tree import EngineTree
 
@@ -37,32 +36,6 @@ class PackageTree(EngineTree):
     def path(self, rel: str) -> Path:
         return self.disk_path(rel)
 
-    def exists(self, rel: str) -> bool:
-        return rel in self.overlay or self.disk_path(rel).is_file()
-
-    def text(self, rel: str) -> str:
-        if rel in self.overlay:
-            return self.overlay[rel]
-        try:
-            return self.disk_path(rel).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise KgenError([Problem("engine-file", f"cannot read the engine file ({e})", file=self.path(rel))],
-                            exit_code=2) from None
-
-    def original(self, rel: str) -> str | None:
-        p = self.disk_path(rel)
-        return p.read_text(encoding="utf-8") if p.is_file() else None
-
-    def files_under(self, rel_dir: str, suffix: str) -> list[str]:
-        d = self.disk_path(rel_dir)
-        found = {f"{rel_dir}/{p.name}" for p in d.glob(f"*{suffix}") if p.is_file()}
-        found |= {rel for rel in self.overlay if rel.rpartition("/")[0] == rel_dir and rel.endswith(suffix)}
-        return sorted(found)
-
-
-def disk_path(tree: EngineTree, rel: str) -> Path:
-    return tree.disk_path(rel) if isinstance(tree, PackageTree) else tree.root / rel
-
 
 # what the patch does at each site, for the PR body (the file names come from the diff)
 _SGLANG = {
@@ -83,7 +56,7 @@ _SGLANG = {
 }
 
 
-def site_summaries(adapter: Adapter, tree: EngineTree, changed: dict[str, str]) -> list[str]:
+def site_summaries(adapter: Adapter, tree: EngineTree, changed: dict[str, str | None]) -> list[str]:
     table = _SGLANG if adapter.name == "sglang" else {}
     out: list[str] = []
     seen: set[str] = set()

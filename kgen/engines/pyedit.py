@@ -14,6 +14,17 @@ import libcst as cst
 LINE = 88  # SGLang's black line length
 
 
+def text_lines(text: str, keepends: bool = False) -> list[str]:
+    """The lines of `text` as libcst's positions and git count them: split at "\n" only (a form
+    feed, U+2028 or \x1c in a comment breaks no line there, whatever `str.splitlines` says)."""
+    parts = text.split("\n")
+    if keepends:
+        lines = [p + "\n" for p in parts[:-1]]
+        return [*lines, parts[-1]] if parts[-1] else lines
+    lines = [p[:-1] if p.endswith("\r") else p for p in parts]
+    return lines if parts[-1] else lines[:-1]
+
+
 def fits(text: str) -> bool:
     return all(len(line) <= LINE for line in text.splitlines())
 
@@ -67,7 +78,7 @@ class Lines:
 
     def apply(self) -> str:
         ending = "\r\n" if "\r\n" in self.text else "\n"
-        lines = self.text.splitlines(keepends=True)
+        lines = text_lines(self.text, keepends=True)
         for first, last, new in sorted(self.edits, key=lambda e: (e[0], e[1]), reverse=True):
             lines[first - 1:last] = [f"{ln}{ending}" for ln in new]
         return "".join(lines)
@@ -80,10 +91,10 @@ def span(parsed, node: cst.CSTNode) -> tuple[int, int]:
 
 
 def indent_of(parsed, node: cst.CSTNode) -> str:
-    line = parsed.text.splitlines()[span(parsed, node)[0] - 1]
+    line = text_lines(parsed.text)[span(parsed, node)[0] - 1]
     return line[: len(line) - len(line.lstrip())]
 
 
 def source_lines(parsed, node: cst.CSTNode) -> list[str]:
     first, last = span(parsed, node)
-    return parsed.text.splitlines()[first - 1:last]
+    return text_lines(parsed.text)[first - 1:last]

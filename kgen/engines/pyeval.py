@@ -4,15 +4,22 @@ An engine's byte math is a handful of integer expressions inside methods (`index
 `self.page_size * self.get_bytes_per_token()`, `68 if use_fp4_indexer else 132`), sometimes routed
 through a module-level helper in another file. `Evaluator` evaluates exactly that subset: integer
 literals, names and `self.x` attributes bound by the caller's environment or by earlier assignments,
-+ - * // %, comparisons, `and`/`or`/`not`, conditional expressions, calls of functions and methods
-defined in the engine tree (their `if`/`return` bodies), and module constants the tree imports.
-Anything else raises `Unknown`: the audit then says it could not read the value, never guesses.
++ - * // % /, comparisons, `and`/`or`/`not`, conditional expressions, calls of functions and methods
+defined in the engine tree (their `if`/`return` bodies, indented or on the `def` line), and module
+constants the tree imports. Anything else raises `Unknown`: the audit then says it could not read
+the value, never guesses. So does legal code whose value is an error or absurd: a division by zero,
+`"a" + 1`, `None + 1`, constants defined in terms of each other, integers of more than
+`MAX_INT_DIGITS` digits or results beyond `MAX_INT_BITS` bits, strings longer than `MAX_TEXT`, and a
+value the audit compares with a byte count that is not an integer (`264 / 2` is 132.0: the engine
+would hand torch a float).
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -46,6 +53,9 @@ _COMPARE: dict[type, Callable] = {
 }
 _CONSTANTS = {"True": True, "False": False, "None": None}
 _MAX_DEPTH = 32  # calls deep: an engine helper never recurses; a cycle is not byte math
+MAX_INT_DIGITS = 100  # a literal: byte math has a handful of digits (Python refuses > 4300 to parse)
+MAX_INT_BITS = 256  # a result: sizes are far below 2**64
+MAX_TEXT = 1 << 16  # characters (or items) of a string, bytes or tuple value
 
 
 @dataclass(frozen=True)
@@ -132,10 +142,24 @@ class Evaluator:
         self.env = env
         self.attribute = attribute or (lambda _name: None)
         self._depth = 0
+        self._active: set[tuple] = set()  # constants being evaluated: one met again is a cycle
+
+    @contextlib.contextmanager
+    def _resolving(self, key: tuple) -> Iterator[None]:
+        if key in self._active:
+            raise Unknown(f"{key[-1]} is defined in terms of itself")
+        self._active.add(key)
+        try:
+            yield
+        finally:
+            self._active.discard(key)
 
     # -- expressions --------------------------------------------------------------------------
     def expr(self, node: cst.BaseExpression, scope: dict[str, object], fn: Function | None):
         if isinstance(node, cst.Integer):
+            digits = sum(c.isalnum() for c in node.value)
+            if digits > MAX_INT_DIGITS:
+                raise Unknown(f"an integer literal of {digits} digits")
             return node.evaluated_value
         if isinstance(node, cst.SimpleString):
             return node.evaluated_value
@@ -148,13 +172,13 @@ class Evaluator:
             op = _BINARY.get(type(node.operator))
             if op is None:
                 raise Unknown(f"operator {type(node.operator).__name__}")
-            return op(self.expr(node.left, scope, fn), self.expr(node.right, scope, fn))
+            return _apply(op, self.expr(node.left, scope, fn), self.expr(node.right, scope, fn))
         if isinstance(node, cst.UnaryOperation):
             value = self.expr(node.expression, scope, fn)
             if isinstance(node.operator, cst.Not):
                 return not value
-            if isinstance(node.operator, cst.Minus):
-                return -value
+            if isinstance(node.operator, (cst.Minus, cst.Plus)):
+                return _apply(operator.neg if isinstance(node.operator, cst.Minus) else operator.pos, value)
             raise Unknown("unary operator")
         if isinstance(node, cst.BooleanOperation):
             return self._boolean(node, scope, fn)
@@ -165,7 +189,7 @@ class Evaluator:
                 if op is None:
                     raise Unknown("comparison")
                 right = self.expr(target.comparator, scope, fn)
-                if not op(left, right):
+                if not _apply(op, left, right):
                     return False
                 left = right
             return True
@@ -202,7 +226,8 @@ class Evaluator:
             return True, _CONSTANTS[name]
         if fn is not None and "." not in name:
             if name in fn.module.constants:
-                return True, self.expr(fn.module.constants[name], {}, Function(fn.node, fn.module))
+                with self._resolving(("module", fn.module.rel, name)):
+                    return True, self.expr(fn.module.constants[name], {}, Function(fn.node, fn.module))
             imported = fn.module.imported(name)
             if imported is not None and not isinstance(imported, Function):
                 return True, imported
@@ -212,7 +237,8 @@ class Evaluator:
                 if isinstance(stmt, cst.SimpleStatementLine):
                     for small in stmt.body:
                         if isinstance(small, cst.Assign) and dotted(small.targets[0].target) == attr:
-                            return True, self.expr(small.value, {}, fn)
+                            with self._resolving(("class", fn.module.rel, fn.cls.name.value, attr)):
+                                return True, self.expr(small.value, {}, fn)
         value = self.attribute(name)
         if value is not None:
             return True, value
@@ -228,7 +254,7 @@ class Evaluator:
         args = [self.expr(a.value, scope, fn) for a in node.args if a.keyword is None and not a.star]
         kwargs = {a.keyword.value: self.expr(a.value, scope, fn) for a in node.args if a.keyword is not None}
         self_scope = {k: v for k, v in scope.items() if k.startswith("self.")} if callee.cls is not None else {}
-        return self.call(callee, args, kwargs, self_scope)
+        return self._invoke(callee, args, kwargs, self_scope)
 
     def _callee(self, func: cst.BaseExpression, fn: Function | None) -> Function | None:
         if fn is None:
@@ -266,7 +292,10 @@ class Evaluator:
         interpreter cannot know (an environment switch, the GPU); a value it cannot compute is
         `UNKNOWN`. For guards such as "may this path run?": all outcomes False means it never does."""
         results: list = []
-        self._explore(list(fn.node.body.body), self._bind(fn, args, kwargs, None), fn, results)
+        try:
+            self._explore(_statements(fn.node.body), self._bind(fn, args, kwargs, None), fn, results)
+        except RecursionError:
+            raise Unknown("the code nests too deep to follow") from None
         return results
 
     def _explore(self, statements: list, scope: dict[str, object], fn: Function, results: list) -> None:
@@ -274,8 +303,8 @@ class Evaluator:
             raise Unknown("too many paths")
         for i, stmt in enumerate(statements):
             rest = statements[i + 1:]
-            if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
+            if isinstance(stmt, (cst.SimpleStatementLine, cst.BaseSmallStatement)):
+                for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else [stmt]:
                     if isinstance(small, cst.Return):
                         try:
                             results.append(None if small.value is None else self.expr(small.value, scope, fn))
@@ -305,7 +334,11 @@ class Evaluator:
         results.append(None)  # fell off the end
 
     def call(self, fn: Function, args: list, kwargs: dict, self_scope: dict | None = None):
-        """The value `fn` returns for these arguments (its `if`/`return` body interpreted)."""
+        """The value `fn` returns for these arguments (its `if`/`return` body interpreted): what the
+        audit compares with the spec, so it must be an integer (or a non-number such as a string)."""
+        return _checked(lambda: self._invoke(fn, args, kwargs, self_scope))
+
+    def _invoke(self, fn: Function, args: list, kwargs: dict, self_scope: dict | None = None):
         if self._depth > _MAX_DEPTH:
             raise Unknown("calls nest too deep")
         scope = self._bind(fn, args, kwargs, self_scope)
@@ -322,8 +355,7 @@ class Evaluator:
         """Run statements until a return (raises _Return) or `stop_at` (returns True when reached).
         Assignments the interpreter cannot evaluate bind the name as unknown rather than failing:
         only values actually read must be known."""
-        statements = body.body if isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)) else body
-        for stmt in statements:
+        for stmt in _statements(body):
             if stop_at is not None and stmt is stop_at:
                 return True
             if isinstance(stmt, cst.SimpleStatementLine):
@@ -331,6 +363,8 @@ class Evaluator:
                     if stop_at is not None and small is stop_at:
                         return True
                     self._small(small, scope, fn)
+            elif isinstance(stmt, cst.BaseSmallStatement):  # a suite on the header's line: `def f(): return 1`
+                self._small(stmt, scope, fn)
             elif isinstance(stmt, cst.If):
                 if stop_at is not None and _contains(stmt, stop_at):
                     # the target lies inside this branch: follow the branch that holds it
@@ -378,12 +412,15 @@ class Evaluator:
     def value_at(self, fn: Function, stop: cst.CSTNode, expr: cst.BaseExpression, self_scope: dict | None = None):
         """The value of `expr` where statement `stop` runs, with the function's earlier statements
         (and the branches that lead to `stop`) run first."""
-        scope: dict[str, object] = dict(self_scope or {})
-        try:
-            self.run(fn.node.body, scope, fn, stop_at=stop)
-        except _Return:
-            pass
-        return self.expr(expr, scope, fn)
+        def value():
+            scope: dict[str, object] = dict(self_scope or {})
+            try:
+                self.run(fn.node.body, scope, fn, stop_at=stop)
+            except _Return:
+                pass
+            return self.expr(expr, scope, fn)
+
+        return _checked(value)
 
 
 class _UnboundType:
@@ -445,3 +482,47 @@ def _assigned_names(stmt: cst.CSTNode) -> list[str]:
 
     stmt.visit(_Collect())
     return names
+
+
+def _size(value) -> int:
+    return len(value) if isinstance(value, (str, bytes, tuple, list)) else 0
+
+
+def _apply(op: Callable, *operands):
+    """`op(*operands)` as the engine's Python would compute it, or Unknown where that raises (a
+    division by zero, a type error) or would build an absurd value (a huge integer or string)."""
+    if op is operator.mul and len(operands) == 2:
+        count = [v for v in operands if isinstance(v, int)]
+        seq = [v for v in operands if isinstance(v, (str, bytes, tuple, list))]
+        if seq and count and _size(seq[0]) * max(0, count[0]) > MAX_TEXT:
+            raise Unknown(f"a repetition of {_size(seq[0]) * count[0]} items")
+    try:
+        value = op(*operands)
+    except (ArithmeticError, TypeError, ValueError, MemoryError) as e:
+        shown = ", ".join(_short(v) for v in operands)
+        raise Unknown(f"{op.__name__}({shown}) raises {type(e).__name__}: {e}") from None
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:
+        raise Unknown(f"an integer of {value.bit_length()} bits")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Unknown(f"{value}")
+    if _size(value) > MAX_TEXT:
+        raise Unknown(f"a value of {_size(value)} items")
+    return value
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _checked(compute: Callable[[], object]):
+    """A value the audit compares with the spec: never a float (an integral one would compare equal
+    to a byte count it is not); a recursion too deep to follow is Unknown, not a crash."""
+    try:
+        value = compute()
+    except RecursionError:
+        raise Unknown("the code nests too deep to follow") from None
+    if isinstance(value, float):
+        raise Unknown(f"the engine computes {value!r}, a float (true division `/`?), where a byte count or "
+                      "token count is an integer")
+    return value

@@ -23,7 +23,7 @@ import re
 import libcst as cst
 
 from ..diagnostics import KgenError, Problem
-from .pyedit import LINE, Lines, call, if_block, indent_of, source_lines, span, ternary
+from .pyedit import LINE, Lines, call, if_block, indent_of, source_lines, span, ternary, text_lines
 from .pyeval import UNKNOWN, Function, Returns, Unknown, dotted, methods
 from .sites import Adapter, Ctx, Encoding, Site, code_of, encoding_of
 from .tree import (
@@ -37,6 +37,7 @@ from .tree import (
     find_classes_with,
     find_method,
     one,
+    statement_of,
 )
 
 POOL = "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
@@ -108,8 +109,10 @@ def _kgen_code(node: cst.CSTNode, parsed) -> bool:
     return PKG in code_of(parsed, node)
 
 
-def _statement(fn: cst.CSTNode, node: cst.CSTNode) -> cst.SimpleStatementLine:
-    return next(s for s in collect(fn, cst.SimpleStatementLine) if _holds(s, node))
+def _statement(fn: cst.CSTNode, node: cst.CSTNode) -> cst.BaseStatement:
+    """The statement around `node` that lines can be inserted around (an anchor in an `if` header or a
+    one-line suite gives that `if`: kgen.engines.tree.statement_of)."""
+    return statement_of(fn, node)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,7 +129,7 @@ def ensure_import(ctx: Ctx, rel: str) -> None:
     """`from sglang import kgen_indexer` where isort (profile black) puts it: first of the module's
     top-level `from sglang...` imports (`sglang` sorts before `sglang.x`), or after its imports."""
     parsed = ctx.tree.parse(rel)
-    if IMPORT in parsed.text.splitlines():
+    if IMPORT in text_lines(parsed.text):
         return
     top = [s for s in parsed.module.body if isinstance(s, cst.SimpleStatementLine)
            and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)]
@@ -147,7 +150,7 @@ def _args_code(parsed, node: cst.Call) -> list[str]:
     return [code_of(parsed, a).rstrip().rstrip(",").strip() for a in node.args]
 
 
-def add_keyword(ctx: Ctx, parsed, stmt: cst.SimpleStatementLine, node: cst.Call, keyword: str) -> None:
+def add_keyword(ctx: Ctx, parsed, stmt: cst.BaseStatement, node: cst.Call, keyword: str) -> None:
     """Append `keyword` (`name=value`) to the call `node`, the only call of statement `stmt`'s
     line structure: a call already one argument per line with a trailing comma gets one more line;
     otherwise the statement is rewritten as black writes the longer call."""
@@ -175,7 +178,7 @@ def add_parameter(ctx: Ctx, parsed, fn: cst.FunctionDef, param: str) -> None:
     """Append `param` (`name: type = default`) to a function's parameters, as black writes them."""
     header_first = span(parsed, fn.name)[0]
     body_first = span(parsed, fn.body.body[0])[0] if fn.body.body else header_first + 1
-    lines_ = parsed.text.splitlines()[header_first - 1:body_first - 1]
+    lines_ = text_lines(parsed.text)[header_first - 1:body_first - 1]
     while lines_ and not lines_[-1].rstrip().endswith(":"):
         lines_.pop()  # comments or a docstring start: the header ends at its colon
     last = header_first + len(lines_) - 1
@@ -298,7 +301,7 @@ def patch_field_order(ctx: Ctx) -> None:
     if _lists_flag(value):
         return
     last = value.elements[-1]
-    line = parsed.text.splitlines()[span(parsed, last)[0] - 1]
+    line = text_lines(parsed.text)[span(parsed, last)[0] - 1]
     indent = line[: len(line) - len(line.lstrip())]
     # appended: the tuple is ServerArgs' positional order, and inserting would shift existing calls
     _edit(ctx, parsed, lambda lines: lines.insert_after(span(parsed, last)[1], [f'{indent}"{FLAG}",']))
@@ -720,8 +723,8 @@ def patch_store(ctx: Ctx) -> None:
 
 _ASSERT_BF16 = re.compile(r"static_assert\(\s*!\(\s*kIsIndexer\s*&&\s*kBf16Store\s*\)")
 # `kPageBytes = 132ll << kPageBits` inside the named device function (not crossing into the next one)
-_DEVICE_PAGE = {key: re.compile(rf"\bvoid\s+{name}\s*\((?:(?!\bvoid\b).)*?\bkPageBytes\s*=\s*(\d+)(?:ll)?\s*<<\s*"
-                                rf"kPageBits\b", re.S) for key, name in KERNEL_DEVICE_FUNCTION.items()}
+_DEVICE_PAGE = {key: re.compile(rf"\bvoid\s+{name}\s*\((?:(?!\bvoid\b).)*?\bkPageBytes\s*=\s*(\d{{1,30}})(?:ll)?"
+                                rf"\s*<<\s*kPageBits\b", re.S) for key, name in KERNEL_DEVICE_FUNCTION.items()}
 
 
 def _line_col(text: str, pos: int) -> tuple[int, int]:
@@ -737,7 +740,7 @@ def audit_kernel(ctx: Ctx) -> None:
     text = ctx.tree.text(rel)
     key, _ = ctx.native_encoding()
     names = KERNEL_PAGE_CONSTANT[key]
-    found = list(re.finditer(rf"\b({'|'.join(names)})\s*=\s*(\d+)\s*\*\s*kPageSize\b", text))
+    found = list(re.finditer(rf"\b({'|'.join(names)})\s*=\s*(\d{{1,30}})\s*\*\s*kPageSize\b", text))
     if not found and key != "fp8":
         return  # versions that store fp4 keys with another kernel: nothing of this one to check
     if len(found) != 1:
@@ -979,7 +982,7 @@ def patch_metadata(ctx: Ctx) -> None:
                     "self.deep_gemm_metadata = None`", 0, "indexer metadata")
     indent = indent_of(parsed, first)
     # the `if` becomes an `elif` of kgen's branch: same body, same order, nothing re-indented
-    head = parsed.text.splitlines()[span(parsed, first)[0] - 1]
+    head = text_lines(parsed.text)[span(parsed, first)[0] - 1]
     if not head.startswith(f"{indent}if "):
         raise Drift(ctx.tree.path(parsed.rel), "an `if` statement opening __post_init__", 0, "indexer metadata")
     block = [*if_block(indent, f"{PKG}.skips_deep_gemm(self)", [f"{indent}    self.deep_gemm_metadata = None"]),

@@ -213,8 +213,7 @@ def run_patch(tree: EngineTree, adapter: Adapter, spec: Spec, lay: Layout, spec_
     # the generated files first: the self-check reads their constants
     mode = Mode(flag=True, native=None, installed=spec.name)
     ctx = Ctx(tree, spec, lay, spec_path, adapter, mode)
-    for rel, text in adapter.bundle(ctx).items():
-        tree.write(rel, text)
+    tree.write_dir(adapter.package_dir, adapter.bundle(ctx))  # an earlier variant's files go
     for site in adapter.sites:
         if site.patch is not None:
             _site_step(ctx, site.patch)
@@ -257,8 +256,10 @@ def insert_statements(ctx: Ctx, parsed: Parsed, block_owner: cst.CSTNode, index:
                       statements: list[cst.BaseStatement]) -> Parsed:
     """Insert statements into the indented block of `block_owner` (a def/if/class) at `index`."""
     body = block_owner.body  # type: ignore[attr-defined]
-    assert isinstance(body, cst.IndentedBlock)
-    new_body = body.with_changes(body=[*body.body[:index], *statements, *body.body[index:]])
+    lines = list(body.body) if isinstance(body, cst.IndentedBlock) else [cst.SimpleStatementLine(list(body.body))]
+    new_body = cst.IndentedBlock([*lines[:index], *statements, *lines[index:]])  # a one-line suite is unfolded
+    if isinstance(body, cst.IndentedBlock):
+        new_body = body.with_changes(body=new_body.body)
     return replace_node(ctx, parsed, body, new_body)
 
 
@@ -310,7 +311,9 @@ def around_statement(ctx: Ctx, parsed: Parsed, target: cst.CSTNode, new: list[cs
     """Insert `new` after/before `target` (a statement of some indented block), or replace it."""
     t = _InsertAround(target, new, where)
     module = parsed.module.visit(t)
-    assert t.done, "statement not in an indented block"
+    if not t.done:  # e.g. the anchor is on the line of a one-line `def`: no block to insert into
+        path, line, col = ctx.tree.location(parsed, target)
+        raise Drift(path, "the anchor's statement in an indented block", 0, "patch", line)
     ctx.tree.write(parsed.rel, module.code)
     return ctx.tree.parse(parsed.rel)
 

@@ -19,10 +19,10 @@ from .tree import (
     Drift,
     calls,
     collect,
-    collect_all,
     find_class,
     find_function,
     find_method,
+    statement_of,
 )
 
 # the model moved from model_executor/models/ to a top-level vllm/models/ package
@@ -61,7 +61,7 @@ def _method(ctx: Ctx, files: tuple[str, ...], cls_name: str, name: str, what: st
 
 
 def _stmt_of(method: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode:
-    return next(s for s in collect(method, cst.SimpleStatementLine) if any(n is node for n in collect_all(s)))
+    return statement_of(method, node)
 
 
 def _kwarg(call: cst.Call, name: str) -> cst.Arg | None:
