@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 SPECS   := $(wildcard specs/*.yaml)
 
-.PHONY: install demo test lint test-gpu render compile wheels device-check clean
+.PHONY: install releases demo test lint test-gpu render compile wheels device-check clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,8 +28,16 @@ render: install
 compile: install
 	$(BIN)/kgen compile $(SPECS)
 
-test: install
-	$(BIN)/python -m pytest
+# The released engines the engine tests run against (scripts/engine_releases.py, the list in
+# tests/fixtures/engines/releases.json): wheels downloaded once into .releases/wheels (git-ignored),
+# the files kgen reads unpacked into .releases/trees (a few MiB); a second run downloads nothing.
+releases: install
+	$(BIN)/python scripts/engine_releases.py
+
+# Tests that need the release trees fail without them here; KGEN_SKIP_RELEASES=1 (outside make
+# only) skips them instead.
+test: install releases
+	KGEN_SKIP_RELEASES= $(BIN)/python -m pytest
 
 # On a GPU machine: every shipped variant against the Torch reference, then the GPU tests of the
 # suite. Without a GPU `kgen test` exits 2 with one line saying so (the pytest part would only skip).

@@ -360,16 +360,18 @@ def _build_app():
         done(run_reporting(body))
 
     EngineName = Annotated[str, typer.Option("--engine", help="sglang or vllm", show_default=False)]
-    EngineRoot = Annotated[Path, typer.Option("--root", help="the engine's repository root", show_default=False)]
+    EngineRoot = Annotated[Path | None, typer.Option("--root", help="the engine's repository root or installed "
+                                                     "package directory (default: the importable package)",
+                                                     show_default=False)]
 
     @app.command()
-    def audit(paths: Paths, engine: EngineName, root: EngineRoot, as_json: JsonFlag = False) -> None:
+    def audit(paths: Paths, engine: EngineName, root: EngineRoot = None, as_json: JsonFlag = False) -> None:
         """Compare every place an engine checkout hard-codes the cache ABI with the specs."""
         done(run_reporting(lambda: command("audit")(engine, root, paths, as_json), as_json, results=[]))
 
     @app.command()
     def patch(path: Annotated[Path, typer.Argument(help="spec file of the variant", show_default=False)],
-              engine: EngineName, root: EngineRoot,
+              engine: EngineName, root: EngineRoot = None,
               out: Annotated[Path | None, typer.Option("-o", "--out", help="write the diff here")] = None,
               apply: Annotated[bool, typer.Option("--apply", help="write the patch into the engine tree")] = False,
               as_json: JsonFlag = False) -> None:

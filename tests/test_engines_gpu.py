@@ -80,8 +80,9 @@ def test_patched_store_writes_the_reference_bytes(kgen_indexer):
     reference.norm_rope_store(spec, x, weight, None, torch.view_as_real(freqs_cis).flatten(-2), positions, out_loc,
                               expected)
     cache = torch.zeros(pages, lay.page_bytes, dtype=torch.uint8, device="cuda")
-    # the engine's call: (kv, plan-or-positions, norm weight, freqs, out_loc, cache)
-    kgen_indexer.store(x.cuda(), positions.cuda(), weight.cuda(), freqs_cis.cuda(), out_loc.cuda(), cache)
+    # the engine's call: (kv, plan-or-positions, norm weight, the model's eps, freqs, out_loc, cache)
+    kgen_indexer.store(x.cuda(), positions.cuda(), weight.cuda(), spec.norm.eps, freqs_cis.cuda(), out_loc.cuda(),
+                       cache)
     torch.cuda.synchronize()
     assert torch.equal(cache.cpu(), expected)
 

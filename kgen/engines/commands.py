@@ -21,6 +21,37 @@ from .sites import Adapter, run_audit, run_patch
 from .tree import EngineTree
 
 
+def open_tree(root: Path, adapter: Adapter) -> EngineTree:
+    """The engine tree at `root`: a repository checkout, or the installed package directory
+    (`.../site-packages/sglang`, `.../site-packages/vllm`), read in the checkout's layout."""
+    from .installed import PackageTree, package_prefix
+
+    prefix = package_prefix(root, adapter)
+    return EngineTree(root) if prefix is None else PackageTree(root, prefix)
+
+
+def default_root(engine: str) -> Path:
+    """The importable engine package (for `--engine NAME` without `--root`)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(engine)
+    if spec is None or not spec.submodule_search_locations:
+        raise KgenError([Problem("engine-root", f"no --root and no importable {engine} package in this Python",
+                                 fix=f"pass --root, or install {engine}")], exit_code=2)
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def pr_summary(adapter: Adapter, spec, lay, tree: EngineTree, changed: dict[str, str | None]) -> str:
+    """A short summary a maintainer can paste as the PR body."""
+    from .installed import site_summaries
+
+    lines = [f"PR summary: wire kgen's {spec.name} ({lay.bytes_per_token} B/token, {lay.page_bytes} B pages) "
+             f"into {adapter.name}'s DeepSeek-V4 indexer behind --enable-kgen-indexer (off by default; with it "
+             "off no edited function computes anything new)."]
+    lines += [f"  - {line}" for line in site_summaries(adapter, tree, changed)]
+    return "\n".join(lines)
+
+
 def _adapter(engine: str, root: Path) -> Adapter:
     from . import adapters
 
@@ -31,7 +62,9 @@ def _adapter(engine: str, root: Path) -> Adapter:
     adapter = table[engine]
     if not root.is_dir():
         raise KgenError([Problem("engine-root", f"{root} is not a directory", file=root)], exit_code=2)
-    if not adapter.is_checkout(root):
+    from .installed import package_prefix
+
+    if not adapter.is_checkout(root) and package_prefix(root, adapter) is None:
         raise KgenError([Problem("engine-root", f"{root} is not a {engine} checkout (it has no "
                                  f"{', '.join(adapter.markers)})", file=root,
                                  fix=f"pass the repository root of {engine} as --root")], exit_code=2)
@@ -45,8 +78,9 @@ def _variants(path: Path):
     return [(c.spec, c.layout if c.layout is not None else compute(c.spec)) for c in validate_paths([path]).checked()]
 
 
-def audit_command(engine: str, root: Path, paths: list[Path], as_json: bool) -> int:
+def audit_command(engine: str, root: Path | None, paths: list[Path], as_json: bool) -> int:
     try:
+        root = default_root(engine) if root is None else root
         adapter = _adapter(engine, root)
     except KgenError as e:
         return _fail(e, as_json)
@@ -54,7 +88,14 @@ def audit_command(engine: str, root: Path, paths: list[Path], as_json: bool) -> 
     def one(path: Path) -> tuple[int, list[dict]]:
         code, rows = 0, []
         for spec, lay in _variants(path):
-            tree = EngineTree(root)
+            if spec.head_dim != adapter.key_head_dim:  # a latent (non-indexer) variant of a family
+                why = (f"not an indexer-key variant (head_dim {spec.head_dim}; the {engine} sites describe the "
+                       f"{adapter.key_head_dim}-wide indexer cache): skipped")
+                rows.append({"path": str(path), "variant": spec.name, "ok": True, "skipped": why, "errors": []})
+                if not as_json:
+                    print(f"{path}: note: {spec.name} is {why}")
+                continue
+            tree = open_tree(root, adapter)
             try:
                 problems = run_audit(tree, adapter, spec, lay, path)
             except KgenError as e:
@@ -80,8 +121,10 @@ def audit_command(engine: str, root: Path, paths: list[Path], as_json: bool) -> 
     return code
 
 
-def patch_command(engine: str, root: Path, path: Path, out: Path | None, apply: bool, as_json: bool) -> int:
+def patch_command(engine: str, root: Path | None, path: Path, out: Path | None, apply: bool,
+                  as_json: bool) -> int:
     try:
+        root = default_root(engine) if root is None else root
         check_outputs(root, out, apply)  # before any work: a bad -o never follows a written tree
         adapter = _adapter(engine, root)
         with _engine_lock(root) if apply else contextlib.nullcontext():
@@ -90,13 +133,13 @@ def patch_command(engine: str, root: Path, path: Path, out: Path | None, apply: 
                 raise KgenError([Problem("engine-patch", f"{path} holds {len(variants)} variants; kgen patch wires "
                                          "one", file=path, fix="pass the spec file of the variant")])
             spec, lay = variants[0]
-            tree = EngineTree(root)
+            tree = open_tree(root, adapter)
             run_patch(tree, adapter, spec, lay, path)
             warnings = plan_warnings(adapter, spec, path)
             changed = tree.changed()
             diff = unified_diff(tree, changed)
             if apply:
-                write_all(root, changed)
+                write_all(tree, changed)
         if out is not None:
             _write_atomic(out, diff)
     except KgenError as e:
@@ -109,6 +152,8 @@ def patch_command(engine: str, root: Path, path: Path, out: Path | None, apply: 
         sys.stdout.write(diff)
     if not as_json:
         print_problems(warnings)
+        if changed:
+            err(pr_summary(adapter, spec, lay, tree, changed))
         verb = "applied to" if apply else "for"
         err(f"kgen patch: {len(changed)} file(s) {verb} {root} ({spec.name})" if changed
              else f"kgen patch: {root} already carries {spec.name}; nothing to do")
@@ -179,15 +224,14 @@ def _engine_lock(root: Path):
             from None
 
 
-def write_all(root: Path, files: dict[str, str | None]) -> None:
+def write_all(tree: EngineTree, files: dict[str, str | None]) -> None:
     """Write every file or none (kgen.files.write_all, confined to the root: no write through a
     directory link, no link out of the tree, no special or read-only file replaced)."""
     from ..files import write_all as write_files
-
     try:
-        write_files({root / rel: text for rel, text in files.items()}, root=root)
+        write_files({tree.disk_path(rel): text for rel, text in files.items()}, root=tree.root)
     except OSError as e:
-        where = Path(e.filename) if e.filename else root
+        where = Path(e.filename) if e.filename else tree.root
         raise KgenError([Problem("engine-write", f"cannot write the patch: {where} {e.strerror or e}; nothing was "
                                  "changed", file=where)]) from None
 

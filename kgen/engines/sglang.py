@@ -1,35 +1,31 @@
-"""SGLang's DeepSeek-V4 C4 indexer keys as a table of sites (facts read from SGLang's public sources).
+"""SGLang's DeepSeek-V4 C4 indexer keys as a table of sites (facts read from SGLang's releases).
 
-The 132 B/token fact lives in five places that must agree - the pool, the memory budget, the store
-call, the reader view, the store kernel - plus the page size, the scorer choice, the fp8-only
-non-paged path and the flags. Each site below finds its place by class/function/assignment/call
-name, reads what the engine computes there, and (for `kgen patch`) rewrites it behind one server
-flag, `--enable-kgen-indexer`, so that with the flag off the engine is byte-for-byte unchanged.
+The 132 B/token fact lives in several places that must agree - the pool (through the module helper
+`get_dsv4_indexer_bytes_per_token` where the version has one), the memory budget, the store call,
+the reader view, the store kernel - plus the page size, the scorer choice, the query path, the
+fp8-only non-paged path and the flags. Each site below finds its place by class/function/
+assignment/call name, reads what the engine computes there, and (for `kgen patch`) rewrites it
+behind one server flag, `--enable-kgen-indexer`.
+
+How the flag travels (so that it reaches the C4 indexer pool and nothing else): the token pool's
+factory `_make_indexer_pool` reads it once, at start-up, for the one pool it builds without
+`force_fp4` (the C4 pool; DeepSeek-V4.1's low-ratio pools are built with `force_fp4=True` and never
+see it), and passes it as the pool's constructor argument `use_kgen_indexer` (default False: a pool
+built by anyone else reads no global state). Every consumer then asks that pool
+(`kgen_indexer.in_use(token_to_kv_pool)`), and the budget passes the flag to the shared helper.
+With the flag off every edited function computes what it computed before.
 """
 
 from __future__ import annotations
 
 import re
-from typing import cast
 
 import libcst as cst
 
 from ..diagnostics import KgenError, Problem
-from .pyeval import UNKNOWN, Function, Unknown, dotted, methods
-from .sites import (
-    Adapter,
-    Ctx,
-    Encoding,
-    Site,
-    around_statement,
-    code_of,
-    encoding_of,
-    ensure_import,
-    expression,
-    insert_statements,
-    parse_statement,
-    replace_node,
-)
+from .pyedit import LINE, Lines, call, if_block, indent_of, source_lines, span, ternary, text_lines
+from .pyeval import UNKNOWN, Function, Returns, Unknown, dotted, methods
+from .sites import Adapter, Ctx, Encoding, Site, code_of, encoding_of
 from .tree import (
     Drift,
     assignments,
@@ -48,19 +44,26 @@ POOL = "python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
 CONFIGURATOR = "python/sglang/srt/model_executor/pool_configurator.py"
 COMPRESSOR = "python/sglang/srt/layers/attention/dsv4/compressor_v2.py"
 INDEXER = "python/sglang/srt/layers/attention/dsv4/indexer.py"
+METADATA = "python/sglang/srt/layers/attention/dsv4/metadata.py"
 # the JIT store kernel moved from jit_kernel/ to kernels/jit/ between versions
 KERNELS = ("python/sglang/jit_kernel/csrc/deepseek_v4/fused_norm_rope_v2.cuh",
            "python/sglang/kernels/jit/csrc/deepseek_v4/fused_norm_rope_v2.cuh")
-# Server flags are annotated fields: on ServerArgs (older trees; newer ones add `NS("exec.kernel")`
-# to the annotation), or in a per-namespace class of arg_groups/fields/ (`ExecKernel` in exec_.py
-# today) that ServerArgs collects its fields from. Every module of that package is a candidate.
+# Server flags are annotated fields: on ServerArgs (older trees), or in a per-namespace class of
+# arg_groups/fields/ (`ExecKernel` in exec_.py) that ServerArgs collects its fields from.
 SERVER_ARGS = "python/sglang/srt/server_args.py"
 ARG_FIELDS_DIR = "python/sglang/srt/arg_groups/fields"
+# the positional order of ServerArgs' fields: new fields are appended to its tuple
+FIELD_ORDER = "python/sglang/srt/arg_groups/field_order.py"
+PYPROJECT = "python/pyproject.toml"
 
+HELPER = "get_dsv4_indexer_bytes_per_token"
 FP4_FLAG = "enable_deepseek_v4_fp4_indexer"
 FLAG = "enable_kgen_indexer"
+FLAG_CLI = "--" + FLAG.replace("_", "-")
+PARAM = "use_kgen_indexer"  # the pool's constructor argument and the helper's keyword
 PKG = "kgen_indexer"
 PKG_DIR = "python/sglang/kgen_indexer"
+IMPORT = f"from sglang import {PKG}"
 # SGLang's default --page-size for DeepSeek-V4; the C4 indexer page holds a quarter of it
 DEFAULT_PAGE_SIZE = 256
 
@@ -76,7 +79,8 @@ KERNEL_DEVICE_FUNCTION = {"fp8": "fused_norm_rope_indexer", "fp4": "fused_norm_r
 
 
 def env(ctx: Ctx) -> dict[str, object]:
-    """SGLang's configuration in the audited mode, by the spelling its code reads it with."""
+    """SGLang's configuration in the audited mode, by the spelling its code reads it with. The
+    platform is CUDA (kgen's kernels run there; the patch refuses HIP and XPU at start-up)."""
     fp4 = ctx.native_encoding()[0] == "fp4"
     flag = ctx.mode.flag
     h = ctx.spec.head_dim
@@ -84,13 +88,14 @@ def env(ctx: Ctx) -> dict[str, object]:
         "self.index_head_dim": h, "self.indexer_head_dim": h,
         "self.use_fp4_indexer": fp4, "use_fp4_indexer": fp4, "c4_indexer.use_fp4_indexer": fp4,
         f"get_exec().kernel.{FP4_FLAG}": fp4, f"get_exec().kernel.{FLAG}": flag,
-        "self.kgen_indexer": flag, f"{PKG}.enabled()": flag,
+        f"self.{PARAM}": flag, f"{PKG}.enabled()": flag, f"{PKG}.in_use": Returns(flag),
+        "_is_hip": False, "_is_npu": False, "_is_xpu": False, "is_hip()": False, "is_xpu()": False,
     }
 
 
 def _mode_text(ctx: Ctx) -> str:
     if ctx.mode.flag:
-        return f"with --{FLAG.replace('_', '-')}"
+        return f"with {FLAG_CLI}"
     key, _ = ctx.native_encoding()
     return "fp4 indexer" if key == "fp4" else "fp8 indexer, the default"
 
@@ -100,25 +105,118 @@ def _holds(stmt: cst.CSTNode, node: cst.CSTNode) -> bool:
     return any(n is node for n in collect_all(stmt))
 
 
-def _route_bytes_per_token(ctx: Ctx, find) -> None:
-    """Rewrite the assignment `find(ctx)` locates (its last item) to read the generated bytes per
-    token under the flag, the engine's own expression (parenthesized once) otherwise."""
-    parsed, *_, assign = find(ctx)
-    if _kgen_code(ctx, assign, parsed):
-        return
-    parsed = ensure_import(ctx, parsed)
-    parsed, *_, assign = find(ctx)
-    code = code_of(parsed, assign.value)
-    engine = code if assign.value.lpar else f"({code})"
-    replace_node(ctx, parsed, assign.value, expression(f"{PKG}.host.BYTES_PER_TOKEN if {PKG}.enabled() else {engine}"))
-
-
-def _kgen_code(ctx: Ctx, node: cst.CSTNode, parsed) -> bool:
+def _kgen_code(node: cst.CSTNode, parsed) -> bool:
     return PKG in code_of(parsed, node)
 
 
+def _statement(fn: cst.CSTNode, node: cst.CSTNode) -> cst.BaseStatement:
+    """The statement around `node` that lines can be inserted around (an anchor in an `if` header or a
+    one-line suite gives that `if`: kgen.engines.tree.statement_of)."""
+    return statement_of(fn, node)
+
+
 # ---------------------------------------------------------------------------------------------
-# server flag
+# edits as whole lines (kgen/engines/pyedit.py): the engine's lines keep their bytes
+
+
+def _edit(ctx: Ctx, parsed, change) -> None:
+    lines = Lines(parsed.text)
+    change(lines)
+    ctx.tree.write(parsed.rel, lines.apply())
+
+
+def ensure_import(ctx: Ctx, rel: str) -> None:
+    """`from sglang import kgen_indexer` where isort (profile black) puts it: first of the module's
+    top-level `from sglang...` imports (`sglang` sorts before `sglang.x`), or after its imports."""
+    parsed = ctx.tree.parse(rel)
+    if IMPORT in text_lines(parsed.text):
+        return
+    top = [s for s in parsed.module.body if isinstance(s, cst.SimpleStatementLine)
+           and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)]
+    own = [s for s in top for x in s.body if isinstance(x, cst.ImportFrom) and x.module is not None
+           and not x.relative and (dotted(x.module) or "").split(".")[0] == "sglang"]
+    if any(isinstance(x, cst.ImportFrom) and dotted(x.module) == "sglang" for s in own for x in s.body
+           if isinstance(x, cst.ImportFrom) and x.module is not None):
+        raise Drift(ctx.tree.path(rel), "no `from sglang import ...` line (kgen adds its own)", 2, "imports")
+    if own:
+        _edit(ctx, parsed, lambda lines: lines.insert_before(span(parsed, own[0])[0], [IMPORT]))
+    elif top:
+        _edit(ctx, parsed, lambda lines: lines.insert_after(span(parsed, top[-1])[1], ["", IMPORT]))
+    else:
+        raise Drift(ctx.tree.path(rel), "a top-level import to place kgen's import after", 0, "imports")
+
+
+def _args_code(parsed, node: cst.Call) -> list[str]:
+    return [code_of(parsed, a).rstrip().rstrip(",").strip() for a in node.args]
+
+
+def add_keyword(ctx: Ctx, parsed, stmt: cst.BaseStatement, node: cst.Call, keyword: str) -> None:
+    """Append `keyword` (`name=value`) to the call `node`, the only call of statement `stmt`'s
+    line structure: a call already one argument per line with a trailing comma gets one more line;
+    otherwise the statement is rewritten as black writes the longer call."""
+    first, last = span(parsed, stmt)
+    text = source_lines(parsed, stmt)
+    if node.args and node.args[-1].comma is not cst.MaybeSentinel.DEFAULT and len(text) > 2 \
+            and text[-2].rstrip().endswith(","):
+        arg_line = text[-2]
+        indent = arg_line[: len(arg_line) - len(arg_line.lstrip())]
+        _edit(ctx, parsed, lambda lines: lines.insert_after(last - 1, [f"{indent}{keyword},"]))
+        return
+    start = parsed.positions[node].start
+    head_line = text[0]
+    col = start.column if start.line == first else None
+    open_at = head_line.index("(", col or 0) if col is not None else -1
+    if col is None or open_at < 0 or not text[-1].rstrip().endswith(")"):
+        raise Drift(ctx.tree.path(parsed.rel), f"a call statement kgen can extend with {keyword}", 0, "edit")
+    indent = head_line[: len(head_line) - len(head_line.lstrip())]
+    head = head_line[len(indent):open_at]
+    new = call(indent, head, [*_args_code(parsed, node), keyword])
+    _edit(ctx, parsed, lambda lines: lines.replace(first, last, new))
+
+
+def add_parameter(ctx: Ctx, parsed, fn: cst.FunctionDef, param: str) -> None:
+    """Append `param` (`name: type = default`) to a function's parameters, as black writes them."""
+    header_first = span(parsed, fn.name)[0]
+    body_first = span(parsed, fn.body.body[0])[0] if fn.body.body else header_first + 1
+    lines_ = text_lines(parsed.text)[header_first - 1:body_first - 1]
+    while lines_ and not lines_[-1].rstrip().endswith(":"):
+        lines_.pop()  # comments or a docstring start: the header ends at its colon
+    last = header_first + len(lines_) - 1
+    params = fn.params
+    if params.star_kwarg is not None or params.kwonly_params or params.star_arg is not cst.MaybeSentinel.DEFAULT:
+        raise Drift(ctx.tree.path(parsed.rel), f"{fn.name.value}'s parameters without * or ** (kgen appends one)",
+                    0, "edit")
+    if len(lines_) > 2 and lines_[-2].rstrip().endswith(","):
+        arg_line = lines_[-2]
+        indent = arg_line[: len(arg_line) - len(arg_line.lstrip())]
+        _edit(ctx, parsed, lambda lines: lines.insert_after(last - 1, [f"{indent}{param},"]))
+        return
+    indent = lines_[0][: len(lines_[0]) - len(lines_[0].lstrip())]
+    names = [code_of(parsed, p).rstrip().rstrip(",").strip() for p in params.params]
+    returns = f" -> {code_of(parsed, fn.returns.annotation)}" if fn.returns is not None else ""
+    new = call(indent, f"def {fn.name.value}", [*names, param], f"{returns}:")
+    _edit(ctx, parsed, lambda lines: lines.replace(header_first, last, new))
+
+
+def guard_first(ctx: Ctx, parsed, fn: cst.FunctionDef, test: str, body) -> None:
+    """Put `if test: <body>` first in `fn` (after its docstring); `body` is a list of statements
+    or a function of the body's indent returning its lines."""
+    statements = fn.body.body
+    at = statements[1] if _has_docstring(fn) and len(statements) > 1 else statements[0]
+    indent = indent_of(parsed, at)
+    lines_ = body(indent + "    ") if callable(body) else [f"{indent}    {b}" for b in body]
+    block = if_block(indent, test, lines_)
+    _edit(ctx, parsed, lambda lines: lines.insert_before(span(parsed, at)[0], block))
+
+
+def _has_docstring(fn: cst.FunctionDef) -> bool:
+    body = fn.body.body
+    return bool(body) and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) \
+        and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+
+
+# ---------------------------------------------------------------------------------------------
+# server flag and its registration
 
 
 def _server_args(ctx: Ctx):
@@ -134,17 +232,7 @@ def _server_args(ctx: Ctx):
     return found[0]
 
 
-FLAG_HELP = f"Store and score the DeepSeek-V4 indexer keys as kgen's variant in {PKG_DIR} (added by kgen patch)."
-
-
-def _flag_annotation(parsed, anchor: cst.AnnAssign) -> str:
-    """The new flag's annotation, in the style of the fp4 flag's: `A[bool, "help", NS(...)]` (the
-    annotation makes the CLI flag; trailing metadata such as the namespace is kept), else `bool`."""
-    ann = anchor.annotation.annotation
-    if not isinstance(ann, cst.Subscript) or len(ann.slice) < 2:
-        return "bool"
-    rest = [code_of(parsed, el.slice.value) for el in ann.slice[2:] if isinstance(el.slice, cst.Index)]
-    return f"{code_of(parsed, ann.value)}[{', '.join(['bool', repr(FLAG_HELP), *rest])}]"
+FLAG_HELP = "Store and score the DeepSeek-V4 C4 indexer keys as kgen's variant (kgen patch)."
 
 
 def audit_flag(ctx: Ctx) -> None:
@@ -158,30 +246,69 @@ def audit_flag(ctx: Ctx) -> None:
                    f"chooses among the engine's own indexer layouts ({own})", ctx.patch_fix)
     elif ctx.mode.installed != ctx.name:
         held = ctx.mode.installed or "nothing"
-        ctx.report("engine-flag", parsed, cls, f"--{FLAG.replace('_', '-')} exists but kgen's files in "
-                   f"{PKG_DIR} hold {held}, not {ctx.name}", ctx.patch_fix)
+        ctx.report("engine-flag", parsed, cls, f"{FLAG_CLI} exists but kgen's files in {PKG_DIR} hold {held}, "
+                   f"not {ctx.name}", ctx.patch_fix)
 
 
 def patch_flag(ctx: Ctx) -> None:
-    parsed, cls, field = _server_args(ctx)
+    parsed, _cls, field = _server_args(ctx)
     if find_classes_with(parsed, FLAG):
         return
-    stmt = parse_statement(f"{FLAG}: {_flag_annotation(parsed, field)} = False\n")
-    stmt = stmt.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
-        f"# kgen patch: store and score the DeepSeek-V4 indexer keys as kgen's variant ({PKG_DIR})"))])
-    holder = statement_of(cls, field)
-    around_statement(ctx, parsed, holder, [stmt], "after")
+    holder = _statement(parsed.module, field)
+    indent = indent_of(parsed, holder)
+    ann = field.annotation.annotation
+    if isinstance(ann, cst.Subscript) and len(ann.slice) >= 2:
+        # `A[bool, "help", NS(...)]`: the annotation makes the CLI flag; trailing metadata is kept
+        rest = [code_of(parsed, el.slice.value) for el in ann.slice[2:] if isinstance(el.slice, cst.Index)]
+        elements = ["bool", f'"{FLAG_HELP}"', *rest]
+        new = [f"{indent}{FLAG}: {code_of(parsed, ann.value)}[", *(f"{indent}    {e}," for e in elements),
+               f"{indent}] = False"]
+    else:
+        new = [f"{indent}# {FLAG_HELP}", f"{indent}{FLAG}: bool = False"]
+    _edit(ctx, parsed, lambda lines: lines.insert_after(span(parsed, holder)[1], new))
+
+
+def _field_order(ctx: Ctx):
+    """(parsed, tuple) of the field-order tuple that lists the fp4 flag, or None without the file."""
+    if not ctx.tree.exists(FIELD_ORDER):
+        return None
+    parsed = ctx.tree.parse(FIELD_ORDER)
+    found = [v for v in parsed.scope.constants.values() if isinstance(v, (cst.Tuple, cst.List))
+             and any(isinstance(e.value, cst.SimpleString) and e.value.evaluated_value == FP4_FLAG
+                     for e in v.elements)]
+    return parsed, one(found, ctx.tree, parsed, f"the field-order tuple listing '{FP4_FLAG}'", "server field order")
+
+
+def _lists_flag(value: cst.Tuple | cst.List) -> bool:
+    return any(isinstance(e.value, cst.SimpleString) and e.value.evaluated_value == FLAG for e in value.elements)
+
+
+def audit_field_order(ctx: Ctx) -> None:
+    found = _field_order(ctx)
+    if found is None or not ctx.mode.flag:
+        return
+    parsed, value = found
+    if not _lists_flag(value):
+        ctx.report("engine-flag", parsed, value, f"{FLAG} is not in the field order (ServerArgs' positional "
+                   "signature): the field lands after the extension fields", ctx.patch_fix)
+
+
+def patch_field_order(ctx: Ctx) -> None:
+    found = _field_order(ctx)
+    if found is None:
+        return
+    parsed, value = found
+    if _lists_flag(value):
+        return
+    last = value.elements[-1]
+    line = text_lines(parsed.text)[span(parsed, last)[0] - 1]
+    indent = line[: len(line) - len(line.lstrip())]
+    # appended: the tuple is ServerArgs' positional order, and inserting would shift existing calls
+    _edit(ctx, parsed, lambda lines: lines.insert_after(span(parsed, last)[1], [f'{indent}"{FLAG}",']))
 
 
 # ---------------------------------------------------------------------------------------------
-# the pool: flag read, bytes per token, page bytes, page size
-
-
-def _method(ctx: Ctx, rel: str, cls_name: str, method_name: str, what: str):
-    """(parsed file, class, method) of the anchor `cls_name.method_name` in the engine file `rel`."""
-    parsed = ctx.tree.parse(ctx.tree.pick([rel], f"class {cls_name}", what))
-    cls = find_class(ctx.tree, parsed, cls_name, what)
-    return parsed, cls, find_method(ctx.tree, parsed, cls, method_name, what)
+# the pool: the shared helper, the flag parameter, bytes per token, page bytes, the factory
 
 
 def _pool(ctx: Ctx, cls_name: str = "DeepSeekV4IndexerPool"):
@@ -190,7 +317,39 @@ def _pool(ctx: Ctx, cls_name: str = "DeepSeekV4IndexerPool"):
     return parsed, find_class(ctx.tree, parsed, cls_name, "indexer pool")
 
 
-def _fp4_read(ctx: Ctx):
+def _helper(ctx: Ctx):
+    """(parsed, def) of the module helper the pool and the budget share, or (parsed, None) in
+    versions without one (the pool's method computes the bytes itself)."""
+    parsed = ctx.tree.parse(ctx.tree.pick([POOL], f"function {HELPER}", "indexer bytes helper"))
+    found = [s for s in parsed.module.body if isinstance(s, cst.FunctionDef) and s.name.value == HELPER]
+    return parsed, one(found, ctx.tree, parsed, f"function {HELPER}", "indexer bytes helper") if found else None
+
+
+def _takes(fn: cst.FunctionDef, name: str) -> bool:
+    return any(p.name.value == name for p in [*fn.params.params, *fn.params.kwonly_params])
+
+
+def audit_helper(ctx: Ctx) -> None:
+    parsed, helper = _helper(ctx)
+    if helper is not None and ctx.mode.flag and not _takes(helper, PARAM):
+        ctx.report("engine-pool", parsed, helper.name, f"{HELPER} has no {PARAM} parameter: the pool and the "
+                   f"budget it feeds cannot size {ctx.name}", ctx.patch_fix)
+
+
+def patch_helper(ctx: Ctx) -> None:
+    parsed, helper = _helper(ctx)
+    if helper is None or _takes(helper, PARAM):
+        return
+    ensure_import(ctx, parsed.rel)
+    parsed, helper = _helper(ctx)
+    assert helper is not None
+    add_parameter(ctx, parsed, helper, f"{PARAM}: bool = False")
+    parsed, helper = _helper(ctx)
+    assert helper is not None
+    guard_first(ctx, parsed, helper, PARAM, [f"return {PKG}.host.BYTES_PER_TOKEN"])
+
+
+def _init(ctx: Ctx):
     parsed, cls = _pool(ctx)
     init = find_method(ctx.tree, parsed, cls, "__init__", "indexer pool flags")
     anchor = one(assignments(init, "self.use_fp4_indexer"), ctx.tree, parsed,
@@ -199,20 +358,21 @@ def _fp4_read(ctx: Ctx):
 
 
 def audit_pool_flag(ctx: Ctx) -> None:
-    parsed, _cls, init, anchor = _fp4_read(ctx)
-    if ctx.mode.flag and not assignments(init, "self.kgen_indexer"):
-        ctx.report("engine-flag", parsed, anchor, f"the indexer pool never reads --{FLAG.replace('_', '-')}: it "
-                   f"sizes {ctx.name}'s pages from the engine's own flags", ctx.patch_fix)
+    parsed, _cls, init, anchor = _init(ctx)
+    if ctx.mode.flag and not (_takes(init, PARAM) and assignments(init, f"self.{PARAM}")):
+        ctx.report("engine-flag", parsed, anchor, f"the indexer pool has no {PARAM} argument: it sizes "
+                   f"{ctx.name}'s pages from the engine's own flags", ctx.patch_fix)
 
 
 def patch_pool_flag(ctx: Ctx) -> None:
-    parsed, _cls, init, anchor = _fp4_read(ctx)
-    if assignments(init, "self.kgen_indexer"):
+    parsed, _cls, init, anchor = _init(ctx)
+    if _takes(init, PARAM):
         return
-    parsed = ensure_import(ctx, parsed)
-    parsed, _cls, init, anchor = _fp4_read(ctx)
-    holder = statement_of(init, anchor)
-    around_statement(ctx, parsed, holder, [parse_statement(f"self.kgen_indexer = {PKG}.enabled()\n")], "after")
+    add_parameter(ctx, parsed, init, f"{PARAM}: bool = False")
+    parsed, _cls, init, anchor = _init(ctx)
+    stmt = _statement(init, anchor)
+    indent = indent_of(parsed, stmt)
+    _edit(ctx, parsed, lambda lines: lines.insert_after(span(parsed, stmt)[1], [f"{indent}self.{PARAM} = {PARAM}"]))
 
 
 def _bytes_method(ctx: Ctx):
@@ -233,26 +393,17 @@ def audit_pool_bytes(ctx: Ctx) -> None:
 
 
 def patch_pool_bytes(ctx: Ctx) -> None:
-    _guard_method(ctx, _bytes_method, f"if self.kgen_indexer:\n    return {PKG}.host.BYTES_PER_TOKEN\n")
-
-
-def _guard_method(ctx: Ctx, find, guard: str) -> None:
-    """Put the flag branch `guard` first in the method `find(ctx)` locates (its last item), after
-    its docstring; a method that already mentions kgen's package is left alone."""
-    parsed, *_, method = find(ctx)
-    if method is None or _kgen_code(ctx, method, parsed):
+    parsed, _cls, method = _bytes_method(ctx)
+    if _kgen_code(method, parsed) or PARAM in code_of(parsed, method):
         return
-    parsed = ensure_import(ctx, parsed)
-    parsed, *_, method = find(ctx)
-    insert_statements(ctx, parsed, method, _after_docstring(method), [parse_statement(guard)])
-
-
-def _after_docstring(fn: cst.FunctionDef) -> int:
-    body = fn.body.body
-    if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) \
-            and isinstance(body[0].body[0].value, cst.SimpleString):
-        return 1
-    return 0
+    helper_calls = calls(method, HELPER)
+    if helper_calls:  # the pool asks the shared helper: it passes its flag on
+        (node,) = helper_calls
+        add_keyword(ctx, parsed, _statement(method, node), node, f"{PARAM}=self.{PARAM}")
+        return
+    ensure_import(ctx, parsed.rel)
+    parsed, _cls, method = _bytes_method(ctx)
+    guard_first(ctx, parsed, method, f"self.{PARAM}", [f"return {PKG}.host.BYTES_PER_TOKEN"])
 
 
 def audit_pool_page(ctx: Ctx) -> None:
@@ -270,31 +421,76 @@ def audit_pool_page(ctx: Ctx) -> None:
                    ctx.patch_fix)
 
 
+def _factory(ctx: Ctx):
+    """The factory and its pool constructions: (parsed, method, c4 calls, force_fp4 calls). A
+    construction inside `if force_fp4:` or passing `use_fp4_indexer=True` is a low-ratio pool."""
+    parsed, cls = _pool(ctx, "DeepSeekV4TokenToKVPool")
+    method = find_method(ctx.tree, parsed, cls, "_make_indexer_pool", "indexer pool factory")
+    built = calls(method, "DeepSeekV4IndexerPool")
+    forced = [c for c in built if _forces_fp4(method, c)]
+    c4 = [c for c in built if c not in forced]
+    if len(c4) != 1:
+        raise Drift(ctx.tree.path(parsed.rel), "one DeepSeekV4IndexerPool(...) without force_fp4 in "
+                    "DeepSeekV4TokenToKVPool._make_indexer_pool", len(c4), "indexer pool factory")
+    return parsed, method, c4[0], forced
+
+
+def _forces_fp4(method: cst.FunctionDef, node: cst.Call) -> bool:
+    if any(a.keyword is not None and a.keyword.value == "use_fp4_indexer" and dotted(a.value) == "True"
+           for a in node.args):
+        return True
+    return any(dotted(i.test) == "force_fp4" and _holds(i.body, node) for i in collect(method, cst.If))
+
+
+def _passes_flag(node: cst.Call) -> bool:
+    return any(a.keyword is not None and a.keyword.value == PARAM for a in node.args)
+
+
+def audit_factory(ctx: Ctx) -> None:
+    parsed, _method, c4, forced = _factory(ctx)
+    for node in forced:
+        if _passes_flag(node):
+            ctx.report("engine-flag", parsed, node, f"a force_fp4 (low-ratio) indexer pool is built with {PARAM}: "
+                       f"it would allocate {ctx.layout.bytes_per_token} B/token against its fp4 budget",
+                       "pass the flag to the C4 pool only")
+    if ctx.mode.flag and not _passes_flag(c4):
+        ctx.report("engine-flag", parsed, c4, f"the factory builds the C4 indexer pool without {PARAM}: "
+                   f"{FLAG_CLI} never reaches it", ctx.patch_fix)
+
+
+def patch_factory(ctx: Ctx) -> None:
+    parsed, method, c4, _forced = _factory(ctx)
+    if _passes_flag(c4):
+        return
+    ensure_import(ctx, parsed.rel)
+    parsed, method, c4, _forced = _factory(ctx)
+    add_keyword(ctx, parsed, _statement(method, c4), c4, f"{PARAM}={PKG}.enabled()")
+
+
 def audit_page_size(ctx: Ctx) -> None:
-    """The indexer pages' token count where the token pool builds the indexer pool (at the default
-    --page-size). The factory is called from __init__ in some versions and from a helper such as
-    `_init_compressed_pools` (a comprehension over compression ratios) in others: every method is
-    searched. Call sites whose argument the interpreter cannot follow (a loop's ratio) are left to
-    the reader site, whose view states the page size the scorer assumes."""
+    """The C4 indexer pages' token count where the token pool builds the C4 pool (at the default
+    --page-size). Calls passing force_fp4 build the low-ratio pools and are not this cache; calls
+    whose argument the interpreter cannot follow (a comprehension's ratio) are left to the reader
+    site, whose view states the page size the scorer assumes."""
     parsed, cls = _pool(ctx, "DeepSeekV4TokenToKVPool")
     find_method(ctx.tree, parsed, cls, "_make_indexer_pool", "indexer pool factory")
-    sites = [(method, call) for method in methods(cls).values()
-             for call in calls(method, "self._make_indexer_pool")]
+    sites = [(method, c) for method in methods(cls).values() for c in calls(method, "self._make_indexer_pool")]
     if not sites:
         raise Drift(ctx.tree.path(parsed.rel), "self._make_indexer_pool(...) in a method of DeepSeekV4TokenToKVPool",
                     0, "indexer pool factory")
-    for method, call in sites:
+    for method, node in sites:
+        if any(a.keyword is not None and a.keyword.value == "force_fp4" for a in node.args):
+            continue
         fn = Function(method, parsed.scope, cls)
-        positional = [a for a in call.args if a.keyword is None]
-        arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "page_size"),
+        positional = [a for a in node.args if a.keyword is None]
+        arg = next((a for a in node.args if a.keyword is not None and a.keyword.value == "page_size"),
                    positional[1] if len(positional) > 1 else None)
         if arg is None:
             raise Drift(ctx.tree.path(parsed.rel), "self._make_indexer_pool(size, page_size, ...)", 0,
                         "indexer pool factory")
-        stmt = statement_of(method, call)
         try:
-            got = ctx.evaluator().value_at(fn, stmt, arg.value, {"page_size": DEFAULT_PAGE_SIZE,
-                                                                 "self.page_size": DEFAULT_PAGE_SIZE})
+            got = ctx.evaluator().value_at(fn, _statement(method, node), arg.value,
+                                           {"page_size": DEFAULT_PAGE_SIZE, "self.page_size": DEFAULT_PAGE_SIZE})
         except Unknown:
             continue
         if got != ctx.layout.page_size:
@@ -319,21 +515,63 @@ def audit_fp8_helpers(ctx: Ctx) -> None:
         return
     parsed, helpers = _fp8_helpers(ctx)
     for m in helpers:
-        if not _kgen_code(ctx, m, parsed):
+        if f"self.{PARAM}" not in code_of(parsed, m):
             ctx.report("engine-fp8-helper", parsed, m.name, f"DeepSeekV4IndexerPool.{m.name.value} reads or writes "
-                       f"the engine's own (fp8/fp4) layout and stays callable with --{FLAG.replace('_', '-')} "
-                       f"({ctx.name})",
+                       f"the engine's own (fp8/fp4) layout and stays callable with {FLAG_CLI} ({ctx.name})",
                        ctx.patch_fix)
 
 
 def patch_fp8_helpers(ctx: Ctx) -> None:
     for name in FP8_HELPERS:
-        def helper(ctx: Ctx, name: str = name):
-            parsed, helpers = _fp8_helpers(ctx)
-            return parsed, next((m for m in helpers if m.name.value == name), None)
+        parsed, helpers = _fp8_helpers(ctx)
+        m = next((h for h in helpers if h.name.value == name), None)
+        if m is None or f"self.{PARAM}" in code_of(parsed, m):
+            continue
+        message = f'"{name}: the keys are kgen\'s ({FLAG_CLI})"'
+        guard_first(ctx, parsed, m, f"self.{PARAM}",
+                    lambda inner, message=message: call(inner, "raise NotImplementedError", [message]))
 
-        _guard_method(ctx, helper, f"if self.kgen_indexer:\n    raise NotImplementedError(\"{name}: the engine's own "
-                      f"indexer layout; with --{FLAG.replace('_', '-')} the keys are {PKG}'s\")\n")
+
+def _pd_layout(ctx: Ctx):
+    """(parsed, method) of DeepSeekV4TokenToKVPool.pd_kv_layout, or None in versions without it."""
+    parsed, cls = _pool(ctx, "DeepSeekV4TokenToKVPool")
+    found = methods(cls).get("pd_kv_layout")
+    return (parsed, found) if found is not None else None
+
+
+def audit_pd_layout(ctx: Ctx) -> None:
+    found = _pd_layout(ctx)
+    if found is None or not ctx.mode.flag:
+        return
+    parsed, method = found
+    if not _kgen_code(method, parsed):
+        ctx.report("engine-pd", parsed, method.name, "the PD handshake (pd_kv_layout) does not name the indexer "
+                   f"layout: a prefill peer without {FLAG_CLI} would send fp8 keys to a {ctx.name} decode peer",
+                   ctx.patch_fix)
+
+
+def patch_pd_layout(ctx: Ctx) -> None:
+    found = _pd_layout(ctx)
+    if found is None or _kgen_code(found[1], found[0]):
+        return
+    parsed, method = found
+    final = [s for s in method.body.body if isinstance(s, cst.SimpleStatementLine)
+             and isinstance(s.body[0], cst.Return)]
+    if not final or final[-1] is not method.body.body[-1]:
+        raise Drift(ctx.tree.path(parsed.rel), "pd_kv_layout ending in `return <layout string>`", 0, "PD handshake")
+    ensure_import(ctx, parsed.rel)
+    found = _pd_layout(ctx)
+    assert found is not None
+    parsed, method = found
+    ret = method.body.body[-1]
+    indent = indent_of(parsed, ret)
+    value = " ".join(part.strip() for part in code_of(parsed, ret.body[0].value).splitlines())
+    inner = indent + "    "
+    ours = [f"{inner}return {PKG}.pd_layout({value})"]
+    if len(ours[0]) > LINE:
+        ours = [f"{inner}layout = {value}", f"{inner}return {PKG}.pd_layout(layout)"]
+    new = if_block(indent, f"{PKG}.in_use(self)", ours)
+    _edit(ctx, parsed, lambda lines: lines.insert_before(span(parsed, ret)[0], new))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,26 +579,73 @@ def patch_fp8_helpers(ctx: Ctx) -> None:
 
 
 def _budget(ctx: Ctx):
-    parsed, cls, method = _method(ctx, CONFIGURATOR, "DSV4PoolConfigurator", "_get_bytes_per_full_token",
-                                  "memory budget")
-    anchor = one(assignments(method, "indexer_bytes"), ctx.tree, parsed,
-                 "DSV4PoolConfigurator._get_bytes_per_full_token: indexer_bytes = ...", "memory budget")
-    return parsed, cls, method, anchor
+    """The budget's indexer bytes: `self.indexer_bytes_per_token = get_dsv4_indexer_bytes_per_token(
+    ...)` in DSV4PoolConfigurator.__init__ (versions with the helper), else `indexer_bytes = ...` in
+    its _get_bytes_per_full_token. Returns (parsed, cls, method, assignment, helper call or None)."""
+    parsed = ctx.tree.parse(ctx.tree.pick([CONFIGURATOR], "class DSV4PoolConfigurator", "memory budget"))
+    cls = find_class(ctx.tree, parsed, "DSV4PoolConfigurator", "memory budget")
+    shapes: list[tuple[cst.FunctionDef, cst.Assign, cst.Call | None]] = []
+    init = methods(cls).get("__init__")
+    if init is not None:
+        for a in assignments(init, "self.indexer_bytes_per_token"):
+            helper_calls = calls(a.value, HELPER)
+            if len(helper_calls) == 1:
+                shapes.append((init, a, helper_calls[0]))
+    per_token = methods(cls).get("_get_bytes_per_full_token")
+    if per_token is not None:
+        shapes += [(per_token, a, None) for a in assignments(per_token, "indexer_bytes")]
+    if len(shapes) != 1:
+        raise Drift(ctx.tree.path(parsed.rel), f"DSV4PoolConfigurator.__init__: self.indexer_bytes_per_token = "
+                    f"{HELPER}(...), or DSV4PoolConfigurator._get_bytes_per_full_token: indexer_bytes = ...",
+                    len(shapes), "memory budget")
+    method, assign, helper_call = shapes[0]
+    return parsed, cls, method, assign, helper_call
 
 
 def audit_budget(ctx: Ctx) -> None:
-    parsed, cls, method, assign = _budget(ctx)
+    parsed, cls, method, assign, _ = _budget(ctx)
     got = ctx.evaluate("memory budget", parsed, assign.value, lambda: ctx.evaluator().value_at(
         Function(method, parsed.scope, cls), assign, assign.value))
     bpt = ctx.layout.bytes_per_token
-    if got is not None and got != bpt:
+    # The engine may reserve more than its own pool takes (CUDA's fp4 pool is budgeted at the fp8
+    # bytes by design); with kgen's flag the budget must be exact, and never below the pool.
+    if got is not None and (got < bpt or (got != bpt and ctx.mode.native is None)):
         effect = "under-budgets the indexer pool: OOM at load" if got < bpt else "over-reserves memory"
         ctx.report("engine-budget", parsed, assign.value, f"the memory budget counts {got} B/token for the indexer "
                    f"but {ctx.name} stores {bpt} B/token ({effect})", ctx.patch_fix)
 
 
 def patch_budget(ctx: Ctx) -> None:
-    _route_bytes_per_token(ctx, _budget)
+    parsed, cls, method, assign, helper_call = _budget(ctx)
+    if _kgen_code(assign, parsed):
+        return
+    ensure_import(ctx, parsed.rel)
+    parsed, cls, method, assign, helper_call = _budget(ctx)
+    stmt = _statement(method, assign)
+    if helper_call is not None:
+        add_keyword(ctx, parsed, stmt, helper_call, f"{PARAM}={PKG}.enabled()")
+        return
+    indent = indent_of(parsed, stmt)
+    value = assign.value
+    inner = value.with_changes(lpar=(), rpar=()) if value.lpar else value
+    engine = cst.Module(body=[]).code_for_node(inner)
+    if "\n" in engine:
+        engine = " ".join(part.strip() for part in engine.splitlines())
+    target = code_of(parsed, assign.targets[0].target)
+    new = ternary(indent, f"{target} = ", f"{PKG}.host.BYTES_PER_TOKEN", f"{PKG}.enabled()", engine)
+    _edit(ctx, parsed, lambda lines: lines.replace(*span(parsed, stmt), new))
+
+
+def audit_low_ratio_budget(ctx: Ctx) -> None:
+    """The V4.1 low-ratio pools' budget (`self.low_ratio_index_bytes = helper(..., use_fp4_indexer=True)`)
+    must not take kgen's flag: those pools never see it."""
+    parsed = ctx.tree.parse(ctx.tree.pick([CONFIGURATOR], "class DSV4PoolConfigurator", "memory budget"))
+    cls = find_class(ctx.tree, parsed, "DSV4PoolConfigurator", "memory budget")
+    for method in methods(cls).values():
+        for a in assignments(method, "self.low_ratio_index_bytes"):
+            if PARAM in code_of(parsed, a):
+                ctx.report("engine-budget", parsed, a, f"the low-ratio indexer budget passes {PARAM}: those pools "
+                           "are fp4 whatever the flag", "pass the flag to the C4 budget only")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,66 +653,75 @@ def patch_budget(ctx: Ctx) -> None:
 
 
 def _store(ctx: Ctx):
-    parsed, cls, method = _method(ctx, COMPRESSOR, "CompressorBackendMixin", "_forward_compress_all_in_one",
-                                  "indexer store")
-    call = one(calls(method, "compress_norm_rope_store"), ctx.tree, parsed,
+    parsed = ctx.tree.parse(ctx.tree.pick([COMPRESSOR], "class CompressorBackendMixin", "indexer store"))
+    cls = find_class(ctx.tree, parsed, "CompressorBackendMixin", "indexer store")
+    method = find_method(ctx.tree, parsed, cls, "_forward_compress_all_in_one", "indexer store")
+    node = one(calls(method, "compress_norm_rope_store"), ctx.tree, parsed,
                "compress_norm_rope_store(...) in CompressorBackendMixin._forward_compress_all_in_one", "indexer store")
-    return parsed, cls, method, call
+    return parsed, cls, method, node
 
 
 def audit_store(ctx: Ctx) -> None:
-    parsed, _cls, method, call = _store(ctx)
+    parsed, _cls, method, node = _store(ctx)
     routed = calls(method, f"{PKG}.store")
     if ctx.mode.flag:
         if not routed:
-            ctx.report("engine-store", parsed, call, f"with --{FLAG.replace('_', '-')} the indexer store still "
-                       f"calls the engine's kernel, not kgen's op for {ctx.name}", ctx.patch_fix)
+            ctx.report("engine-store", parsed, node, f"with {FLAG_CLI} the indexer store still calls the engine's "
+                       f"kernel, not kgen's op for {ctx.name}", ctx.patch_fix)
+        elif not any(a.keyword is None and "eps" in code_of(parsed, a) for a in routed[0].args):
+            ctx.report("engine-store", parsed, routed[0], "kgen's store is not given the model's norm eps",
+                       ctx.patch_fix)
         return
     _key, written = ctx.native_encoding()
     want = encoding_of(ctx.layout)
     if written != want:
-        ctx.report("engine-store", parsed, call, f"the indexer store (compress_norm_rope_store, the engine's JIT "
+        ctx.report("engine-store", parsed, node, f"the indexer store (compress_norm_rope_store, the engine's JIT "
                    f"kernel) writes {written} ({_mode_text(ctx)}) but {ctx.name} stores {want}", ctx.patch_fix)
 
 
-def _kwarg(call: cst.Call, name: str, parsed, ctx: Ctx) -> str:
-    arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+def _kwarg(node: cst.Call, name: str, parsed, ctx: Ctx) -> str:
+    arg = next((a for a in node.args if a.keyword is not None and a.keyword.value == name), None)
     if arg is None:
         raise Drift(ctx.tree.path(parsed.rel), f"compress_norm_rope_store(..., {name}=...)", 0, "indexer store")
     return code_of(parsed, arg.value)
 
 
 def patch_store(ctx: Ctx) -> None:
-    parsed, _cls, method, call = _store(ctx)
+    parsed, _cls, method, node = _store(ctx)
     if calls(method, f"{PKG}.store"):
         return
-    params = [*method.params.params, *method.params.kwonly_params]
-    bound = {p.name.value for p in params} | {
-        dotted(a.targets[0].target) for a in collect(method, cst.Assign)}
-    if "is_indexer" not in bound:
-        raise Drift(ctx.tree.path(parsed.rel), "is_indexer in CompressorBackendMixin._forward_compress_all_in_one "
-                    "(what tells the indexer store from the latent store)", 0, "indexer store")
-    positional = [a for a in call.args if a.keyword is None]
+    bound = {p.name.value for p in [*method.params.params, *method.params.kwonly_params]}
+    for needed in ("is_indexer", "compress_ratio"):
+        if needed not in bound:
+            raise Drift(ctx.tree.path(parsed.rel), f"parameter {needed} of CompressorBackendMixin."
+                        "_forward_compress_all_in_one", 0, "indexer store")
+    positional = [a for a in node.args if a.keyword is None]
     if len(positional) < 2:
         raise Drift(ctx.tree.path(parsed.rel), "compress_norm_rope_store(kv, plan, ...)", 0, "indexer store")
     args = [code_of(parsed, positional[0].value), code_of(parsed, positional[1].value),
-            _kwarg(call, "norm_weight", parsed, ctx), _kwarg(call, "freq_cis", parsed, ctx),
-            _kwarg(call, "out_loc", parsed, ctx), _kwarg(call, "kvcache", parsed, ctx)]
-    parsed = ensure_import(ctx, parsed)
-    parsed, _cls, method, call = _store(ctx)
-    holder = cast(cst.SimpleStatementLine, statement_of(method, call))
-    routed = parse_statement(f"{PKG}.store({', '.join(args)})\n")
-    new_if = cst.If(test=expression(f"is_indexer and {PKG}.enabled()"), body=cst.IndentedBlock([routed]),
-                    orelse=cst.Else(cst.IndentedBlock([holder.with_changes(leading_lines=())])),
-                    leading_lines=holder.leading_lines)
-    around_statement(ctx, parsed, holder, [new_if], "replace")
+            _kwarg(node, "norm_weight", parsed, ctx), _kwarg(node, "norm_eps", parsed, ctx),
+            _kwarg(node, "freq_cis", parsed, ctx), _kwarg(node, "out_loc", parsed, ctx),
+            _kwarg(node, "kvcache", parsed, ctx)]
+    ensure_import(ctx, parsed.rel)
+    parsed, _cls, method, node = _store(ctx)
+    stmt = _statement(method, node)
+    indent = indent_of(parsed, stmt)
+    test = f"is_indexer and {PKG}.in_use(self.token_to_kv_pool, compress_ratio)"
+    routed = call(indent + "    ", f"{PKG}.store", args)
+    if method.body.body[-1] is stmt:  # the store ends the method: the kgen branch returns early
+        new = if_block(indent, test, [*routed, f"{indent}    return"])
+        _edit(ctx, parsed, lambda lines: lines.insert_before(span(parsed, stmt)[0], new))
+        return
+    body = [f"    {ln}" if ln.strip() else ln for ln in source_lines(parsed, stmt)]
+    new = [*if_block(indent, test, routed), f"{indent}else:", *body]
+    _edit(ctx, parsed, lambda lines: lines.replace(*span(parsed, stmt), new))
 
 
 # ---------------------------------------------------------------------------------------------
 # the store kernel (C++: its page-byte constant and the static_assert that refuses bf16 indexers)
+# and, with the flag, kgen's own files in the tree
 
 _ASSERT_BF16 = re.compile(r"static_assert\(\s*!\(\s*kIsIndexer\s*&&\s*kBf16Store\s*\)")
-_KPAGE = re.compile(r"kPageBytes\s*=\s*(\d{1,30})(?!\d)")  # a 5000-digit constant is no page size
 # `kPageBytes = 132ll << kPageBits` inside the named device function (not crossing into the next one)
 _DEVICE_PAGE = {key: re.compile(rf"\bvoid\s+{name}\s*\((?:(?!\bvoid\b).)*?\bkPageBytes\s*=\s*(\d{{1,30}})(?:ll)?"
                                 rf"\s*<<\s*kPageBits\b", re.S) for key, name in KERNEL_DEVICE_FUNCTION.items()}
@@ -440,13 +734,7 @@ def _line_col(text: str, pos: int) -> tuple[int, int]:
 def audit_kernel(ctx: Ctx) -> None:
     lay = ctx.layout
     if ctx.mode.flag:
-        rel = f"{PKG_DIR}/kernel/{ctx.name}/config.cuh"
-        text = ctx.tree.text(rel) if ctx.tree.exists(rel) else ""
-        m = _KPAGE.search(text)
-        if m is None or int(m.group(1)) != lay.page_bytes:
-            got = m.group(1) if m else "no kPageBytes"
-            ctx.report_at("engine-kernel", rel, 1, 1, f"kgen's kernel for {ctx.name} in the engine tree has {got} "
-                          f"B pages, the spec {lay.page_bytes} B", ctx.patch_fix)
+        audit_bundle(ctx)
         return
     rel = ctx.tree.pick(KERNELS, "struct FusedNormRopeKernel", "store kernel", contains="FusedNormRopeKernel")
     text = ctx.tree.text(rel)
@@ -481,12 +769,27 @@ def audit_kernel(ctx: Ctx) -> None:
                       ctx.patch_fix)
 
 
+def audit_bundle(ctx: Ctx) -> None:
+    """kgen's files in the tree are this variant's: the spec kgen's ops resolve (spec.yaml) is one
+    variant with the spec's layout, and the host constants the pool and budget read are its numbers."""
+    from .bundle import bundle_problems
+
+    for rel, line, message in bundle_problems(ctx, PKG_DIR):
+        ctx.report_at("engine-kernel", rel, line, 1, message, ctx.patch_fix)
+
+
 # ---------------------------------------------------------------------------------------------
-# the reader: view width, page size of the view, scorer choice, non-paged fp8 path
+# the reader: view width, page size of the view, query path, scorer choice, metadata, non-paged path
+
+
+def _reader_method(ctx: Ctx, name: str, what: str):
+    parsed = ctx.tree.parse(ctx.tree.pick([INDEXER], "class C4IndexerBackendMixin", what))
+    cls = find_class(ctx.tree, parsed, "C4IndexerBackendMixin", what)
+    return parsed, cls, find_method(ctx.tree, parsed, cls, name, what)
 
 
 def _reader(ctx: Ctx):
-    return _method(ctx, INDEXER, "C4IndexerBackendMixin", "forward_c4_indexer", "indexer reader")
+    return _reader_method(ctx, "forward_c4_indexer", "indexer reader")
 
 
 def _view_width(ctx: Ctx):
@@ -513,7 +816,7 @@ def audit_reader(ctx: Ctx) -> None:
     if len(views[0].args) != 4:
         raise Drift(ctx.tree.path(parsed.rel), "a 4-D reader view (pages, P, 1, width)", 0, "indexer reader view")
     page_arg = views[0].args[1].value
-    stmt = statement_of(method, views[0])
+    stmt = _statement(method, views[0])
     tokens = ctx.evaluate("reader view page size", parsed, page_arg,
                           lambda: ctx.evaluator().value_at(fn, stmt, page_arg))
     if tokens is not None and tokens != lay.page_size:
@@ -522,7 +825,18 @@ def audit_reader(ctx: Ctx) -> None:
 
 
 def patch_reader(ctx: Ctx) -> None:
-    _route_bytes_per_token(ctx, _view_width)
+    parsed, _cls, method, assign = _view_width(ctx)
+    if _kgen_code(assign, parsed):
+        return
+    ensure_import(ctx, parsed.rel)
+    parsed, _cls, method, assign = _view_width(ctx)
+    stmt = _statement(method, assign)
+    value = assign.value
+    engine = code_of(parsed, value)
+    engine = engine if value.lpar or not isinstance(value, cst.IfExp) else f"({engine})"
+    new = ternary(indent_of(parsed, stmt), "head_dim_with_sf = ", f"{PKG}.host.BYTES_PER_TOKEN",
+                  f"{PKG}.in_use(self.token_to_kv_pool)", engine)
+    _edit(ctx, parsed, lambda lines: lines.replace(*span(parsed, stmt), new))
 
 
 def _scorer(ctx: Ctx):
@@ -538,12 +852,14 @@ def _scorer(ctx: Ctx):
     return parsed, cls, method, found
 
 
-def _scorer_name(parsed, binding: cst.CSTNode) -> str:
+def _scorer_name(parsed, binding: cst.CSTNode) -> str | None:
     if isinstance(binding, cst.ImportFrom):
         alias = next(a for a in binding.names if a.asname is not None)  # type: ignore[union-attr]
         module = dotted(binding.module) if binding.module is not None else ""
         return f"{module}.{dotted(alias.name)}"
     assert isinstance(binding, cst.Assign)
+    if dotted(binding.value) == "None":
+        return None  # a branch that scores with no `fn` (HIP's fp4 path calls its kernel directly)
     return dotted(binding.value) or code_of(parsed, binding.value)
 
 
@@ -552,13 +868,13 @@ def audit_scorer(ctx: Ctx) -> None:
     ours = [a for a in found if isinstance(a, cst.Assign) and dotted(a.value) == f"{PKG}.logits"]
     if ctx.mode.flag:
         if not ours:
-            ctx.report("engine-scorer", parsed, found[0], f"with --{FLAG.replace('_', '-')} the indexer still scores "
-                       f"with the engine's kernels, which cannot read {ctx.name}", ctx.patch_fix)
+            ctx.report("engine-scorer", parsed, found[0], f"with {FLAG_CLI} the indexer still scores with the "
+                       f"engine's kernels, which cannot read {ctx.name}", ctx.patch_fix)
         return
     want = encoding_of(ctx.layout)
     _key, reads = ctx.native_encoding()
     if reads.storage() != want.storage():
-        names = sorted({_scorer_name(parsed, a) for a in found if a not in ours})
+        names = sorted({n for a in found if a not in ours for n in [_scorer_name(parsed, a)] if n is not None})
         ctx.report("engine-scorer", parsed, found[0], f"the indexer scores with {', '.join(names)}, which read "
                    f"{reads} pages ({_mode_text(ctx)}); {ctx.name} stores {want} and needs kgen's scorer",
                    ctx.patch_fix)
@@ -568,17 +884,115 @@ def patch_scorer(ctx: Ctx) -> None:
     parsed, _cls, method, found = _scorer(ctx)
     if any(isinstance(a, cst.Assign) and dotted(a.value) == f"{PKG}.logits" for a in found):
         return
-    parsed = ensure_import(ctx, parsed)
+    ensure_import(ctx, parsed.rel)
     parsed, _cls, method, found = _scorer(ctx)
     # right after the if/elif chain (or statement) that makes the engine's last choice, in its block
     holder = chain_statement(method, found[-1])
-    stmt = parse_statement(f"if {PKG}.enabled():\n    fn = {PKG}.logits\n")
-    around_statement(ctx, parsed, holder, [stmt], "after")
+    indent = indent_of(parsed, holder)
+    new = if_block(indent, f"{PKG}.in_use(self.token_to_kv_pool)", [f"{indent}    fn = {PKG}.logits"])
+    _edit(ctx, parsed, lambda lines: lines.insert_after(span(parsed, holder)[1], new))
+
+
+QUERY_METHODS = ("_forward_prepare_normal", "_forward_prepare_multi_stream")
+
+
+def _query_methods(ctx: Ctx) -> list[str]:
+    """The query-preparation methods this version has (the multi-stream one is newer)."""
+    _parsed, cls, _ = _reader(ctx)
+    return [name for name in QUERY_METHODS if name in methods(cls)]
+
+
+def _queries(ctx: Ctx):
+    """Every `q, weights = c4_indexer.compute_q(...)` of the indexer's query preparation."""
+    out = []
+    for name in _query_methods(ctx):
+        parsed, _cls, method = _reader_method(ctx, name, "indexer query")
+        out += [(name, c) for c in calls(method, "c4_indexer.compute_q")]
+    if not out:
+        raise Drift(ctx.tree.path(INDEXER), "c4_indexer.compute_q(...) in C4IndexerBackendMixin."
+                    f"{' / '.join(QUERY_METHODS)}", 0, "indexer query")
+    return out
+
+
+def audit_query(ctx: Ctx) -> None:
+    """With the flag the query must reach kgen's scorer unquantized: the engine's compute_q makes an
+    fp8 (or fp4) q for DeepGEMM; kgen's bf16-key scorer needs a bf16 q. (Without kgen's files the
+    query holds no fact of the spec: the engine's q matches the engine's scorer.)"""
+    if not ctx.mode.flag:
+        return
+    _queries(ctx)
+    for name in _query_methods(ctx):
+        parsed, _cls, method = _reader_method(ctx, name, "indexer query")
+        for node in calls(method, "c4_indexer.compute_q"):
+            if not calls(method, f"{PKG}.query"):
+                ctx.report("engine-query", parsed, node, f"with {FLAG_CLI} the indexer query is still quantized "
+                           f"for DeepGEMM (compute_q), and {ctx.name}'s scorer takes a bf16 q", ctx.patch_fix)
+
+
+def patch_query(ctx: Ctx) -> None:
+    _queries(ctx)
+    for name in _query_methods(ctx):
+        parsed, _cls, method = _reader_method(ctx, name, "indexer query")
+        if calls(method, f"{PKG}.query") or not calls(method, "c4_indexer.compute_q"):
+            continue
+        ensure_import(ctx, parsed.rel)
+        while True:
+            parsed, _cls, method = _reader_method(ctx, name, "indexer query")
+            todo = [c for c in calls(method, "c4_indexer.compute_q")
+                    if f"{PKG}.query" not in code_of(parsed, chain_statement(method, c))]
+            if not todo:
+                break
+            node = todo[0]
+            stmt = _statement(method, node)
+            indent = indent_of(parsed, stmt)
+            target = code_of(parsed, stmt.body[0].targets[0].target)  # type: ignore[attr-defined]
+            ours = call(indent + "    ", f"{target} = {PKG}.query", ["c4_indexer", *_args_code(parsed, node)])
+            body = [f"    {ln}" if ln.strip() else ln for ln in source_lines(parsed, stmt)]
+            new = [*if_block(indent, f"{PKG}.in_use(self.token_to_kv_pool)", ours), f"{indent}else:", *body]
+            where = span(parsed, stmt)
+            _edit(ctx, parsed, lambda lines, where=where, new=new: lines.replace(*where, new))
+
+
+def _metadata(ctx: Ctx):
+    """PagedIndexerMetadata.__post_init__'s first `if ...: self.deep_gemm_metadata = None`."""
+    parsed = ctx.tree.parse(ctx.tree.pick([METADATA], "class PagedIndexerMetadata", "indexer metadata"))
+    cls = find_class(ctx.tree, parsed, "PagedIndexerMetadata", "indexer metadata")
+    post = find_method(ctx.tree, parsed, cls, "__post_init__", "indexer metadata")
+    return parsed, cls, post
+
+
+def audit_metadata(ctx: Ctx) -> None:
+    if not ctx.mode.flag:
+        return
+    parsed, _cls, post = _metadata(ctx)
+    if not _kgen_code(post, parsed):
+        ctx.report("engine-metadata", parsed, post.name, f"with {FLAG_CLI} the indexer metadata still builds "
+                   "DeepGEMM's schedule (import deep_gemm), which kgen's scorer does not read", ctx.patch_fix)
+
+
+def patch_metadata(ctx: Ctx) -> None:
+    parsed, _cls, post = _metadata(ctx)
+    if _kgen_code(post, parsed):
+        return
+    ensure_import(ctx, parsed.rel)
+    parsed, _cls, post = _metadata(ctx)
+    first = post.body.body[0]
+    if not (isinstance(first, cst.If) and "self.deep_gemm_metadata = None" in code_of(parsed, first.body)):
+        raise Drift(ctx.tree.path(parsed.rel), "PagedIndexerMetadata.__post_init__ starting with `if ...: "
+                    "self.deep_gemm_metadata = None`", 0, "indexer metadata")
+    indent = indent_of(parsed, first)
+    # the `if` becomes an `elif` of kgen's branch: same body, same order, nothing re-indented
+    head = text_lines(parsed.text)[span(parsed, first)[0] - 1]
+    if not head.startswith(f"{indent}if "):
+        raise Drift(ctx.tree.path(parsed.rel), "an `if` statement opening __post_init__", 0, "indexer metadata")
+    block = [*if_block(indent, f"{PKG}.skips_deep_gemm(self)", [f"{indent}    self.deep_gemm_metadata = None"]),
+             f"{indent}el{head[len(indent):]}"]
+    line = span(parsed, first)[0]
+    _edit(ctx, parsed, lambda lines: lines.replace(line, line, block))
 
 
 def _nonpaged(ctx: Ctx):
-    parsed, cls, _ = _reader(ctx)
-    return parsed, cls, find_method(ctx.tree, parsed, cls, "_can_use_nonpaged_indexer", "non-paged fp8 indexer")
+    return _reader_method(ctx, "_can_use_nonpaged_indexer", "non-paged fp8 indexer")
 
 
 def audit_nonpaged(ctx: Ctx) -> None:
@@ -598,7 +1012,31 @@ def audit_nonpaged(ctx: Ctx) -> None:
 
 
 def patch_nonpaged(ctx: Ctx) -> None:
-    _guard_method(ctx, _nonpaged, f"if {PKG}.enabled():\n    return False\n")
+    parsed, _cls, method = _nonpaged(ctx)
+    if _kgen_code(method, parsed):
+        return
+    ensure_import(ctx, parsed.rel)
+    parsed, _cls, method = _nonpaged(ctx)
+    guard_first(ctx, parsed, method, f"{PKG}.in_use(self.token_to_kv_pool)", ["return False"])
+
+
+# ---------------------------------------------------------------------------------------------
+# kgen declared as the engine's optional dependency (a checkout's python/pyproject.toml)
+
+
+def patch_dependency(ctx: Ctx) -> None:
+    if not ctx.tree.exists(PYPROJECT):
+        return  # an installed package has no pyproject: the PR summary says so
+    text = ctx.tree.text(PYPROJECT)
+    if re.search(r"(?m)^kgen\s*=", text):
+        return
+    m = re.search(r"(?m)^\[project\.optional-dependencies\]\s*$", text)
+    if m is None:
+        raise Drift(ctx.tree.path(PYPROJECT), "[project.optional-dependencies]", 0, "optional dependency")
+    from .. import __version__
+
+    line = f'kgen = ["kgen=={__version__}"]  # --enable-kgen-indexer\n'
+    ctx.tree.write(PYPROJECT, text[: m.end() + 1] + line + text[m.end() + 1:])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -608,8 +1046,11 @@ def patch_nonpaged(ctx: Ctx) -> None:
 def _flag_read(ctx: Ctx) -> tuple[str, str, str]:
     """How SGLang reads a server flag, taken from the pool's own fp4 read: (import line, kgen's flag
     expression, the fp4 flag's expression)."""
-    parsed, _cls, _init, anchor = _fp4_read(ctx)
+    parsed, _cls, init, anchor = _init(ctx)
     expr = code_of(parsed, anchor.value)
+    if expr == "use_fp4_indexer":  # `self.use_fp4_indexer = use_fp4_indexer`: its default's read, above
+        reads = [a for a in collect(init, cst.Assign) if dotted(a.targets[0].target) == "use_fp4_indexer"]
+        expr = code_of(parsed, reads[0].value) if reads else expr
     if not expr.endswith(f".{FP4_FLAG}"):
         raise KgenError([Problem("engine-anchor", f"the indexer pool reads its fp4 flag as '{expr}', not as a server "
                                  "flag attribute: kgen cannot thread its flag the same way",
@@ -622,93 +1063,10 @@ def _flag_read(ctx: Ctx) -> tuple[str, str, str]:
     return line, expr[: -len(FP4_FLAG)] + FLAG, expr
 
 
-INIT_TEMPLATE = '''"""kgen variant {name} wired into SGLang's DeepSeek-V4 indexer by `kgen patch`.
-
-Generated by kgen; do not edit (run kgen patch again). host.py holds the byte math, kernel/ the
-kernel sources, spec.yaml the spec. The pool, the memory budget, the store and the reader use this
-package only under --enable-kgen-indexer; with the flag off the engine runs unchanged.
-"""
-
-from __future__ import annotations
-
-import os
-
-{flag_import}
-
-from . import host
-
-SPEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spec.yaml")
-# the same variant reading SGLang's prefill CompressPlan rows (positions.source compress_plan)
-SPEC_PREFILL = {prefill_spec}
-VARIANT = host.NAME
-COMPRESS_RATIO = {ratio}  # tokens per key the plans are read with
-
-
-def enabled() -> bool:
-    """--enable-kgen-indexer: store and score the indexer keys as kgen's variant. The engine's fp4
-    indexer flag picks another key layout (and an fp4 query): the two cannot both be on."""
-    if not {flag_expr}:
-        return False
-    if {fp4_expr}:
-        raise ValueError("--enable-kgen-indexer ({name}) and --enable-deepseek-v4-fp4-indexer choose two "
-                         "different indexer key layouts: enable one of them")
-    return True
-
-
-def _ops():
-    import torch
-
-    import kgen.ops  # noqa: F401  (registers torch.ops.kgen.*)
-
-    return torch.ops.kgen
-
-
-def store(x, plan, weight, freqs, out_loc, cache) -> None:
-    """The engine's fused norm/RoPE/store call, routed to kgen's op with the engine's own tensors
-    and its plan rows. Decode: the {plan_kind}. Prefill: the CompressPlan
-    (one row per compressed key, x row i, its slot out_loc[ragged_id]) through SPEC_PREFILL; the
-    WritePlan is the compressor's, not the store's."""
-    spec = SPEC
-    rows = getattr(plan, "plan_d", None)  # a CompressorDecodePlan: its [N, 16] DecodePlan rows
-    if rows is None and getattr(plan, "is_decode", True) is False:  # a CompressorPrefillPlan
-        if SPEC_PREFILL is None:
-            raise NotImplementedError("{name} has no RoPE: kgen has no prefill reading of "
-                                      "SGLang's CompressPlan for it")
-        rows, spec = plan.plan_c, SPEC_PREFILL
-    if getattr(plan, "compress_ratio", COMPRESS_RATIO) != COMPRESS_RATIO:
-        raise ValueError(f"kgen's {{VARIANT}} reads plans of compress ratio {{COMPRESS_RATIO}}, "
-                         f"the engine's plan has {{plan.compress_ratio}}")
-    plan = plan if rows is None else rows  # older trees hand the plan rows themselves
-    if freqs.is_complex():
-        import torch
-
-        freqs = torch.view_as_real(freqs).flatten(-2)  # (cos, sin) pairs: a view, no copy
-    _ops().norm_rope_store(spec, x, weight, None, freqs, plan, out_loc, cache)
-
-
-def logits(q, kv_cache, weights, seq_lens, page_table, metadata, max_seq_len, clean_logits):
-    """DeepGEMM's paged-logits call, scored by kgen's reader (metadata is DeepGEMM's schedule: unused)."""
-    cache = kv_cache.view(kv_cache.shape[0], host.PAGE_BYTES)
-    return _ops().indexer_logits(SPEC, q, weights, cache, page_table, seq_lens, max_seq_len)
-'''
-
-
 def bundle(ctx: Ctx) -> dict[str, str]:
-    from .bundle import variant_files
+    from .bundle import sglang_files
 
-    flag_import, flag_expr, fp4_expr = _flag_read(ctx)
-    from .sites import takes_decode_plan
-
-    plan_kind = ("DecodePlan (the spec reads it directly)" if takes_decode_plan(ctx.spec)
-                 else "DecodePlan (the spec must read a DecodePlan: see kgen validate)")
-    from .bundle import PREFILL_SPEC, prefill_twin
-
-    prefill_spec = (f'os.path.join(os.path.dirname(SPEC), "{PREFILL_SPEC}")' if prefill_twin(ctx.spec) is not None
-                    else "None")
-    init = INIT_TEMPLATE.format(name=ctx.name, flag_import=flag_import, flag_expr=flag_expr, fp4_expr=fp4_expr,
-                                plan_kind=plan_kind, prefill_spec=prefill_spec,
-                                ratio=ctx.spec.positions.compress_ratio)
-    return {f"{PKG_DIR}/__init__.py": init, **variant_files(ctx, PKG_DIR)}
+    return sglang_files(ctx, PKG_DIR, *_flag_read(ctx))
 
 
 ADAPTER = Adapter(
@@ -723,19 +1081,28 @@ ADAPTER = Adapter(
     bundle=bundle,
     sites=(
         Site("server-flag", "engine-flag", f"the class declaring {FP4_FLAG}", audit_flag, patch_flag),
+        Site("field-order", "engine-flag", "arg_groups/field_order.py", audit_field_order, patch_field_order),
+        Site("bytes-helper", "engine-pool", HELPER, audit_helper, patch_helper),
         Site("pool-flag", "engine-flag", "DeepSeekV4IndexerPool.__init__", audit_pool_flag, patch_pool_flag),
         Site("pool-bytes", "engine-pool", "DeepSeekV4IndexerPool.get_bytes_per_token", audit_pool_bytes,
              patch_pool_bytes),
         Site("pool-page", "engine-pool", "DeepSeekV4IndexerPool._create_buffer", audit_pool_page),
+        Site("factory", "engine-flag", "DeepSeekV4TokenToKVPool._make_indexer_pool", audit_factory, patch_factory),
+        Site("page-size", "engine-page-size", "DeepSeekV4TokenToKVPool._make_indexer_pool", audit_page_size),
         Site("fp8-helpers", "engine-fp8-helper", "DeepSeekV4IndexerPool." + "/".join(FP8_HELPERS),
              audit_fp8_helpers, patch_fp8_helpers),
-        Site("page-size", "engine-page-size", "DeepSeekV4TokenToKVPool._make_indexer_pool", audit_page_size),
-        Site("budget", "engine-budget", "DSV4PoolConfigurator._get_bytes_per_full_token", audit_budget, patch_budget),
+        Site("pd-layout", "engine-pd", "DeepSeekV4TokenToKVPool.pd_kv_layout", audit_pd_layout, patch_pd_layout),
+        Site("budget", "engine-budget", "DSV4PoolConfigurator", audit_budget, patch_budget),
+        Site("low-ratio-budget", "engine-budget", "DSV4PoolConfigurator.low_ratio_index_bytes",
+             audit_low_ratio_budget),
         Site("store", "engine-store", "CompressorBackendMixin._forward_compress_all_in_one", audit_store, patch_store),
-        Site("kernel", "engine-kernel", "FusedNormRopeKernel", audit_kernel),
+        Site("kernel", "engine-kernel", "FusedNormRopeKernel / kgen_indexer", audit_kernel),
         Site("reader", "engine-reader", "C4IndexerBackendMixin.forward_c4_indexer", audit_reader, patch_reader),
+        Site("query", "engine-query", "C4IndexerBackendMixin._forward_prepare_*", audit_query, patch_query),
         Site("scorer", "engine-scorer", "C4IndexerBackendMixin.forward_c4_indexer", audit_scorer, patch_scorer),
+        Site("metadata", "engine-metadata", "PagedIndexerMetadata.__post_init__", audit_metadata, patch_metadata),
         Site("nonpaged", "engine-nonpaged", "C4IndexerBackendMixin._can_use_nonpaged_indexer", audit_nonpaged,
              patch_nonpaged),
+        Site("dependency", "engine-dependency", "python/pyproject.toml", lambda ctx: None, patch_dependency),
     ),
 )

@@ -254,10 +254,14 @@ class EngineTree:
         """The path diagnostics print: the root as the user gave it, joined with the file."""
         return self.root / rel
 
+    def disk_path(self, rel: str) -> Path:
+        """Where the file of checkout path `rel` lies on disk (an installed package maps it)."""
+        return self.root / rel
+
     def original(self, rel: str) -> str | None:
         """The file as it is on disk (None when the patch creates it), read once per run."""
         if rel not in self._disk:
-            self._disk[rel] = read_engine_file(self.root / rel)
+            self._disk[rel] = read_engine_file(self.disk_path(rel))
         return self._disk[rel]
 
     def exists(self, rel: str) -> bool:
@@ -287,14 +291,14 @@ class EngineTree:
         is removed; caches (`__pycache__`), hidden and non-UTF-8 files stay."""
         for rel, text in files.items():
             self.write(rel, text)
-        top = self.root / rel_dir
+        top = self.disk_path(rel_dir)
         if not top.is_dir() or top.is_symlink():
             return
         for dirpath, dirnames, filenames in os.walk(top):
             dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"
                            and not os.path.islink(os.path.join(dirpath, d))]
             for name in filenames:
-                rel = Path(dirpath, name).relative_to(self.root).as_posix()
+                rel = f"{rel_dir}/{Path(dirpath, name).relative_to(top).as_posix()}"
                 if name.startswith(".") or rel in files:
                     continue
                 try:
@@ -306,7 +310,7 @@ class EngineTree:
 
     def files_under(self, rel_dir: str, suffix: str) -> list[str]:
         """Files directly in `rel_dir` ending with `suffix` (on disk or new in the overlay), sorted."""
-        found = {f"{rel_dir}/{p.name}" for p in (self.root / rel_dir).glob(f"*{suffix}") if p.is_file()}
+        found = {f"{rel_dir}/{p.name}" for p in self.disk_path(rel_dir).glob(f"*{suffix}") if p.is_file()}
         found |= {rel for rel, text in self.overlay.items() if text is not None and rel.rpartition("/")[0] == rel_dir
                   and rel.endswith(suffix)}
         return sorted(rel for rel in found if self.overlay.get(rel, "") is not None)

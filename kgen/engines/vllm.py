@@ -13,8 +13,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ..layout import compute
-from .pyeval import Function, dotted
-from .sites import Adapter, Ctx, Encoding, Site, encoding_of
+from .pyeval import Function, dotted, methods
+from .sites import Adapter, Ctx, Encoding, Site, code_of, encoding_of
 from .tree import (
     Drift,
     calls,
@@ -34,7 +34,8 @@ READER = "vllm/model_executor/layers/sparse_attn_indexer.py"
 
 # vLLM's own indexer-key encodings, by the cache-dtype name its backend gate uses
 NATIVE = {"fp8": Encoding("fp8_e4m3", "fp32_pow2", 128), "mxfp4": Encoding("fp4_e2m1", "ue8m0", 32)}
-WRITER_ROTATES = False  # vLLM's Triton writer applies no Hadamard transform to the keys
+WRITER_ROTATES = False  # vLLM's Triton writer applies no Hadamard transform to the keys (V4 and V3.2)
+WRITER_ROUNDS_BF16 = True  # it rounds the normalized, rotated values to bf16 before quantizing
 ITEMSIZE = {"torch.uint8": 1, "torch.int8": 1, "torch.bfloat16": 2, "torch.float16": 2, "torch.float32": 4}
 
 
@@ -74,9 +75,27 @@ def _one_call(ctx: Ctx, parsed, scope_node, callee: str, where: str, what: str) 
     return found[0]
 
 
+CACHE_HOOK = "_get_cache_cls"  # 0.33.0: the cache class comes from a platform hook (ROCm overrides it)
+
+
+def _cache_call(ctx: Ctx, parsed, cls: cst.ClassDef, init: cst.FunctionDef) -> cst.Call:
+    """The cache's construction in DeepseekV4Indexer.__init__: `DeepseekV4IndexerCache(...)`, or
+    `self._get_cache_cls()(...)` where the hook returns DeepseekV4IndexerCache."""
+    direct = calls(init, "DeepseekV4IndexerCache")
+    hooked = calls(init, f"self.{CACHE_HOOK}()")
+    if hooked and not direct:
+        hook = find_method(ctx.tree, parsed, cls, CACHE_HOOK, "indexer cache")
+        returned = [dotted(r.value) for r in collect(hook, cst.Return) if r.value is not None]
+        if returned != ["DeepseekV4IndexerCache"]:
+            raise Drift(ctx.tree.path(parsed.rel), f"DeepseekV4Indexer.{CACHE_HOOK} returning DeepseekV4IndexerCache",
+                        0, "indexer cache")
+        return _one_call(ctx, parsed, init, f"self.{CACHE_HOOK}()", "DeepseekV4Indexer.__init__", "indexer cache")
+    return _one_call(ctx, parsed, init, "DeepseekV4IndexerCache", "DeepseekV4Indexer.__init__", "indexer cache")
+
+
 def audit_cache_bytes(ctx: Ctx) -> None:
     parsed, cls, init = _method(ctx, ATTENTION, "DeepseekV4Indexer", "__init__", "indexer cache")
-    call = _one_call(ctx, parsed, init, "DeepseekV4IndexerCache", "DeepseekV4Indexer.__init__", "indexer cache")
+    call = _cache_call(ctx, parsed, cls, init)
     head, dtype = _kwarg(call, "head_dim"), _kwarg(call, "dtype")
     if head is None or dtype is None:
         raise Drift(ctx.tree.path(parsed.rel), "DeepseekV4IndexerCache(head_dim=..., dtype=...)", 0, "indexer cache")
@@ -103,7 +122,13 @@ def audit_cache_page(ctx: Ctx) -> None:
     align = 1 if arg is None else ctx.evaluate(
         "page alignment", parsed, arg.value,
         lambda: ctx.evaluator().value_at(Function(method, parsed.scope, cls), _stmt_of(method, call), arg.value))
-    if not isinstance(align, int) or align <= 0:
+    if arg is not None and align is None:
+        return  # the evaluator's own finding (engine-unreadable) is already reported
+    if isinstance(align, bool) or not isinstance(align, int) or align <= 0:
+        # the evaluator never guesses: a page alignment it cannot judge is a finding, not a pass
+        ctx.report("engine-unreadable", parsed, arg.value if arg is not None else call, f"vLLM's indexer page "
+                   f"alignment is {align!r}, not a positive number of bytes: kgen cannot tell the page stride",
+                   "update kgen/engines/vllm.py for this vLLM version")
         return
     spec = ctx.spec
     # vLLM's page, described as a kgen layout: the spec's rows and scales, padded to vLLM's alignment
@@ -131,14 +156,27 @@ def audit_dtype_gate(ctx: Ctx) -> None:
                    "vLLM cannot run this variant without a patch (kgen patch supports SGLang)")
 
 
+WRITER_METHODS = ("forward", "_compress_norm_rope_store")  # 0.33.0 moved the store into an override hook
+
+
 def audit_writer(ctx: Ctx) -> None:
-    parsed, _cls, method = _method(ctx, COMPRESSOR, "DeepseekCompressor", "forward", "indexer writer")
-    call = _writer_call(ctx, parsed, method)
+    rel = ctx.tree.pick(COMPRESSOR, "class DeepseekCompressor", "indexer writer", contains="class DeepseekCompressor")
+    parsed = ctx.tree.parse(rel)
+    cls = find_class(ctx.tree, parsed, "DeepseekCompressor", "indexer writer")
+    holders = [m for name, m in methods(cls).items() if name in WRITER_METHODS and WRITER in code_of(parsed, m)]
+    if len(holders) != 1:
+        raise Drift(ctx.tree.path(parsed.rel), f"{WRITER} in DeepseekCompressor.{' or .'.join(WRITER_METHODS)}",
+                    len(holders), "indexer writer")
+    call = _writer_call(ctx, parsed, holders[0])
     key = ctx.mode.native or "fp8"
     want = encoding_of(ctx.layout)
     if NATIVE[key] != want:
         ctx.report("engine-store", parsed, call, f"the indexer writer ({WRITER}) writes "
                    f"{NATIVE[key]} but {ctx.name} stores {want}", "use a spec of vLLM's encoding")
+    if ctx.spec.store.dtype != "bf16" and ctx.spec.store.bf16_roundtrip != WRITER_ROUNDS_BF16:
+        ctx.report("engine-store", parsed, call, f"vLLM's writer rounds to bf16 before quantizing but {ctx.name} "
+                   "quantizes the fp32 values (store.bf16_roundtrip: false): codes and scales differ",
+                   f"set store.bf16_roundtrip: true in {ctx.spec_path}")
     if ctx.spec.hadamard != WRITER_ROTATES:
         ctx.report("engine-store", parsed, call, f"vLLM's writer applies no Hadamard rotation but {ctx.name} "
                    "rotates its keys (hadamard: true): same bytes, different numbers",
