@@ -49,13 +49,13 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ops: torch.ops.kgen.*", ("ops", "ops.registry", "ops.writer", "ops.reader", "indexer")),
     ("checks and measurements: kgen test / bench / recall, engines", (
         "compare", "gpurun", "reader_check", "gputest", "timing", "host_cost", "bench", "recall",
-        "engines", "engines.tree", "engines.sites", "engines.sglang", "engines.vllm", "engines.bundle",
-        "engines.commands")),
+        "engines", "engines.diff", "engines.pyedit", "engines.tree", "engines.sites", "engines.installed",
+        "engines.sglang", "engines.vllm", "engines.bundle", "engines.commands")),
     ("command line", ("cli", "__main__", "")),  # "" is the package itself (kgen/__init__.py: lazy API)
 )
 
 # third-party packages a module may import inside a function (optional at install time, or slow to import)
-OPTIONAL = ("torch", "cuda", "jinja2", "matplotlib", "libcst", "numpy")
+OPTIONAL = ("torch", "cuda", "jinja2", "matplotlib", "libcst", "numpy", "deep_gemm")  # deep_gemm: the peer
 # required packages a function may import lazily (slow imports that one command path needs)
 DEFERRED = ("typer", "rich", "ruamel", "platformdirs", "filelock")
 

@@ -15,9 +15,6 @@ G = importlib.util.module_from_spec(_spec)
 sys.modules["import_graph"] = G
 _spec.loader.exec_module(G)
 
-# kgen/engines/ is the engine engineer's this round: its local imports of kgen modules are reported by
-# the tool and left to that branch (the circle and floor checks hold for it too)
-EXEMPT_LOCAL = ("engines",)
 
 
 def test_no_circle_and_no_upward_import():
@@ -35,9 +32,8 @@ def test_every_module_is_on_one_floor():
 
 def test_function_local_imports_only_defer_optional_packages():
     r = G.report()
-    internal = [(a.source, a.line, a.target) for a in r.local_internal if a.source.split(".")[0] not in EXEMPT_LOCAL]
-    assert internal == []
-    assert [(t.source, t.line, t.name) for t in r.local_disallowed if t.source.split(".")[0] not in EXEMPT_LOCAL] == []
+    assert [(a.source, a.line, a.target) for a in r.local_internal] == []
+    assert [(t.source, t.line, t.name) for t in r.local_disallowed] == []
 
 
 def test_the_abi_imports_nothing_above_the_byte_math():

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import ast
 
+from ..gpurun import spec_yaml
+from ..layout import compute
+from ..render import render_variant
 from ..spec import Spec
 from .sites import Ctx, generated_constants
 
@@ -35,9 +38,6 @@ def prefill_twin(spec: Spec) -> Spec | None:
 
 
 def variant_files(ctx: Ctx, package_dir: str) -> dict[str, str]:
-    from ..gpurun import spec_yaml
-    from ..render import render_variant
-
     rendered = render_variant(ctx.spec)
     files = {f"{package_dir}/host.py": _host_module(rendered.files[f"{ctx.name}/host.py"]),
              f"{package_dir}/spec.yaml": spec_yaml(ctx.spec)}
@@ -81,8 +81,6 @@ def _host_module(text: str) -> str:
 def bundle_problems(ctx: Ctx, package_dir: str) -> list[tuple[str, int, str]]:
     """(file, line, message) for each way the package in the tree is not the audited variant."""
     from ruamel.yaml import YAML
-
-    from ..layout import compute
 
     out: list[tuple[str, int, str]] = []
     rel = f"{package_dir}/spec.yaml"

@@ -15,7 +15,10 @@ import sys
 from pathlib import Path
 
 from ..diagnostics import KgenError, Problem, err, failure_json, print_json, print_problems, report_each
+from ..files import check_target, locked, recover, write_atomic
+from ..files import write_all as write_files
 from ..layout import compute
+from ..validate import validate_paths
 from .diff import unified_diff
 from .sites import Adapter, run_audit, run_patch
 from .tree import EngineTree
@@ -73,8 +76,6 @@ def _adapter(engine: str, root: Path) -> Adapter:
 
 def _variants(path: Path):
     """(spec, layout) of every variant of a path; KgenError with the validator's errors if invalid."""
-    from ..validate import validate_paths
-
     return [(c.spec, c.layout if c.layout is not None else compute(c.spec)) for c in validate_paths([path]).checked()]
 
 
@@ -189,7 +190,6 @@ def _fail(e: KgenError, as_json: bool) -> int:
 def check_outputs(root: Path, out: Path | None, apply: bool) -> None:
     """`-o` must be a file kgen may write, outside the engine tree (the diff would overwrite the code
     it patches); checked before anything is read or written."""
-    from ..files import check_target
 
     if out is None:
         return
@@ -212,7 +212,6 @@ def check_outputs(root: Path, out: Path | None, apply: bool) -> None:
 def _engine_lock(root: Path):
     """One `--apply` at a time per engine tree, from reading it to the last write (two at once would
     mix their variants); an earlier `--apply` that was killed is finished or undone first."""
-    from ..files import locked, recover
 
     try:
         with locked(root):
@@ -227,7 +226,6 @@ def _engine_lock(root: Path):
 def write_all(tree: EngineTree, files: dict[str, str | None]) -> None:
     """Write every file or none (kgen.files.write_all, confined to the root: no write through a
     directory link, no link out of the tree, no special or read-only file replaced)."""
-    from ..files import write_all as write_files
     try:
         write_files({tree.disk_path(rel): text for rel, text in files.items()}, root=tree.root)
     except OSError as e:
@@ -237,7 +235,6 @@ def write_all(tree: EngineTree, files: dict[str, str | None]) -> None:
 
 
 def _write_atomic(target: Path, text: str) -> None:
-    from ..files import write_atomic
 
     try:
         write_atomic(target, text)

@@ -1033,9 +1033,7 @@ def patch_dependency(ctx: Ctx) -> None:
     m = re.search(r"(?m)^\[project\.optional-dependencies\]\s*$", text)
     if m is None:
         raise Drift(ctx.tree.path(PYPROJECT), "[project.optional-dependencies]", 0, "optional dependency")
-    from .. import __version__
-
-    line = f'kgen = ["kgen=={__version__}"]  # --enable-kgen-indexer\n'
+    line = 'kgen = ["kgen"]  # --enable-kgen-indexer\n'
     ctx.tree.write(PYPROJECT, text[: m.end() + 1] + line + text[m.end() + 1:])
 
 

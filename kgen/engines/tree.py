@@ -31,6 +31,8 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..diagnostics import KgenError, Problem
+from ..files import JOURNAL, pending
+from ..source import NotRegularFile, read_regular
 from .diff import with_newlines_of
 from .pyeval import ModuleScope, dotted, methods
 
@@ -59,8 +61,6 @@ def _unreadable(path: Path, message: str, exit_code: int, line: int | None = Non
 def read_engine_file(path: Path) -> str | None:
     """The text of one engine file (UTF-8, line endings as they are), None when nothing is there;
     KgenError when something is there that kgen cannot read as a source file."""
-    from ..source import NotRegularFile, read_regular
-
     try:
         st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -238,7 +238,6 @@ class EngineTree:
     memory: nothing is written until `--apply`)."""
 
     def __init__(self, root: Path):
-        from ..files import JOURNAL, pending
 
         if pending(root):  # a half-written tree would be audited (or diffed) as if it were the engine's
             raise KgenError([Problem("engine-write", "an interrupted `kgen patch --apply` left this tree half-written",
