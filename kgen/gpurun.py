@@ -64,6 +64,7 @@ def spec_yaml(spec: Spec) -> str:
     y = YAML(typ="safe", pure=True)
     y.default_flow_style = False
     y.sort_base_mapping_type_on_output = False  # type: ignore[assignment]  # ruamel types it None
+    y.width = 4096  # one line per string: a wrapped plain scalar leaves trailing blanks (`git diff --check`)
     buf = io.StringIO()
     y.dump(spec.model_dump(mode="json", exclude_defaults=True), buf)
     return buf.getvalue()
