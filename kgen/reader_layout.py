@@ -240,8 +240,10 @@ READER_WG_TMA_MAX_CONSUMERS = 4
 READER_WG_TMA_MAX_STAGES = 32
 READER_WG_TMA_MAP_BYTES = 128  # a CUtensorMap (64-B aligned)
 READER_SM_REGISTERS = SM90.registers  # 32-bit registers of an sm_90 SM
-# registers per thread a TMA-variant CTA plan leaves (the consumers' 32 accumulators, descriptors, the
-# epilogue; ptxas uses 72 for fp8, 64-69 for bf16): __launch_bounds__ then never makes ptxas spill to fit
+# registers per thread a TMA-variant CTA plan assumes (the consumers' 32 accumulators, descriptors, the
+# epilogue, the work split's bookkeeping): the plan's 2 CTAs of 288 threads let __launch_bounds__ give
+# each thread up to 113, above what ptxas uses (96 for fp8 with the work split; 2026-12-01 run3), so it
+# never spills to fit
 READER_WG_TMA_REGISTERS = 80
 
 
