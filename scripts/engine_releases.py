@@ -71,9 +71,14 @@ def wheel(rel: dict) -> Path:
     path = cache / rel["wheel"]
     if path.is_file() and _sha256(path) == rel["sha256"]:
         return path
-    # the wheel's own tags, so that pip picks the same file whatever this host's Python is
+    # the wheel's own tags, so that pip picks the same file whatever this host's Python is; a stable-ABI
+    # wheel (cp38-abi3) runs on every later CPython, and its Requires-Python (vLLM: >=3.11) decides:
+    # ask as this interpreter (kgen itself requires 3.11 or newer)
     _name, _version, python, abi, platform = rel["wheel"][: -len(".whl")].split("-")
-    version = {"cp311": "3.11", "cp38": "3.8", "cp312": "3.12"}[python]
+    if abi == "abi3":
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    else:
+        version = f"{python[2]}.{python[3:]}"
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                "--python-version", version, "--implementation", python[:2], "--abi", abi,
