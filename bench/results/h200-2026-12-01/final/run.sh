@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The check of main after the merges of 2026-12-01 (the house, the reader's work split, the engine bridge,
-# the write layer), one device call from a staged copy of the tree (the release trees beside it):
-#   run(command="cd .xfer/integ && ln -sfn ../../.whl .whl && bash bench/results/h200-2026-12-01/final/run.sh",
-#       carry=[".xfer/integ", ".whl"])
+# the write layer), one device call from the repository root (`make wheels` and `make releases` first):
+#   run(command="bash bench/results/h200-2026-12-01/final/run.sh", carry=[".whl", ".releases/trees"])
+# Not run yet: the device lent no machine after the merges (2026-12-01).
 # 1. pytest -m gpu: every GPU test (writers, the reader's paths and native op, AOT, tensor maps, the engine-
 #    in-the-loop test's GPU half on the released SGLang 0.5.23 tree), 2. kgen test: every shipped writer
 #    byte-exact against the Torch reference and the readers' cases, 3. the readers' cases with 20 sampled
