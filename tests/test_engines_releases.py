@@ -154,3 +154,18 @@ def test_without_root_the_importable_package_is_audited():
     r = subprocess.run([PY, "-m", "kgen", "audit", "--engine", "sglang", str(FP8)], cwd=ROOT, env=env,
                        capture_output=True, text=True, check=False, timeout=300)
     assert r.returncode == 2 and "no importable sglang" in r.stderr and "Traceback" not in r.stderr
+
+
+VLLM_FP4 = ROOT / "tests/fixtures/engines/vllm_indexer_fp4.yaml"
+
+
+def test_vllm_fp4_cache_width_follows_the_imported_block_size():
+    """0.33.0's fp4 cache width is `head_dim // 2 + head_dim // MXFP4_BLOCK_SIZE`, the constant
+    imported from fused_indexer_q.py (kept in the tree): vLLM's own fp4 format audits clean, and
+    SGLang's fp4 spec reports its three real differences, none of them unreadable."""
+    root = releases.tree("vllm-0.33.0")
+    code, results = audit("vllm", root, VLLM_FP4)
+    assert code == 0 and all(r["ok"] for r in results), results
+    code, (res,) = audit("vllm", root, FP4)
+    assert code == 1 and sorted(e["rule"] for e in res["errors"]) == ["engine-pool", "engine-store", "engine-store"], \
+        res["errors"]
