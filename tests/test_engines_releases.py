@@ -154,3 +154,54 @@ def test_without_root_the_importable_package_is_audited():
     r = subprocess.run([PY, "-m", "kgen", "audit", "--engine", "sglang", str(FP8)], cwd=ROOT, env=env,
                        capture_output=True, text=True, check=False, timeout=300)
     assert r.returncode == 2 and "no importable sglang" in r.stderr and "Traceback" not in r.stderr
+
+
+VLLM_FP4 = ROOT / "tests/fixtures/engines/vllm_indexer_fp4.yaml"
+
+
+def test_vllm_fp4_cache_width_follows_the_imported_block_size():
+    """0.33.0's fp4 cache width is `head_dim // 2 + head_dim // MXFP4_BLOCK_SIZE`, the constant
+    imported from fused_indexer_q.py (kept in the tree): vLLM's own fp4 format audits clean, and
+    SGLang's fp4 spec reports its three real differences, none of them unreadable."""
+    root = releases.tree("vllm-0.33.0")
+    code, results = audit("vllm", root, VLLM_FP4)
+    assert code == 0 and all(r["ok"] for r in results), results
+    code, (res,) = audit("vllm", root, FP4)
+    assert code == 1 and sorted(e["rule"] for e in res["errors"]) == ["engine-pool", "engine-store", "engine-store"], \
+        res["errors"]
+
+
+def test_vllm_sm100_scale_slot_is_one_located_finding(tmp_path):
+    """On SM100 (`mqa_logits_use_mx_scales()`) vLLM's fp8 keys hold four equal ue8m0 bytes in the
+    scale slot: a vLLM-format spec that targets sm_100a gets exactly that one finding, located at
+    the architecture check and naming the bytes; the same spec for sm_90a only, and vLLM's fp4
+    format on sm_100a, stay clean."""
+    root = releases.tree("vllm-0.33.0")
+    fixture = ROOT / "tests/fixtures/engines/vllm_indexer_fp8.yaml"
+    spec = tmp_path / "vllm_fp8_sm100.yaml"
+    spec.write_text(fixture.read_text().replace("targets: [sm_90a]", "targets: [sm_90a, sm_100a]"))
+    code, (res,) = audit("vllm", root, spec)
+    assert code == 1 and len(res["errors"]) == 1, res["errors"]
+    (e,) = res["errors"]
+    assert e["rule"] == "engine-store" and e["file"] == str(root / "vllm/utils/deep_gemm.py") and e["line"] > 1
+    assert "is_device_capability_family(" in (root / "vllm/utils/deep_gemm.py").read_text().splitlines()[e["line"] - 1]
+    msg = e["message"]
+    assert msg.startswith("on sm_100a ") and "page bytes 8192-8447, 4 B per token" in msg and "sm_90a" in msg
+    assert "7f 7f 7f 7f" in msg and "00 00 80 3f" in msg
+    assert audit("vllm", root, fixture)[0] == 0
+    assert audit("vllm", root, VLLM_FP4)[0] == 0
+    code, (res,) = audit("vllm", root, FP8)  # SGLang's fp8 (targets sm_90a, sm_100a, sm_120a): its 4, and this
+    assert sum("on sm_100a " in e["message"] for e in res["errors"]) == 1 and len(res["errors"]) == 5
+
+
+def test_vllm_scale_slot_check_that_moved_is_named_drift(tmp_path):
+    """An architecture check kgen cannot find is a named engine-anchor error, not silence (the
+    SM100 bytes would go unreported) and not a crash; the other sites are still audited."""
+    root = tmp_path / "vllm"
+    shutil.copytree(releases.tree("vllm-0.33.0"), root)
+    dg = root / "vllm/utils/deep_gemm.py"
+    dg.write_text(dg.read_text().replace("current_platform.is_device_capability_family(\n        100\n    )",
+                                         "current_platform.is_blackwell()"))
+    code, (res,) = audit("vllm", root, ROOT / "tests/fixtures/engines/vllm_indexer_fp8.yaml")
+    assert code == 1 and [e["rule"] for e in res["errors"]] == ["engine-anchor"], res["errors"]
+    assert "is_device_capability_family(<capability>) in mqa_logits_use_mx_scales" in res["errors"][0]["message"]

@@ -66,6 +66,16 @@ class Returns:
     value: object
 
 
+@dataclass(frozen=True)
+class Constant:
+    """A module-level constant of another file of the tree, as an import names it: its expression,
+    evaluated lazily in its own module's scope (`from vllm.x import MXFP4_BLOCK_SIZE`)."""
+
+    name: str
+    value: cst.BaseExpression
+    module: ModuleScope
+
+
 @dataclass
 class Function:
     """A function or method found in the tree, with what its body may refer to."""
@@ -105,7 +115,8 @@ class ModuleScope:
                                 self.imports[str(local)] = (mod, str(dotted(alias.name)))
 
     def imported(self, name: str):
-        """The Function / constant value a name imported from elsewhere in the tree refers to."""
+        """The Function or Constant a name imported from elsewhere in the tree refers to (None when
+        the tree does not define it)."""
         if name not in self.imports or self._resolve_import is None:
             return None
         return self._resolve_import(*self.imports[name])
@@ -148,6 +159,8 @@ class Evaluator:
     def _resolving(self, key: tuple) -> Iterator[None]:
         if key in self._active:
             raise Unknown(f"{key[-1]} is defined in terms of itself")
+        if len(self._active) >= _MAX_DEPTH:  # a chain of constants through many modules
+            raise Unknown(f"{key[-1]} is defined through more than {_MAX_DEPTH} other constants")
         self._active.add(key)
         try:
             yield
@@ -229,8 +242,9 @@ class Evaluator:
                 with self._resolving(("module", fn.module.rel, name)):
                     return True, self.expr(fn.module.constants[name], {}, Function(fn.node, fn.module))
             imported = fn.module.imported(name)
-            if imported is not None and not isinstance(imported, Function):
-                return True, imported
+            if isinstance(imported, Constant):
+                with self._resolving(("module", imported.module.rel, imported.name)):
+                    return True, self.expr(imported.value, {}, Function(fn.node, imported.module))
         if fn is not None and fn.cls is not None and name.startswith("self.") and name.count(".") == 1:
             attr = name.split(".", 1)[1]
             for stmt in fn.cls.body.body:  # a class attribute (`quant_block_size = 128`)

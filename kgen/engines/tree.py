@@ -34,10 +34,11 @@ from ..diagnostics import KgenError, Problem
 from ..files import JOURNAL, pending
 from ..source import NotRegularFile, read_regular
 from .diff import with_newlines_of
-from .pyeval import ModuleScope, dotted, methods
+from .pyeval import Constant, Function, ModuleScope, dotted, methods
 
 MAX_FILE_BYTES = 2 << 20  # SGLang's and vLLM's largest Python files are ~300 KB; libcst reads ~200 KB/s
 MAX_NESTING = 100  # brackets + chained operators + blocks in one place; libcst overflows at ~300-400
+MAX_IMPORT_HOPS = 8  # modules an imported name is followed through (engines re-export once or twice)
 MAX_STATEMENT_TOKENS = 50_000  # one logical line; engine code's longest tables have a few thousand
 
 
@@ -335,13 +336,21 @@ class EngineTree:
         return parsed
 
     def _resolve_import(self, module: str, name: str):
-        """A function or constant another module of the tree defines (`from sglang.x import f`)."""
-        from .pyeval import Function
-
-        for rel in self.module_files(module):
-            scope = self.parse(rel).scope
-            if name in scope.functions:
-                return Function(scope.functions[name], scope)
+        """A function or module constant another module of the tree defines (`from sglang.x import
+        f`), followed through absolute re-imports (`from vllm.a import X` in vllm/b.py) at most
+        MAX_IMPORT_HOPS modules deep, so that an import cycle ends; None when the tree has none."""
+        for _hop in range(MAX_IMPORT_HOPS):
+            onward = None
+            for rel in self.module_files(module):
+                scope = self.parse(rel).scope
+                if name in scope.functions:
+                    return Function(scope.functions[name], scope)
+                if name in scope.constants:
+                    return Constant(name, scope.constants[name], scope)
+                onward = onward or scope.imports.get(name)
+            if onward is None:
+                return None
+            module, name = onward
         return None
 
     def module_files(self, module: str) -> list[str]:

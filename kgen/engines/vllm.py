@@ -4,11 +4,14 @@ vLLM stores the same 132 B/token key as SGLang (128 fp8 bytes, then a 4-byte sca
 power-of-two scale, no Hadamard rotation, and pages padded to a multiple of 576 B (8448 -> 8640):
 the page stride is the spec's padded size, not the product. The sites: the cache's bytes per token
 (`DeepseekV4Indexer.__init__`), the page padding (`DeepseekV4IndexerCache.get_kv_cache_spec`), the
-dtype gate of the indexer backend, the Triton writer, and DeepGEMM's paged-logits reader.
+dtype gate of the indexer backend, the Triton writer, DeepGEMM's paged-logits reader, and, per
+architecture, the fp8 scale slot (SM100: four equal ue8m0 bytes, `mqa_logits_use_mx_scales()`).
 `kgen audit` reads them all; `kgen patch` does not support vLLM yet.
 """
 
 from __future__ import annotations
+
+from typing import cast
 
 import libcst as cst
 
@@ -199,6 +202,59 @@ def _writer_call(ctx: Ctx, parsed, method: cst.FunctionDef) -> cst.Call:
     return found[0]
 
 
+MX_SCALES = "mqa_logits_use_mx_scales"  # 0.33.0: SM100's MQA logits kernels take packed ue8m0 scales
+DEEP_GEMM = "vllm/utils/deep_gemm.py"
+FAMILY_CHECK = "is_device_capability_family"
+UE8M0_ONE_X4 = "7f 7f 7f 7f"  # 1.0 as four ue8m0 bytes (the exponent + 127, repeated)
+FP32_ONE = "00 00 80 3f"  # 1.0 as a little-endian fp32
+
+
+def _family(target: str) -> int | None:
+    """The CUDA family (major version) of an NVRTC target: sm_100a -> 10."""
+    digits = target.removeprefix("sm_").rstrip("af")
+    return int(digits) // 10 if digits.isdigit() else None
+
+
+def audit_scale_slot(ctx: Ctx) -> None:
+    """Per architecture: on the GPU family `mqa_logits_use_mx_scales()` names (SM100), vLLM's fp8
+    writer fills each token's 4-byte scale slot with four equal ue8m0 bytes instead of an fp32, and
+    its reader takes them as int32. kgen's spec schema has no encoding for a replicated ue8m0 slot
+    (ue8m0 with scale_stride 4 leaves three bytes unwritten), so a spec that targets that family
+    is reported there, once, with the bytes that differ. fp4 keys are ue8m0 on every GPU; older
+    vLLMs, whose reader never asks, store the fp32 everywhere."""
+    if ctx.mode.native != "fp8":
+        return  # not vLLM's fp8 keys: the writer and dtype-gate sites already say what differs
+    reader = ctx.tree.pick([READER], "function sparse_attn_indexer", "fp8 scale slot")
+    if MX_SCALES not in ctx.tree.text(reader):
+        return
+    rel = ctx.tree.pick([DEEP_GEMM], f"function {MX_SCALES}", "fp8 scale slot")
+    parsed = ctx.tree.parse(rel)
+    fn = find_function(ctx.tree, parsed, MX_SCALES, "fp8 scale slot")
+    checks = [c for c in calls(fn, FAMILY_CHECK) if c.args and isinstance(c.args[0].value, cst.Integer)]
+    if len(checks) != 1:
+        raise Drift(ctx.tree.path(rel), f"{FAMILY_CHECK}(<capability>) in {MX_SCALES}", len(checks),
+                    "fp8 scale slot")
+    check = checks[0]
+    capability = cast(cst.Integer, check.args[0].value).evaluated_value
+    family = int(capability) // 10
+    hit = [t for t in ctx.spec.targets if _family(t) == family]
+    if not hit:
+        return
+    others = [t for t in ctx.spec.targets if t not in hit]
+    lay = ctx.layout
+    first, stride = lay.scale_offset(0), lay.scale_stride
+    last = lay.scale_offset(lay.page_size - 1) + lay.scale_unit - 1
+    elsewhere = f"; on {', '.join(others)} vLLM stores the fp32 there" if others else ""
+    ctx.report("engine-store", parsed, check,
+               f"on {', '.join(hit)} (the SM{capability} family, where {MX_SCALES}() is true) vLLM's fp8 writer "
+               f"fills each token's 4-byte scale slot (page bytes {first}-{last}, {stride} B per token) with four "
+               f"equal ue8m0 bytes (1.0 is {UE8M0_ONE_X4}) where {ctx.name} stores an fp32 scale (1.0 is "
+               f"{FP32_ONE}): all 4 bytes of every token's scale slot differ there, and kgen's spec schema has no "
+               f"encoding for a replicated ue8m0 slot{elsewhere}",
+               f"drop {', '.join(hit)} from targets in {ctx.spec_path} for vLLM (kgen cannot express its "
+               f"SM{capability} scale slot)")
+
+
 def audit_scorer(ctx: Ctx) -> None:
     rel = ctx.tree.pick([READER], "function sparse_attn_indexer", "indexer scorer")
     parsed = ctx.tree.parse(rel)
@@ -229,5 +285,6 @@ ADAPTER = Adapter(
         Site("dtype-gate", "engine-dtype", "DSA_INDEXER_KV_DTYPES", audit_dtype_gate),
         Site("writer", "engine-store", "DeepseekCompressor.forward", audit_writer),
         Site("scorer", "engine-scorer", "sparse_attn_indexer", audit_scorer),
+        Site("scale-slot", "engine-store", MX_SCALES, audit_scale_slot),
     ),
 )
