@@ -238,41 +238,6 @@ def test_a_plan_reading_spec_is_wired_without_a_warning(tree):
     assert code == 0, out
 
 
-def int_literals(tree_: ast.AST) -> list[int]:
-    return sorted(n.value for n in ast.walk(tree_) if isinstance(n, ast.Constant)
-                  and isinstance(n.value, int) and not isinstance(n.value, bool))
-
-
-def _strip_kgen(tree_: ast.AST) -> ast.AST:
-    """The module with kgen's additions removed: flag branches, the import, the flag field/read."""
-
-    def mentions(node) -> bool:
-        return "kgen_indexer" in ast.unparse(node)
-
-    class Strip(ast.NodeTransformer):
-        def visit_If(self, node):
-            self.generic_visit(node)
-            if mentions(node.test):
-                return node.orelse or None
-            return node
-
-        def visit_IfExp(self, node):
-            self.generic_visit(node)
-            return node.orelse if mentions(node.test) else node
-
-        def visit_ImportFrom(self, node):
-            return None if any(a.name == "kgen_indexer" for a in node.names) else node
-
-        def visit_Assign(self, node):
-            self.generic_visit(node)
-            return None if any(mentions(t) for t in node.targets) else node
-
-        def visit_AnnAssign(self, node):
-            return None if mentions(node.target) or ast.unparse(node.target) == "enable_kgen_indexer" else node
-
-    return ast.fix_missing_locations(Strip().visit(tree_))
-
-
 PROBE = textwrap.dedent('''
     import json, sys, types
     root, flag = sys.argv[1], sys.argv[2] == "on"
