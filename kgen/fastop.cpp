@@ -118,6 +118,7 @@ struct Shape {
   std::vector<unsigned char> params;  // the Params struct with its scalar fields packed, pointers 0
   Device launch;                      // the cubin this shape runs (function null: the device's)
   std::vector<TensorMapEntry> maps;   // the tensor map per source address (Python encodes them)
+  bool uses_map = false;              // false: this shape's cubin reads no map (the slot stays zero)
 };
 
 struct Variant {
@@ -247,7 +248,7 @@ bool try_fast(Op& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t n
     std::memcpy(grid, s.grid, sizeof grid);
     shared_bytes = s.shared_bytes;
     std::memcpy(params, s.params.data(), v->params_size);
-    if (v->map_offset >= 0 && s.grid[0] != 0) {  // the source tensor's map, encoded by Python once
+    if (s.uses_map && s.grid[0] != 0) {  // the source tensor's map, encoded by Python once
       const void* address = pointers[v->map_source];
       const TensorMapEntry* hit = nullptr;
       for (const auto& m : s.maps) {
@@ -460,7 +461,7 @@ void kgen_native_set_device(void* op, void* variant, int device, void* function,
 // (params_size bytes), and the cubin it runs (function null: the device's, kgen_native_set_device).
 void kgen_native_add_shape(void* op, void* variant, const int64_t* syms, int device, uint32_t gx, uint32_t gy,
                            uint32_t gz, uint32_t shared_bytes, const unsigned char* params, void* function,
-                           void* context, uint32_t bx, uint32_t by, uint32_t bz, int pdl) {
+                           void* context, uint32_t bx, uint32_t by, uint32_t bz, int pdl, int uses_map) {
   Variant* v = as_variant(variant);
   const Key key = shape_key(v, syms, device);
   Shape s;
@@ -475,6 +476,7 @@ void kgen_native_add_shape(void* op, void* variant, const int64_t* syms, int dev
   s.grid[2] = gz;
   s.shared_bytes = shared_bytes;
   s.params.assign(params, params + v->params_size);
+  s.uses_map = uses_map != 0 && v->map_offset >= 0;
   std::lock_guard<std::mutex> g(as_op(op)->mu);
   if (v->shapes.size() >= kMaxShapes) v->shapes.clear();
   v->shapes[key] = std::move(s);

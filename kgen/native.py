@@ -134,7 +134,7 @@ class Native:
         lib.kgen_native_add_variant.restype = ptr
         lib.kgen_native_set_device.argtypes = [ptr, ptr, cint, ptr, ptr, u32, u32, u32, cint]
         lib.kgen_native_add_shape.argtypes = [ptr, ptr, i64p, cint, u32, u32, u32, u32, ctypes.c_char_p, ptr, ptr,
-                                              u32, u32, u32, cint]
+                                              u32, u32, u32, cint, cint]
         lib.kgen_native_add_map.argtypes = [ptr, ptr, i64p, cint, ptr, ctypes.c_char_p]
         lib.kgen_native_forget.argtypes = [ptr]
         lib.kgen_native_counts.argtypes = [ptr, i64p]
@@ -183,10 +183,13 @@ class Native:
 
     def add_shape(self, variant: int, syms: tuple[int, ...], grid: tuple[int, int, int], shared_bytes: int,
                   params: bytes, *, device: int = -1, function: int = 0, context: int = 0,
-                  block: tuple[int, int, int] = (0, 0, 0), pdl: bool = False) -> None:
-        """A shape the checked path accepted; `function` (0: the device's) the cubin it runs."""
+                  block: tuple[int, int, int] = (0, 0, 0), pdl: bool = False, uses_map: bool = False) -> None:
+        """A shape the checked path accepted; `function` (0: the device's) the cubin it runs; `uses_map`:
+        its cubin reads the tensor map, so a call launches natively only once add_map taught the map of
+        its source tensor (a cubin that reads none, such as the fp4 reader's, launches with the slot zero)."""
         self.lib.kgen_native_add_shape(self.op, variant, (ctypes.c_int64 * max(1, len(syms)))(*syms), device, *grid,
-                                       shared_bytes, params, function or None, context or None, *block, int(pdl))
+                                       shared_bytes, params, function or None, context or None, *block, int(pdl),
+                                       int(uses_map))
 
     def add_map(self, variant: int, syms: tuple[int, ...], device: int, address: int, data: bytes) -> None:
         """The tensor map of a registered shape for the source tensor at `address`."""

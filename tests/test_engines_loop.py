@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -162,6 +163,13 @@ PROBE = textwrap.dedent('''
 ''')
 
 
+def _env(**extra: str) -> dict[str, str]:
+    """A bare environment: this checkout first, then the caller's PYTHONPATH (where the GPU machine carries
+    pydantic and the other wheels kgen needs), nothing else of the caller's."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": path, **extra}
+
+
 @pytest.fixture(scope="module")
 def patched(tmp_path_factory):
     """A copy of the release tree patched with the plan-reading bf16 variant."""
@@ -169,7 +177,7 @@ def patched(tmp_path_factory):
     shutil.copytree(releases.tree(RELEASE), root)
     r = subprocess.run([PY, "-m", "kgen", "patch", "--engine", "sglang", "--root", str(root), str(PLAN), "--apply",
                         "-o", str(root.parent / "patch.diff")], cwd=ROOT, capture_output=True, text=True,
-                       check=False, timeout=300, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+                       check=False, timeout=300, env=_env())
     assert r.returncode == 0, r.stderr
     return root
 
@@ -177,7 +185,7 @@ def patched(tmp_path_factory):
 def probe(root: Path, mode: str, device: str = "cpu") -> dict:
     r = subprocess.run([PY, "-c", PROBE, str(ROOT / "tests"), str(root / "python"), device, mode],
                        capture_output=True, text=True, check=False, timeout=300,
-                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp"})
+                       env=_env(HOME="/tmp"))
     assert r.returncode == 0, r.stderr[-4000:]
     return json.loads(r.stdout.splitlines()[-1])
 

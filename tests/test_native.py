@@ -262,14 +262,16 @@ def test_the_build_key_follows_the_compilers_version(tmp_path):
 class ReaderHarness:
     """A test op with indexer_logits' schema and the native kernel at its CPU key; its twin `checked`
     plans the call with the reader's KernelOp tables (kgen.ops.registry), registers the shape (its own
-    cubin: READER_FUNCTION) and this cache's tensor map (MAP), as the GPU's checked twin does."""
+    cubin: READER_FUNCTION) and this cache's tensor map (MAP), as the GPU's checked twin does; with
+    `uses_map=False` the shape's cubin reads no map (the fp4 reader's) and the twin teaches none."""
 
     MAP = bytes(range(128))
     READER_FUNCTION = 0xDEF0
 
-    def __init__(self, variant: str):
+    def __init__(self, variant: str, *, uses_map: bool = True):
         from kgen.ops import reader
 
+        self.uses_map = uses_map
         self.op_py = reader._op(ops.variant_name(variant))
         self.launches: list = []
         self.checked_calls = 0
@@ -316,8 +318,10 @@ class ReaderHarness:
         a = reader.check(op.spec, q, weights, cache, block_table, seq_lens, max_seq_len, require_cuda=False)
         sizes = tuple(a.dims[s] for s in op._symbols)
         self.native.add_shape(self.handle, sizes, (3, a.dims["B"], 1), 70000, op.abi.pack(a.values(lambda _n, _t: 0)),
-                              device=0, function=self.READER_FUNCTION, context=0, block=(288, 1, 1), pdl=True)
-        self.native.add_map(self.handle, sizes, 0, cache.data_ptr(), self.MAP)
+                              device=0, function=self.READER_FUNCTION, context=0, block=(288, 1, 1), pdl=True,
+                              uses_map=self.uses_map)
+        if self.uses_map:
+            self.native.add_map(self.handle, sizes, 0, cache.data_ptr(), self.MAP)
         return a.tensors["logits"]
 
 
@@ -356,3 +360,22 @@ def test_the_reader_launches_natively_and_returns_its_logits():
     with pytest.raises(ArgumentError, match=r"^q: expected float8_e4m3fn"):
         h.call(name, q.to(torch.bfloat16), w, cache, table, lens, msl)
     assert len(h.launches) == 2
+
+
+def test_a_shape_whose_cubin_reads_no_map_launches_natively_for_any_cache():
+    """The fp4 reader's cubin reads no tensor map: its shapes launch natively with the map slot zero, for
+    every cache tensor, without waiting for a map that is never taught (the H200 found every such call
+    declined)."""
+    from kgen import reader_check as rc
+    from kgen.reference import load_spec
+
+    h = ReaderHarness(FP8, uses_map=False)
+    spec = load_spec(ROOT / "specs" / "dsv4" / "indexer_fp8.yaml")
+    q, w, cache, table, lens, msl = rc.make_case(spec, [5, 70], device="cpu", seed=2)
+    name = h.op_py.key
+    h.call(name, q, w, cache, table, lens, msl)
+    h.call(name, q, w, cache, table, lens, msl)
+    h.call(name, q, w, cache.clone(), table, lens, msl)  # another layer's cache: still native
+    assert h.checked_calls == 1 and len(h.launches) == 2
+    for _cfg, _fn, params in h.launches:
+        assert params[:128] == bytes(128)

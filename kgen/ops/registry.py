@@ -239,7 +239,8 @@ class KernelOp:
         nat.add_shape(self._native, key, grid or (0, 0, 0), int(self.abi.shared_bytes(args)), params,
                       device=kernel.device_index if per_shape else -1,
                       function=kernel.function if per_shape else 0, context=kernel.context if per_shape else 0,
-                      block=(info["block"], 1, 1), pdl=info["pdl"])
+                      block=(info["block"], 1, 1), pdl=info["pdl"],
+                      uses_map=any(m.geometry(args) is not None for m in self._maps))
 
     def _native_maps(self, dev: int, sizes: tuple, tensors: tuple, entry: tuple) -> None:
         """Teach the native kernel the tensor maps of this call (per source address)."""
