@@ -199,14 +199,14 @@ def reader_wgmma(lay: Layout, stages: int) -> bool:
 
 
 def reader_wg_ctas_per_sm(lay: Layout, ntok: int, stages: int, tma: bool = False, consumers: int = 0) -> int:
-    """CTAs of the wgmma path one SM holds (shared memory bound, and for the TMA variant register bound;
-    the kernel's __launch_bounds__ caps its registers for the one-token count, so registers do not bind
-    first)."""
+    """CTAs of the wgmma path one SM holds (shared memory bound, and register bound at the registers per
+    thread each variant is planned at; the kernel's __launch_bounds__ caps its registers for the one-token
+    count, so registers do not bind first)."""
     per = reader_wg_smem_bytes(lay, ntok, stages, tma) + READER_CTA_RESERVED_BYTES
     # the TMA variant's CTAs are large: its threads' registers (planned at READER_WG_TMA_REGISTERS each)
     # bind before the SM's thread count does
     most = (READER_SM_REGISTERS // (reader_wg_tma_threads(consumers) * READER_WG_TMA_REGISTERS) if tma
-            else READER_WG_MAX_CTAS)
+            else min(READER_WG_MAX_CTAS, READER_SM_REGISTERS // (4 * WARP * READER_WG_REGISTERS)))
     return max(1, min(most, READER_SM_SHARED_BYTES // per))
 
 
@@ -245,6 +245,11 @@ READER_SM_REGISTERS = SM90.registers  # 32-bit registers of an sm_90 SM
 # each thread up to 113, above what ptxas uses (96 for fp8 with the work split; 2026-12-01 run3), so it
 # never spills to fit
 READER_WG_TMA_REGISTERS = 80
+# registers per thread the cp.async variant's plan leaves each thread at least: its CTAs are small, and an
+# SM full of them (16) would cap every thread at 32 registers, 8 of them at 64, where ptxas spills the
+# accumulators and the rows' pages; NVRTC 13.0's code for a spilled 32-key-page fp8 reader read a null page
+# on the H200 (bench/results/h200-2026-12-01/final/README.md). 96 is what ptxas uses without spilling.
+READER_WG_REGISTERS = 96
 
 
 def reader_wg_tma_layout(lay: Layout) -> bool:

@@ -331,6 +331,11 @@ def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
     # large CTAs: registers bind (planned at READER_WG_TMA_REGISTERS each) before shared memory does
     assert RL.reader_wg_ctas_per_sm(lay, 1, 4, tma=True, consumers=2) == 65536 // (288 * RL.READER_WG_TMA_REGISTERS)
     assert RL.reader_wg_ctas_per_sm(lay, 1, 16, tma=True, consumers=2) == 1  # 144.9 KB of shared memory
+    # small cp.async CTAs: never so many that __launch_bounds__ leaves a thread fewer than
+    # READER_WG_REGISTERS (32-key pages, a 2-stage ring: 8 CTAs fit by shared memory, 5 by registers)
+    small = L.compute(with_(fp8, layout={"page_size": 32}))
+    assert RL.reader_wg_smem_bytes(small, 1, 2) * 8 < RL.READER_SM_SHARED_BYTES
+    assert RL.reader_wg_ctas_per_sm(small, 1, 2) == 65536 // (128 * RL.READER_WG_REGISTERS) == 5
     c = RL.reader_constants(lay, TMA)
     assert c["kReaderWgTma"] == 1 and c["kReaderWgMinBlocks"] == 2 and c["kReaderWgTokensPerCta"] == 4
     (gx, gy, gz), threads, smem, per = RP.reader_launch(fp8, 128, 1, 65536, 132, wgmma=True, tune=TMA)

@@ -134,7 +134,7 @@ KGEN_HD constexpr long long wg_fp4_stage() {
 }
 // the TMA variant's per-stage mbarriers (full, empty) and its producer warp (kgen/layout.py READER_WG_TMA_*)
 constexpr long long kWgTmaBarrierBytes = 16, kWgTmaProducerThreads = 32, kWgTmaMaxConsumers = 4;
-constexpr long long kSmRegisters = 65536, kWgTmaRegisters = 80;
+constexpr long long kSmRegisters = 65536, kWgTmaRegisters = 80, kWgRegisters = 96;
 template <class C>
 KGEN_HD constexpr long long wg_smem(long long ntok) {
   const long long token = ntok * (wg_chunks<C>() * C::kReaderHeads * kWgChunkBytes + 4 * C::kReaderHeads);
@@ -185,7 +185,8 @@ KGEN_HD constexpr long long wg_threads() {
 template <class C>
 KGEN_HD constexpr long long wg_ctas_per_sm() {
   const long long n = kSmSharedBytes / (wg_smem<C>(1) + kCtaReservedBytes);
-  const long long most = C::kReaderWgTma ? kSmRegisters / (wg_threads<C>() * kWgTmaRegisters) : kWgMaxCtas;
+  const long long most = C::kReaderWgTma ? kSmRegisters / (wg_threads<C>() * kWgTmaRegisters)
+                                         : min2(kWgMaxCtas, kSmRegisters / (wg_threads<C>() * kWgRegisters));
   return n < 1 ? 1 : min2(n, most);
 }
 // kReaderWgmma 0 on a layout the path reads: the mma.sync path on sm_90a too (the bench compares them)

@@ -4,9 +4,16 @@ fault is pinned to the step that made it. Used after call1's illegal address on 
     python one_case.py SPEC_NAME|PATH B_INDEX [TUNE_JSON]   (SPEC_NAME: a spec of sample_readable(20, seed=0))
 """
 import json
+import os
 import sys
 
 import torch
+
+if os.environ.get("ONE_CASE_LINEINFO"):  # line numbers for compute-sanitizer (another cubin: its own cache key)
+    import kgen.compile as _compile
+
+    _options = _compile.compile_options
+    _compile.compile_options = lambda uri, arch: {**_options(uri, arch), "lineinfo": True}
 
 from kgen import reader_check as rc
 from kgen.reference import load_spec
