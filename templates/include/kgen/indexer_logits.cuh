@@ -50,6 +50,11 @@
 //   wg_stage.cuh       the sm_90a staging helpers (shared memory, q, a tile's pages)
 //   wg_logits.cuh, wg_tma_logits.cuh, wg_fp4_logits.cuh
 //                      the sm_90a pipelines (cp.async, TMA, fp4)
+//
+// The rendered constants are long long; a path takes each as the type it computes with, brace-initialized
+// (`static constexpr int kTile{C::kReaderWgTileKeys};`): a value that does not fit is a compile error where
+// a cast would wrap. Static data members are emitted into the cubin's global data, so a fact a path derives
+// is a constexpr function (reader::slot_of), not a new member.
 #include "reader/rules.cuh"
 #include "reader/launch.cuh"
 #include "reader/convert.cuh"

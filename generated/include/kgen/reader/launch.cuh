@@ -41,19 +41,39 @@ __device__ __forceinline__ void wait_for_predecessor() {
 template <class C>
 KGEN_HD constexpr int min_blocks() {
 #if KGEN_READER_WGMMA
-  return static_cast<int>(C::kReaderWgmma ? C::kReaderWgMinBlocks : C::kReaderMinBlocks);
+  constexpr int blocks{C::kReaderWgmma ? C::kReaderWgMinBlocks : C::kReaderMinBlocks};
 #else
-  return static_cast<int>(C::kReaderMinBlocks);
+  constexpr int blocks{C::kReaderMinBlocks};
 #endif
+  return blocks;
 }
 // and its threads per CTA (the TMA variant: its consumer warpgroups and the producer warp)
 template <class C>
 KGEN_HD constexpr int threads() {
 #if KGEN_READER_WGMMA && !defined(KGEN_CPU_SHIM)
-  return static_cast<int>(C::kReaderWgmma ? wg_threads<C>() : C::kReaderWarps * 32);
+  constexpr int n{C::kReaderWgmma ? wg_threads<C>() : C::kReaderWarps * 32};
 #else
-  return static_cast<int>(C::kReaderWarps * 32);
+  constexpr int n{C::kReaderWarps * 32};
 #endif
+  return n;
+}
+
+// a key's slot in its page (page_size a power of two)
+template <class C>
+KGEN_HD constexpr int slot_of(int key) {
+  return key & int{C::kPageSize - 1};
+}
+
+// Row offsets into the Params' arrays, in 64 bits (B x max_pages table entries, B x next_n x max_seq_len
+// logits may pass 2^31): sequence b's block-table row, and the row of query token t of sequence b (of q's
+// tokens, the weights' and the logits' rows).
+template <class P>
+__device__ __forceinline__ auto table_row(const P& p, int b) {
+  return p.block_table + static_cast<long long>(b) * p.max_pages;
+}
+template <class P>
+__device__ __forceinline__ long long token_row(const P& p, int b, int t) {
+  return static_cast<long long>(b) * p.next_n + t;
 }
 
 }  // namespace reader

@@ -52,33 +52,33 @@ __device__ __forceinline__ uint4 load_chunk(const uint8_t* p) {
 
 template <class C>
 struct IndexerLogits {
-  static constexpr int H = static_cast<int>(C::kReaderHeads);
+  static constexpr int H{C::kReaderHeads};
   static constexpr int kNT = H / 8;  // n8 tiles over the heads
-  static constexpr int kWarps = static_cast<int>(C::kReaderWarps);
-  static constexpr int kWarpKeys = static_cast<int>(C::kReaderWarpKeys);
+  static constexpr int kWarps{C::kReaderWarps};
+  static constexpr int kWarpKeys{C::kReaderWarpKeys};
   static constexpr int kMT = kWarpKeys / 16;  // m16 tiles per warp tile
   static constexpr int kRows = 2 * kMT;       // key rows a lane loads per tile: key r * 8 + gid
   static constexpr Dtype kKey = C::kStoreDtype;
   static constexpr bool kFp8 = kKey == Dtype::fp8_e4m3;
   static constexpr bool kFp4 = kKey == Dtype::fp4_e2m1;
-  static constexpr int kGroups = static_cast<int>(C::kReaderGroups);
-  static constexpr int kInFlight = static_cast<int>(C::kReaderGroupsInFlight);
+  static constexpr int kGroups{C::kReaderGroups};
+  static constexpr int kInFlight{C::kReaderGroupsInFlight};
   static constexpr int kBatches = (kGroups + kInFlight - 1) / kInFlight;
-  static constexpr int kStepsPerChunk = static_cast<int>(C::kReaderStepsPerChunk);
-  static constexpr int kSteps = static_cast<int>(C::kReaderSteps);
-  static constexpr int kStepElems = static_cast<int>(C::kReaderStepElems);
-  static constexpr int kChunkElems = static_cast<int>(C::kReaderChunkElems);
-  static constexpr int kQBytes = static_cast<int>(reader::q_bytes(kKey));
-  static constexpr int kVec = static_cast<int>(C::kReaderKeyVectorBytes);
-  static constexpr int kTokensPerCta = static_cast<int>(C::kReaderTokensPerCta);
+  static constexpr int kStepsPerChunk{C::kReaderStepsPerChunk};
+  static constexpr int kSteps{C::kReaderSteps};
+  static constexpr int kStepElems{C::kReaderStepElems};
+  static constexpr int kChunkElems{C::kReaderChunkElems};
+  static constexpr int kQBytes{reader::q_bytes(kKey)};
+  static constexpr int kVec{C::kReaderKeyVectorBytes};
+  static constexpr int kTokensPerCta{C::kReaderTokensPerCta};
   static constexpr bool kScaled = C::kScaleKind != ScaleKind::none;
   static constexpr int kQSlots = kSteps * kNT * 32;  // uint2 slots of one token's q in shared memory
   static constexpr long long kRowBytes = C::kRowBytes;
   static constexpr long long kPageBytes = C::kPageBytes;
-  static constexpr int kPageShift = static_cast<int>(C::kPageShift);
+  static constexpr int kPageShift{C::kPageShift};
   static constexpr bool kPrefetch = C::kReaderPrefetch != 0;  // the next tile's rows during this one's mma
   // the heads in passes of kNTP n8 tiles: fewer accumulator registers, the key rows reused
-  static constexpr int kNTP = kNT / static_cast<int>(C::kReaderHeadPasses);
+  static constexpr int kNTP{kNT / C::kReaderHeadPasses};
 
   static_assert(H % 8 == 0 && kMT >= 1 && kWarpKeys % 16 == 0, "tile shape");
   static_assert(kStepsPerChunk * kStepElems == kChunkElems, "a chunk feeds whole steps");
@@ -128,7 +128,7 @@ struct IndexerLogits {
 
   __device__ static __forceinline__ float dequant_scale(const uint8_t* p) {
     if constexpr (C::kScaleKind == ScaleKind::ue8m0) {
-      return exp2_biased(static_cast<uint32_t>(__ldg(p)));
+      return exp2_biased(__ldg(p));
     } else {
       return __ldg(reinterpret_cast<const float*>(p));
     }
@@ -161,13 +161,13 @@ struct IndexerLogits {
     for (int r = 0; r < kRows; ++r) {
       const int key = k0 + 8 * r + gid;
       t.pagep[r] = nullptr;
-      t.slot[r] = key & static_cast<int>(C::kPageSize - 1);
+      t.slot[r] = reader::slot_of<C>(key);
       t.bad[r] = false;
       if (key < visible_end && key < key_end) {
         const int col = key >> kPageShift;
         const int page = col < p.max_pages ? __ldg(table + col) : -1;
         if (page >= 0 && page < p.num_pages) {
-          t.pagep[r] = p.cache + static_cast<long long>(page) * kPageBytes;
+          t.pagep[r] = p.cache + page * kPageBytes;
         } else {
           t.bad[r] = true;
         }
@@ -216,7 +216,7 @@ struct IndexerLogits {
 
     reader::wait_for_predecessor<C>();  // before the first read of an input
     const int seq_len = __ldg(p.seq_lens + b);
-    const int* table = p.block_table + static_cast<long long>(b) * p.max_pages;
+    const int* table = reader::table_row(p, b);
     // the last key any of this CTA's tokens can see
     const int visible_end = seq_len - p.next_n + t0 + ntok;
     int k0 = static_cast<int>(key0) + warp * kWarpKeys;
@@ -228,7 +228,7 @@ struct IndexerLogits {
 
     // stage q (fragment order, as the 16-bit operand) and weights of this CTA's tokens: each thread
     // issues a round of loads before it stores any (one latency per round, not per load)
-    const long long q_token0 = static_cast<long long>(b) * p.next_n + t0;
+    const long long q_token0 = reader::token_row(p, b, t0);
     constexpr int kThreads = kWarps * 32, kPer = kQSlots / kThreads, kRound = kPer < 8 ? kPer : 8;
 #pragma unroll 1
     for (int t = 0; t < ntok; ++t) {
@@ -335,8 +335,8 @@ struct IndexerLogits {
           const uint8_t* row = pagep[r] + slot[r] * kRowBytes;
           ch[gg][r] = load_chunk<kVec>(row + g * reader::kGroupBytes + tig * reader::kChunkBytes);
           if constexpr (kFp4) {
-            fp4s[gg][r] = exp2_biased(static_cast<uint32_t>(
-                __ldg(pagep[r] + C::kScaleRegionOffset + slot[r] * C::kScaleStride + (4 * g + tig) * C::kScaleUnit)));
+            fp4s[gg][r] = exp2_biased(
+                __ldg(pagep[r] + C::kScaleRegionOffset + slot[r] * C::kScaleStride + (4 * g + tig) * C::kScaleUnit));
           }
         }
       }
@@ -397,7 +397,7 @@ struct IndexerLogits {
     if (my_key < key_end) {
       const bool visible = my_key < seq_len - p.next_n + 1 + t;
       const float out = !visible ? -__int_as_float(0x7f800000) : my_bad ? __int_as_float(0x7fc00000) : mine * my_scale;
-      p.logits[(static_cast<long long>(b) * p.next_n + t) * p.max_seq_len + my_key] = out;
+      p.logits[reader::token_row(p, b, t) * p.max_seq_len + my_key] = out;
     }
   }
 };

@@ -19,19 +19,19 @@ namespace detail {
 // tile: its copies land (barrier), it is converted (barrier), multiplied.
 template <class C>
 struct WgFp4Logits {
-  static constexpr int H = static_cast<int>(C::kReaderHeads);
-  static constexpr int kTile = static_cast<int>(C::kReaderWgTileKeys);
-  static constexpr int kChunkBytes = static_cast<int>(C::kReaderWgChunkBytes);
-  static constexpr int kChunks = static_cast<int>(C::kReaderWgChunks);  // 128-B chunks of a bf16 operand row
-  static constexpr int kStages = static_cast<int>(C::kReaderWgStages);
-  static constexpr int kTokens = static_cast<int>(C::kReaderWgTokensPerCta);
-  static constexpr int kAlign = static_cast<int>(C::kReaderWgAlign);
-  static constexpr int kThreads = static_cast<int>(C::kReaderWarps) * 32;
-  static constexpr int kRowBytes = static_cast<int>(C::kRowBytes);      // packed e2m1 of one key
-  static constexpr int kScaleBytes = static_cast<int>(C::kScaleBytes);  // its ue8m0 bytes, one per kBlock values
-  static constexpr int kBlock = static_cast<int>(C::kBlock);
+  static constexpr int H{C::kReaderHeads};
+  static constexpr int kTile{C::kReaderWgTileKeys};
+  static constexpr int kChunkBytes{C::kReaderWgChunkBytes};
+  static constexpr int kChunks{C::kReaderWgChunks};  // 128-B chunks of a bf16 operand row
+  static constexpr int kStages{C::kReaderWgStages};
+  static constexpr int kTokens{C::kReaderWgTokensPerCta};
+  static constexpr int kAlign{C::kReaderWgAlign};
+  static constexpr int kThreads{C::kReaderWarps * 32};
+  static constexpr int kRowBytes{C::kRowBytes};      // packed e2m1 of one key
+  static constexpr int kScaleBytes{C::kScaleBytes};  // its ue8m0 bytes, one per kBlock values
+  static constexpr int kBlock{C::kBlock};
   static constexpr long long kPageBytes = C::kPageBytes;
-  static constexpr int kL2Prefetch = static_cast<int>(C::kReaderWgL2Prefetch);
+  static constexpr int kL2Prefetch{C::kReaderWgL2Prefetch};
   static constexpr int kOperandChunkBytes = kTile * kChunkBytes;  // one chunk of the converted tile
   static constexpr int kQChunkBytes = H * kChunkBytes;            // one chunk of a token's q rows
   static constexpr int kColumns = kChunkBytes / 16;               // 16-B columns of an operand chunk row
@@ -43,7 +43,7 @@ struct WgFp4Logits {
   static constexpr int kRowsPerThread = kTile / kLoadRows;
   static constexpr int kConvertRounds = kTile * kChunks * kColumns / kThreads;  // operand columns per thread
   static constexpr int kPackedStageBytes = kTile * kRowBytes;
-  static constexpr int kStageBytes = static_cast<int>(reader::wg_fp4_stage<C>());
+  static constexpr int kStageBytes{reader::wg_fp4_stage<C>()};
 
   static_assert(C::kStoreDtype == Dtype::fp4_e2m1 && C::kScaleKind == ScaleKind::ue8m0 && C::kScaleUnit == 1,
                 "[wgmma-fp4] e2m1 keys, one ue8m0 byte per block");
@@ -89,10 +89,10 @@ struct WgFp4Logits {
     unsigned char* stage = sm.stages + s * kStageBytes;
     const uint32_t dst = wg::smem_addr(stage) + r0 * kRowBytes + piece * 16;
     const uint32_t scales = wg::smem_addr(stage + kPackedStageBytes);
-    const int slot0 = k0 & static_cast<int>(C::kPageSize - 1);
+    const int slot0 = reader::slot_of<C>(k0);
     float* info = sm.row_info + s * kTile;
     if (kWholePages && pg.whole >= 0) {
-      const uint8_t* page = p.cache + static_cast<long long>(pg.whole) * kPageBytes;
+      const uint8_t* page = p.cache + pg.whole * kPageBytes;
       const uint8_t* src = page + (slot0 + r0) * kRowBytes + piece * 16;
 #pragma unroll
       for (int j = 0; j < kRowsPerThread; ++j) {
@@ -117,8 +117,8 @@ struct WgFp4Logits {
 #pragma unroll
     for (int j = 0; j < kRowsPerThread; ++j) {
       const int r = r0 + j * kLoadRows;
-      const int slot = (k0 + r) & static_cast<int>(C::kPageSize - 1);
-      const uint8_t* page = pg.rows[j] >= 0 ? p.cache + static_cast<long long>(pg.rows[j]) * kPageBytes : nullptr;
+      const int slot = reader::slot_of<C>(k0 + r);
+      const uint8_t* page = pg.rows[j] >= 0 ? p.cache + pg.rows[j] * kPageBytes : nullptr;
       wg::cp16(dst + j * kLoadRows * kRowBytes, page ? page + slot * kRowBytes + piece * 16 : p.cache, page ? 16u : 0u);
       // the row's scale words (zeros for a row not read)
       for (int wd = piece; wd < kScaleBytes / 4; wd += kPieces) {
@@ -204,7 +204,7 @@ struct WgFp4Logits {
       __syncthreads();  // ... everyone's; and every warp's wgmma of tile v - 1 is done with the operand and q
       convert(sm, s, tid);
       if (at.pair != qpair) {  // a new pair's first tile: its q (bf16, swizzled as the B operand) and weights
-        const long long q_token0 = static_cast<long long>(at.at.b) * p.next_n + at.at.t0;
+        const long long q_token0 = reader::token_row(p, at.at.b, at.at.t0);
         wg::load_q<H, kChunks, kThreads, kChunks * kChunkBytes>(p.q, sm.q, q_token0, at.at.ntok, tid);
         for (int i = tid; i < at.at.ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
         qpair = at.pair;

@@ -210,7 +210,7 @@ __device__ __forceinline__ void keep(float (&d)[32]) {
 template <bool Fp8, int Chunks>
 __device__ __forceinline__ void tile_mma(float (&acc)[32], uint32_t a_lo, uint32_t a_step, uint32_t b_lo,
                                          uint32_t b_step, bool add) {
-  constexpr int kSteps = static_cast<int>(reader::kWgChunkBytes) / 32;
+  constexpr int kSteps{reader::kWgChunkBytes / 32};
   mma_fence();
 #pragma unroll
   for (int kc = 0; kc < Chunks; ++kc) {

@@ -15,9 +15,9 @@ namespace wg {
 // sized as reader::wg_smem<C>(ntok): a launch sized for another path would not fit, and stops here.
 template <class C>
 __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* smem, int ntok) {
-  constexpr uint32_t kAlign = static_cast<uint32_t>(C::kReaderWgAlign);
+  constexpr uint32_t kAlign{C::kReaderWgAlign};
   const uint32_t pad = (kAlign - smem_addr(smem) % kAlign) % kAlign;
-  if (static_cast<long long>(dynamic_smem_size()) < reader::wg_smem<C>(ntok) - kAlign + pad) __trap();
+  if (dynamic_smem_size() < reader::wg_smem<C>(ntok) - kAlign + pad) __trap();
   return smem + pad;
 }
 
@@ -79,14 +79,14 @@ struct TilePages {  // (no static data members: they would be emitted into the c
   // the tile at `cur` (a Work cursor; `live` false: past the CTA's share, nothing looked up)
   template <class Cursor>
   __device__ __forceinline__ void lookup(const typename C::Params& p, const Cursor& cur, bool live, int r0) {
-    constexpr int kTile = static_cast<int>(C::kReaderWgTileKeys), kPageShift = static_cast<int>(C::kPageShift);
+    constexpr int kTile{C::kReaderWgTileKeys}, kPageShift{C::kPageShift};
     whole = -1;
     pair = live ? cur.pair : -1;
     k0 = cur.k0();
 #pragma unroll
     for (int j = 0; j < kRowsPerThread; ++j) rows[j] = -1;
     if (!live) return;
-    const int* table = p.block_table + static_cast<long long>(cur.at.b) * p.max_pages;
+    const int* table = reader::table_row(p, cur.at.b);
     const int visible_end = cur.visible(p, cur.at.ntok - 1), key_end = p.max_seq_len;
     if constexpr (whole_pages()) {
       const int c = k0 >> kPageShift;

@@ -27,15 +27,15 @@ namespace detail {
 // q and the weights are staged once per CTA by the consumers (cp.async, as WgLogits).
 template <class C>
 struct WgTmaLogits {
-  static constexpr int H = static_cast<int>(C::kReaderHeads);
-  static constexpr int kTile = static_cast<int>(C::kReaderWgTileKeys);
-  static constexpr int kChunkBytes = static_cast<int>(C::kReaderWgChunkBytes);
-  static constexpr int kChunks = static_cast<int>(C::kReaderWgChunks);
-  static constexpr int kStages = static_cast<int>(C::kReaderWgStages);
-  static constexpr int kTokens = static_cast<int>(C::kReaderWgTokensPerCta);
-  static constexpr int kConsumers = static_cast<int>(C::kReaderWgConsumers);
+  static constexpr int H{C::kReaderHeads};
+  static constexpr int kTile{C::kReaderWgTileKeys};
+  static constexpr int kChunkBytes{C::kReaderWgChunkBytes};
+  static constexpr int kChunks{C::kReaderWgChunks};
+  static constexpr int kStages{C::kReaderWgStages};
+  static constexpr int kTokens{C::kReaderWgTokensPerCta};
+  static constexpr int kConsumers{C::kReaderWgConsumers};
   static constexpr int kConsumerThreads = kConsumers * 128;
-  static constexpr int kThreads = static_cast<int>(reader::wg_threads<C>());
+  static constexpr int kThreads{reader::wg_threads<C>()};
   static constexpr bool kFp8 = C::kStoreDtype == Dtype::fp8_e4m3;
   static constexpr bool kScaled = C::kScaleKind != ScaleKind::none;
   static constexpr int kBoxBytes = kTile * kChunkBytes;    // one box: a 128-B chunk of the tile's 64 rows
@@ -43,7 +43,7 @@ struct WgTmaLogits {
   static constexpr int kQChunkBytes = H * kChunkBytes;     // one chunk of a token's q rows
   static constexpr int kScaleTileBytes = kTile * 4;        // fp8: the tile's scales
   static constexpr uint32_t kTxBytes = kStageBytes + (kScaled ? kScaleTileBytes : 0);
-  static constexpr int kPageShift = static_cast<int>(C::kPageShift);
+  static constexpr int kPageShift{C::kPageShift};
 
   static_assert(reader::wg_readable<C>() && reader::wg_tma_readable<C>() && C::kReaderWgTma == 1,
                 "[wgmma-tma] a layout the variant reads");
@@ -88,15 +88,14 @@ struct WgTmaLogits {
     const unsigned long long policy = kHint ? wg::evict_first_policy() : 0;  // keys are read once
     uint32_t generic = 0;  // fp8: stages whose rows' factors this warp last wrote by st.shared
     typename Work::Cursor at(p, share);
-    const int* table =
-        p.block_table + static_cast<long long>(row_pair < 0 ? 0 : row_pair / Work::groups(p)) * p.max_pages;
+    const int* table = reader::table_row(p, row_pair < 0 ? 0 : row_pair / Work::groups(p));
 #pragma unroll 1
     for (int i = 0; i < share.count; ++i, at.advance(p)) {
       const int s = i % kStages;
       const int k0 = at.k0();
       const int col = k0 >> kPageShift;
       if (at.pair != row_pair || col < window || col >= window + 32) {
-        if (at.pair != row_pair) table = p.block_table + static_cast<long long>(at.at.b) * p.max_pages;
+        if (at.pair != row_pair) table = reader::table_row(p, at.at.b);
         row_pair = at.pair;
         window = col;
         entry = table_entry(p, table, window, lane);
@@ -115,7 +114,7 @@ struct WgTmaLogits {
       __syncwarp();
       if (lane == 0) {
         if (ok) {
-          const int slot0 = k0 & static_cast<int>(C::kPageSize - 1);
+          const int slot0 = reader::slot_of<C>(k0);
           wg::bar_arrive_tx(sm.full(s), kTxBytes);
           const uint32_t dst = wg::smem_addr(sm.keys + s * kStageBytes);
 #pragma unroll
@@ -126,8 +125,7 @@ struct WgTmaLogits {
               wg::fence_async_proxy();
               generic &= ~(1u << s);
             }
-            const uint8_t* scales = p.cache + static_cast<long long>(page) * C::kPageBytes + C::kScaleRegionOffset +
-                                    static_cast<long long>(slot0) * C::kScaleStride;
+            const uint8_t* scales = p.cache + page * C::kPageBytes + C::kScaleRegionOffset + slot0 * C::kScaleStride;
             wg::bulk_load<kHint>(wg::smem_addr(info), scales, kScaleTileBytes, sm.full(s), policy);
           }
         } else {
@@ -170,6 +168,8 @@ struct WgTmaLogits {
     const bool guessed = guess_pair < Work::pairs(p);
     if (warp >= kConsumers * 4) {
       const int col = (guess_tile * kTile) >> kPageShift;
+      // (the row spelled out, not reader::table_row: through the helper this prologue compiles to other
+      // machine code, scripts/cubin_digest.py)
       const int entry =
           guessed
               ? table_entry(p, p.block_table + static_cast<long long>(Work::tokens_of(p, guess_pair).b) * p.max_pages,
@@ -184,7 +184,7 @@ struct WgTmaLogits {
     bool q_pending = false;                  // its copy group not yet waited for
     const auto stage_pair = [&](int pair) {  // q and the weights by cp.async: no thread waits for them here
       const typename Work::Pair q = Work::tokens_of(p, pair);
-      const long long q_token0 = static_cast<long long>(q.b) * p.next_n + q.t0;
+      const long long q_token0 = reader::token_row(p, q.b, q.t0);
       wg::stage_q<H, kChunks, kConsumerThreads, C::kRowBytes>(p.q, sm.q, q_token0, q.ntok, tid);
       for (int j = tid; j < q.ntok * H; j += kConsumerThreads)
         wg::cp4(wg::smem_addr(sm.w + j), p.weights + q_token0 * H + j);

@@ -134,8 +134,8 @@ struct Work {
 
   // the share where every pair has tiles_max tiles: (pair, tile) of its first tile, pair = pairs(p) if none
   __device__ static __forceinline__ void guess(const typename C::Params& p, int& pair, int& tile) {
-    const long long tm = tiles_max(p), T = static_cast<long long>(pairs(p)) * tm;
-    const long long t_lo = static_cast<long long>(blockIdx.x) * ceil_div(T, gridDim.x);
+    const long long tm = tiles_max(p), T = pairs(p) * tm;
+    const long long t_lo = blockIdx.x * ceil_div(T, gridDim.x);
     pair = pairs(p);
     tile = 0;
     if (t_lo < T) full_at(t_lo, tm, pair, tile);
@@ -217,7 +217,7 @@ struct Work {
     __device__ __forceinline__ int k0() const { return tile * kTile; }
     // logits row of the pair's token t (of at.ntok)
     __device__ __forceinline__ float* row(const typename C::Params& p, int t) const {
-      return p.logits + (static_cast<long long>(at.b) * p.next_n + at.t0 + t) * p.max_seq_len;
+      return p.logits + (reader::token_row(p, at.b, at.t0) + t) * p.max_seq_len;
     }
     // keys [0, visible(t)) are the pair's token t's
     __device__ __forceinline__ int visible(const typename C::Params& p, int t) const {
@@ -237,7 +237,7 @@ struct Work {
       const int n = avail < left ? avail : static_cast<int>(left);
       const int c0 = (q.ntiles + j) * kTile, c1 = min(p.max_seq_len, c0 + n * kTile);
       for (int t = 0; t < q.ntok; ++t) {
-        float* row = p.logits + (static_cast<long long>(q.b) * p.next_n + q.t0 + t) * p.max_seq_len;
+        float* row = p.logits + (reader::token_row(p, q.b, q.t0) + t) * p.max_seq_len;
         for (int i = c0 + tid; i < c1; i += threads) row[i] = -__int_as_float(0x7f800000);
       }
       left -= n;

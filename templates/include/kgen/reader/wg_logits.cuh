@@ -23,14 +23,14 @@ namespace detail {
 #if KGEN_READER_WGMMA
 template <class C>
 struct WgLogits {
-  static constexpr int H = static_cast<int>(C::kReaderHeads);
-  static constexpr int kTile = static_cast<int>(C::kReaderWgTileKeys);
-  static constexpr int kChunkBytes = static_cast<int>(C::kReaderWgChunkBytes);
-  static constexpr int kChunks = static_cast<int>(C::kReaderWgChunks);
-  static constexpr int kStages = static_cast<int>(C::kReaderWgStages);
-  static constexpr int kTokens = static_cast<int>(C::kReaderWgTokensPerCta);
-  static constexpr int kAlign = static_cast<int>(C::kReaderWgAlign);
-  static constexpr int kThreads = static_cast<int>(C::kReaderWarps) * 32;
+  static constexpr int H{C::kReaderHeads};
+  static constexpr int kTile{C::kReaderWgTileKeys};
+  static constexpr int kChunkBytes{C::kReaderWgChunkBytes};
+  static constexpr int kChunks{C::kReaderWgChunks};
+  static constexpr int kStages{C::kReaderWgStages};
+  static constexpr int kTokens{C::kReaderWgTokensPerCta};
+  static constexpr int kAlign{C::kReaderWgAlign};
+  static constexpr int kThreads{C::kReaderWarps * 32};
   static constexpr bool kFp8 = C::kStoreDtype == Dtype::fp8_e4m3;
   static constexpr bool kScaled = C::kScaleKind != ScaleKind::none;
   static constexpr int kStageBytes = kTile * kChunkBytes;  // one chunk of the tile's rows
@@ -40,8 +40,8 @@ struct WgLogits {
   static constexpr int kRowsPerThread = kTile / kLoadRows;
   static constexpr long long kRowBytes = C::kRowBytes;
   static constexpr long long kPageBytes = C::kPageBytes;
-  static constexpr int kPageShift = static_cast<int>(C::kPageShift);
-  static constexpr int kL2Prefetch = static_cast<int>(C::kReaderWgL2Prefetch);
+  static constexpr int kPageShift{C::kPageShift};
+  static constexpr int kL2Prefetch{C::kReaderWgL2Prefetch};
   // Loads per pipeline step (each step pays one pair of barriers, one commit and one wait, and its
   // loads' tiles share them): two 64-key tiles when a tile is one load (128-B rows) and the ring holds
   // two steps or more; a whole tile when it is several loads and the ring holds two tiles; else one load.
@@ -87,10 +87,10 @@ struct WgLogits {
     const uint32_t dst = wg::smem_addr(sm.keys + s * kStageBytes) + swizzled(r0, col);
     constexpr uint32_t kDstRowStep = kLoadRows * kChunkBytes;
     static_assert(kLoadRows % 8 == 0, "a thread's rows share their swizzle phase");
-    const int slot0 = k0 & static_cast<int>(C::kPageSize - 1);
+    const int slot0 = reader::slot_of<C>(k0);
     float* info = sm.row_info + s * kTile;
     if (kWholePages && pg.whole >= 0) {
-      const uint8_t* page = p.cache + static_cast<long long>(pg.whole) * kPageBytes;
+      const uint8_t* page = p.cache + pg.whole * kPageBytes;
       const uint8_t* src = page + (slot0 + r0) * kRowBytes + kc * kChunkBytes + col * 16;
 #pragma unroll
       for (int j = 0; j < kRowsPerThread; ++j) {
@@ -114,8 +114,8 @@ struct WgLogits {
 #pragma unroll
     for (int j = 0; j < kRowsPerThread; ++j) {
       const int r = r0 + j * kLoadRows;
-      const int slot = (k0 + r) & static_cast<int>(C::kPageSize - 1);
-      const uint8_t* page = pg.rows[j] >= 0 ? p.cache + static_cast<long long>(pg.rows[j]) * kPageBytes : nullptr;
+      const int slot = reader::slot_of<C>(k0 + r);
+      const uint8_t* page = pg.rows[j] >= 0 ? p.cache + pg.rows[j] * kPageBytes : nullptr;
       const uint8_t* src = page ? page + slot * kRowBytes + kc * kChunkBytes + col * 16 : p.cache;
       wg::cp16(dst + j * kDstRowStep, src, page ? 16u : 0u);
       if (kc == kChunks - 1 && col == 0) {
@@ -199,7 +199,7 @@ struct WgLogits {
         const int kc = u % kChunks, s = u % kStages;
         if (kc == 0 && at.pair != qpair) {  // a new pair's first tile: its q and weights
           if (qpair >= 0) __syncthreads();  // every warp's wgmma is done with the last pair's q
-          const long long q_token0 = static_cast<long long>(at.at.b) * p.next_n + at.at.t0;
+          const long long q_token0 = reader::token_row(p, at.at.b, at.at.t0);
           wg::load_q<H, kChunks, kThreads, kRowBytes>(p.q, sm.q, q_token0, at.at.ntok, tid);
           for (int i = tid; i < at.at.ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
           wg::fence_async_proxy();  // q, written by st.shared, is read by wgmma
