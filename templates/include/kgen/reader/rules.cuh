@@ -11,8 +11,11 @@ namespace kgen {
 
 namespace reader {
 
-constexpr long long kChunkBytes = 16, kGroupBytes = 64, kSmemBytes = 48 * 1024;
-constexpr long long kMaxGroupsInFlight = 4;
+// The shapes the paths are written for, each compared with its rendered twin (C::kReader...). The
+// capacities and limits the rules compare against (shared memory, registers, CTAs per SM, tokens per CTA,
+// ...) are kgen/reader_layout.py's and arrive rendered (C::kReaderSmemBytes, C::kReaderMaxSmemBytes, ...):
+// no number the Python owns is typed here (tests/test_header_numbers.py).
+constexpr long long kChunkBytes = 16, kGroupBytes = 64;
 
 KGEN_HD constexpr long long bits_of(Dtype d) {
   return d == Dtype::bf16 || d == Dtype::fp16 ? 16 : d == Dtype::fp8_e4m3 ? 8 : d == Dtype::fp4_e2m1 ? 4 : 0;
@@ -56,9 +59,7 @@ KGEN_HD constexpr bool layout_agrees() {
 }
 
 // The sm_90a (wgmma) path's facts (kgen/reader_layout.py's reader_wg_* functions), re-derived.
-constexpr long long kWgTileKeys = 64, kWgChunkBytes = 128, kWgAlign = 1024, kWgRowInfoBytes = 4, kWgMaxTokens = 4;
-constexpr long long kMaxSmemBytes = 227 * 1024, kSmSharedBytes = 228 * 1024, kCtaReservedBytes = 1024;
-constexpr long long kWgMaxCtas = 16;
+constexpr long long kWgTileKeys = 64, kWgChunkBytes = 128, kWgAlign = 1024, kWgRowInfoBytes = 4;
 // fp4 values per ue8m0 scale the path converts (a function, not a namespace-scope constant: those are
 // emitted into every cubin's global data, and the bf16 and fp8 cubins stay as they were)
 KGEN_HD constexpr long long wg_fp4_block() {
@@ -85,8 +86,7 @@ KGEN_HD constexpr long long wg_fp4_stage() {
   return kWgTileKeys * (C::kRowBytes + C::kScaleBytes);
 }
 // the TMA variant's per-stage mbarriers (full, empty) and its producer warp (kgen/reader_layout.py READER_WG_TMA_*)
-constexpr long long kWgTmaBarrierBytes = 16, kWgTmaProducerThreads = 32, kWgTmaMaxConsumers = 4;
-constexpr long long kSmRegisters = 65536, kWgTmaRegisters = 80;
+constexpr long long kWgTmaBarrierBytes = 16, kWgTmaProducerThreads = 32;
 template <class C>
 KGEN_HD constexpr long long wg_smem(long long ntok) {
   const long long token = ntok * (wg_chunks<C>() * C::kReaderHeads * kWgChunkBytes + 4 * C::kReaderHeads);
@@ -101,8 +101,8 @@ KGEN_HD constexpr long long wg_smem(long long ntok) {
 template <class C>
 KGEN_HD constexpr long long wg_tokens() {
   long long t = 0;
-  for (long long n = 1; n <= kWgMaxTokens; ++n) {
-    if (wg_smem<C>(n) <= kMaxSmemBytes) t = n;
+  for (long long n = 1; n <= C::kReaderWgMaxTokens; ++n) {
+    if (wg_smem<C>(n) <= C::kReaderMaxSmemBytes) t = n;
   }
   // the cp.async variant stages a tile of several chunks chunk by chunk: one token's accumulators across them
   const bool whole_tiles = C::kReaderWgTma != 0 || C::kStoreDtype == Dtype::fp4_e2m1;
@@ -136,8 +136,9 @@ KGEN_HD constexpr long long wg_threads() {
 }
 template <class C>
 KGEN_HD constexpr long long wg_ctas_per_sm() {
-  const long long n = kSmSharedBytes / (wg_smem<C>(1) + kCtaReservedBytes);
-  const long long most = C::kReaderWgTma ? kSmRegisters / (wg_threads<C>() * kWgTmaRegisters) : kWgMaxCtas;
+  const long long n = C::kReaderSmSharedBytes / (wg_smem<C>(1) + C::kReaderCtaReservedBytes);
+  const long long most =
+      C::kReaderWgTma ? C::kReaderSmRegisters / (wg_threads<C>() * C::kReaderWgTmaRegisters) : C::kReaderWgMaxCtas;
   return n < 1 ? 1 : min2(n, most);
 }
 // kReaderWgmma 0 on a layout the path reads: the mma.sync path on sm_90a too (the bench compares them)
@@ -151,7 +152,7 @@ KGEN_HD constexpr bool wg_constants_agree() {
          (C::kReaderWgL2Prefetch == 0 || C::kReaderWgL2Prefetch == 128 || C::kReaderWgL2Prefetch == 256) &&
          (C::kReaderWgTma == 0 || (wg && wg_tma_readable<C>() && C::kReaderWgStages % C::kReaderWgConsumers == 0 &&
                                    C::kReaderWgStages <= 32)) &&
-         C::kReaderWgConsumers >= 1 && C::kReaderWgConsumers <= kWgTmaMaxConsumers &&
+         C::kReaderWgConsumers >= 1 && C::kReaderWgConsumers <= C::kReaderWgTmaMaxConsumers &&
          (C::kReaderWgEvictFirst == 0 || C::kReaderWgEvictFirst == 1) &&
          C::kReaderWgTmaBarrierBytes == kWgTmaBarrierBytes && C::kReaderWgTmaProducerThreads == kWgTmaProducerThreads;
 }
@@ -171,8 +172,8 @@ KGEN_HD constexpr bool constants_agree() {
          C::kReaderStepElems == step_elems && C::kReaderStepsPerChunk == chunk_elems / step_elems &&
          C::kReaderGroups == groups && C::kReaderSteps * C::kReaderMmaK == C::kHeadDim &&
          C::kReaderSteps == groups * (chunk_elems / step_elems) &&
-         C::kReaderGroupsInFlight == min2(groups, kMaxGroupsInFlight) && C::kReaderKeyVectorBytes == vec &&
-         C::kReaderQTokenBytes == token_bytes && C::kReaderTokensPerCta == min2(8, kSmemBytes / token_bytes) &&
+         C::kReaderGroupsInFlight == min2(groups, C::kReaderMaxGroupsInFlight) && C::kReaderKeyVectorBytes == vec &&
+         C::kReaderQTokenBytes == token_bytes && C::kReaderTokensPerCta == min2(8, C::kReaderSmemBytes / token_bytes) &&
          C::kReaderWarps >= 1 && C::kReaderWarps <= 32 && C::kReaderWarpKeys == 32 &&
          (C::kReaderPrefetch == 0 || C::kReaderPrefetch == 1) && C::kReaderMinBlocks >= 0 &&
          C::kReaderHeadPasses >= 1 && (C::kReaderHeads / 8) % C::kReaderHeadPasses == 0 &&

@@ -64,7 +64,7 @@ struct WgFp4Logits {
   static_assert((kTile * kChunks * kColumns) % kThreads == 0, "[wgmma-fp4] conversion: whole rounds");
   static_assert(kOperandChunkBytes % kAlign == 0 && kQChunkBytes % kAlign == 0, "[wgmma] operand bases 1024-B aligned");
   static_assert(kStages >= 2, "staging shape");
-  static_assert(reader::wg_smem<C>(kTokens) <= reader::kMaxSmemBytes, "[wgmma] shared memory within 227 KB");
+  static_assert(reader::wg_smem<C>(kTokens) <= C::kReaderMaxSmemBytes, "[wgmma] shared memory within 227 KB");
 
   struct Smem {
     unsigned char* operand;  // kChunks x kOperandChunkBytes: the converted tile

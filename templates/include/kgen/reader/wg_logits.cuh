@@ -59,7 +59,7 @@ struct WgLogits {
   static_assert(kStages >= 2 && kTile % kLoadRows == 0, "staging shape");
   static_assert(kStages % kStepLoads == 0 && kRingSteps >= 2 && (kStepLoads % kChunks == 0 || kStepLoads == 1),
                 "a step's loads are whole tiles (or one load) and the ring holds two steps or more");
-  static_assert(reader::wg_smem<C>(kTokens) <= reader::kMaxSmemBytes, "[wgmma] shared memory within 227 KB");
+  static_assert(reader::wg_smem<C>(kTokens) <= C::kReaderMaxSmemBytes, "[wgmma] shared memory within 227 KB");
 
   // byte offset of 16-B column c of row r in a 128-B swizzled chunk (8 rows x 128 B repeat)
   __device__ static __forceinline__ uint32_t swizzled(int r, int c) { return wg::swizzled128(r, c); }

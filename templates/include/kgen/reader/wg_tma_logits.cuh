@@ -59,7 +59,7 @@ struct WgTmaLogits {
   static_assert(kStages % kConsumers == 0 && kStages >= 2 && kStages <= 32,
                 "[wgmma-tma] whole rounds: a warpgroup reads a stage's previous tile before it waits for the next (a "
                 "barrier is never two phases behind); a bit per stage in the producer's mask");
-  static_assert(reader::wg_smem<C>(kTokens) <= reader::kMaxSmemBytes, "[wgmma] shared memory within 227 KB");
+  static_assert(reader::wg_smem<C>(kTokens) <= C::kReaderMaxSmemBytes, "[wgmma] shared memory within 227 KB");
 
   struct Smem {           // the carve-up (reader::wg_smem): the stages' rows and q first (1024-B aligned)
     unsigned char* keys;  // kStages x kStageBytes
