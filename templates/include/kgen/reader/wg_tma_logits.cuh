@@ -168,8 +168,8 @@ struct WgTmaLogits {
     const bool guessed = guess_pair < Work::pairs(p);
     if (warp >= kConsumers * 4) {
       const int col = (guess_tile * kTile) >> kPageShift;
-      // (the row spelled out, not reader::table_row: through the helper this prologue compiles to other
-      // machine code, scripts/cubin_digest.py)
+      // (the row spelled out, not reader::table_row: through the helper the address's two 64-bit addends
+      // swap registers in two instructions, so the machine code would not stay as it was)
       const int entry =
           guessed
               ? table_entry(p, p.block_table + static_cast<long long>(Work::tokens_of(p, guess_pair).b) * p.max_pages,
