@@ -46,13 +46,13 @@ test-gpu: install
 	$(BIN)/python -m pytest -m gpu
 
 # ruff (style, imports, bugbear) and mypy over the package (config: pyproject.toml); clang-format
-# (.clang-format, pinned in the lint extra) over the hand-written headers and a fresh render of every
-# shipped spec.
+# (.clang-format, pinned in the lint extra) over the hand-written headers (the reader's parts under reader/)
+# and a fresh render of every shipped spec.
 CLANG_FORMAT := $(BIN)/clang-format --style=file:.clang-format --dry-run -Werror
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(CLANG_FORMAT) templates/include/kgen/*.cuh
+	$(CLANG_FORMAT) templates/include/kgen/*.cuh templates/include/kgen/reader/*.cuh
 	@out=$$(mktemp -d) && trap 'rm -rf "$$out"' EXIT && \
 	  $(BIN)/kgen render $(SPECS) -o "$$out" >/dev/null && \
 	  find "$$out" \( -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print0 | xargs -0 $(CLANG_FORMAT) && \

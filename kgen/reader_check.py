@@ -200,7 +200,7 @@ def compare(variant: str, case: str, got, want, *, topk: int = TOPK) -> LogitsRe
 
 
 def launcher(spec: Spec, args: tuple, tune: dict | None = None, *, check_bounds: bool = False):
-    """(launch, logits) of the reader on `args`: the shipped choice (kgen.indexer.prepare: the cubin of
+    """(launch, logits) of the reader on `args`: the shipped choice (kgen.ops.reader.prepare: the cubin of
     this launch shape) with `tune`'s RL.READER_TUNING_DEFAULTS overrides (None: the shipped default)."""
     from .ops.reader import prepare
 

@@ -327,6 +327,18 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         "kReaderWgMinBlocks": reader_wg_ctas_per_sm(lay, 1, stages, tma, consumers) if wg else 0,
         "kReaderWgTmaBarrierBytes": READER_WG_TMA_BARRIER_BYTES,
         "kReaderWgTmaProducerThreads": READER_WG_TMA_PRODUCER_THREADS,
+        # the capacities and limits the twins compare against: rendered, never typed in the header
+        "kReaderSmemBytes": READER_SMEM_BYTES,
+        "kReaderMaxGroupsInFlight": READER_MAX_GROUPS_IN_FLIGHT,
+        "kReaderWgMaxTokens": READER_WG_MAX_TOKENS,
+        "kReaderMaxSmemBytes": READER_MAX_SMEM_BYTES,
+        "kReaderSmSharedBytes": READER_SM_SHARED_BYTES,
+        "kReaderCtaReservedBytes": READER_CTA_RESERVED_BYTES,
+        "kReaderWgMaxCtas": READER_WG_MAX_CTAS,
+        "kReaderWgTmaMaxConsumers": READER_WG_TMA_MAX_CONSUMERS,
+        "kReaderSmRegisters": READER_SM_REGISTERS,
+        "kReaderWgTmaRegisters": READER_WG_TMA_REGISTERS,
+        "kReaderWgRegisters": READER_WG_REGISTERS,
         **_tuning(spec),
         **(tune or {}),
         "kReaderWgmma": int(wg),  # the tuning's wish, where the path reads the layout

@@ -5,6 +5,13 @@ headers (clang-format) must leave unchanged.
     (change the headers)
     KGEN_CACHE_DIR=$(mktemp -d) python scripts/cubin_digest.py > after.txt && cmp before.txt after.txt
 
+or against a commit, from a plain export of its tree (one cache for both: the writers' cubins are reused
+where their headers did not change):
+
+    git archive main | tar -x -C /tmp/before
+    KGEN_CACHE_DIR=/tmp/c PYTHONPATH=/tmp/before python /tmp/before/scripts/cubin_digest.py --text > before.txt
+    KGEN_CACHE_DIR=/tmp/c python scripts/cubin_digest.py --text > after.txt && cmp before.txt after.txt
+
 Compiles (NVRTC, no GPU needed) every shipped writer variant and, where a variant is readable, its
 reader under several tunings, for every target. A digest is the sha256 of every ELF section of the
 cubin but the string tables, with the symbol tables' name offsets zeroed: NVRTC names internal

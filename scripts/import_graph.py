@@ -46,7 +46,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("device: the launch stack, tensor maps, the native fast path, loaded kernels", (
         "launcher", "tma", "native", "fastpath", "runtime")),
     ("Torch numerics: the reference, its inputs, the read side's Torch path", ("reference", "inputs", "score")),
-    ("ops: torch.ops.kgen.*", ("ops", "ops.registry", "ops.writer", "ops.reader", "indexer")),
+    ("ops: torch.ops.kgen.*", ("ops", "ops.registry", "ops.writer", "ops.reader")),
     ("checks and measurements: kgen test / bench / recall, engines", (
         "compare", "gpurun", "reader_check", "gputest", "timing", "host_cost", "bench", "recall",
         "engines", "engines.diff", "engines.pyedit", "engines.tree", "engines.sites", "engines.installed",

@@ -40,11 +40,11 @@ def launch(spec: Spec, exe: Path, work: Path, args: tuple, *, sm_count: int = 4,
     `tune` as the executable was built (the launch shape of that path and tuning)."""
     import torch
 
-    from kgen import indexer
     from kgen import reader_plan as RP
     from kgen.abi import write_launch_files
+    from kgen.ops import reader as ops_reader
 
-    a = indexer.check(spec, *args, require_cuda=False, check_bounds=check_bounds)
+    a = ops_reader.check(spec, *args, require_cuda=False, check_bounds=check_bounds)
     grid, threads, smem, _ = RP.reader_launch(spec, a.dims["B"], a.dims["next_n"], a.dims["max_seq_len"], sm_count,
                                              wgmma=wgmma, tune=tune)
     data = {k: t.contiguous().view(torch.uint8).numpy().tobytes() for k, t in a.tensors.items() if t is not None}

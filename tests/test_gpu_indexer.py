@@ -31,7 +31,7 @@ def test_kernel_matches_the_torch_path(path, case, tune):
 
 
 def test_prepared_launch_replays_in_a_cuda_graph():
-    from kgen.indexer import prepare
+    from kgen.ops.reader import prepare
     from kgen.score import indexer_logits_torch
 
     spec = load_spec(SPECS / "dsv4/indexer_fp8.yaml")

@@ -15,7 +15,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kgen import indexer  # noqa: E402
 from kgen import layout as L  # noqa: E402
 from kgen import reader_check as rc  # noqa: E402
 from kgen import reader_layout as RL  # noqa: E402
@@ -23,6 +22,7 @@ from kgen import reader_plan as RP  # noqa: E402
 from kgen.abi import INDEXER_LOGITS, ArgumentError  # noqa: E402
 from kgen.arch import DeviceFacts  # noqa: E402
 from kgen.diagnostics import KgenError  # noqa: E402
+from kgen.ops import reader as ops_reader  # noqa: E402
 from kgen.reference import load_spec  # noqa: E402
 from kgen.render import include_dirs, render_reader, render_variant  # noqa: E402
 from kgen.score import indexer_logits_torch  # noqa: E402
@@ -70,12 +70,12 @@ def compile_log(rv, cache) -> tuple[object, str]:
 
 def test_shipped_indexer_variants_are_readable_and_latent_packed_is_not():
     for key in INDEXER:
-        assert indexer.reader_problems(spec_of(key)) == [], key
+        assert RL.reader_problems(spec_of(key)) == [], key
     packed = load_spec(SPECS / "dsv4/latent_fp8_p64.yaml")
-    problems = indexer.reader_problems(packed)
+    problems = RL.reader_problems(packed)
     assert any("kept RoPE span" in p for p in problems)
-    assert not indexer.readable(with_(spec_of("fp8"), store={"block": 32}))  # 4 fp8 scales per key
-    assert not indexer.readable(with_(spec_of("bf16"), store={"dtype": "fp16"}))
+    assert not RL.readable(with_(spec_of("fp8"), store={"block": 32}))  # 4 fp8 scales per key
+    assert not RL.readable(with_(spec_of("bf16"), store={"dtype": "fp16"}))
 
 
 def test_render_variant_adds_the_reader_files_only_for_readable_specs():
@@ -275,7 +275,7 @@ def test_work_split_keeps_equal_lengths_on_pair_boundaries():
 
 def test_wgmma_path_choice():
     from kgen.arch import has_wgmma
-    from kgen.indexer import runs_wgmma
+    from kgen.reader_layout import runs_wgmma
 
     assert has_wgmma("sm_90a") and not any(has_wgmma(t) for t in ("sm_90", "sm_100a", "sm_100f", "sm_80", "x"))
     fp8, bf16, fp4 = spec_of("fp8"), spec_of("bf16"), spec_of("fp4")
@@ -308,7 +308,7 @@ TMA = {"kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2}
 
 
 def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
-    from kgen.indexer import runs_wgmma
+    from kgen.reader_layout import runs_wgmma
 
     fp8, bf16, dsv32, fp4 = (spec_of(k) for k in ("fp8", "bf16", "dsv32", "fp4"))
     for s in (fp8, bf16, dsv32):
@@ -352,7 +352,7 @@ def test_launch_follows_the_loaded_target_and_tuning(monkeypatch):
     import dataclasses
 
     spec, args = _case("fp8", lens=(5, 70))
-    checked = dataclasses.replace(indexer.check(spec, *args, require_cuda=False), device=H200)
+    checked = dataclasses.replace(ops_reader.check(spec, *args, require_cuda=False), device=H200)
     msl = checked.dims["max_seq_len"]
     cases = [(None, None, False), ("sm_90a", None, True), ("sm_90a", {"kReaderWgmma": 0}, False),
              ("sm_90", None, False), ("sm_100a", None, False), ("sm_90a", {"kReaderWgStages": 6}, True)]
@@ -360,7 +360,7 @@ def test_launch_follows_the_loaded_target_and_tuning(monkeypatch):
         a = dataclasses.replace(checked, target=target, tune=tune)
         want = RP.reader_launch(spec, 2, 1, msl, 132, wgmma=wg, tune=tune)[:3]
         for _ in range(2):  # the second time from the memo
-            assert indexer.launch_of(a) == want and a.grid() == want[:2], (target, tune)
+            assert RP.launch_of(a) == want and a.grid() == want[:2], (target, tune)
             assert INDEXER_LOGITS.shared_bytes(a) == want[2] and INDEXER_LOGITS.prefers_shared(a) is wg
     # 6 stages of 8.25 KB: past 48 KB, the launch opts in
     six = dataclasses.replace(checked, target="sm_90a", tune={"kReaderWgStages": 6})
@@ -428,9 +428,9 @@ def test_evict_first_where_the_launch_overflows_the_l2():
     assert RP.reader_wg_shape_tune(fp8, off, 128, 1, 65536, 132, l2) == off
     assert RP.reader_wg_shape_tune(fp8, CP, 128, 1, 65536, 132, l2) == CP
     # the launch: the device's L2 (kgen.arch.DeviceFacts in the checked arguments), memoized with the shape
-    a = dataclasses.replace(indexer.check(spec_of("fp8"), *_case("fp8", lens=(5, 70))[1], require_cuda=False),
+    a = dataclasses.replace(ops_reader.check(spec_of("fp8"), *_case("fp8", lens=(5, 70))[1], require_cuda=False),
                             device=DeviceFacts(0, 132, 1))
-    assert indexer.launch_tune(a, "sm_90a") == {"kReaderWgEvictFirst": 1}  # keys overflow a 1-B L2
+    assert RP.launch_tune(a, "sm_90a") == {"kReaderWgEvictFirst": 1}  # keys overflow a 1-B L2
 
 
 H200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0)  # 0: an L2 nobody reported (no L2 rule)
@@ -438,16 +438,16 @@ H200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0)  # 0: an L2 nobody reporte
 
 def test_launch_tune_follows_the_arch_and_the_shape():
     spec, args = _case("fp8", lens=(5, 70))
-    a = dataclasses.replace(indexer.check(spec, *args, require_cuda=False), device=H200)
-    assert indexer.launch_tune(a, "sm_90a") is None  # the TMA variant: one ring; no L2 known: no L2 rule
-    assert indexer.launch_tune(a, "sm_90a", CP) == {**CP, "kReaderWgStages": 2}  # a small launch: the shallow ring
-    assert indexer.launch_tune(a, "sm_90a", CP) == {**CP, "kReaderWgStages": 2}  # memoized
-    assert indexer.launch_tune(a, "sm_90a", {**CP, "kReaderWgStages": 4}) == {**CP, "kReaderWgStages": 4}
-    assert indexer.launch_tune(a, "sm_90") is None  # the mma.sync path has no ring
-    assert indexer.launch_tune(a, "sm_90a", {"kReaderWgmma": 0}) == {"kReaderWgmma": 0}
+    a = dataclasses.replace(ops_reader.check(spec, *args, require_cuda=False), device=H200)
+    assert RP.launch_tune(a, "sm_90a") is None  # the TMA variant: one ring; no L2 known: no L2 rule
+    assert RP.launch_tune(a, "sm_90a", CP) == {**CP, "kReaderWgStages": 2}  # a small launch: the shallow ring
+    assert RP.launch_tune(a, "sm_90a", CP) == {**CP, "kReaderWgStages": 2}  # memoized
+    assert RP.launch_tune(a, "sm_90a", {**CP, "kReaderWgStages": 4}) == {**CP, "kReaderWgStages": 4}
+    assert RP.launch_tune(a, "sm_90") is None  # the mma.sync path has no ring
+    assert RP.launch_tune(a, "sm_90a", {"kReaderWgmma": 0}) == {"kReaderWgmma": 0}
     spec_b, args_b = _case("bf16", lens=(5, 70))  # one SM: 2 x 70 keys are still below its share
-    b = dataclasses.replace(indexer.check(spec_b, *args_b, require_cuda=False), device=DeviceFacts(0, 1, 0))
-    assert indexer.launch_tune(b, "sm_90a") is None
+    b = dataclasses.replace(ops_reader.check(spec_b, *args_b, require_cuda=False), device=DeviceFacts(0, 1, 0))
+    assert RP.launch_tune(b, "sm_90a") is None
 
 
 @pytest.mark.parametrize("variant,old,new", [
@@ -503,29 +503,29 @@ def test_bad_arguments_are_named(arg, bad, message):
     i = ["q", "weights", "cache", "block_table", "seq_lens"].index(arg)
     args[i] = bad(args)
     with pytest.raises(ArgumentError, match=message):
-        indexer.check(spec, *args, require_cuda=False)
+        ops_reader.check(spec, *args, require_cuda=False)
 
 
 def test_values_are_checked_with_check_bounds():
     spec, args = _case()
     args[4] = torch.tensor([5, 10_000], dtype=torch.int32)
     with pytest.raises(ArgumentError, match=r"^seq_lens: seq_lens\[1\] = 10000 is outside"):
-        indexer.check(spec, *args, require_cuda=False, check_bounds=True)
+        ops_reader.check(spec, *args, require_cuda=False, check_bounds=True)
     spec, args = _case()
     args[3][1, 0] = 10_000
     with pytest.raises(ArgumentError, match=r"^block_table: block_table\[1, 0\] = 10000 is outside"):
-        indexer.check(spec, *args, require_cuda=False, check_bounds=True)
-    indexer.check(spec, *args, require_cuda=False)  # values are not read without check_bounds
+        ops_reader.check(spec, *args, require_cuda=False, check_bounds=True)
+    ops_reader.check(spec, *args, require_cuda=False)  # values are not read without check_bounds
 
 
 def test_cpu_tensors_and_unreadable_variants_are_refused_before_any_launch():
     spec, args = _case()
     with pytest.raises(ArgumentError, match=r"^q: expected a CUDA tensor"):
-        indexer.check(spec, *args)
+        ops_reader.check(spec, *args)
     packed = load_spec(SPECS / "dsv4/latent_fp8_p64.yaml")
     with pytest.raises(ArgumentError, match=r"^variant: dsv4_latent_fp8_p64 is not an indexer-key variant "
                                             "indexer_logits reads: keys with a kept RoPE span"):
-        indexer.check(packed, *args, require_cuda=False)
+        ops_reader.check(packed, *args, require_cuda=False)
 
 
 def test_the_ops_name_a_latent_variant_and_other_devices_issue_23():
@@ -551,15 +551,15 @@ def test_abi_check_wants_64_heads_and_the_layouts_q_dtype():
     args[0], args[1] = args[0][:, :, :32].contiguous(), args[1][:, :32].contiguous()
     want = r"^q: expected float8_e4m3fn \[B, next_n, 64, 128\], got float8_e4m3fn \[2, 1, 32, 128\]"
     with pytest.raises(ArgumentError, match=want):
-        indexer.check(spec, *args, require_cuda=False)
+        ops_reader.check(spec, *args, require_cuda=False)
     spec, args = _case("bf16")
-    a = indexer.check(spec, *args, require_cuda=False)
+    a = ops_reader.check(spec, *args, require_cuda=False)
     assert a.scalars == {"num_pages": args[2].shape[0], "batch": 2, "next_n": 1, "max_pages": args[3].shape[1],
                          "max_seq_len": args[5]}
     # fp4 keys are multiplied with a bf16 q
     spec4, args4 = _case("fp4")
     assert args4[0].dtype == torch.bfloat16
-    indexer.check(spec4, *args4, require_cuda=False)
+    ops_reader.check(spec4, *args4, require_cuda=False)
 
 
 # ---------------------------------------------------------------------------------------------

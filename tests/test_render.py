@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kgen.diagnostics import KgenError
-from kgen.indexer import readable
 from kgen.load import load_document
+from kgen.reader_layout import readable
 from kgen.render import (
     RenderedVariant,
     environment,

@@ -569,7 +569,7 @@ def test_load_refuses_wrong_arch_before_compiling(fake_gpu):
 
 
 def test_device_arch_checks_the_targets_and_loads_nothing(fake_gpu):
-    # kgen.indexer.prepare asks for the arch first, so that it loads only the cubin of the launch's shape
+    # kgen.ops.reader.prepare asks for the arch first, so that it loads only the cubin of the launch's shape
     cc, compiled = fake_gpu
     spec = ops.resolve_spec(BF16)
     assert runtime.device_arch(spec) == runtime.device_arch(spec, 0) == "sm_90a"

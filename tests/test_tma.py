@@ -12,11 +12,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kgen import indexer, runtime, tma  # noqa: E402
 from kgen import layout as L  # noqa: E402
 from kgen import reader_check as rc  # noqa: E402
 from kgen import reader_layout as RL  # noqa: E402
+from kgen import reader_plan as RP  # noqa: E402
+from kgen import runtime, tma  # noqa: E402
 from kgen.abi import INDEXER_LOGITS, NO_TENSOR_MAP, ArgumentError  # noqa: E402
+from kgen.ops import reader as ops_reader  # noqa: E402
 from kgen.reference import load_spec  # noqa: E402
 from strategies import ROOT  # noqa: E402
 
@@ -76,7 +78,7 @@ def test_geometry_follows_the_layout_not_constants():
 def _args(path: str, *, target: str | None, tune: dict | None):
     spec = load_spec(SPECS / path)
     case = rc.make_case(spec, [5, 70], device="cpu", seed=3)
-    a = indexer.check(spec, *case, require_cuda=False)
+    a = ops_reader.check(spec, *case, require_cuda=False)
     return dataclasses.replace(a, target=target, tune=tune)
 
 
@@ -132,7 +134,7 @@ def test_no_map_unless_the_tma_variant_runs(fake_driver, path, target, tune):
 @pytest.mark.parametrize("path", [FP8, BF16])
 def test_tma_variant_gets_the_encoded_map_of_the_cache(fake_driver, path, tune):
     a = _args(path, target="sm_90a", tune=tune)
-    assert RL.reader_wg_tma(a.layout, tune) and indexer.launch_tma(a)
+    assert RL.reader_wg_tma(a.layout, tune) and RP.launch_tma(a)
     packed = a.pack(tma.encode_map)
     assert packed[:8] == (1).to_bytes(8, "little") and packed[8:16] == (100).to_bytes(8, "little")
     (call,) = fake_driver.calls
@@ -207,7 +209,7 @@ def test_driver_encodes_the_cache_map(path):
         pytest.skip("tensor maps need compute capability 9.0 or higher")
     spec = load_spec(SPECS / path)
     case = rc.make_case(spec, [5, 70, 300], device="cuda", seed=3)
-    a = dataclasses.replace(indexer.check(spec, *case), target="sm_90a", tune=TMA)
+    a = dataclasses.replace(ops_reader.check(spec, *case), target="sm_90a", tune=TMA)
     got = a.values(encode=tma.encode_map)[0]
     assert len(got) == 128 and any(got)
     assert a.values(encode=tma.encode_map)[0] is got  # memoized

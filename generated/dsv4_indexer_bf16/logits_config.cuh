@@ -30,6 +30,17 @@ struct dsv4_indexer_bf16 : kgen_cfg::dsv4_indexer_bf16 {
   static constexpr long long kReaderWgMinBlocks = 2;
   static constexpr long long kReaderWgTmaBarrierBytes = 16;
   static constexpr long long kReaderWgTmaProducerThreads = 32;
+  static constexpr long long kReaderSmemBytes = 49152;
+  static constexpr long long kReaderMaxGroupsInFlight = 4;
+  static constexpr long long kReaderWgMaxTokens = 4;
+  static constexpr long long kReaderMaxSmemBytes = 232448;
+  static constexpr long long kReaderSmSharedBytes = 233472;
+  static constexpr long long kReaderCtaReservedBytes = 1024;
+  static constexpr long long kReaderWgMaxCtas = 16;
+  static constexpr long long kReaderWgTmaMaxConsumers = 4;
+  static constexpr long long kReaderSmRegisters = 65536;
+  static constexpr long long kReaderWgTmaRegisters = 80;
+  static constexpr long long kReaderWgRegisters = 96;
   static constexpr long long kReaderPrefetch = 0;
   static constexpr long long kReaderMinBlocks = 0;
   static constexpr long long kReaderHeadPasses = 2;

@@ -1,0 +1,239 @@
+// kgen::indexer_logits, the sm_90a primitives (namespace wg): cp.async copies, the TMA tensor and bulk
+// copies, mbarriers, named barriers, the wgmma instructions and their shared-memory descriptors, the
+// 128-B swizzle. Under the CPU emulation (KGEN_CPU_SHIM) the copies and barriers are tests/reader_shim's.
+#pragma once
+
+#include "launch.cuh"
+
+namespace kgen {
+
+namespace detail {
+
+#if KGEN_READER_WGMMA
+namespace wg {
+
+#if defined(KGEN_CPU_SHIM)
+// The CPU emulation of this path (tests/reader_shim, built with KGEN_CPU_SHIM_WGMMA): the same primitives
+// in software (shared addresses as offsets into the CTA's buffer, copies done at once, wgmma computed by
+// each thread from the descriptors' swizzled layout).
+using namespace kgen_cpu::wg_emulation;
+#else
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16 B global -> shared, bypassing L1; `bytes` 0 reads nothing and writes zeros. Prefetch: the L2 fetches
+// the aligned 128 or 256 B around the address (the key rows of a tile are consecutive in their page)
+template <int Prefetch = 0>
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src, uint32_t bytes) {
+  if constexpr (Prefetch == 256) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
+  } else if constexpr (Prefetch == 128) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
+  } else {
+    static_assert(Prefetch == 0, "L2 prefetch of 0, 128 or 256 B");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+  }
+}
+__device__ __forceinline__ void cp4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+// 4 B global -> shared; `bytes` 0 reads nothing and writes zeros
+__device__ __forceinline__ void cp4z(uint32_t dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// shared memory written by the generic proxy (cp.async, st.shared) before wgmma (the async proxy) reads it
+__device__ __forceinline__ void fence_async_proxy() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void mma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void mma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void mma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// the launch's dynamic shared memory
+__device__ __forceinline__ uint32_t dynamic_smem_size() {
+  uint32_t bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(bytes));
+  return bytes;
+}
+
+// The TMA variant's primitives: mbarriers in shared memory (8 B each, addressed as shared offsets), the
+// tensor copy of one box through the cache's tensor map (in the kernel's parameter space), a bulk copy.
+__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// the initialized barriers visible to the other threads and to the async proxy (the copies complete on them)
+__device__ __forceinline__ void bar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void bar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// arrive, and expect `bytes` more of copies completing on this phase
+__device__ __forceinline__ void bar_arrive_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// until the phase of parity `parity` has completed
+__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// an L2 policy for data read once: its lines are the first the L2 evicts
+__device__ __forceinline__ unsigned long long evict_first_policy() {
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// box (c0, c1, c2, c3) of the tensor map at `map` into shared memory at `dst`, completing on `bar`; with
+// `Hint`, under the L2 policy `policy`
+template <bool Hint = false>
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* map, uint32_t bar, int c0, int c1, int c2, int c3,
+                                            unsigned long long policy = 0) {
+  if constexpr (Hint) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, "
+        "{%3, %4, %5, %6}], [%2], %7;\n" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+        "%6}], [%2];\n" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+  }
+}
+// the tensor map's 128 B fetched ahead of the first copy that reads it
+__device__ __forceinline__ void prefetch_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-B aligned) global -> shared, completing on `bar`
+template <bool Hint = false>
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
+                                          unsigned long long policy = 0) {
+  if constexpr (Hint) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::
+            "r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+        : "memory");
+  } else {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+  }
+}
+// a barrier of `threads` threads (a multiple of 32) with id `id` (0 is __syncthreads')
+__device__ __forceinline__ void named_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+#endif
+
+// Shared-memory matrix descriptor of a K-major operand in the 128-B swizzle: start address, leading
+// byte offset 16 (unused by a K-major swizzled operand), stride 1024 B between 8-row groups, mode 1.
+// Kept as its two words: the low one (the address field, addr / 16 in 14 bits, and the leading byte
+// offset) and the constant high one (stride, mode). An operand `bytes` further on is the low word plus
+// bytes / 16: a shared address stays below 256 KB, so the field never carries; the main loop adds a
+// stage's and a k-step's offsets to one low word instead of re-deriving each descriptor.
+__device__ __forceinline__ uint32_t desc_sw128_lo(uint32_t addr) {
+  return ((addr & 0x3FFFFu) >> 4) | (1u << 16);
+}
+__device__ __forceinline__ unsigned long long desc_sw128_of(uint32_t lo) {
+  return (static_cast<unsigned long long>((1024 >> 4) | (1u << 30)) << 32) | lo;
+}
+
+#if !defined(KGEN_CPU_SHIM)
+// The operands of one m64n64 wgmma with fp32 accumulators d[32] (%0-%31), descriptors a, b (%32, %33) and
+// the accumulate flag (%34): both instructions below take the same list.
+#define KGEN_WGMMA_M64N64_OPERANDS                                                                              \
+  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),  \
+    "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),        \
+    "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),       \
+    "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                      \
+  : "l"(a), "l"(b), "r"(accumulate)
+#define KGEN_WGMMA_ACCUMULATORS                                                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31}"
+
+// d (+)= A * B for one 32-B k-step: accumulate = 0 overwrites d
+__device__ __forceinline__ void mma_e4m3(float (&d)[32], unsigned long long a, unsigned long long b,
+                                         uint32_t accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " KGEN_WGMMA_ACCUMULATORS
+      ", %32, %33, p, 1, 1;\n}\n" KGEN_WGMMA_M64N64_OPERANDS);
+}
+__device__ __forceinline__ void mma_bf16(float (&d)[32], unsigned long long a, unsigned long long b,
+                                         uint32_t accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " KGEN_WGMMA_ACCUMULATORS
+      ", %32, %33, p, 1, 1, 0, 0;\n}\n" KGEN_WGMMA_M64N64_OPERANDS);
+}
+#undef KGEN_WGMMA_M64N64_OPERANDS
+#undef KGEN_WGMMA_ACCUMULATORS
+#endif
+
+// byte offset of 16-B column c of row r in a 128-B swizzled chunk (8 rows x 128 B repeat)
+__device__ __forceinline__ uint32_t swizzled128(int r, int c) {
+  return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
+}
+
+// the accumulators are read only after the wait: no instruction may move above it
+__device__ __forceinline__ void keep(float (&d)[32]) {
+#if !defined(KGEN_CPU_SHIM)
+#pragma unroll
+  for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#endif
+}
+
+// acc (+)= a 64-key tile's A operand times q's B operand, over `Chunks` 128-B chunks of their rows (the A
+// chunks `a_step`, q's `b_step` descriptor units apart from `a_lo`, `b_lo`), four wgmma k-steps of 32 B each
+// (k32 e4m3 for `Fp8`, else k16 bf16); `add` false: the first k-step overwrites acc. Waits for the group.
+template <bool Fp8, int Chunks>
+__device__ __forceinline__ void tile_mma(float (&acc)[32], uint32_t a_lo, uint32_t a_step, uint32_t b_lo,
+                                         uint32_t b_step, bool add) {
+  constexpr int kSteps{reader::kWgChunkBytes / 32};
+  mma_fence();
+#pragma unroll
+  for (int kc = 0; kc < Chunks; ++kc) {
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      const unsigned long long da = desc_sw128_of(a_lo + kc * a_step + 2 * k);
+      const unsigned long long db = desc_sw128_of(b_lo + kc * b_step + 2 * k);
+      const uint32_t accumulate = add || kc > 0 || k > 0 ? 1u : 0u;
+      if constexpr (Fp8) {
+        mma_e4m3(acc, da, db, accumulate);
+      } else {
+        mma_bf16(acc, da, db, accumulate);
+      }
+    }
+  }
+  mma_commit();
+  mma_wait();
+  keep(acc);
+}
+
+}  // namespace wg
+#endif  // KGEN_READER_WGMMA
+
+}  // namespace detail
+
+}  // namespace kgen

@@ -1,0 +1,64 @@
+// kgen::indexer_logits, the sm_90a epilogue: a 64-key tile's accumulators (m64n64, 64 heads) summed over
+// the heads (relu, * w) and the quad's lanes, scaled per row, stored as the tile's logits.
+//
+// Accumulator layout (PTX wgmma, f32 D of m64nN): thread (warp w, gid = lane / 4, tig = lane % 4) holds
+// d[4j + 2i + c] = row 16w + gid + 8i, column (head) 8j + 2tig + c. The sum over heads is per thread
+// (relu, * w), then over the quad's 4 lanes; lanes tig 0 and 1 store rows gid and gid + 8.
+#pragma once
+
+#include "launch.cuh"
+
+namespace kgen {
+
+namespace detail {
+
+#if KGEN_READER_WGMMA
+namespace wg {
+
+// The epilogue of a 64-key tile (the accumulators of m64n64, 64 heads; WgLogits and WgFp4Logits): token
+// t's logits row is `out` (logits + (b * next_n + t) * max_seq_len)
+// the tile row whose logit this thread stores (tig < 2: rows gid and gid + 8 of the warp's 16)
+__device__ __forceinline__ int finish_row(int warp, int gid, int tig) {
+  return 16 * warp + gid + 8 * tig;
+}
+// `factor`: this thread's row's (finish_row; its scale, 1, or NaN for a bad page)
+__device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, const float* wt, float factor, float* out,
+                                            int k0, int key_end, int visible_t, int warp, int gid, int tig) {
+  float v0 = 0.0f, v1 = 0.0f;  // rows gid and gid + 8 of the warp's 16
+  if (any) {
+    float u0 = 0.0f, u1 = 0.0f;  // the odd heads' sums: two chains per row, half as deep
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 w = *reinterpret_cast<const float2*>(wt + 8 * j + 2 * tig);
+      v0 = fmaf(w.x, fmaxf(acc[4 * j], 0.0f), v0);
+      u0 = fmaf(w.y, fmaxf(acc[4 * j + 1], 0.0f), u0);
+      v1 = fmaf(w.x, fmaxf(acc[4 * j + 2], 0.0f), v1);
+      u1 = fmaf(w.y, fmaxf(acc[4 * j + 3], 0.0f), u1);
+    }
+    v0 += u0;
+    v1 += u1;
+    v0 += __shfl_xor_sync(num::kFullMask, v0, 1);
+    v0 += __shfl_xor_sync(num::kFullMask, v0, 2);
+    v1 += __shfl_xor_sync(num::kFullMask, v1, 1);
+    v1 += __shfl_xor_sync(num::kFullMask, v1, 2);
+  }
+  if (tig < 2) {
+    const int key = k0 + finish_row(warp, gid, tig);
+    if (key < key_end) {
+      const float logit = key < visible_t ? (tig ? v1 : v0) * factor : -__int_as_float(0x7f800000);
+      out[key] = logit;
+    }
+  }
+}
+__device__ __forceinline__ void finish(const float (&acc)[32], bool any, const float* wt, const float* info, float* out,
+                                       int k0, int key_end, int visible_t, int warp, int gid, int tig) {
+  const float factor = tig < 2 ? info[finish_row(warp, gid, tig)] : 0.0f;
+  finish_with(acc, any, wt, factor, out, k0, key_end, visible_t, warp, gid, tig);
+}
+
+}  // namespace wg
+#endif  // KGEN_READER_WGMMA
+
+}  // namespace detail
+
+}  // namespace kgen
