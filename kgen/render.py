@@ -34,6 +34,7 @@ from .output import write_tree
 from .resources import INCLUDE, TEMPLATES
 from .rules import check_guards, twin_limits
 from .spec import Spec
+from .topk_plan import topk_constants
 from .validate import validate_paths
 
 KERNEL = A.NORM_ROPE_STORE.kernel
@@ -253,7 +254,32 @@ def _render_writer(spec: Spec, tune: dict | None) -> RenderedVariant:
     return render_variant(spec)
 
 
-_RENDERERS = {KERNEL: _render_writer, READER: lambda spec, tune: render_reader(spec, tune=tune)}
+TOPK = A.INDEXER_TOPK.kernel
+
+
+def render_topk(spec: Spec, tune: dict | None = None) -> RenderedVariant:
+    """The files NVRTC compiles for the top-k of `spec` (the writer's config, for kPdl, + the top-k's config
+    of kgen.topk_plan's numbers + its instantiation). Raises KgenError when the reader cannot read the spec."""
+    if tune:
+        raise KgenError([Problem("kernel-abi", f"{TOPK} has no tuning (got {A.tune_key(tune)})")])
+    problems = RL.reader_problems(spec)
+    if problems:
+        raise KgenError([Problem("reader-support", f"indexer_topk cannot serve {spec.name}: {p}",
+                                 loc=("store",)) for p in problems])
+    uri = spec.name
+    kabi = A.INDEXER_TOPK
+    writer = render_variant(spec)
+    values = dict(uri=uri, name_expression=kabi.name_expression(uri), abi=abi_values(kabi), kernel=TOPK,
+                  kernel_parameter=kabi.cxx_parameter("KgenConfig"),
+                  constants=[{"name": k, "value": v} for k, v in topk_constants().items()])
+    files = {f"{uri}/config.cuh": writer.files[f"{uri}/config.cuh"],
+             f"{uri}/topk_config.cuh": _render("variant/topk_config.cuh.j2", **values),
+             f"{uri}/{TOPK}.cu": _render("variant/indexer_topk.cu.j2", **values)}
+    return RenderedVariant(uri=kabi.uri(uri), files=files, kernel_file=f"{uri}/{TOPK}.cu",
+                           name_expression=kabi.name_expression(uri), kernel=TOPK)
+
+
+_RENDERERS = {KERNEL: _render_writer, READER: lambda spec, tune: render_reader(spec, tune=tune), TOPK: render_topk}
 
 
 # ---------------------------------------------------------------------------------------------
