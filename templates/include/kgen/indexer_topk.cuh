@@ -33,13 +33,14 @@ namespace kgen {
 namespace topk {
 
 constexpr unsigned kFullMask = 0xffffffffu;
+constexpr uint32_t kSignBit = 1u << 31;  // of an IEEE float; also the top bit of ~index (indices < 2^31)
 
 // larger float -> larger key; -0.0 is +0.0's key (the two compare equal); every NaN above +inf, as torch.topk
 __device__ __forceinline__ uint32_t order_key(float f) {
   if (f != f) return 0xffffffffu;
   uint32_t u = __float_as_uint(f);
   if ((u << 1) == 0) u = 0;
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (u & kSignBit) ? ~u : (u | kSignBit);
 }
 
 // `key >> shift` for shift in [0, 32] (32: nothing, every key matches an empty prefix)
@@ -274,7 +275,7 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
       __syncthreads();
       for (int c = t; c < n; c += T) ckey[c] = ckey[c] == prefix ? ~static_cast<uint32_t>(cidx[c]) : 0u;
       __syncthreads();
-      uint32_t iprefix = 0x80000000u;
+      uint32_t iprefix = topk::kSignBit;
       int ishift = 31;
       topk::refine<T, C::kTopkRefineBits>(ckey, cidx, n, iprefix, ishift, need, eq, hist, sh, out);
       return;
