@@ -28,3 +28,4 @@ inline int __shfl_down_sync(unsigned, int v, int o) {
   const int lane = static_cast<int>(kgen_cpu::tl_thread.x & 31u);
   return static_cast<int>(kgen_cpu::exchange(static_cast<uint32_t>(v), lane + o < 32 ? lane + o : lane));
 }
+inline bool __any_sync(unsigned mask, bool take) { return __ballot_sync(mask, take) != 0; }
