@@ -21,7 +21,7 @@ TOPK_FIRST_BITS = 12
 TOPK_NEXT_BITS = 10
 TOPK_REFINE_BITS = 11
 TOPK_CANDIDATES = 6144
-TOPK_VECTOR_UNROLL = 4  # float4 loads in flight per thread in a row read
+TOPK_VECTOR_UNROLL = 2  # float4 loads in flight per thread in a row read
 TOPK_BINS = 1 << max(TOPK_FIRST_BITS, TOPK_NEXT_BITS, TOPK_REFINE_BITS)
 TOPK_MAX_K = 1 << 16  # the largest k the op takes (the engines' are 512 and 2048)
 

@@ -11,7 +11,8 @@
 //     keys, copies them (key, index) into shared memory; otherwise it builds the next digit's histogram;
 //   * the candidates are refined in shared memory: the value's remaining bits, then, among the keys equal to
 //     the k-th value, the indices (the lower index wins: ~index is the key).
-// A bin that still overflows after all 32 bits (more than kTopkCandidates keys equal to the k-th value) is
+// A row of at most kTopkCandidates keys is copied into shared memory by its one read and refined there from
+// the first bit. A bin that still overflows after all 32 bits (more than kTopkCandidates keys equal to the k-th value) is
 // emitted by one ordered read of the row (a block scan per chunk), the same rule.
 //
 // Output: indices [B * next_n, k] int32. A row with L > k holds k distinct indices < L in no particular order;
@@ -37,10 +38,9 @@ constexpr uint32_t kSignBit = 1u << 31;  // of an IEEE float; also the top bit o
 
 // larger float -> larger key; -0.0 is +0.0's key (the two compare equal); every NaN above +inf, as torch.topk
 __device__ __forceinline__ uint32_t order_key(float f) {
-  if (f != f) return 0xffffffffu;
-  uint32_t u = __float_as_uint(f);
-  if ((u << 1) == 0) u = 0;
-  return (u & kSignBit) ? ~u : (u | kSignBit);
+  const uint32_t u = __float_as_uint(__fadd_rn(f, 0.0f));  // -0 + 0 = +0 (round to nearest)
+  const uint32_t flip = static_cast<uint32_t>(static_cast<int>(u) >> 31) | kSignBit;
+  return f != f ? 0xffffffffu : u ^ flip;
 }
 
 // `key >> shift` for shift in [0, 32] (32: nothing, every key matches an empty prefix)
@@ -119,18 +119,23 @@ __device__ __forceinline__ void clear(int* hist, int bins) {
   for (int i = static_cast<int>(threadIdx.x); i < bins; i += Threads) hist[i] = 0;
 }
 
-// f(valid, index, key) for every element of x[0, n), each call warp-uniform (every lane calls it the same
-// number of times): scalar head and tail around 16-B aligned float4 loads, Unroll of them in flight.
+// f(valid, first, keys) over x[0, n), four keys per call (keys[c] is element first + c, valid[c] whether it
+// lies in [0, n)), each call warp-uniform (every lane calls it the same number of times): a scalar head and tail
+// around 16-B aligned float4 loads, Unroll of them in flight per thread.
 template <int Threads, int Unroll, class F>
 __device__ __forceinline__ void for_each_key(const float* x, int n, F&& f) {
   const int t = static_cast<int>(threadIdx.x);
   const int mis = static_cast<int>((reinterpret_cast<unsigned long long>(x) >> 2) & 3);
   const int head = min(n, (4 - mis) & 3);
-  {
-    const bool v = t < head;
-    f(v, t, v ? order_key(x[t]) : 0u);
-  }
   const int vecs = (n - head) >> 2;
+  const int tail = head + 4 * vecs;
+  {  // the head (< 4 keys before the first aligned float4) and the tail (< 4 after the last), one call
+    const int at = t < 4 ? t : tail + t - 4;
+    const bool v = t < 4 ? t < head : at < n && t < 8;
+    bool ok[4] = {v, false, false, false};
+    uint32_t keys[4] = {v ? order_key(x[at]) : 0u, 0u, 0u, 0u};
+    f(ok, at, keys, false);
+  }
   const float4* xv = reinterpret_cast<const float4*>(x + head);
   for (int base = 0; base < vecs; base += Threads * Unroll) {
     float4 r[Unroll];
@@ -142,28 +147,24 @@ __device__ __forceinline__ void for_each_key(const float* x, int n, F&& f) {
 #pragma unroll
     for (int u = 0; u < Unroll; ++u) {
       const int v = base + u * Threads + t;
-      const bool ok = v < vecs;
-      const int i = head + 4 * v;
-      f(ok, i, order_key(r[u].x));
-      f(ok, i + 1, order_key(r[u].y));
-      f(ok, i + 2, order_key(r[u].z));
-      f(ok, i + 3, order_key(r[u].w));
+      const bool in = v < vecs;
+      bool ok[4] = {in, in, in, in};
+      uint32_t keys[4] = {order_key(r[u].x), order_key(r[u].y), order_key(r[u].z), order_key(r[u].w)};
+      f(ok, head + 4 * v, keys, true);
     }
   }
-  {
-    const int at = head + 4 * vecs + t;
-    const bool v = at < n;
-    f(v, at, v ? order_key(x[at]) : 0u);
-  }
 }
+
+// the bits at and above `shift` (shift in [0, 32]; 32: none)
+__device__ __forceinline__ uint32_t above_mask(int shift) { return shift >= 32 ? 0u : ~0u << shift; }
 
 // Refine the `eq` candidates keys[0, n) matching `prefix` above `shift` (the others are decided), `need` of
 // them to take (1 <= need <= eq), RefineBits bits per step: the ones above each step's threshold digit are
 // emitted. Returns true when done (every selected candidate emitted), false when the bits ran out with
 // need < eq (ties on the full key: prefix, eq and need say which).
 template <int Threads, int RefineBits>
-__device__ bool refine(const uint32_t* keys, const int* idx, int n, uint32_t& prefix, int& shift, int& need, int& eq,
-                       int* hist, Shared& sh, int* out) {
+__device__ bool refine(const uint32_t* keys, const int* idx, const int n, uint32_t& prefix, int& shift, int& need,
+                       int& eq, int* hist, Shared& sh, int* out) {
   while (need < eq && shift > 0) {
     const int bits = min(RefineBits, shift), next = shift - bits;
     const uint32_t mask = (1u << bits) - 1u;
@@ -195,6 +196,21 @@ __device__ bool refine(const uint32_t* keys, const int* idx, int n, uint32_t& pr
     emit(c < n && high(keys[c], shift) == p, c < n ? idx[c] : 0, &sh.emitted, out);
   }
   return true;
+}
+
+// After `refine` ran out of bits (more than `need` of the n candidates equal the k-th value `value`): the lower
+// index wins. ~index orders them (indices < 2^31: bit 31 set; the other candidates become 0, matching nothing).
+template <int Threads, int RefineBits>
+__device__ void break_ties(uint32_t* keys, const int* idx, const int n, const uint32_t value, int need, int eq,
+                           int* hist, Shared& sh, int* out) {
+  __syncthreads();  // refine's readers of keys are done
+  for (int c = static_cast<int>(threadIdx.x); c < n; c += Threads) {
+    keys[c] = keys[c] == value ? ~static_cast<uint32_t>(idx[c]) : 0u;
+  }
+  __syncthreads();
+  uint32_t prefix = kSignBit;
+  int shift = 31;
+  refine<Threads, RefineBits>(keys, idx, n, prefix, shift, need, eq, hist, sh, out);
 }
 
 }  // namespace topk
@@ -233,12 +249,34 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
     return;
   }
 
-  // the first digit's histogram over the whole row
   if (t == 0) sh.emitted = sh.collected = 0;
+  if (L <= kCap) {  // a short row: one read copies it into shared memory, every digit is refined there
+    __syncthreads();
+    topk::for_each_key<T, kUnroll>(x, L, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        if (v[c]) {
+          const int i = contiguous ? first + c : first;
+          ckey[i] = key[c];
+          cidx[i] = i;
+        }
+      }
+    });
+    uint32_t prefix = 0;
+    int shift = 32, need = k, eq = L;
+    if (topk::refine<T, C::kTopkRefineBits>(ckey, cidx, L, prefix, shift, need, eq, hist, sh, out)) return;
+    topk::break_ties<T, C::kTopkRefineBits>(ckey, cidx, L, prefix, need, eq, hist, sh, out);
+    return;
+  }
+
+  // the first digit's histogram over the whole row
   topk::clear<T>(hist, 1 << kFirst);
   __syncthreads();
-  topk::for_each_key<T, kUnroll>(x, L, [&](bool v, int, uint32_t key) {
-    if (v) atomicAdd(&hist[key >> (32 - kFirst)], 1);
+  topk::for_each_key<T, kUnroll>(x, L, [&](const bool* v, int, const uint32_t* key, bool) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      if (v[c]) atomicAdd(&hist[key[c] >> (32 - kFirst)], 1);
+    }
   });
   __syncthreads();
   topk::find_threshold<T>(hist, 1 << kFirst, k, sh);
@@ -252,32 +290,42 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
     if (!all && !collect && shift == 0) break;  // > kCap keys equal to the k-th value: the ordered read
     const int bits = (all || collect) ? 0 : min(static_cast<int>(C::kTopkNextBits), shift), next = shift - bits;
     const uint32_t mask = (1u << bits) - 1u;
-    const uint32_t pb = topk::high(prefix, before), ps = topk::high(prefix, shift);
+    // the digits decided by earlier reads (mb) and with this read's (ms): a key matches the prefix on mb
+    // (it is still undecided) and is above, in or below the threshold bin on ms
+    const uint32_t mb = topk::above_mask(before), ms = topk::above_mask(shift);
+    const uint32_t pb = prefix & mb, ps = prefix & ms;
     __syncthreads();  // every thread has read sh
     if (bits) topk::clear<T>(hist, 1 << bits);
     __syncthreads();
-    topk::for_each_key<T, kUnroll>(x, L, [&](bool v, int i, uint32_t key) {
-      const bool m = v && topk::high(key, before) == pb;
-      const uint32_t cur = topk::high(key, shift);
-      topk::emit(m && (all ? cur >= ps : cur > ps), i, &sh.emitted, out);
-      if (collect) {
-        topk::push(m && cur == ps, key, i, &sh.collected, ckey, cidx);
-      } else if (bits && m && cur == ps) {
-        atomicAdd(&hist[(key >> next) & mask], 1);
+    topk::for_each_key<T, kUnroll>(x, L, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
+      bool take[4], in_bin[4], any = false;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const bool m = v[c] && (key[c] & mb) == pb;
+        const uint32_t cur = key[c] & ms;
+        take[c] = m && (all ? cur >= ps : cur > ps);
+        in_bin[c] = m && cur == ps;
+        any = any || take[c] || in_bin[c];
+      }
+      // most keys lie below the threshold bin: one vote skips four of them per lane, warp by warp
+      if (!__any_sync(topk::kFullMask, any)) return;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int i = contiguous ? first + c : first;
+        topk::emit(take[c], i, &sh.emitted, out);
+        if (collect) {
+          topk::push(in_bin[c], key[c], i, &sh.collected, ckey, cidx);
+        } else if (bits && in_bin[c]) {
+          atomicAdd(&hist[(key[c] >> next) & mask], 1);
+        }
       }
     });
     __syncthreads();
     if (all) return;
     if (collect) {
-      int n = eq;
+      const int n = eq;
       if (topk::refine<T, C::kTopkRefineBits>(ckey, cidx, n, prefix, shift, need, eq, hist, sh, out)) return;
-      // ties on the k-th value: the lower index wins; ~index orders them (indices < 2^31: bit 31 set)
-      __syncthreads();
-      for (int c = t; c < n; c += T) ckey[c] = ckey[c] == prefix ? ~static_cast<uint32_t>(cidx[c]) : 0u;
-      __syncthreads();
-      uint32_t iprefix = topk::kSignBit;
-      int ishift = 31;
-      topk::refine<T, C::kTopkRefineBits>(ckey, cidx, n, iprefix, ishift, need, eq, hist, sh, out);
+      topk::break_ties<T, C::kTopkRefineBits>(ckey, cidx, n, prefix, need, eq, hist, sh, out);
       return;
     }
     topk::find_threshold<T>(hist, 1 << bits, need, sh);

@@ -38,10 +38,9 @@ constexpr uint32_t kSignBit = 1u << 31;  // of an IEEE float; also the top bit o
 
 // larger float -> larger key; -0.0 is +0.0's key (the two compare equal); every NaN above +inf, as torch.topk
 __device__ __forceinline__ uint32_t order_key(float f) {
-  if (f != f) return 0xffffffffu;
-  uint32_t u = __float_as_uint(f);
-  if ((u << 1) == 0) u = 0;
-  return (u & kSignBit) ? ~u : (u | kSignBit);
+  const uint32_t u = __float_as_uint(__fadd_rn(f, 0.0f));  // -0 + 0 = +0 (round to nearest)
+  const uint32_t flip = static_cast<uint32_t>(static_cast<int>(u) >> 31) | kSignBit;
+  return f != f ? 0xffffffffu : u ^ flip;
 }
 
 // `key >> shift` for shift in [0, 32] (32: nothing, every key matches an empty prefix)
@@ -120,18 +119,23 @@ __device__ __forceinline__ void clear(int* hist, int bins) {
   for (int i = static_cast<int>(threadIdx.x); i < bins; i += Threads) hist[i] = 0;
 }
 
-// f(valid, index, key) for every element of x[0, n), each call warp-uniform (every lane calls it the same
-// number of times): scalar head and tail around 16-B aligned float4 loads, Unroll of them in flight.
+// f(valid, first, keys) over x[0, n), four keys per call (keys[c] is element first + c, valid[c] whether it
+// lies in [0, n)), each call warp-uniform (every lane calls it the same number of times): a scalar head and tail
+// around 16-B aligned float4 loads, Unroll of them in flight per thread.
 template <int Threads, int Unroll, class F>
 __device__ __forceinline__ void for_each_key(const float* x, int n, F&& f) {
   const int t = static_cast<int>(threadIdx.x);
   const int mis = static_cast<int>((reinterpret_cast<unsigned long long>(x) >> 2) & 3);
   const int head = min(n, (4 - mis) & 3);
-  {
-    const bool v = t < head;
-    f(v, t, v ? order_key(x[t]) : 0u);
-  }
   const int vecs = (n - head) >> 2;
+  const int tail = head + 4 * vecs;
+  {  // the head (< 4 keys before the first aligned float4) and the tail (< 4 after the last), one call
+    const int at = t < 4 ? t : tail + t - 4;
+    const bool v = t < 4 ? t < head : at < n && t < 8;
+    bool ok[4] = {v, false, false, false};
+    uint32_t keys[4] = {v ? order_key(x[at]) : 0u, 0u, 0u, 0u};
+    f(ok, at, keys, false);
+  }
   const float4* xv = reinterpret_cast<const float4*>(x + head);
   for (int base = 0; base < vecs; base += Threads * Unroll) {
     float4 r[Unroll];
@@ -143,18 +147,11 @@ __device__ __forceinline__ void for_each_key(const float* x, int n, F&& f) {
 #pragma unroll
     for (int u = 0; u < Unroll; ++u) {
       const int v = base + u * Threads + t;
-      const bool ok = v < vecs;
-      const int i = head + 4 * v;
-      f(ok, i, order_key(r[u].x));
-      f(ok, i + 1, order_key(r[u].y));
-      f(ok, i + 2, order_key(r[u].z));
-      f(ok, i + 3, order_key(r[u].w));
+      const bool in = v < vecs;
+      bool ok[4] = {in, in, in, in};
+      uint32_t keys[4] = {order_key(r[u].x), order_key(r[u].y), order_key(r[u].z), order_key(r[u].w)};
+      f(ok, head + 4 * v, keys, true);
     }
-  }
-  {
-    const int at = head + 4 * vecs + t;
-    const bool v = at < n;
-    f(v, at, v ? order_key(x[at]) : 0u);
   }
 }
 
@@ -255,10 +252,14 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
   if (t == 0) sh.emitted = sh.collected = 0;
   if (L <= kCap) {  // a short row: one read copies it into shared memory, every digit is refined there
     __syncthreads();
-    topk::for_each_key<T, kUnroll>(x, L, [&](bool v, int i, uint32_t key) {
-      if (v) {
-        ckey[i] = key;
-        cidx[i] = i;
+    topk::for_each_key<T, kUnroll>(x, L, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        if (v[c]) {
+          const int i = contiguous ? first + c : first;
+          ckey[i] = key[c];
+          cidx[i] = i;
+        }
       }
     });
     uint32_t prefix = 0;
@@ -271,8 +272,11 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
   // the first digit's histogram over the whole row
   topk::clear<T>(hist, 1 << kFirst);
   __syncthreads();
-  topk::for_each_key<T, kUnroll>(x, L, [&](bool v, int, uint32_t key) {
-    if (v) atomicAdd(&hist[key >> (32 - kFirst)], 1);
+  topk::for_each_key<T, kUnroll>(x, L, [&](const bool* v, int, const uint32_t* key, bool) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      if (v[c]) atomicAdd(&hist[key[c] >> (32 - kFirst)], 1);
+    }
   });
   __syncthreads();
   topk::find_threshold<T>(hist, 1 << kFirst, k, sh);
@@ -293,17 +297,27 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
     __syncthreads();  // every thread has read sh
     if (bits) topk::clear<T>(hist, 1 << bits);
     __syncthreads();
-    topk::for_each_key<T, kUnroll>(x, L, [&](bool v, int i, uint32_t key) {
-      const bool m = v && (key & mb) == pb;
-      const uint32_t cur = key & ms;
-      const bool take = m && (all ? cur >= ps : cur > ps), in_bin = m && cur == ps;
-      // most keys lie below the threshold bin: one vote skips them warp by warp
-      if (!__any_sync(topk::kFullMask, take || in_bin)) return;
-      topk::emit(take, i, &sh.emitted, out);
-      if (collect) {
-        topk::push(in_bin, key, i, &sh.collected, ckey, cidx);
-      } else if (bits && in_bin) {
-        atomicAdd(&hist[(key >> next) & mask], 1);
+    topk::for_each_key<T, kUnroll>(x, L, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
+      bool take[4], in_bin[4], any = false;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const bool m = v[c] && (key[c] & mb) == pb;
+        const uint32_t cur = key[c] & ms;
+        take[c] = m && (all ? cur >= ps : cur > ps);
+        in_bin[c] = m && cur == ps;
+        any = any || take[c] || in_bin[c];
+      }
+      // most keys lie below the threshold bin: one vote skips four of them per lane, warp by warp
+      if (!__any_sync(topk::kFullMask, any)) return;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int i = contiguous ? first + c : first;
+        topk::emit(take[c], i, &sh.emitted, out);
+        if (collect) {
+          topk::push(in_bin[c], key[c], i, &sh.collected, ckey, cidx);
+        } else if (bits && in_bin[c]) {
+          atomicAdd(&hist[(key[c] >> next) & mask], 1);
+        }
       }
     });
     __syncthreads();
