@@ -171,3 +171,21 @@ def test_kernel_source_on_the_cpu_matches_the_reference(emulator, kind):
     want = score.topk_reference(x, lens, 2, 500)
     assert score.same_sets(got, want) == []
     assert got[2, :299].tolist() == list(range(299)) and (got[2, 299:] == -1).all()  # 300 - 2 + 1 keys
+
+
+def test_recall_measures_each_selection_stage():
+    from kgen import recall
+
+    g = torch.Generator().manual_seed(3)
+    ref = torch.randn(6, 300, generator=g, dtype=torch.float64)
+    var = ref + 0.05 * torch.randn(6, 300, generator=g, dtype=torch.float64)
+    positions, placed, sigma = torch.zeros(6, dtype=torch.long), torch.ones(6, dtype=torch.bool), torch.ones(6)
+    stages = {"exact": lambda lg: torch.topk(lg, 20, dim=1).indices,
+              "last": lambda lg: torch.topk(-lg, 20, dim=1).indices,  # the 20 smallest: a broken selection
+              "half": lambda lg: torch.cat((torch.topk(lg, 10, dim=1).indices, torch.full((6, 10), -1)), 1)}
+    m = recall.compare(ref, var, ref, var, positions, placed, sigma, 20, stages)
+    sel = m["selection"]
+    assert sel["exact"]["agreement_with_exact_selection"] == 1.0
+    assert sel["exact"]["agreement"] == pytest.approx(m["agreement"])
+    assert sel["last"]["agreement_with_exact_selection"] == 0.0
+    assert sel["half"]["agreement_with_exact_selection"] == 0.5  # -1 padding counts as a miss
