@@ -776,10 +776,10 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
 
 
 def bench_topk(specs: list[Spec], shapes=TOPK_BENCH_SHAPES, *, ks=TOPK_KS, say=print, timer=None,
-               cases: list | None = None) -> dict:
+               cases: list | None = None, on_result=None) -> dict:
     """`kgen bench`'s top-k rows: for the fp8 variant every shape x k at next_n = 1 (equal lengths) and
     next_n = 2 (lengths +-30 %), the other readable layouts at a subset; `cases` overrides the list
-    ((spec, batch, keys, dist, next_n, k) tuples)."""
+    ((spec, batch, keys, dist, next_n, k) tuples). `on_result(out)` after each shape (a partial file)."""
     torch = _torch()
     timer = timer or Timer(torch)
     dg, why = peer_module()
@@ -803,6 +803,8 @@ def bench_topk(specs: list[Spec], shapes=TOPK_BENCH_SHAPES, *, ks=TOPK_KS, say=p
             torch.cuda.synchronize()
         out["results"].append(e)
         say(topk_line(e))
+        if on_result is not None:
+            on_result(out)
     return out
 
 

@@ -4,16 +4,16 @@ shapes given, and the host microseconds per eager call of the ops, into one JSON
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
 import kgen.ops  # noqa: F401 - registers the ops
 from kgen import native
 from kgen import reader_check as RC
-from kgen.bench import environment
+from kgen.bench import environment, write_json_atomic
 from kgen.resolve import resolve_spec
 from kgen.timing import Timer
 
@@ -54,7 +54,8 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,32,64")
     ap.add_argument("--keys", default="4096,65536,262144")
     ap.add_argument("--ks", default="512,2048")
-    ap.add_argument("--ragged", default="8x65536,32x65536", help="BxKEYS shapes also run ragged (+-30 %) at next_n 2")
+    ap.add_argument("--ragged", default="all", help="BxKEYS shapes also run ragged (+-30 %%) at next_n 2 ('all': "
+                    "every fp8 shape)")
     ap.add_argument("--others", default="1x65536,32x65536", help="BxKEYS shapes of the bf16 / fp4 layouts")
     a = ap.parse_args()
     names = {"fp8": "dsv4_indexer_fp8", "bf16": "dsv4_indexer_bf16", "fp4": "dsv4_indexer_fp4"}
@@ -62,23 +63,26 @@ def main() -> None:
     ks = [int(k) for k in a.ks.split(",")]
     shape = lambda s: tuple(int(x) for x in s.split("x"))  # noqa: E731
     cases = []
-    for spec in specs:
-        if spec.store.dtype == "fp8_e4m3":
-            equal = [(int(b), int(n)) for b in a.batches.split(",") for n in a.keys.split(",")]
-        else:
-            equal = [shape(s) for s in a.others.split(",") if s]
-        ragged = [shape(s) for s in a.ragged.split(",") if s]
-        for k in ks:
+    for k in ks:
+        for spec in specs:
+            if spec.store.dtype == "fp8_e4m3":
+                equal = [(int(b), int(n)) for b in a.batches.split(",") for n in a.keys.split(",")]
+                ragged = equal if a.ragged == "all" else [shape(s) for s in a.ragged.split(",") if s]
+            else:
+                equal = ragged = [shape(s) for s in a.others.split(",") if s]
             cases += [(spec, b, n, "equal", 1, k) for b, n in equal]
             cases += [(spec, b, n, "pm30", 2, k) for b, n in ragged]
     data: dict = {**environment(torch)}
     t0 = time.time()
     data["host_us_per_call"] = host_costs(f"{FAMILY}::dsv4_indexer_fp8")
     print("host us per call:", data["host_us_per_call"], flush=True)
-    data["topk"] = RC.bench_topk(specs, cases=cases, timer=Timer(torch), say=lambda s: print(s, flush=True))
-    data["seconds"] = round(time.time() - t0, 1)
-    with open(a.json, "w") as f:
-        json.dump(data, f, indent=1)
+    def save(topk: dict) -> None:  # after every shape: a run cut by its time limit keeps what it measured
+        data["topk"] = topk
+        data["seconds"] = round(time.time() - t0, 1)
+        data["cases_planned"] = len(cases)
+        write_json_atomic(Path(a.json), data)
+
+    RC.bench_topk(specs, cases=cases, timer=Timer(torch), say=lambda s: print(s, flush=True), on_result=save)
 
 
 if __name__ == "__main__":
