@@ -497,7 +497,7 @@ TUNE_CASES = (2, 3)  # the cases an alternative tuning runs by default: 70000 ke
 
 
 def test_readers(specs: list[Spec], sampled: list[Spec], *, seed: int = 0, say=print, tunes: tuple = (),
-                 tune_cases: tuple | None = TUNE_CASES) -> list[LogitsResult]:
+                 tune_cases: tuple | None = TUNE_CASES) -> list[LogitsResult | TopkResult]:
     """`kgen test`'s read side: every correctness case of each readable variant given, three cases (ragged
     lengths at next_n 1, 2, 4) of each readable sampled spec, and each alternative tuning of `tunes`
     (kgen.reader_layout.READER_TUNING_DEFAULTS overrides; `kgen test --reader-tune`) on the `tune_cases` of
@@ -516,7 +516,7 @@ def test_readers(specs: list[Spec], sampled: list[Spec], *, seed: int = 0, say=p
     say(f"kgen test: indexer_logits {sum(r.ok for r in res)}/{len(res)} case(s) ok")
     top = test_topk(mine, seed=seed, say=say)
     say(f"kgen test: indexer_topk {sum(r.ok for r in top)}/{len(top)} case(s) ok")
-    return res + top  # type: ignore[operator] - both kinds have ok and to_json()
+    return [*res, *top]  # both kinds have ok and to_json()
 
 
 def bench_readers(specs: list[Spec], timer, copy: dict, *, say=print, tunes: tuple = (None,),
@@ -668,8 +668,9 @@ def run_topk_case(spec: Spec, seq_lens: list[int], *, next_n: int, k: int, seed:
 
     args = make_case(spec, seq_lens, next_n=next_n, seed=seed)
     name = f"B={len(seq_lens)} next_n={next_n} k={k} lens={_lens_text(seq_lens)}"
-    got = indexer_topk(spec, *args, k).cpu()
-    logits = indexer_logits(spec, *args).cpu()
+    q, weights, cache, table, lens, msl = args
+    got = indexer_topk(spec, q, weights, cache, table, lens, msl, k).cpu()
+    logits = indexer_logits(spec, q, weights, cache, table, lens, msl).cpu()
     torch.cuda.synchronize()
     want = topk_reference(logits, args[4].cpu(), next_n, k)
     r = TopkResult(spec.name, name, ok=False, k=k, rows=int(want.shape[0]))
@@ -726,7 +727,7 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
     msl = max(lens)
     args = make_case(spec, lens, next_n=next_n, seed=seed, extra_pages=0, max_seq_len=msl)
     q, weights, cache, table, seq_lens, _ = args
-    fused, indices = prepare(spec, *args, k)
+    fused, indices = prepare(spec, q, weights, cache, table, seq_lens, msl, k)
     reader, logits = launcher(spec, args)
     select, _ = prepare_select(spec, logits, seq_lens, k)
     kk = min(k, msl)
@@ -759,7 +760,7 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
         m = timer.cold if how == "cold" else timer.warm
         e[how] = {name: m(fn, **kw)["ms"] * 1e3 for name, fn in rows.items()}  # us
         others = {n: v for n, v in e[how].items() if n not in ("kgen", "kgen_select")}
-        best = min(others, key=others.get)
+        best = min(others, key=lambda n: others[n])
         e[how]["ratio_kgen_to_fastest_peer"] = e[how]["kgen"] / others[best]
         e[how]["fastest_peer"] = best
     fused()
@@ -777,23 +778,26 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
 
 def bench_topk(specs: list[Spec], shapes=TOPK_BENCH_SHAPES, *, ks=TOPK_KS, say=print, timer=None,
                cases: list | None = None, on_result=None) -> dict:
-    """`kgen bench`'s top-k rows: for the fp8 variant every shape x k at next_n = 1 (equal lengths) and
-    next_n = 2 (lengths +-30 %), the other readable layouts at a subset; `cases` overrides the list
-    ((spec, batch, keys, dist, next_n, k) tuples). `on_result(out)` after each shape (a partial file)."""
+    """`kgen bench`'s top-k rows: for the first fp8 variant (the peer's layout) every shape x k at next_n = 1
+    (equal lengths) and next_n = 2 (lengths +-30 %), the other readable variants at B 1 and 32 x 64K keys;
+    `cases` overrides the list ((spec, batch, keys, dist, next_n, k) tuples); `on_result(out)` runs after each
+    shape (a partial file)."""
     torch = _torch()
     timer = timer or Timer(torch)
     dg, why = peer_module()
     mine = [s for s in specs if readable(s)]
     if cases is None:
         cases = []
-        for i, spec in enumerate(mine):
-            picked = shapes if spec.store.dtype == "fp8_e4m3" and i == 0 else ((1, 65536), (32, 65536))
+        full = next((s for s in mine if s.store.dtype == "fp8_e4m3"), mine[0] if mine else None)
+        for spec in mine:
+            picked = shapes if spec is full else ((1, 65536), (32, 65536))
             for batch, keys in picked:
                 for k in ks:
                     cases.append((spec, batch, keys, "equal", 1, k))
                     cases.append((spec, batch, keys, "pm30", 2, k))
+    results: list[dict] = []
     out = {"what": TOPK_BENCH_WHAT, "peer": {"name": PEER_NAME, "present": dg is not None, "why": why},
-           "results": []}
+           "results": results}
     for spec, batch, keys, dist, next_n, k in cases:
         try:
             e = bench_topk_case(torch, timer, spec, batch, keys, dist, next_n, k, peer=dg)
@@ -801,7 +805,7 @@ def bench_topk(specs: list[Spec], shapes=TOPK_BENCH_SHAPES, *, ks=TOPK_KS, say=p
             e = {"variant": spec.name, "batch": batch, "keys": keys, "lengths": dist, "next_n": next_n, "k": k,
                  "error": f"{type(ex).__name__}: {ex}"[:1000]}
             torch.cuda.synchronize()
-        out["results"].append(e)
+        results.append(e)
         say(topk_line(e))
         if on_result is not None:
             on_result(out)

@@ -43,6 +43,6 @@ def topk_constants() -> dict[str, int]:
     }
 
 
-def topk_grid(rows: int) -> tuple[tuple[int, int, int], int]:
-    """((blocks x, y, z), threads per block) of a launch over `rows` query rows."""
-    return (rows, 1, 1), TOPK_THREADS
+def topk_grid(rows: int) -> tuple[int, int]:
+    """(blocks, threads per block) of a launch over `rows` query rows: one CTA per row."""
+    return rows, TOPK_THREADS

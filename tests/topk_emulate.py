@@ -41,7 +41,8 @@ def launch(spec: Spec, exe: Path, work: Path, logits, seq_lens, k: int):
 
     indices = torch.empty((logits.shape[0], k), dtype=torch.int32)
     a = INDEXER_TOPK.check(spec, {"logits": logits, "seq_lens": seq_lens, "indices": indices}, require_cuda=False)
-    (grid, threads) = a.grid()
+    blocks, threads = a.grid()
+    grid = (blocks, 1, 1)
     data = {n: t.contiguous().view(torch.uint8).numpy().tobytes() for n, t in a.tensors.items() if t is not None}
     d = work / "launch"
     write_launch_files(a, d, data)
