@@ -58,6 +58,7 @@ from .reader_layout import (
 )
 from .reader_plan import launch_of, launch_tma, launch_wgmma, ring_tunes
 from .spec import Spec
+from .topk_plan import TOPK_SHARED_BYTES, topk_grid
 
 ALIGNMENT = 16  # every tensor's data pointer: the kernel's widest vector load/store
 
@@ -663,4 +664,30 @@ INDEXER_LOGITS = KernelAbi(
     prefers_shared=launch_wgmma,
 )
 
-KERNELS: dict[str, KernelAbi] = {a.kernel: a for a in (NORM_ROPE_STORE, INDEXER_LOGITS)}
+# the read side's top-k over the reader's logits (kgen.topk_plan: its launch; docs/reader.md, "Top-k")
+INDEXER_TOPK = KernelAbi(
+    kernel="indexer_topk",
+    version=1,
+    namespace="kgen_topk",
+    exists=readable,
+    output="indices",
+    doc="the k largest visible logits of each query row (radix select), as int32 key indices",
+    fields=(
+        Tensor("logits", "float", lambda s: "float32", lambda s, lay: ("rows", "max_seq_len"),
+               "[B * next_n, max_seq_len] the reader's fp32 logits", lambda s, lay, d: "[B * next_n, max_seq_len]"),
+        Tensor("seq_lens", "int32_t", lambda s: "int32", lambda s, lay: ("B",), "[B]",
+               lambda s, lay, d: f"[B] with B = {d.get('B')}"),
+        Tensor("indices", "int32_t", lambda s: "int32", lambda s, lay: ("rows", "K"),
+               "[B * next_n, k] int32 out: key indices, -1 past a row's visible keys",
+               lambda s, lay, d: f"[{d.get('rows')}, k]", written=True),
+        Scalar("batch", "int32", lambda d, lay: d["B"], "B", source="seq_lens"),
+        Scalar("next_n", "int32", lambda d, lay: d["rows"] // max(d["B"], 1), "query rows per sequence",
+               source="logits"),
+        Scalar("max_seq_len", "int32", lambda d, lay: d["max_seq_len"], "logits columns", source="logits"),
+        Scalar("k", "int32", lambda d, lay: d["K"], "keys selected per row", source="indices"),
+    ),
+    grid=lambda a: topk_grid(int(a.dims["rows"])),
+    shared_bytes=lambda a: TOPK_SHARED_BYTES,
+)
+
+KERNELS: dict[str, KernelAbi] = {a.kernel: a for a in (NORM_ROPE_STORE, INDEXER_LOGITS, INDEXER_TOPK)}

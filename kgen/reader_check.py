@@ -497,7 +497,7 @@ TUNE_CASES = (2, 3)  # the cases an alternative tuning runs by default: 70000 ke
 
 
 def test_readers(specs: list[Spec], sampled: list[Spec], *, seed: int = 0, say=print, tunes: tuple = (),
-                 tune_cases: tuple | None = TUNE_CASES) -> list[LogitsResult]:
+                 tune_cases: tuple | None = TUNE_CASES) -> list[LogitsResult | TopkResult]:
     """`kgen test`'s read side: every correctness case of each readable variant given, three cases (ragged
     lengths at next_n 1, 2, 4) of each readable sampled spec, and each alternative tuning of `tunes`
     (kgen.reader_layout.READER_TUNING_DEFAULTS overrides; `kgen test --reader-tune`) on the `tune_cases` of
@@ -514,7 +514,9 @@ def test_readers(specs: list[Spec], sampled: list[Spec], *, seed: int = 0, say=p
     for tune in alternatives:
         res += test_specs(mine, seed=seed, say=say, tune=tune, cases=tune_cases)
     say(f"kgen test: indexer_logits {sum(r.ok for r in res)}/{len(res)} case(s) ok")
-    return res
+    top = test_topk(mine, seed=seed, say=say)
+    say(f"kgen test: indexer_topk {sum(r.ok for r in top)}/{len(top)} case(s) ok")
+    return [*res, *top]  # both kinds have ok and to_json()
 
 
 def bench_readers(specs: list[Spec], timer, copy: dict, *, say=print, tunes: tuple = (None,),
@@ -528,7 +530,9 @@ def bench_readers(specs: list[Spec], timer, copy: dict, *, say=print, tunes: tup
         return {"results": []}
     precompile([(s, t) for s in mine for t in tunes], say=say)
     if shapes is None and tuple(tunes) == (None,):
-        return bench_batches(mine, timer=timer, copy=copy, say=say)
+        out = bench_batches(mine, timer=timer, copy=copy, say=say)
+        out["topk"] = bench_topk(mine, timer=timer, say=say)
+        return out
     return bench_specs(mine, shapes or BENCH_SHAPES, timer=timer, copy=copy, say=say, tunes=tunes)
 
 
@@ -617,3 +621,205 @@ def precompile(jobs: list[tuple[Spec, dict | None]], say=print) -> None:
     say(f"precompiled {len(rendered)} readers in {time.perf_counter() - t0:.1f} s ({len(errors)} failed)")
     for e in errors[:5]:
         say(f"  {e}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the top-k (torch.ops.kgen.indexer_topk): correctness against kgen.score.topk_reference, speed beside
+# the reader + torch.topk and DeepGEMM's logits + torch.topk
+
+TOPK_KS = (512, 2048)
+
+
+@dataclass
+class TopkResult:
+    variant: str
+    case: str
+    ok: bool
+    k: int = 0
+    rows: int = 0
+    rows_differing: int = 0  # rows whose set differs from the reference's (must be 0)
+    ties: int = 0  # keys outside the selected that share a row's k-th logit (where the tie rule decides)
+    torch_topk_differences: int = 0  # keys where torch.topk's set differs from the reference's (ties only)
+    reason: str = ""
+    examples: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"kind": "indexer_topk", **asdict(self)}
+
+
+def topk_cases(spec: Spec, seed: int = 0) -> list[tuple[list[int], int, int]]:
+    """(seq_lens, next_n, k) per case: rows shorter and longer than k (the -1 padding), ragged, MTP 1..4."""
+    rng = random.Random(seed)
+    return [
+        ([1, 511, 512, 513, 2047, 2049, 5000], 1, 512),
+        ([70000, 3000], 2, 512),
+        ([rng.randint(1, 20000) for _ in range(5)], 3, 2048),
+        ([1, 2, 2050, 9000], 4, 2048),
+        ([70000], 1, 2048),
+    ]
+
+
+def run_topk_case(spec: Spec, seq_lens: list[int], *, next_n: int, k: int, seed: int = 0) -> TopkResult:
+    """The op on one case: its indices against the reference top-k of the reader's own logits (the same
+    kernel's), and torch.topk's against the reference (they may differ only at ties)."""
+    torch = _torch()
+    from .ops import indexer_logits, indexer_topk
+    from .score import same_sets, topk_reference, topk_ties, visible_lengths
+
+    args = make_case(spec, seq_lens, next_n=next_n, seed=seed)
+    name = f"B={len(seq_lens)} next_n={next_n} k={k} lens={_lens_text(seq_lens)}"
+    q, weights, cache, table, lens, msl = args
+    got = indexer_topk(spec, q, weights, cache, table, lens, msl, k).cpu()
+    logits = indexer_logits(spec, q, weights, cache, table, lens, msl).cpu()
+    torch.cuda.synchronize()
+    want = topk_reference(logits, args[4].cpu(), next_n, k)
+    r = TopkResult(spec.name, name, ok=False, k=k, rows=int(want.shape[0]))
+    bad = same_sets(got, want)
+    r.rows_differing = len(bad)
+    r.ties = int(topk_ties(logits, args[4].cpu(), next_n, k).sum())
+    vis = visible_lengths(args[4].cpu(), next_n)
+    for row in range(want.shape[0]):
+        n = int(vis[row])
+        if n > k:
+            t = set(torch.topk(logits[row, :n], k).indices.tolist())
+            r.torch_topk_differences += len(t ^ set(want[row].tolist()))
+    for row in bad[:4]:
+        g, w = set(got[row].tolist()), set(want[row].tolist())
+        r.examples.append({"row": row, "kernel_only": sorted(g - w)[:8], "reference_only": sorted(w - g)[:8]})
+    r.ok = not bad
+    r.reason = "" if r.ok else f"{len(bad)} row(s) select another set than the reference"
+    return r
+
+
+def test_topk(specs: list[Spec], *, seed: int = 0, say=print) -> list[TopkResult]:
+    """`kgen test`'s top-k: every topk_cases case of each readable variant given."""
+    out = []
+    for spec in specs:
+        for lens, next_n, k in topk_cases(spec, seed):
+            try:
+                r = run_topk_case(spec, lens, next_n=next_n, k=k, seed=seed)
+            except Exception as e:  # noqa: BLE001 - reported per case
+                r = TopkResult(spec.name, f"B={len(lens)} next_n={next_n} k={k}", ok=False,
+                               reason=f"{type(e).__name__}: {e}"[:2000])
+            out.append(r)
+            say(f"{'ok  ' if r.ok else 'FAIL'} {r.variant:28s} top-k {r.case:52s} rows {r.rows} ties {r.ties} "
+                f"torch.topk diff {r.torch_topk_differences}" + (f"  {r.reason}" if r.reason else ""))
+            if not r.ok and "CUDA" in r.reason:
+                return out
+    return out
+
+
+TOPK_BENCH_SHAPES = tuple((b, keys) for b in (1, 8, 32, 64) for keys in (4096, 65536, 262144))
+TOPK_BENCH_WHAT = ("kgen: torch.ops.kgen.indexer_topk's two kernels (reader, then top-k with PDL); kgen_select: "
+                   "the top-k kernel alone on the reader's logits; kgen_reader+torch.topk: the reader then "
+                   "torch.topk(logits, k); deepgemm+torch.topk: deep_gemm.fp8_paged_mqa_logits then torch.topk on "
+                   "its logits (fp8 keys, next_n <= 2, where deep_gemm imports); every row on the same tensors in "
+                   "this process; ratios only between rows of one entry")
+
+
+def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, next_n: int, k: int, *,
+                    seed: int = 0, peer=None) -> dict:
+    """One shape: every row of TOPK_BENCH_WHAT, cold and graph, and the agreement of kgen's sets with
+    torch.topk's on the same logits."""
+    from .ops.topk import prepare, prepare_select
+
+    lens = batch_lens(batch, keys, dist, seed, next_n)
+    msl = max(lens)
+    args = make_case(spec, lens, next_n=next_n, seed=seed, extra_pages=0, max_seq_len=msl)
+    q, weights, cache, table, seq_lens, _ = args
+    fused, indices = prepare(spec, q, weights, cache, table, seq_lens, msl, k)
+    reader, logits = launcher(spec, args)
+    select, _ = prepare_select(spec, logits, seq_lens, k)
+    kk = min(k, msl)
+
+    def reader_topk():
+        reader()
+        torch.topk(logits, kk, dim=1)
+
+    rows: dict[str, Any] = {"kgen": fused, "kgen_select": select, "kgen_reader+torch.topk": reader_topk}
+    why = peer_reads(spec) or (None if next_n <= PEER_MAX_NEXT_N else f"the peer takes next_n <= {PEER_MAX_NEXT_N}")
+    if peer is not None and not why:
+        dg = peer
+        lay = L.compute(spec)
+        pos = torch.arange(next_n, device=q.device, dtype=torch.int32)
+        ctx = (seq_lens[:, None] - next_n + 1 + pos[None, :]).clamp_min(0).to(torch.int32).contiguous()
+        kv = cache.view(cache.shape[0], lay.page_size, 1, lay.page_bytes // lay.page_size)
+        meta = dg.get_paged_mqa_logits_metadata(ctx, lay.page_size, int(dg.get_num_sms()))
+
+        def peer_topk():
+            out = dg.fp8_paged_mqa_logits(q, kv, weights, ctx, table, meta, msl, False)
+            torch.topk(out[:, :msl], kk, dim=1)
+
+        rows["deepgemm+torch.topk"] = peer_topk
+    e: dict[str, Any] = {"variant": spec.name, "store": spec.store.dtype, "batch": batch, "keys": keys,
+                         "lengths": dist, "next_n": next_n, "k": k, "max_seq_len": msl, "total_keys": sum(lens),
+                         "peer": {"name": PEER_NAME, "present": "deepgemm+torch.topk" in rows}}
+    if "deepgemm+torch.topk" not in rows:
+        e["peer"]["why"] = why or "deep_gemm does not import"
+    for how, kw in (("cold", {"lo": 10, "hi": 30}), ("graph", {"lo": 10, "hi": 20})):
+        m = timer.cold if how == "cold" else timer.warm
+        e[how] = {name: m(fn, **kw)["ms"] * 1e3 for name, fn in rows.items()}  # us
+        others = {n: v for n, v in e[how].items() if n not in ("kgen", "kgen_select")}
+        best = min(others, key=lambda n: others[n])
+        e[how]["ratio_kgen_to_fastest_peer"] = e[how]["kgen"] / others[best]
+        e[how]["fastest_peer"] = best
+    fused()
+    torch.cuda.synchronize()
+    from .score import same_sets, visible_lengths
+
+    vis = visible_lengths(seq_lens.cpu(), next_n)
+    want = torch.topk(logits, kk, dim=1).indices.cpu().to(torch.int32)
+    got = indices.cpu()
+    long_rows = [r for r in range(got.shape[0]) if int(vis[r]) > k]
+    e["rows_checked"] = len(long_rows)
+    e["rows_differing_from_torch_topk"] = len(same_sets(got[long_rows], want[long_rows])) if long_rows else 0
+    return e
+
+
+def bench_topk(specs: list[Spec], shapes=TOPK_BENCH_SHAPES, *, ks=TOPK_KS, say=print, timer=None,
+               cases: list | None = None, on_result=None) -> dict:
+    """`kgen bench`'s top-k rows: for the first fp8 variant (the peer's layout) every shape x k at next_n = 1
+    (equal lengths) and next_n = 2 (lengths +-30 %), the other readable variants at B 1 and 32 x 64K keys;
+    `cases` overrides the list ((spec, batch, keys, dist, next_n, k) tuples); `on_result(out)` runs after each
+    shape (a partial file)."""
+    torch = _torch()
+    timer = timer or Timer(torch)
+    dg, why = peer_module()
+    mine = [s for s in specs if readable(s)]
+    if cases is None:
+        cases = []
+        full = next((s for s in mine if s.store.dtype == "fp8_e4m3"), mine[0] if mine else None)
+        for spec in mine:
+            picked = shapes if spec is full else ((1, 65536), (32, 65536))
+            for batch, keys in picked:
+                for k in ks:
+                    cases.append((spec, batch, keys, "equal", 1, k))
+                    cases.append((spec, batch, keys, "pm30", 2, k))
+    results: list[dict] = []
+    out = {"what": TOPK_BENCH_WHAT, "peer": {"name": PEER_NAME, "present": dg is not None, "why": why},
+           "results": results}
+    for spec, batch, keys, dist, next_n, k in cases:
+        try:
+            e = bench_topk_case(torch, timer, spec, batch, keys, dist, next_n, k, peer=dg)
+        except Exception as ex:  # noqa: BLE001 - recorded per shape
+            e = {"variant": spec.name, "batch": batch, "keys": keys, "lengths": dist, "next_n": next_n, "k": k,
+                 "error": f"{type(ex).__name__}: {ex}"[:1000]}
+            torch.cuda.synchronize()
+        results.append(e)
+        say(topk_line(e))
+        if on_result is not None:
+            on_result(out)
+    return out
+
+
+def topk_line(e: dict) -> str:
+    head = (f"{e['variant']:20s} B={e['batch']:<3d} keys={e['keys']:<7d} {e['lengths']:6s} n={e['next_n']} "
+            f"k={e['k']:<5d}")
+    if "error" in e:
+        return f"{head} ERROR {e['error']}"
+    parts = []
+    for how in ("cold", "graph"):
+        t = e[how]
+        rows = " ".join(f"{n} {v:.1f}" for n, v in t.items() if isinstance(v, float) and not n.startswith("ratio"))
+        parts.append(f"{how}: {rows} us (kgen/{t['fastest_peer']} {t['ratio_kgen_to_fastest_peer']:.2f})")
+    return f"{head} " + " | ".join(parts) + f" | diff rows {e['rows_differing_from_torch_topk']}/{e['rows_checked']}"

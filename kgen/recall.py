@@ -16,7 +16,12 @@ skipped, with the reason) and every context length S (keys of one sequence):
      minimum over the queries;
    - needle recall: the fraction of planted needles the variant's top-k still holds (below);
    - score error: rms and max of (variant - full) in units of the query's full-precision score
-     spread (std over keys), and max |error| / max |score|.
+     spread (std over keys), and max |error| / max |score|;
+   - the top-k stage (`selection`): each selection an engine runs on the variant's scores rounded to
+     fp32 (what the reader writes): kgen's `torch.ops.kgen.indexer_topk_logits` (the kernel on a GPU, its
+     Torch reference on CPU; variants the reader reads) and torch.topk, each as its agreement with full
+     precision's top-k (what the format and the selection cost together) and with the exact top-k of
+     the same scores (what the selection alone costs: 1.0 for an exact selection, less only at fp32 ties).
 
 Key model (synthetic keys): the writer's input rows are `kgen.inputs.sample_rows`, the model the
 GPU tests use: Gaussian values, per-token magnitudes over about two decades (exp(U(-2.5, 2))), and
@@ -70,6 +75,7 @@ from .diagnostics import KgenError, Problem, err, failure_json, print_json
 from .files import check_target, file_kind, write_all, write_atomic
 from .gpurun import precompile
 from .layout import compute
+from .reader_layout import readable
 from .rules import check_variant
 from .runtime import gpu_problem, torch_or_none
 from .spec import Spec
@@ -346,10 +352,12 @@ def _plant(keys, base_q, weights, positions, topk: int, margin: float, max_doubl
     return out, placed, sigma
 
 
-def compare(ref_a, var_a, ref_n, var_n, positions, placed, sigma, topk: int) -> dict:
+def compare(ref_a, var_a, ref_n, var_n, positions, placed, sigma, topk: int,
+            selections: dict[str, Callable] | None = None) -> dict:
     """The metrics of one (variant, context): ref_a/var_a [Q, S] scores of the agreement queries,
     ref_n/var_n [Qn, S] of the needle queries, positions [Qn] their needles' depths, placed [Qn],
-    sigma [Qn] the margin's unit (`plant_needles`)."""
+    sigma [Qn] the margin's unit (`plant_needles`). `selections`: the top-k stages to measure, each
+    fp32 logits [Q, S] -> int [Q, topk] key indices (`selection_stages`)."""
     import torch
 
     Q, S = ref_a.shape
@@ -359,6 +367,19 @@ def compare(ref_a, var_a, ref_n, var_n, positions, placed, sigma, topk: int) -> 
     mask = torch.zeros((Q, S), dtype=torch.bool, device=dev)
     mask.scatter_(1, ti_r, True)
     agree = mask.gather(1, ti_v).sum(1).double() / topk
+    # the top-k stage: each selection over the variant's scores rounded to fp32 (what a reader writes), against
+    # full precision's top-k (format + selection) and against the exact top-k of the same scores (selection)
+    exact = torch.zeros((Q, S), dtype=torch.bool, device=dev)
+    exact.scatter_(1, ti_v, True)
+    stages: dict[str, dict] = {}
+    for name, select in (selections or {}).items():
+        picked = select(var_a.float()).to(device=dev, dtype=torch.int64)
+        seen = picked >= 0
+        safe = picked.clamp(min=0)
+        stages[name] = {
+            "agreement": float(((mask.gather(1, safe) & seen).sum(1).double() / topk).mean()),
+            "agreement_with_exact_selection": float(((exact.gather(1, safe) & seen).sum(1).double() / topk).mean()),
+        }
 
     error = var_a - ref_a
     spread = ref_a.std(dim=1)
@@ -386,7 +407,26 @@ def compare(ref_a, var_a, ref_n, var_n, positions, placed, sigma, topk: int) -> 
         "score_error_rms_sigma": float(rms_sigma.mean()),
         "score_error_max_sigma": float(max_sigma.max()),
         "score_error_max_rel": float(error.abs().max() / ref_a.abs().max()),
+        "selection": stages,
     }
+
+
+def selection_stages(spec: Spec, topk: int) -> dict[str, Callable]:
+    """The top-k stages `kgen recall` measures for `spec`: torch.topk on the fp32 scores and kgen's
+    (torch.ops.kgen.indexer_topk_logits: the kernel on a GPU, its Torch reference on CPU) where the
+    reader reads the spec."""
+    import torch
+
+    stages: dict[str, Callable] = {"torch.topk": lambda lg: torch.topk(lg, topk, dim=1).indices}
+    if readable(spec):
+        from .ops import indexer_topk_logits
+
+        def kgen_topk(lg):
+            lens = torch.full((lg.shape[0],), lg.shape[1], dtype=torch.int32, device=lg.device)
+            return indexer_topk_logits(spec, lg.contiguous(), lens, topk)
+
+        stages["kgen.indexer_topk"] = kgen_topk
+    return stages
 
 
 # ---------------------------------------------------------------------------------------------
@@ -584,7 +624,8 @@ def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str
                 pages = torch.arange(cache.shape[0], device=dev)
                 var = sequence_logits(wspec, q_all, w_all, cache, pages, S, accum=acc, chunk_keys=step)
                 del cache
-                m = compare(ref[:na], var[:na], ref[na:], var[na:], positions, placed, sigma, k)
+                m = compare(ref[:na], var[:na], ref[na:], var[na:], positions, placed, sigma, k,
+                            selection_stages(spec, k))
                 del var
                 lay = compute(spec)
                 st = spec.store
@@ -983,7 +1024,7 @@ def print_table(data: dict, stream) -> None:
     t = Table(title=f"kgen recall: top-{data['inputs']['topk']} against full precision "
                     f"({data['inputs']['keys']} keys, {data['environment']['device']})")
     for col in ("variant", "B/token", "keys", "agreement (mean +- std, min)", "needle recall",
-                "score err (rms / max, std)"):
+                "score err (rms / max, std)", "top-k stage: kgen / torch.topk"):
         t.add_column(col, justify="left" if col == "variant" else "right", no_wrap=col == "variant")
     def num(v, digits: int) -> str:
         return "-" if v is None else f"{v:.{digits}f}"
@@ -992,11 +1033,18 @@ def print_table(data: dict, stream) -> None:
         t.add_row(r["variant"], str(r["bytes_per_token"]), _ctx(r["context"]),
                   f"{num(r['agreement'], 4)} +- {num(r['agreement_std'], 4)}, {num(r['agreement_min'], 4)}",
                   "-" if r["needle_recall"] is None else f"{r['needle_recall']:.3f} of {r['needles']}",
-                  f"{num(r['score_error_rms_sigma'], 4)} / {num(r['score_error_max_sigma'], 3)}")
+                  f"{num(r['score_error_rms_sigma'], 4)} / {num(r['score_error_max_sigma'], 3)}",
+                  _stages(r.get("selection") or {}))
     console = Console(file=stream, width=max(140, Console(file=stream).width))
     console.print(t)
     for s in data["skipped"]:
         console.print(f"skipped {s['variant']} ({s['path']}): {s['reason']}")
+
+
+def _stages(sel: dict) -> str:
+    """The top-k stages' agreement with full precision (format + selection), kgen's first."""
+    names = ("kgen.indexer_topk", "torch.topk")
+    return " / ".join(f"{sel[n]['agreement']:.4f}" if n in sel else "-" for n in names)
 
 
 def _ctx(n: int) -> str:

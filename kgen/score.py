@@ -58,6 +58,7 @@ from .layout import Layout, compute
 from .reader_layout import READER_Q_DTYPE
 from .resolve import resolve_spec
 from .spec import Spec
+from .topk_plan import TOPK_MAX_K
 
 __all__ = ["CHUNK_BYTES", "LogitsChecked", "Q_DTYPES", "check_logits_arguments", "dense_logits",
            "gather_keys", "indexer_logits_batched", "indexer_logits_torch", "key_chunk", "sequence_logits",
@@ -339,4 +340,88 @@ def indexer_logits_batched(variant: Spec | Layout | str | os.PathLike, q, weight
     seen = torch.arange(S, device=q.device)[None, :] < visible_lengths(c.seq_lens, N).to(q.device)[:, None]
     out = torch.full((B * N, max_seq_len), float("-inf"), dtype=torch.float32, device=q.device)
     out[:, :S] = torch.where(seen, scored, float("-inf"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the top-k over the logits (torch.ops.kgen.indexer_topk's reference)
+
+def check_topk_k(k: Any, max_k: int = TOPK_MAX_K) -> int:
+    """k as an int in [1, max_k] (else the located ArgumentError)."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= max_k:
+        raise ArgumentError(f"k: expected an int in [1, {max_k}], got {k!r}")
+    return k
+
+
+def topk_reference(logits: torch.Tensor, seq_lens, next_n: int, k: int) -> torch.Tensor:
+    """int32 [rows, k]: the k largest visible logits of each row of `logits` [B * next_n, max_seq_len]
+    (rows = B * next_n; row r = b * next_n + j sees keys 0..L-1, L = clamp(seq_lens[b] - next_n + 1 + j, 0,
+    max_seq_len): kgen.score's visibility rule), as key indices.
+
+    The contract of torch.ops.kgen.indexer_topk:
+      * a row with L > k selects the k keys of largest logit; among keys of equal logit (-0.0 == +0.0)
+        the lower index wins; NaN counts above +inf, as torch.topk;
+      * a row with L <= k holds 0..L-1, then -1 in the remaining k - L places (SGLang's and vLLM's
+        padding: the sparse attention skips -1);
+      * order: this reference sorts a row by logit (largest first, the lower index first among equals);
+        the kernel writes the same set in no particular order (as SGLang's and FlashInfer's top-k
+        kernels: the sparse attention reads a set). Compare rows as sets (`same_sets`).
+    """
+    check_topk_k(k, max(TOPK_MAX_K, k))
+    rows, width = int(logits.shape[0]), int(logits.shape[1])
+    lens = torch.as_tensor(seq_lens, dtype=torch.int64).cpu()
+    if int(lens.numel()) * next_n != rows:
+        raise ArgumentError(f"logits: expected {int(lens.numel()) * next_n} rows (B * next_n), got {rows}")
+    visible = visible_lengths(lens, next_n).clamp(max=width)
+    out = torch.full((rows, k), -1, dtype=torch.int32, device=logits.device)
+    x = logits.detach().to(torch.float32)
+    for r in range(rows):
+        n = int(visible[r])
+        if n <= k:
+            out[r, :n] = torch.arange(n, dtype=torch.int32, device=logits.device)
+            continue
+        v = x[r, :n]
+        # NaN above +inf (as torch.topk); -0.0 == +0.0 (sort compares values); stable: the lower index
+        # first among equal logits
+        key = torch.where(torch.isnan(v), torch.full_like(v, float("inf")), v)
+        nan = torch.isnan(v).to(torch.int8)
+        order = torch.sort(key, descending=True, stable=True).indices
+        order = order[torch.sort(nan[order], descending=True, stable=True).indices]
+        out[r] = order[:k].to(torch.int32)
+    return out
+
+
+def topk_slots(indices: torch.Tensor, block_table: torch.Tensor, next_n: int, page_size: int) -> torch.Tensor:
+    """The cache slots of top-k key indices [B * next_n, k] through the block table (SGLang's
+    `topk_transform_paged`: slot = block_table[b, i // page_size] * page_size + i % page_size for row
+    r = b * next_n + j; -1 stays -1): int32 [B * next_n, k]."""
+    rows = int(indices.shape[0])
+    b = torch.arange(rows, device=indices.device) // next_n
+    i = indices.to(torch.int64)
+    seen = i >= 0
+    page = torch.where(seen, i // page_size, 0)
+    slot = block_table.to(torch.int64)[b[:, None], page] * page_size + torch.where(seen, i % page_size, 0)
+    return torch.where(seen, slot, -1).to(torch.int32)
+
+
+def same_sets(got: torch.Tensor, want: torch.Tensor) -> list[int]:
+    """The rows whose index sets differ (-1 padding included), for comparing a kernel's unordered rows."""
+    a, _ = torch.sort(got.to(torch.int64).cpu(), dim=1)
+    b, _ = torch.sort(want.to(torch.int64).cpu(), dim=1)
+    return [int(r) for r in (a != b).any(dim=1).nonzero().flatten()]
+
+
+def topk_ties(logits: torch.Tensor, seq_lens, next_n: int, k: int) -> torch.Tensor:
+    """int64 [rows]: per row, how many visible keys other than the selected share the k-th value (where
+    a tie rule decides which of them are selected; 0 for rows with L <= k)."""
+    rows, width = int(logits.shape[0]), int(logits.shape[1])
+    visible = visible_lengths(torch.as_tensor(seq_lens, dtype=torch.int64).cpu(), next_n).clamp(max=width)
+    out = torch.zeros(rows, dtype=torch.int64)
+    x = logits.detach().to(torch.float32).cpu()
+    for r in range(rows):
+        n = int(visible[r])
+        if n > k:
+            v = x[r, :n]
+            kth = torch.topk(v, k).values[-1]
+            out[r] = int((v == kth).sum()) - int((torch.topk(v, k).values == kth).sum())
     return out

@@ -39,14 +39,14 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("input and platform: YAML, documents, architectures, toolchain, cache", (
         "source", "document", "load", "schema_doc", "arch", "toolchain", "cache", "output")),
     ("rules and byte math: validation, the page layout, the reader's rules and launch plan", (
-        "layout", "reader_layout", "reader_plan", "rules", "family", "validate", "resolve", "sample",
+        "layout", "reader_layout", "reader_plan", "topk_plan", "rules", "family", "validate", "resolve", "sample",
         "layout_view")),
     ("kernel ABI: the kernel registry", ("abi",)),
     ("code generation and compilation", ("render", "compile", "build", "aot")),
     ("device: the launch stack, tensor maps, the native fast path, loaded kernels", (
         "launcher", "tma", "native", "fastpath", "runtime")),
     ("Torch numerics: the reference, its inputs, the read side's Torch path", ("reference", "inputs", "score")),
-    ("ops: torch.ops.kgen.*", ("ops", "ops.registry", "ops.writer", "ops.reader")),
+    ("ops: torch.ops.kgen.*", ("ops", "ops.registry", "ops.writer", "ops.reader", "ops.topk")),
     ("checks and measurements: kgen test / bench / recall, engines", (
         "compare", "gpurun", "reader_check", "gputest", "timing", "host_cost", "bench", "recall",
         "engines", "engines.diff", "engines.pyedit", "engines.tree", "engines.sites", "engines.installed",

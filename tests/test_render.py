@@ -181,7 +181,9 @@ def test_render_variant_api():
         assert rv.uri == spec.name
         assert rv.kernel_file == f"{spec.name}/kernel.cu" and rv.kernel_file in rv.files
         assert rv.name_expression == f"kgen::norm_rope_store<kgen_cfg::{spec.name}>"
-        reader = ("logits_config.cuh", "indexer_logits.cu") if readable(spec) else ()  # the read side (docs/ops.md)
+        # the read side (docs/ops.md): the reader and its top-k
+        reader = ("logits_config.cuh", "indexer_logits.cu", "topk_config.cuh", "indexer_topk.cu") if readable(
+            spec) else ()
         assert set(rv.files) == {f"{spec.name}/{f}" for f in ("config.cuh", "kernel.cu", "host.h", "host.py", *reader)}
         cu, cfg = rv.files[rv.kernel_file], rv.files[f"{spec.name}/config.cuh"]
         # FlashInfer's split: the config header holds the struct, the .cu only includes it and

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from .. import fastpath, launcher, native
-from ..abi import KERNELS, NORM_ROPE_STORE, Args, ArgumentError, KernelAbi, Scalar, TensorMap, tune_key
+from ..abi import INDEXER_LOGITS, KERNELS, NORM_ROPE_STORE, Args, ArgumentError, KernelAbi, Scalar, TensorMap, tune_key
 from ..arch import check as check_arch
 from ..arch import parse
 from ..diagnostics import KgenError, Problem
@@ -69,8 +69,12 @@ class KernelOp:
     tuning the loaded kernel and its prepacked launch. `launch(*tensors)` is the CUDA implementation
     (tensors in the table's order)."""
 
-    def __init__(self, key: str, spec: Spec, abi: KernelAbi = KERNEL_ABI, *, int_args: dict[str, int] | None = None):
+    def __init__(self, key: str, spec: Spec, abi: KernelAbi = KERNEL_ABI, *, int_args: dict[str, int] | None = None,
+                 op_name: str | None = None):
         self.key, self.spec, self.abi = key, spec, abi
+        # the torch op whose schema lists this kernel's tensors (its native kernel's key): the kernel's name,
+        # unless another op of that name composes kernels (indexer_topk: the reader, then this top-k)
+        self.op_name = op_name or abi.kernel
         # the op's int arguments that give a symbolic size ({symbol: argument index}: the reader's max_seq_len)
         self.int_args = dict(int_args or {})
         self.layout = compute(spec)
@@ -131,7 +135,7 @@ class KernelOp:
         args = self.abi.check(self.spec, dict(zip(self.names, tensors)), layout=self.layout, device=facts)
         arch = self._arch(dev)
         base = tune
-        tune = launch_tune(args, arch, base) if self.abi is not NORM_ROPE_STORE else None
+        tune = launch_tune(args, arch, base) if self.abi is INDEXER_LOGITS else None
         run, info = self._load(dev, arch, tune, args)
         args = Args(args.abi, args.spec, args.layout, args.tensors, args.dims, args.scalars, target=arch,
                     tune=tune, device=facts)
@@ -197,7 +201,7 @@ class KernelOp:
         return self.abi is not KERNEL_ABI
 
     def _native_device(self, dev: int, kernel, threads: int, pdl: bool) -> None:
-        nat = native_kernel(self.abi.kernel)
+        nat = native_kernel(self.op_name)
         if nat is None:
             return
         if self._native is None:
@@ -230,7 +234,7 @@ class KernelOp:
         return table
 
     def _native_shape(self, key: tuple, grid: tuple[int, int, int] | None, args: Args, info: dict) -> None:
-        nat = native_kernel(self.abi.kernel)
+        nat = native_kernel(self.op_name)
         if nat is None or self._native is None:
             return
         params = self.abi.pack(args.values(lambda _n, _t: 0))  # scalars packed, pointers and maps per call
@@ -244,7 +248,7 @@ class KernelOp:
 
     def _native_maps(self, dev: int, sizes: tuple, tensors: tuple, entry: tuple) -> None:
         """Teach the native kernel the tensor maps of this call (per source address)."""
-        nat = native_kernel(self.abi.kernel)
+        nat = native_kernel(self.op_name)
         if nat is None or self._native is None:
             return
         by_name = dict(zip(self.names, tensors))
@@ -345,7 +349,8 @@ def resolve(variant: Spec | str | os.PathLike) -> KernelOp:
     return v
 
 
-def kernel_op(variant: Spec | str | os.PathLike, kernel: str, *, int_args: dict[str, int] | None = None) -> KernelOp:
+def kernel_op(variant: Spec | str | os.PathLike, kernel: str, *, int_args: dict[str, int] | None = None,
+              op_name: str | None = None) -> KernelOp:
     """The KernelOp of kernel `kernel` (a kgen.abi.KERNELS name) of a variant (cached for the process);
     `int_args` as KernelOp's."""
     key = variant_name(variant)
@@ -356,7 +361,8 @@ def kernel_op(variant: Spec | str | os.PathLike, kernel: str, *, int_args: dict[
     with _resolve_lock:
         op = _kernel_ops.get((key, kernel))
         if op is None:
-            op = _kernel_ops[(key, kernel)] = KernelOp(key, spec, KERNELS[kernel], int_args=int_args)
+            op = _kernel_ops[(key, kernel)] = KernelOp(key, spec, KERNELS[kernel], int_args=int_args,
+                                                                  op_name=op_name)
     return op
 
 

@@ -1,0 +1,365 @@
+// kgen::indexer_topk: the k largest visible logits of each query row, by radix select (docs/reader.md, "Top-k").
+//
+// One CTA per row r = b * next_n + j of the reader's fp32 logits [B * next_n, max_seq_len]. The row sees its
+// first L = clamp(seq_lens[b] - next_n + 1 + j, 0, max_seq_len) keys (kgen.score's visibility rule). Each
+// logit maps to an order-preserving uint32 (larger float -> larger key; -0 and +0 one key) and the k largest
+// keys are selected digit by digit, most significant first:
+//   * a read of the row builds a shared-memory histogram of the current digit among the keys that match
+//     the digits fixed so far; a suffix scan finds the threshold bin (fewer than `need` keys above it, at
+//     least `need` in it and above);
+//   * the next read emits the keys above the threshold bin and, when the bin holds at most kTopkCandidates
+//     keys, copies them (key, index) into shared memory; otherwise it builds the next digit's histogram;
+//   * the candidates are refined in shared memory: the value's remaining bits, then, among the keys equal to
+//     the k-th value, the indices (the lower index wins: ~index is the key).
+// A row of at most kTopkCandidates keys is copied into shared memory by its one read and refined there from
+// the first bit. A bin that still overflows after all 32 bits (more than kTopkCandidates keys equal to the k-th value) is
+// emitted by one ordered read of the row (a block scan per chunk), the same rule.
+//
+// Output: indices [B * next_n, k] int32. A row with L > k holds k distinct indices < L in no particular order;
+// a row with L <= k holds 0..L-1 ascending, then -1 (SGLang's and vLLM's padding). Every number the kernel
+// builds in (threads, digits, capacity, shared memory) comes from kgen/topk_plan.py through the config.
+#pragma once
+
+#include "memory.cuh"
+
+// the CPU emulation (tests/topk_shim) gives a CTA's dynamic and static shared memory its own way
+#ifndef KGEN_DYNAMIC_SMEM
+#define KGEN_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+#ifndef KGEN_STATIC_SMEM
+#define KGEN_STATIC_SMEM __shared__
+#endif
+
+namespace kgen {
+namespace topk {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr uint32_t kSignBit = 1u << 31;  // of an IEEE float; also the top bit of ~index (indices < 2^31)
+
+// larger float -> larger key; -0.0 is +0.0's key (the two compare equal); every NaN above +inf, as torch.topk
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(__fadd_rn(f, 0.0f));  // -0 + 0 = +0 (round to nearest)
+  const uint32_t flip = static_cast<uint32_t>(static_cast<int>(u) >> 31) | kSignBit;
+  return f != f ? 0xffffffffu : u ^ flip;
+}
+
+// `key >> shift` for shift in [0, 32] (32: nothing, every key matches an empty prefix)
+__device__ __forceinline__ uint32_t high(uint32_t key, int shift) {
+  return static_cast<uint32_t>(static_cast<unsigned long long>(key) >> shift);
+}
+
+struct Shared {
+  int emitted;    // indices written to the row's output
+  int collected;  // candidates copied into shared memory
+  int digit, above, equal;  // find_threshold's answer
+  int warp_sum[32];
+};
+
+__device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x & 31); }
+
+// a warp-uniform call: each lane with `take` writes `value` at the next free position of `out`
+__device__ __forceinline__ void emit(bool take, int value, int* counter, int* out) {
+  const unsigned m = __ballot_sync(kFullMask, take);
+  if (m == 0) return;
+  const int leader = __ffs(m) - 1;
+  int base = 0;
+  if (lane_id() == leader) base = atomicAdd(counter, __popc(m));
+  base = __shfl_sync(kFullMask, base, leader);
+  if (take) out[base + __popc(m & ((1u << lane_id()) - 1u))] = value;
+}
+
+__device__ __forceinline__ void push(bool take, uint32_t key, int index, int* counter, uint32_t* keys, int* idx) {
+  const unsigned m = __ballot_sync(kFullMask, take);
+  if (m == 0) return;
+  const int leader = __ffs(m) - 1;
+  int base = 0;
+  if (lane_id() == leader) base = atomicAdd(counter, __popc(m));
+  base = __shfl_sync(kFullMask, base, leader);
+  if (take) {
+    const int at = base + __popc(m & ((1u << lane_id()) - 1u));
+    keys[at] = key;
+    idx[at] = index;
+  }
+}
+
+// The threshold bin of `hist[0, bins)` for the `need` largest (1 <= need <= sum): the bin d with
+// sum(hist[d + 1:]) < need <= sum(hist[d:]); `sh.above` = sum(hist[d + 1:]), `sh.equal` = hist[d]. Block-wide:
+// every thread calls it after the histogram is complete; on return every thread may read sh.
+template <int Threads>
+__device__ __forceinline__ void find_threshold(const int* hist, int bins, int need, Shared& sh) {
+  const int per = (bins + Threads - 1) / Threads;
+  const int lo = min(bins, static_cast<int>(threadIdx.x) * per), hi = min(bins, lo + per);
+  int local = 0;
+  for (int b = lo; b < hi; ++b) local += hist[b];
+  int suffix = local;  // inclusive suffix within the warp: lanes >= this one
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_down_sync(kFullMask, suffix, o);
+    if (lane_id() + o < 32) suffix += n;
+  }
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  if (lane_id() == 0) sh.warp_sum[warp] = suffix;
+  __syncthreads();
+  int run = suffix - local;
+  for (int w = warp + 1; w < Threads / 32; ++w) run += sh.warp_sum[w];
+  for (int b = hi - 1; b >= lo; --b) {
+    const int h = hist[b];
+    if (run < need && run + h >= need) {
+      sh.digit = b;
+      sh.above = run;
+      sh.equal = h;
+    }
+    run += h;
+  }
+  __syncthreads();
+}
+
+template <int Threads>
+__device__ __forceinline__ void clear(int* hist, int bins) {
+  for (int i = static_cast<int>(threadIdx.x); i < bins; i += Threads) hist[i] = 0;
+}
+
+// f(valid, first, keys) over x[0, n), four keys per call (keys[c] is element first + c, valid[c] whether it
+// lies in [0, n)), each call warp-uniform (every lane calls it the same number of times): a scalar head and tail
+// around 16-B aligned float4 loads, Unroll of them in flight per thread.
+template <int Threads, int Unroll, class F>
+__device__ __forceinline__ void for_each_key(const float* x, int n, F&& f) {
+  const int t = static_cast<int>(threadIdx.x);
+  const int mis = static_cast<int>((reinterpret_cast<unsigned long long>(x) >> 2) & 3);
+  const int head = min(n, (4 - mis) & 3);
+  const int vecs = (n - head) >> 2;
+  const int tail = head + 4 * vecs;
+  {  // the head (< 4 keys before the first aligned float4) and the tail (< 4 after the last), one call
+    const int at = t < 4 ? t : tail + t - 4;
+    const bool v = t < 4 ? t < head : at < n && t < 8;
+    bool ok[4] = {v, false, false, false};
+    uint32_t keys[4] = {v ? order_key(x[at]) : 0u, 0u, 0u, 0u};
+    f(ok, at, keys, false);
+  }
+  const float4* xv = reinterpret_cast<const float4*>(x + head);
+  for (int base = 0; base < vecs; base += Threads * Unroll) {
+    float4 r[Unroll];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+      const int v = base + u * Threads + t;
+      r[u] = v < vecs ? xv[v] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+      const int v = base + u * Threads + t;
+      const bool in = v < vecs;
+      bool ok[4] = {in, in, in, in};
+      uint32_t keys[4] = {order_key(r[u].x), order_key(r[u].y), order_key(r[u].z), order_key(r[u].w)};
+      f(ok, head + 4 * v, keys, true);
+    }
+  }
+}
+
+// the bits at and above `shift` (shift in [0, 32]; 32: none)
+__device__ __forceinline__ uint32_t above_mask(int shift) { return shift >= 32 ? 0u : ~0u << shift; }
+
+// Refine the `eq` candidates keys[0, n) matching `prefix` above `shift` (the others are decided), `need` of
+// them to take (1 <= need <= eq), RefineBits bits per step: the ones above each step's threshold digit are
+// emitted. Returns true when done (every selected candidate emitted), false when the bits ran out with
+// need < eq (ties on the full key: prefix, eq and need say which).
+template <int Threads, int RefineBits>
+__device__ bool refine(const uint32_t* keys, const int* idx, const int n, uint32_t& prefix, int& shift, int& need,
+                       int& eq, int* hist, Shared& sh, int* out) {
+  while (need < eq && shift > 0) {
+    const int bits = min(RefineBits, shift), next = shift - bits;
+    const uint32_t mask = (1u << bits) - 1u;
+    const uint32_t p = high(prefix, shift);
+    __syncthreads();  // the last step's readers of hist and sh are done
+    clear<Threads>(hist, 1 << bits);
+    __syncthreads();
+    for (int c = static_cast<int>(threadIdx.x); c < n; c += Threads) {
+      const uint32_t key = keys[c];
+      if (high(key, shift) == p) atomicAdd(&hist[(key >> next) & mask], 1);
+    }
+    __syncthreads();
+    find_threshold<Threads>(hist, 1 << bits, need, sh);
+    const uint32_t d = static_cast<uint32_t>(sh.digit);
+    for (int base = 0; base < n; base += Threads) {
+      const int c = base + static_cast<int>(threadIdx.x);
+      const uint32_t key = c < n ? keys[c] : 0u;
+      emit(c < n && high(key, shift) == p && ((key >> next) & mask) > d, c < n ? idx[c] : 0, &sh.emitted, out);
+    }
+    prefix |= d << next;
+    shift = next;
+    need -= sh.above;
+    eq = sh.equal;
+  }
+  if (need != eq) return false;
+  const uint32_t p = high(prefix, shift);
+  for (int base = 0; base < n; base += Threads) {
+    const int c = base + static_cast<int>(threadIdx.x);
+    emit(c < n && high(keys[c], shift) == p, c < n ? idx[c] : 0, &sh.emitted, out);
+  }
+  return true;
+}
+
+// After `refine` ran out of bits (more than `need` of the n candidates equal the k-th value `value`): the lower
+// index wins. ~index orders them (indices < 2^31: bit 31 set; the other candidates become 0, matching nothing).
+template <int Threads, int RefineBits>
+__device__ void break_ties(uint32_t* keys, const int* idx, const int n, const uint32_t value, int need, int eq,
+                           int* hist, Shared& sh, int* out) {
+  __syncthreads();  // refine's readers of keys are done
+  for (int c = static_cast<int>(threadIdx.x); c < n; c += Threads) {
+    keys[c] = keys[c] == value ? ~static_cast<uint32_t>(idx[c]) : 0u;
+  }
+  __syncthreads();
+  uint32_t prefix = kSignBit;
+  int shift = 31;
+  refine<Threads, RefineBits>(keys, idx, n, prefix, shift, need, eq, hist, sh, out);
+}
+
+}  // namespace topk
+
+template <class C>
+__global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_constant__ typename C::Params p) {
+  constexpr int T = static_cast<int>(C::kTopkThreads);
+  constexpr int kCap = static_cast<int>(C::kTopkCandidates);
+  constexpr int kUnroll = static_cast<int>(C::kTopkUnroll);
+  constexpr int kFirst = static_cast<int>(C::kTopkFirstBits);
+  static_assert(T % 32 == 0 && T / 32 <= 32, "the block scan keeps one sum per warp, at most 32 warps");
+  static_assert((1 << C::kTopkFirstBits) <= C::kTopkBins && (1 << C::kTopkNextBits) <= C::kTopkBins &&
+                    (1 << C::kTopkRefineBits) <= C::kTopkBins,
+                "every digit's histogram fits kTopkBins");
+  static_assert(C::kTopkSharedBytes == 4 * C::kTopkBins + 8 * C::kTopkCandidates, "kgen/topk_plan.py's bytes");
+  KGEN_DYNAMIC_SMEM(topk_smem);
+  int* hist = reinterpret_cast<int*>(topk_smem);
+  uint32_t* ckey = reinterpret_cast<uint32_t*>(hist + C::kTopkBins);
+  int* cidx = reinterpret_cast<int*>(ckey + C::kTopkCandidates);
+  KGEN_STATIC_SMEM topk::Shared sh;
+
+  if constexpr (C::kPdl != 0) {  // the reader writing these logits may still run (kgen.layout.uses_pdl)
+    mem::pdl_wait();
+    mem::pdl_launch_dependents();
+  }
+  const int row = static_cast<int>(blockIdx.x);
+  const int b = row / p.next_n, j = row - b * p.next_n;
+  long long visible = static_cast<long long>(p.seq_lens[b]) - p.next_n + 1 + j;
+  visible = visible < 0 ? 0 : (visible > p.max_seq_len ? p.max_seq_len : visible);
+  const int L = static_cast<int>(visible), k = p.k;
+  int* out = p.indices + static_cast<long long>(row) * k;
+  const float* x = p.logits + static_cast<long long>(row) * p.max_seq_len;
+  const int t = static_cast<int>(threadIdx.x);
+  if (L <= k) {
+    for (int i = t; i < k; i += T) out[i] = i < L ? i : -1;
+    return;
+  }
+
+  if (t == 0) sh.emitted = sh.collected = 0;
+  if (L <= kCap) {  // a short row: one read copies it into shared memory, every digit is refined there
+    __syncthreads();
+    topk::for_each_key<T, kUnroll>(x, L, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        if (v[c]) {
+          const int i = contiguous ? first + c : first;
+          ckey[i] = key[c];
+          cidx[i] = i;
+        }
+      }
+    });
+    uint32_t prefix = 0;
+    int shift = 32, need = k, eq = L;
+    if (topk::refine<T, C::kTopkRefineBits>(ckey, cidx, L, prefix, shift, need, eq, hist, sh, out)) return;
+    topk::break_ties<T, C::kTopkRefineBits>(ckey, cidx, L, prefix, need, eq, hist, sh, out);
+    return;
+  }
+
+  // the first digit's histogram over the whole row
+  topk::clear<T>(hist, 1 << kFirst);
+  __syncthreads();
+  topk::for_each_key<T, kUnroll>(x, L, [&](const bool* v, int, const uint32_t* key, bool) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      if (v[c]) atomicAdd(&hist[key[c] >> (32 - kFirst)], 1);
+    }
+  });
+  __syncthreads();
+  topk::find_threshold<T>(hist, 1 << kFirst, k, sh);
+  uint32_t prefix = static_cast<uint32_t>(sh.digit) << (32 - kFirst);
+  int before = 32, shift = 32 - kFirst;  // digits above `before` were decided by earlier reads
+  int need = k - sh.above, eq = sh.equal;
+
+  // reads of the row: emit the keys above the threshold bin; collect the bin, or histogram its next digit
+  while (true) {
+    const bool all = need == eq, collect = !all && eq <= kCap;
+    if (!all && !collect && shift == 0) break;  // > kCap keys equal to the k-th value: the ordered read
+    const int bits = (all || collect) ? 0 : min(static_cast<int>(C::kTopkNextBits), shift), next = shift - bits;
+    const uint32_t mask = (1u << bits) - 1u;
+    // the digits decided by earlier reads (mb) and with this read's (ms): a key matches the prefix on mb
+    // (it is still undecided) and is above, in or below the threshold bin on ms
+    const uint32_t mb = topk::above_mask(before), ms = topk::above_mask(shift);
+    const uint32_t pb = prefix & mb, ps = prefix & ms;
+    __syncthreads();  // every thread has read sh
+    if (bits) topk::clear<T>(hist, 1 << bits);
+    __syncthreads();
+    topk::for_each_key<T, kUnroll>(x, L, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
+      bool take[4], in_bin[4], any = false;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const bool m = v[c] && (key[c] & mb) == pb;
+        const uint32_t cur = key[c] & ms;
+        take[c] = m && (all ? cur >= ps : cur > ps);
+        in_bin[c] = m && cur == ps;
+        any = any || take[c] || in_bin[c];
+      }
+      // most keys lie below the threshold bin: one vote skips four of them per lane, warp by warp
+      if (!__any_sync(topk::kFullMask, any)) return;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int i = contiguous ? first + c : first;
+        topk::emit(take[c], i, &sh.emitted, out);
+        if (collect) {
+          topk::push(in_bin[c], key[c], i, &sh.collected, ckey, cidx);
+        } else if (bits && in_bin[c]) {
+          atomicAdd(&hist[(key[c] >> next) & mask], 1);
+        }
+      }
+    });
+    __syncthreads();
+    if (all) return;
+    if (collect) {
+      const int n = eq;
+      if (topk::refine<T, C::kTopkRefineBits>(ckey, cidx, n, prefix, shift, need, eq, hist, sh, out)) return;
+      topk::break_ties<T, C::kTopkRefineBits>(ckey, cidx, n, prefix, need, eq, hist, sh, out);
+      return;
+    }
+    topk::find_threshold<T>(hist, 1 << bits, need, sh);
+    prefix |= static_cast<uint32_t>(sh.digit) << next;
+    before = shift;
+    shift = next;
+    need -= sh.above;
+    eq = sh.equal;
+  }
+
+  // the ordered read: keys above the k-th value (matching the digits decided before), and the first `need`
+  // keys equal to it in index order (a block-wide count per chunk of T keys)
+  const uint32_t pb = topk::high(prefix, before);
+  int taken = 0;
+  for (int base = 0; base < L; base += T) {
+    const int i = base + t;
+    const bool v = i < L;
+    const uint32_t key = v ? topk::order_key(x[i]) : 0u;
+    const bool m = v && topk::high(key, before) == pb;
+    topk::emit(m && key > prefix, i, &sh.emitted, out);
+    const bool tie = m && key == prefix;
+    const unsigned ballot = __ballot_sync(topk::kFullMask, tie);
+    __syncthreads();  // the last chunk's readers of warp_sum are done
+    if (topk::lane_id() == 0) sh.warp_sum[t >> 5] = __popc(ballot);
+    __syncthreads();
+    int rank = __popc(ballot & ((1u << topk::lane_id()) - 1u)), total = 0;
+    for (int w = 0; w < T / 32; ++w) {
+      const int s = sh.warp_sum[w];
+      rank += w < (t >> 5) ? s : 0;
+      total += s;
+    }
+    topk::emit(tie && taken + rank < need, i, &sh.emitted, out);
+    taken += total;
+  }
+}
+
+}  // namespace kgen

@@ -1,0 +1,188 @@
+"""`torch.ops.kgen.indexer_topk`: the read side's top-k (the reader's logits, then the radix-select kernel), and
+`torch.ops.kgen.indexer_topk_logits`, the top-k of logits already computed.
+
+    kgen::indexer_topk(str variant, Tensor q, Tensor weights, Tensor cache, Tensor block_table,
+                       Tensor seq_lens, int max_seq_len, int k) -> Tensor       # int32 [B * next_n, k]
+    kgen::indexer_topk_logits(str variant, Tensor logits, Tensor seq_lens, int k) -> Tensor
+
+The contract (kgen.score.topk_reference): each row's k largest visible logits as key indices, the lower index
+first among equal logits; a row with L <= k visible keys holds 0..L-1 then -1; the kernel's rows are sets
+(no particular order). Cache slots: kgen.score.topk_slots (SGLang's topk_transform_paged).
+
+CUDA: indexer_topk runs torch.ops.kgen.indexer_logits (the reader, its own fast path) into a logits tensor of
+the call, then indexer_topk_logits: the top-k kernel's KernelOp (kgen.ops.registry; its table is
+kgen.abi.INDEXER_TOPK), launched with programmatic stream serialization where the spec asks for PDL, so it
+starts while the reader drains. CPU: kgen.score's Torch paths (the reader's reference logits, then the
+reference top-k). Fake: the shape.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+
+from ..abi import INDEXER_TOPK, Args, ArgumentError
+from ..score import check_topk_k, topk_reference
+from ..spec import Spec
+from .reader import _indexer_logits_cpu, _indexer_logits_fake, _readable, indexer_logits_op
+from .reader import prepare as prepare_logits
+from .registry import _kernel_ops, define_op, kernel_op, resolve, same_device, variant_name
+
+__all__ = ["check_logits", "indexer_topk", "indexer_topk_logits", "indexer_topk_logits_op", "indexer_topk_op",
+           "prepare"]
+
+KERNEL = INDEXER_TOPK.kernel
+SELECT = "indexer_topk_logits"  # the op whose schema lists the kernel's tensors (its native kernel's key)
+INT_ARGS = {"K": 3}  # the select op's int argument 3 (k) gives the indices' columns
+
+
+def _op(variant: str):
+    return _kernel_ops.get((variant, KERNEL)) or kernel_op(variant, KERNEL, int_args=INT_ARGS, op_name=SELECT)
+
+
+def check_logits(spec: Spec, logits, seq_lens, k, indices=None, *, require_cuda: bool = True) -> Args:
+    """Every check of a top-k launch, each an ArgumentError naming the argument: the variant is one the reader
+    reads, logits fp32 [B * next_n, max_seq_len] (rows a multiple of seq_lens' B), seq_lens int32 [B], k an
+    int in [1, TOPK_MAX_K], then the table's (kgen.abi.INDEXER_TOPK: contiguous, 16-B aligned, one device).
+    Returns kgen.abi.Args (indices allocated when None)."""
+    _readable(spec)
+    k = check_topk_k(k)
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or logits.dtype != torch.float32:
+        got = f"{str(logits.dtype).removeprefix('torch.')} {list(logits.shape)}" if isinstance(
+            logits, torch.Tensor) else type(logits).__name__
+        raise ArgumentError(f"logits: expected float32 [B * next_n, max_seq_len], got {got}")
+    if not isinstance(seq_lens, torch.Tensor) or seq_lens.dim() != 1 or seq_lens.dtype != torch.int32:
+        got = f"{str(seq_lens.dtype).removeprefix('torch.')} {list(seq_lens.shape)}" if isinstance(
+            seq_lens, torch.Tensor) else type(seq_lens).__name__
+        raise ArgumentError(f"seq_lens: expected int32 [B], got {got}")
+    rows, batch = int(logits.shape[0]), int(seq_lens.shape[0])
+    if batch < 1 or rows < batch or rows % batch:
+        raise ArgumentError(f"logits: its {rows} rows are not B * next_n for seq_lens' B = {batch}")
+    if indices is None:
+        indices = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
+    return INDEXER_TOPK.check(spec, {"logits": logits, "seq_lens": seq_lens, "indices": indices},
+                              require_cuda=require_cuda)
+
+
+def prepare(variant, q, weights, cache, block_table, seq_lens, max_seq_len: int, k: int, *,
+            check_bounds: bool = False) -> tuple[Callable[[], None], torch.Tensor]:
+    """Check once, load both kernels, pack their parameters: returns (launch, indices), where launch() runs the
+    reader then the top-k on torch's current stream (benchmarks, CUDA graphs)."""
+    key = variant_name(variant)
+    logits_launch, logits = prepare_logits(key, q, weights, cache, block_table, seq_lens, max_seq_len,
+                                           check_bounds=check_bounds)
+    select, indices = prepare_select(key, logits, seq_lens, k)
+
+    def launch() -> None:
+        logits_launch()
+        select()
+
+    return launch, indices
+
+
+def prepare_select(variant, logits, seq_lens, k: int) -> tuple[Callable[[], None], torch.Tensor]:
+    """(launch, indices) of the top-k kernel alone over `logits` (another scorer's, e.g. DeepGEMM's)."""
+    op = _op(variant_name(variant))
+    args = check_logits(op.spec, logits, seq_lens, k)
+    return op.prepared(*(args.tensors[n] for n in op.names)), args.tensors["indices"]
+
+
+# ---- the select op (the kernel's own schema) -----------------------------------------------------
+
+_empty = torch.empty
+_i32 = torch.int32
+
+
+def _select_checked(variant, logits, seq_lens, k):
+    op = _op(variant)
+    args = check_logits(op.spec, logits, seq_lens, k)
+    out = args.tensors["indices"]
+    if out.numel():
+        op.launch_checked(tuple(args.tensors[n] for n in op.names))
+    return out
+
+
+def _select_cuda(variant, logits, seq_lens, k):
+    op = _kernel_ops.get((variant, KERNEL)) or _op(variant)
+    if logits.dim() == 2 and 0 < k:
+        indices = _empty((logits.shape[0], k), dtype=_i32, device=logits.device)
+        if op.fast(logits, seq_lens, indices):
+            return indices
+    return _select_checked(variant, logits, seq_lens, k)
+
+
+def _select_declined(variant, logits, seq_lens, k):
+    """The Python kernel behind the native one: the calls it declined."""
+    op = _kernel_ops.get((variant, KERNEL)) or _op(variant)
+    if logits.dim() == 2 and 0 < k and op._native is not None:
+        indices = _empty((logits.shape[0], k), dtype=_i32, device=logits.device)
+        hit = op._check(logits, seq_lens, indices)
+        if hit is not None and (hit[0], *hit[1]) in op._shapes:
+            op.launch_declined(logits, seq_lens, indices)
+            return indices
+    return _select_checked(variant, logits, seq_lens, k)
+
+
+def _select_cpu(variant, logits, seq_lens, k):
+    spec = resolve(variant).spec
+    for name, t in (("logits", logits), ("seq_lens", seq_lens)):
+        if t.device.type != "cpu":
+            raise ArgumentError(f"{name}: on {t.device}, but the CPU implementation runs on CPU tensors: all "
+                                "arguments must share one device", fix=f"pass {name}.cpu()")
+    args = check_logits(spec, logits, seq_lens, k, require_cuda=False)
+    return topk_reference(logits, seq_lens, args.dims["rows"] // args.dims["B"], k)
+
+
+def _select_fake(variant, logits, seq_lens, k):
+    _readable(resolve(variant).spec)
+    check_topk_k(k)
+    same_device({"logits": logits, "seq_lens": seq_lens})
+    if logits.dim() != 2:
+        raise ArgumentError(f"logits: expected float32 [B * next_n, max_seq_len], got {list(logits.shape)}")
+    return logits.new_empty((logits.shape[0], k), dtype=torch.int32)
+
+
+SELECT_SCHEMA = "(str variant, Tensor logits, Tensor seq_lens, int k) -> Tensor"
+indexer_topk_logits_op = define_op(SELECT, SELECT_SCHEMA, fake=_select_fake, cpu=_select_cpu, cuda=_select_cuda)
+# the Python CUDA implementation under its own name: the native kernel (kgen.native), once installed at the
+# select op's CUDA key, hands every call it declines to it
+define_op(f"_{SELECT}_checked", SELECT_SCHEMA, fake=_select_fake, cuda=_select_declined)
+
+
+# ---- the fused op ----------------------------------------------------------------------------------
+
+
+def _topk_cuda(variant, q, weights, cache, block_table, seq_lens, max_seq_len, k):
+    check_topk_k(k)  # before the reader runs: a bad k launches nothing
+    logits = indexer_logits_op(variant, q, weights, cache, block_table, seq_lens, max_seq_len)
+    return indexer_topk_logits_op(variant, logits, seq_lens, k)
+
+
+def _topk_cpu(variant, q, weights, cache, block_table, seq_lens, max_seq_len, k):
+    check_topk_k(k)
+    logits = _indexer_logits_cpu(variant, q, weights, cache, block_table, seq_lens, max_seq_len)
+    return _select_cpu(variant, logits, seq_lens, k)
+
+
+def _topk_fake(variant, q, weights, cache, block_table, seq_lens, max_seq_len, k):
+    check_topk_k(k)
+    logits = _indexer_logits_fake(variant, q, weights, cache, block_table, seq_lens, max_seq_len)
+    return logits.new_empty((logits.shape[0], k), dtype=torch.int32)
+
+
+TOPK_SCHEMA = ("(str variant, Tensor q, Tensor weights, Tensor cache, Tensor block_table, Tensor seq_lens, "
+               "int max_seq_len, int k) -> Tensor")
+indexer_topk_op = define_op(KERNEL, TOPK_SCHEMA, fake=_topk_fake, cpu=_topk_cpu, cuda=_topk_cuda)
+
+
+def indexer_topk(variant: Spec | str | os.PathLike, q, weights, cache, block_table, seq_lens, max_seq_len: int,
+                 k: int) -> torch.Tensor:
+    """int32 [B * next_n, k] top-k key indices through `torch.ops.kgen.indexer_topk`."""
+    return indexer_topk_op(variant_name(variant), q, weights, cache, block_table, seq_lens, int(max_seq_len), int(k))
+
+
+def indexer_topk_logits(variant: Spec | str | os.PathLike, logits, seq_lens, k: int) -> torch.Tensor:
+    """int32 [rows, k] top-k key indices of fp32 `logits` through `torch.ops.kgen.indexer_topk_logits`."""
+    return indexer_topk_logits_op(variant_name(variant), logits, seq_lens, int(k))

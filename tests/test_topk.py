@@ -1,0 +1,191 @@
+"""The top-k's contract on the CPU: kgen.score.topk_reference against a brute-force sort (ties, padding, ragged
+rows, next_n up to 4), the slots through the block table, the ops' CPU and fake paths and their argument
+checks, the kernel's rendered numbers, and the real kernel source on the CPU emulator (tests/topk_shim)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kgen import score
+from kgen.abi import INDEXER_TOPK, KERNELS, ArgumentError
+
+FP8 = "specs/dsv4.yaml::dsv4_indexer_fp8"
+
+
+def brute(values: list[float], length: int, k: int) -> list[int]:
+    """The contract by hand: the k largest of values[:length], the lower index first among equals."""
+    if length <= k:
+        return list(range(length)) + [-1] * (k - length)
+    order = sorted(range(length), key=lambda i: (-values[i], i))
+    return order[:k]
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), batch=st.integers(1, 4), next_n=st.integers(1, 4), k=st.integers(1, 40),
+       width=st.integers(1, 90))
+def test_reference_is_the_brute_force_sort(data, batch, next_n, k, width):
+    # few distinct values: ties at the k-th value are common
+    palette = data.draw(st.lists(st.sampled_from([-2.0, -0.0, 0.0, 0.5, 1.0, 3.0, 1e30]), min_size=1, max_size=4))
+    rows = batch * next_n
+    flat = data.draw(st.lists(st.sampled_from(palette), min_size=rows * width, max_size=rows * width))
+    lens = data.draw(st.lists(st.integers(0, width + 3), min_size=batch, max_size=batch))
+    x = torch.tensor(flat, dtype=torch.float32).reshape(rows, width)
+    got = score.topk_reference(x, torch.tensor(lens, dtype=torch.int32), next_n, k)
+    vis = score.visible_lengths(lens, next_n).clamp(max=width)
+    ties = score.topk_ties(x, torch.tensor(lens), next_n, k)
+    for r in range(rows):
+        n = int(vis[r])
+        values = [v if v != 0 else 0.0 for v in x[r].tolist()]
+        assert got[r].tolist() == brute(values, n, k)
+        if n > k:
+            kth = values[got[r, -1]]
+            assert int(ties[r]) == sum(values[i] == kth for i in range(n)) - sum(
+                values[i] == kth for i in got[r].tolist())
+        else:
+            assert int(ties[r]) == 0
+
+
+def test_reference_counts_nan_above_inf_and_pads():
+    x = torch.tensor([[1.0, float("nan"), float("inf"), -1.0, float("nan")]])
+    assert score.topk_reference(x, torch.tensor([5]), 1, 3).tolist() == [[1, 4, 2]]
+    assert score.topk_reference(x, torch.tensor([2]), 1, 3).tolist() == [[0, 1, -1]]
+    # next_n = 2: row j sees seq_len - 2 + 1 + j keys
+    two = torch.arange(10, dtype=torch.float32).repeat(2, 1)
+    assert score.topk_reference(two, torch.tensor([4]), 2, 3).tolist() == [[0, 1, 2], [3, 2, 1]]
+
+
+def test_slots_follow_the_block_table():
+    idx = torch.tensor([[0, 65, -1], [130, 3, 64]], dtype=torch.int32)
+    table = torch.tensor([[7, 2, 9]], dtype=torch.int32)
+    slots = score.topk_slots(idx, table, next_n=2, page_size=64)
+    assert slots.tolist() == [[7 * 64, 2 * 64 + 1, -1], [9 * 64 + 2, 7 * 64 + 3, 2 * 64]]
+
+
+def test_same_sets_ignores_order_and_sees_a_changed_member():
+    a = torch.tensor([[3, 1, 2], [5, -1, -1]])
+    assert score.same_sets(a, torch.tensor([[1, 2, 3], [-1, 5, -1]])) == []
+    assert score.same_sets(a, torch.tensor([[1, 2, 4], [5, -1, -1]])) == [0]
+
+
+# ---- the ops' CPU and fake paths ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def case():
+    import kgen.ops  # noqa: F401 - registers the ops
+    from kgen import reader_check as RC
+    from kgen.resolve import resolve_spec
+
+    return RC.make_case(resolve_spec(FP8), [70, 1, 300], next_n=2, seed=1, device="cpu")
+
+
+def test_cpu_op_is_the_reference_over_the_reference_logits(case):
+    q, w, cache, table, lens, msl = case
+    got = torch.ops.kgen.indexer_topk(FP8, q, w, cache, table, lens, msl, 64)
+    logits = torch.ops.kgen.indexer_logits(FP8, *case)
+    assert got.dtype == torch.int32 and got.shape == (6, 64)
+    assert torch.equal(got, score.topk_reference(logits, lens, 2, 64))
+    assert torch.equal(got, torch.ops.kgen.indexer_topk_logits(FP8, logits, lens, 64))
+    assert (got[2] == -1).all() and got[3, 0] == 0 and (got[3, 1:] == -1).all()  # sequence 1 has one key
+
+
+def test_fake_op_gives_the_shape(case):
+    q, w, cache, table, lens, msl = case
+    with torch._subclasses.FakeTensorMode() as mode:
+        fake = [mode.from_tensor(t) for t in (q, w, cache, table, lens)]
+        out = torch.ops.kgen.indexer_topk(FP8, *fake, msl, 100)
+        sel = torch.ops.kgen.indexer_topk_logits(FP8, mode.from_tensor(torch.zeros(6, msl)), fake[4], 7)
+    assert out.shape == (6, 100) and out.dtype == torch.int32 and sel.shape == (6, 7)
+
+
+@pytest.mark.parametrize("k, message", [
+    (0, r"^k: expected an int in \[1, 65536\], got 0$"),
+    (65537, r"^k: expected an int in \[1, 65536\], got 65537$"),
+])
+def test_bad_k_is_one_located_line(case, k, message):
+    q, w, cache, table, lens, msl = case
+    with pytest.raises(ArgumentError, match=message):
+        torch.ops.kgen.indexer_topk(FP8, q, w, cache, table, lens, msl, k)
+
+
+@pytest.mark.parametrize("logits, seq_lens, message", [
+    (torch.zeros(6, 10, dtype=torch.float64), torch.zeros(3, dtype=torch.int32),
+     r"^logits: expected float32 \[B \* next_n, max_seq_len\], got float64 \[6, 10\]$"),
+    (torch.zeros(5, 10), torch.zeros(3, dtype=torch.int32), r"^logits: its 5 rows are not B \* next_n for seq_lens"),
+    (torch.zeros(6, 10), torch.zeros(3, dtype=torch.int64), r"^seq_lens: expected int32 \[B\], got int64 \[3\]$"),
+])
+def test_select_argument_checks(logits, seq_lens, message):
+    import kgen.ops  # noqa: F401
+
+    with pytest.raises(ArgumentError, match=message):
+        torch.ops.kgen.indexer_topk_logits(FP8, logits, seq_lens, 4)
+
+
+# ---- the kernel: its table, its rendered numbers, its source on the CPU emulator ---------------------------
+
+
+def test_the_table_is_in_the_registry_and_renders_the_plans_numbers():
+    from kgen import render
+    from kgen import topk_plan as TP
+    from kgen.resolve import resolve_spec
+
+    assert KERNELS["indexer_topk"] is INDEXER_TOPK and INDEXER_TOPK.output == "indices"
+    rv = render.render_kernel(resolve_spec(FP8), INDEXER_TOPK)
+    config = rv.files["dsv4_indexer_fp8/topk_config.cuh"]
+    for name, value in TP.topk_constants().items():
+        assert f"static constexpr long long {name} = {value};" in config
+    assert TP.TOPK_SHARED_BYTES == 4 * TP.TOPK_BINS + 8 * TP.TOPK_CANDIDATES
+    assert rv.name_expression == "kgen::indexer_topk<kgen_topk::dsv4_indexer_fp8>"
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    from topk_emulate import build
+
+    from kgen.resolve import resolve_spec
+
+    spec = resolve_spec(FP8)
+    work = tmp_path_factory.mktemp("topk_emu")
+    return spec, build(spec, work), work
+
+
+@pytest.mark.parametrize("kind", ["randn", "ties", "one_value"])
+def test_kernel_source_on_the_cpu_matches_the_reference(emulator, kind):
+    from topk_emulate import launch
+
+    spec, exe, work = emulator
+    g = torch.Generator().manual_seed(7)
+    width = 9001  # odd: rows start unaligned, the scalar head and tail run
+    x = {"randn": lambda: torch.randn(4, width, generator=g),
+         "ties": lambda: torch.randint(0, 3, (4, width), generator=g).float(),
+         "one_value": lambda: torch.zeros(4, width)}[kind]()
+    lens = torch.tensor([width, 300], dtype=torch.int32)
+    got = launch(spec, exe, work, x, lens, 500)
+    want = score.topk_reference(x, lens, 2, 500)
+    assert score.same_sets(got, want) == []
+    assert got[2, :299].tolist() == list(range(299)) and (got[2, 299:] == -1).all()  # 300 - 2 + 1 keys
+
+
+def test_recall_measures_each_selection_stage():
+    from kgen import recall
+
+    g = torch.Generator().manual_seed(3)
+    ref = torch.randn(6, 300, generator=g, dtype=torch.float64)
+    var = ref + 0.05 * torch.randn(6, 300, generator=g, dtype=torch.float64)
+    positions, placed, sigma = torch.zeros(6, dtype=torch.long), torch.ones(6, dtype=torch.bool), torch.ones(6)
+    stages = {"exact": lambda lg: torch.topk(lg, 20, dim=1).indices,
+              "last": lambda lg: torch.topk(-lg, 20, dim=1).indices,  # the 20 smallest: a broken selection
+              "half": lambda lg: torch.cat((torch.topk(lg, 10, dim=1).indices, torch.full((6, 10), -1)), 1)}
+    m = recall.compare(ref, var, ref, var, positions, placed, sigma, 20, stages)
+    sel = m["selection"]
+    assert sel["exact"]["agreement_with_exact_selection"] == 1.0
+    assert sel["exact"]["agreement"] == pytest.approx(m["agreement"])
+    assert sel["last"]["agreement_with_exact_selection"] == 0.0
+    assert sel["half"]["agreement_with_exact_selection"] == 0.5  # -1 padding counts as a miss

@@ -1,0 +1,122 @@
+"""torch.ops.kgen.indexer_topk on the GPU: the kernel's sets against kgen.score.topk_reference over the reader's
+own logits (exact: the kernel applies the reference's tie rule), for ragged lengths, next_n 1..4, k = 512 and
+2048, every layout the reader reads (fp8, bf16, fp4); the select op alone on crafted logits (ties, one value,
+a narrow range, NaN, -0, 256K keys); CUDA-graph capture and the per-call fast path. Marked `gpu`; skipped
+cleanly without a GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kgen import runtime
+
+REASON = runtime.gpu_problem()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"needs a CUDA GPU: {REASON}")]
+
+ROOT = Path(__file__).resolve().parents[1]
+FAMILY = ROOT / "specs" / "dsv4.yaml"
+VARIANTS = [f"{FAMILY}::dsv4_indexer_fp8", f"{FAMILY}::dsv4_indexer_bf16", f"{FAMILY}::dsv4_indexer_fp4"]
+FP8 = VARIANTS[0]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.rsplit("::", 1)[-1])
+def test_op_matches_the_reference_on_the_readers_logits(variant):
+    from kgen import reader_check as RC
+    from kgen.resolve import resolve_spec
+
+    spec = resolve_spec(variant)
+    results = RC.test_topk([spec], say=lambda _line: None)
+    assert results and all(r.ok for r in results), [r.to_json() for r in results if not r.ok]
+    # the cases reach past k (selection) and below it (padding)
+    assert {r.k for r in results} == set(RC.TOPK_KS)
+
+
+def _select_case(logits, seq_lens, next_n, k):
+    import torch
+
+    from kgen.ops import indexer_topk_logits
+    from kgen.score import same_sets, topk_reference
+
+    got = indexer_topk_logits(FP8, logits.cuda(), seq_lens.cuda(), k).cpu()
+    want = topk_reference(logits, seq_lens, next_n, k)
+    assert got.dtype == torch.int32 and got.shape == want.shape
+    return same_sets(got, want), got, want
+
+
+@pytest.mark.parametrize("kind", ["randn", "ties", "one_value", "narrow", "specials", "signed_zero"])
+@pytest.mark.parametrize("k", [512, 2048])
+def test_select_on_crafted_logits(kind, k):
+    import torch
+
+    g = torch.Generator().manual_seed(hash((kind, k)) % 1000)
+    lens = torch.tensor([262144, 70001, 3000, 2049], dtype=torch.int32)
+    next_n = 2
+    x = {"randn": lambda: torch.randn(8, 262144, generator=g),
+         "ties": lambda: torch.randint(0, 5, (8, 262144), generator=g).float(),
+         "one_value": lambda: torch.full((8, 262144), 1.5),
+         "narrow": lambda: 1 + 1e-4 * torch.randn(8, 262144, generator=g),
+         "specials": lambda: torch.randn(8, 262144, generator=g),
+         "signed_zero": lambda: torch.zeros(8, 262144)}[kind]()
+    if kind == "specials":
+        x[:, 5] = float("nan")
+        x[:, 6] = float("inf")
+        x[:, 7] = -float("inf")
+    if kind == "signed_zero":
+        x[:, ::3] = -0.0
+        x[:, 1::97] = 1.0
+    bad, got, want = _select_case(x, lens, next_n, k)
+    assert bad == [], (kind, bad[:4])
+    # rows with fewer visible keys than k: 0..L-1 ascending, then -1
+    if k == 2048:  # row 6 sees exactly k keys (2049 - 2 + 1 + 0): all of them, ascending
+        assert got[6].tolist() == list(range(2048))
+    assert (got[got >= 0] < 262144).all()
+
+
+def test_short_rows_pad_with_minus_one():
+    import torch
+
+    lens = torch.tensor([0, 1, 100, 600], dtype=torch.int32)
+    x = torch.randn(4, 600)
+    bad, got, _ = _select_case(x, lens, 1, 512)
+    assert bad == []
+    assert (got[0] == -1).all() and got[1, 0] == 0 and (got[1, 1:] == -1).all()
+    assert got[2, :100].tolist() == list(range(100)) and (got[2, 100:] == -1).all()
+    assert sorted(got[3].tolist()) == sorted(torch.topk(x[3], 512).indices.tolist())
+
+
+def test_graph_capture_and_fast_path_repeat_the_same_sets():
+    import torch
+
+    from kgen import reader_check as RC
+    from kgen.ops import indexer_topk
+    from kgen.resolve import resolve_spec
+    from kgen.score import same_sets
+
+    spec = resolve_spec(FP8)
+    args = RC.make_case(spec, [70000, 5000], next_n=2, seed=3)
+    first = indexer_topk(FP8, *args, 512)
+    again = indexer_topk(FP8, *args, 512)  # the fast path (native or Python entry)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        indexer_topk(FP8, *args, 512)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        captured = indexer_topk(FP8, *args, 512)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert same_sets(first, again) == [] and same_sets(first, captured) == []
+
+
+def test_bad_k_is_one_located_error():
+    from kgen import reader_check as RC
+    from kgen.abi import ArgumentError
+    from kgen.ops import indexer_topk
+    from kgen.resolve import resolve_spec
+
+    args = RC.make_case(resolve_spec(FP8), [100], seed=1)
+    with pytest.raises(ArgumentError, match=r"^k: expected an int in \[1, 65536\], got 0$"):
+        indexer_topk(FP8, *args, 0)
