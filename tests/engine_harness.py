@@ -67,6 +67,37 @@ BOUNDARIES = {
 }
 
 
+# vLLM 0.33.0's imports of the modules its engine-in-the-loop test reads (tests/test_engines_vllm_loop.py);
+# its own compiled extension vllm._C is optional there (vLLM logs and goes on without it)
+VLLM_THIRD_PARTY = {
+    "triton": "GPU kernel compiler (vLLM's Triton kernels are defined at import; none runs on the CPU paths)",
+    "flashinfer": "GPU attention kernels",
+    "regex": "compiled regular expressions (tokenizer and config parsing)",
+    "cbor2": "compiled serializer of the prefix-cache hashes",
+    "msgspec": "compiled serializer; the engine's IPC structs",
+    "pybase64": "compiled base64 of the request path",
+    "zmq": "the engine's IPC sockets (distributed setup)",
+    "psutil": "process/memory probing of the launcher",
+    "cpuinfo": "CPU feature probing of the platform detection",
+    "uvloop": "the API server's event loop",
+    "aiohttp": "HTTP client of the API server and connectors",
+    "requests": "HTTP client of model downloads",
+    "urllib3": "HTTP client of model downloads",
+    "openai": "the OpenAI protocol models of the API server",
+    "openai_harmony": "the harmony chat format of the API server",
+    "prometheus_client": "the server's metrics",
+    "cloudpickle": "pickles callables for the engine's workers",
+    "cachetools": "caches of the input processors",
+    "einops": "tensor reshapes of multimodal models",
+    "safetensors": "weight files (weights loading is not under test)",
+    "transformers": "model configs (the tests pass the numbers a config would)",
+    "huggingface_hub": "model downloads",
+    "torchcodec": "multimodal decoding (compiled)",
+    "tqdm": "progress bars of weight loading",
+}
+STAND_INS = {"sglang": (THIRD_PARTY, BOUNDARIES), "vllm": (VLLM_THIRD_PARTY, {})}
+
+
 class Inert:
     """An attribute of a stand-in: importable, subclassable, callable, usable as a decorator or
     context manager; any value read from it is another Inert."""

@@ -127,7 +127,7 @@ def enabled(vllm_config) -> bool:
     if not current_platform.is_cuda():
         raise ValueError(
             f"indexer_kv_dtype={{OPTION!r}} runs kgen's CUDA kernels: not available "
-            f"on {{current_platform.device_type}}"
+            f"on {{current_platform.device_type or 'this platform'}}"
         )
     model = getattr(vllm_config.model_config.hf_config, "model_type", None)
     if model != "deepseek_v4":
@@ -171,6 +171,13 @@ def kv_cache_spec(spec):
             f"pages to {{spec.alignment}} B here: use a variant with that page_align"
         )
     return dataclasses.replace(spec, alignment=host.PAGE_BYTES, page_size_padded=None)
+
+
+def _spec(variant):
+    """The spec file kgen's ops read for the variant the scoring layer names."""
+    if variant != VARIANT:
+        raise ValueError(f"kgen's package holds {{VARIANT}}, the indexer asked for {{variant}}")
+    return SPEC
 
 
 def _ops():
@@ -252,7 +259,7 @@ def logits(variant, q, kv_cache, weights, seq_lens, block_table, max_model_len):
 
     lens = seq_lens[:, -1] if seq_lens.dim() == 2 else seq_lens
     return _ops().indexer_logits(
-        variant,
+        _spec(variant),
         q,
         weights,
         pages(kv_cache),
@@ -273,7 +280,7 @@ def prefill_logits(variant, q, weights, kv_cache, chunk, cu_seqlen_ks, cu_seqlen
     request = request.clamp(0, chunk.block_table.shape[0] - 1)
     lens = (cu_seqlen_ke - cu_seqlen_ks).to(torch.int32)
     return _ops().indexer_logits(
-        variant,
+        _spec(variant),
         q.unsqueeze(1),
         weights,
         pages(kv_cache),
