@@ -176,7 +176,7 @@ def kv_cache_spec(spec):
 def _spec(variant):
     """The spec file kgen's ops read for the variant the scoring layer names."""
     if variant != VARIANT:
-        raise ValueError(f"kgen's package holds {{VARIANT}}, the indexer asked for {{variant}}")
+        raise ValueError(f"kgen's package holds {{VARIANT}}, not {{variant}}")
     return SPEC
 
 
