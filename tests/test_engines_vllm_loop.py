@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,9 @@ RELEASE = "vllm-0.33.0"
 PY = sys.executable
 PREFIX = "model.layers.0.attn.indexer.k_cache"
 PAGES = 12
+# the probe's Python path: this tree first, then what the caller's path adds (the GPU machine's
+# carried wheels), nothing of the machine's other environment
+PYTHONPATH = os.pathsep.join([str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
 
 PROBE = textwrap.dedent('''
     import json, sys, types
@@ -229,15 +233,18 @@ def patched(tmp_path_factory):
     shutil.copytree(releases.tree(RELEASE), root)
     r = subprocess.run([PY, "-m", "kgen", "patch", "--engine", "vllm", "--root", str(root), str(SPEC), "--apply",
                         "-o", str(root.parent / "patch.diff")], cwd=ROOT, capture_output=True, text=True,
-                       check=False, timeout=300, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+                       check=False, timeout=300, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHONPATH})
     assert r.returncode == 0, r.stderr
     return root
 
 
 def probe(root: Path, mode: str, device: str = "cpu") -> dict:
+    # the CUDA toolchain's places, where the caller has them (the kernels compile in the probe)
+    keep = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "KGEN_CACHE_DIR")
+    cuda = {k: os.environ[k] for k in keep if k in os.environ}
     r = subprocess.run([PY, "-c", PROBE, str(ROOT / "tests"), str(root), device, mode],
                        capture_output=True, text=True, check=False, timeout=300,
-                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp"})
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHONPATH, "HOME": "/tmp", **cuda})
     assert r.returncode == 0, r.stderr[-4000:]
     return json.loads(r.stdout.splitlines()[-1])
 
