@@ -98,6 +98,16 @@ PROBE = textwrap.dedent('''
     indexer_cls = A.DeepseekV4Attention._get_indexer_cls(None, cfg)  # abstract class; the hook reads no self
     indexer = object.__new__(indexer_cls)
     out["indexer"] = indexer_cls.__name__
+    ops = {"sparse_attn_indexer": S.sparse_attn_indexer}
+    if mode == "on":
+        ops.update(kgen_indexer_store=kgen_indexer._store, kgen_indexer_query=kgen_indexer._query)
+    out["ops"] = sorted(n for n in ops if hasattr(torch.ops.vllm, n))
+    lib = torch.library.Library("vllm", "IMPL")  # noqa: TOR901
+    for name, fn in ops.items():
+        if device == "cuda" and not torch._C._dispatch_has_kernel_for_dispatch_key(f"vllm::{name}", "CUDA"):
+            # the harness's platform detection registered the op for another device: register it
+            # for CUDA as vLLM's CudaPlatform does (same function)
+            lib.impl(name, fn, "CUDA")
 
     # the cache, as DeepseekV4Indexer.__init__ builds it, and its spec (the memory accounting's page)
     A.get_current_vllm_config = lambda: ns(compilation_config=ns(static_forward_context={}))
@@ -175,6 +185,11 @@ PROBE = textwrap.dedent('''
     out["q_values"] = q.float().cpu().tolist()
     out["weights"] = weights.cpu().tolist()
     out["q_inputs"] = dict(q=q_raw.float().tolist(), w=w_raw.float().tolist(), pos=qpos.tolist())
+    # under torch.compile (vLLM compiles the model's forward) the query is one op, no graph break
+    compiled = torch.compile(lambda p, x, c, w: kgen_indexer.query(p, x, c, w, 128 ** -0.5, H ** -0.5),
+                             backend="eager", fullgraph=True)
+    q2, w2 = compiled(qpos.to(device), q_raw.to(device), cos_sin.to(device), w_raw.to(device))
+    out["compiled_query"] = bool(torch.equal(q2, q) and torch.equal(w2, weights))
 
     # the scorer: SparseAttnIndexer.forward_cuda -> torch.ops.vllm.sparse_attn_indexer, vLLM's metadata
     i32 = dict(dtype=torch.int32, device=device)
@@ -203,11 +218,6 @@ PROBE = textwrap.dedent('''
     S.ops = ns(top_k_per_row_prefill=lambda logits, starts, ends, *a: scored.update(
                    prefill=[logits.cpu().tolist(), starts.cpu().tolist(), ends.cpu().tolist()]),
                cp_gather_indexer_k_quant_cache=lambda *a: gathers.append("fp8 gather"))
-    if device == "cuda" and not torch._C._dispatch_has_kernel_for_dispatch_key("vllm::sparse_attn_indexer", "CUDA"):
-        # the harness's platform detection registered vLLM's op for another device: register it for
-        # CUDA as vLLM's CudaPlatform does (same function)
-        lib = torch.library.Library("vllm", "IMPL")  # noqa: TOR901
-        lib.impl("sparse_attn_indexer", S.sparse_attn_indexer, "CUDA")
     layer = object.__new__(indexer._get_attn_cls())
     for k, v in dict(k_cache=ns(prefix=PREFIX, kv_cache=kv_cache), quant_block_size=128, scale_fmt="ue8m0",
                      topk_tokens=16, head_dim=128, max_model_len=192, max_total_seq_len=1024,
@@ -290,6 +300,9 @@ def test_option_off_is_vllms_indexer_and_on_is_kgens(runs):
     assert on["gate"] is False and on["indexer"] == "KgenDeepseekV4Indexer"
     assert on["cache"] == ["KgenIndexerCache", 256, 16704, 64] and on["layer_variant"] == _spec().name
     assert "CUDA kernels" in on["refused_here"] and "deepseek_v32" in on["refused_v32"]
+    # kgen's store and query are vLLM custom ops once kgen's indexer is built, and not before
+    assert off["ops"] == ["sparse_attn_indexer"]
+    assert on["ops"] == ["kgen_indexer_query", "kgen_indexer_store", "sparse_attn_indexer"]
 
 
 def test_store_after_compress_pool_equals_the_torch_reference(runs):
@@ -328,6 +341,7 @@ def test_query_is_bf16_with_the_variants_rope(runs):
 
     on = runs["on"]
     assert on["q"] == ["torch.bfloat16", [5, 64, 128], "torch.float32", [5, 64]]
+    assert on["compiled_query"] is True  # torch.compile(fullgraph=True) traces it as one op
     inp = on["q_inputs"]
     q = torch.tensor(inp["q"]).reshape(-1, 128)
     at = torch.tensor(inp["pos"]).repeat_interleave(64)

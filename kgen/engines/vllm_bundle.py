@@ -103,6 +103,8 @@ without that option nothing here runs.
 
 import os
 
+import torch
+
 from . import host
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -112,6 +114,7 @@ OPTION = "{option}"  # the indexer_kv_dtype value that selects this variant
 NORM_EPS = {eps}  # the spec's RMSNorm eps: the model's must be the same
 HADAMARD = {hadamard}  # the spec rotates keys (and so the query) by a Hadamard transform
 _freqs: dict = {{}}
+_registered: list = []
 
 
 def enabled(vllm_config) -> bool:
@@ -147,9 +150,22 @@ def enabled(vllm_config) -> bool:
 
 
 def indexer_cls():
-    """The DeepSeek-V4 indexer holding kgen's keys (layers.py imports vLLM's model)."""
+    """The DeepSeek-V4 indexer holding kgen's keys (layers.py imports vLLM's model);
+    kgen's store and query become vLLM custom ops here, once (torch.compile sees
+    them whole)."""
     from .layers import KgenDeepseekV4Indexer
 
+    if not _registered:
+        from vllm.utils.torch_utils import direct_register_custom_op
+
+        direct_register_custom_op(
+            "kgen_indexer_store",
+            _store,
+            mutates_args=["kv_cache"],
+            fake_impl=_store_fake,
+        )
+        direct_register_custom_op("kgen_indexer_query", _query, fake_impl=_query_fake)
+        _registered.append(True)
     return KgenDeepseekV4Indexer
 
 
@@ -182,7 +198,6 @@ def _spec(variant):
 
 def _ops():
     import kgen.ops  # noqa: F401  (registers torch.ops.kgen.*)
-    import torch
 
     return torch.ops.kgen
 
@@ -190,8 +205,6 @@ def _ops():
 def freqs(cos_sin_cache):
     """vLLM's cos_sin_cache ([max_pos, rope_dim]: the cosines, then the sines) as kgen's
     fp32 (cos, sin) pairs; converted once per cache."""
-    import torch
-
     key = (cos_sin_cache.data_ptr(), tuple(cos_sin_cache.shape), cos_sin_cache.device)
     if key not in _freqs:
         cos, sin = cos_sin_cache.float().chunk(2, dim=-1)
@@ -202,8 +215,6 @@ def freqs(cos_sin_cache):
 def pages(kv_cache):
     """vLLM's indexer cache ([blocks, 64, W] or [blocks, 64, 1, W], padded page
     stride) as kgen's [pages, PAGE_BYTES] bytes: a view, no copy."""
-    import torch
-
     if kv_cache.stride(0) != host.PAGE_BYTES:
         raise ValueError(
             f"kgen's {{VARIANT}} pages are {{host.PAGE_BYTES}} B, the indexer cache's "
@@ -217,8 +228,21 @@ def store(pooled, positions, slot_mapping, weight, eps, cos_sin_cache, kv_cache,
     """kgen's store of compress_pool's rows: row i is token i's pooled key, written
     where token i ends a group of `ratio` tokens and has a slot, RoPE at the group's
     first position (as vLLM's own writer rotates it)."""
-    import torch
+    torch.ops.vllm.kgen_indexer_store(
+        pooled, positions, slot_mapping, weight, eps, cos_sin_cache, kv_cache, ratio
+    )
 
+
+def _store(
+    pooled: torch.Tensor,
+    positions: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    cos_sin_cache: torch.Tensor,
+    kv_cache: torch.Tensor,
+    ratio: int,
+) -> None:
     if eps != NORM_EPS:
         raise ValueError(
             f"kgen's {{VARIANT}} normalizes with eps {{NORM_EPS}}, the model with {{eps}}"
@@ -232,11 +256,27 @@ def store(pooled, positions, slot_mapping, weight, eps, cos_sin_cache, kv_cache,
     )
 
 
+def _store_fake(*args) -> None:
+    return None
+
+
 def query(positions, q, cos_sin_cache, weights, softmax_scale, head_scale):
     """The indexer query as kgen's scorer reads it: the variant's RoPE (and Hadamard)
     on a bf16 q, no quantization; the weights scaled as vLLM's fused q kernel scales
     them, fp32 [T, H]."""
-    import torch
+    return torch.ops.vllm.kgen_indexer_query(
+        positions, q, cos_sin_cache, weights, softmax_scale, head_scale
+    )
+
+
+def _query(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    weights: torch.Tensor,
+    softmax_scale: float,
+    head_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     from kgen import reference
     from kgen.ops import resolve_spec
 
@@ -251,12 +291,16 @@ def query(positions, q, cos_sin_cache, weights, softmax_scale, head_scale):
     return q, weights.float() * (softmax_scale * head_scale)
 
 
+def _query_fake(positions, q, cos_sin_cache, weights, softmax_scale, head_scale):
+    return q.new_empty(q.shape, dtype=torch.bfloat16), weights.new_empty(
+        weights.shape, dtype=torch.float32
+    )
+
+
 def logits(variant, q, kv_cache, weights, seq_lens, block_table, max_model_len):
     """The decode scorer (DeepGEMM's fp8_fp4_paged_mqa_logits call) on kgen's pages:
     q [B, next_n, H, D], lengths [B, next_n] or [B, 1] (each row's own: the last is the
     sequence's), fp32 [B * next_n, max_model_len]."""
-    import torch
-
     lens = seq_lens[:, -1] if seq_lens.dim() == 2 else seq_lens
     return _ops().indexer_logits(
         _spec(variant),
@@ -273,8 +317,6 @@ def prefill_logits(variant, q, weights, kv_cache, chunk, cu_seqlen_ks, cu_seqlen
     """The prefill scorer (DeepGEMM's fp8_fp4_mqa_logits over the gathered keys) on
     kgen's pages, no gather: query row i reads its request's pages, keys 0 .. ke - ks
     - 1 (the columns of the engine's compressed logits), fp32 [rows, max_seqlen_k]."""
-    import torch
-
     starts = chunk.cu_seq_lens[:-1].contiguous()
     request = torch.searchsorted(starts, cu_seqlen_ks, right=True) - 1
     request = request.clamp(0, chunk.block_table.shape[0] - 1)
