@@ -64,12 +64,12 @@ def ensure_import(ctx: Ctx, rel: str) -> None:
     parsed = ctx.tree.parse(rel)
     if IMPORT in text_lines(parsed.text):
         return
-    froms = [(s, x) for s in parsed.module.body if isinstance(s, cst.SimpleStatementLine) for x in s.body
-             if isinstance(x, cst.ImportFrom) and x.module is not None and not x.relative]
-    top = [(s, x) for s, x in froms if dotted(x.module) == "vllm"]
-    below = [s for s, x in froms if (dotted(x.module) or "").startswith("vllm.")]
+    froms = [(s, x, dotted(x.module)) for s in parsed.module.body if isinstance(s, cst.SimpleStatementLine)
+             for x in s.body if isinstance(x, cst.ImportFrom) and x.module is not None and not x.relative]
+    top = [(s, x) for s, x, module in froms if module == "vllm"]
+    below = [s for s, _x, module in froms if (module or "").startswith("vllm.")]
     after = [s for s, x in top if not isinstance(x.names, cst.ImportStar)
-             and dotted(x.names[0].name).lower() > PKG]  # type: ignore[union-attr, index]
+             and (dotted(x.names[0].name) or "").lower() > PKG]
     if after:
         _edit(ctx, parsed, lambda lines: lines.insert_before(span(parsed, after[0])[0], [IMPORT]))
     elif top:
