@@ -134,9 +134,9 @@ TRACE = """
 import importlib, json, sys
 sys.path.insert(0, sys.argv[1])
 import engine_harness
-root = sys.argv[2]
-engine_harness.install(root)
-for name in sys.argv[3:]:
+root, package = sys.argv[2], sys.argv[3]
+engine_harness.install(root, package, *engine_harness.STAND_INS[package])
+for name in sys.argv[4:]:
     importlib.import_module(name)
 print(json.dumps(engine_harness.loaded_files(root)))
 """
@@ -149,7 +149,7 @@ def trace(rel: dict) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         with zipfile.ZipFile(whl) as z:
             z.extractall(tmp, [n for n in z.namelist() if n.startswith(rel["package"] + "/")])
-        r = subprocess.run([sys.executable, "-c", TRACE, str(ROOT / "tests"), tmp, *rel["imports"]],
+        r = subprocess.run([sys.executable, "-c", TRACE, str(ROOT / "tests"), tmp, rel["package"], *rel["imports"]],
                            capture_output=True, text=True, check=False)
         if r.returncode != 0:
             raise SystemExit(f"releases: importing {rel['name']}'s modules failed:\n{r.stderr[-3000:]}")

@@ -50,7 +50,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("checks and measurements: kgen test / bench / recall, engines", (
         "compare", "gpurun", "reader_check", "gputest", "timing", "host_cost", "bench", "recall",
         "engines", "engines.diff", "engines.pyedit", "engines.tree", "engines.sites", "engines.installed",
-        "engines.sglang", "engines.vllm", "engines.bundle", "engines.commands")),
+        "engines.sglang", "engines.vllm", "engines.vllm_patch", "engines.vllm_bundle", "engines.bundle",
+        "engines.commands")),
     ("command line", ("cli", "__main__", "")),  # "" is the package itself (kgen/__init__.py: lazy API)
 )
 

@@ -74,6 +74,37 @@ BOUNDARIES = {
 }
 
 
+# vLLM 0.33.0's imports of the modules its engine-in-the-loop test reads (tests/test_engines_vllm_loop.py);
+# its own compiled extension vllm._C is optional there (vLLM logs and goes on without it)
+VLLM_THIRD_PARTY = {
+    "triton": "GPU kernel compiler (vLLM's Triton kernels are defined at import; none runs on the CPU paths)",
+    "flashinfer": "GPU attention kernels",
+    "regex": "compiled regular expressions (tokenizer and config parsing)",
+    "cbor2": "compiled serializer of the prefix-cache hashes",
+    "msgspec": "compiled serializer; the engine's IPC structs",
+    "pybase64": "compiled base64 of the request path",
+    "zmq": "the engine's IPC sockets (distributed setup)",
+    "psutil": "process/memory probing of the launcher",
+    "cpuinfo": "CPU feature probing of the platform detection",
+    "uvloop": "the API server's event loop",
+    "aiohttp": "HTTP client of the API server and connectors",
+    "requests": "HTTP client of model downloads",
+    "urllib3": "HTTP client of model downloads",
+    "openai": "the OpenAI protocol models of the API server",
+    "openai_harmony": "the harmony chat format of the API server",
+    "prometheus_client": "the server's metrics",
+    "cloudpickle": "pickles callables for the engine's workers",
+    "cachetools": "caches of the input processors",
+    "einops": "tensor reshapes of multimodal models",
+    "safetensors": "weight files (weights loading is not under test)",
+    "transformers": "model configs (the tests pass the numbers a config would)",
+    "huggingface_hub": "model downloads",
+    "torchcodec": "multimodal decoding (compiled)",
+    "tqdm": "progress bars of weight loading",
+}
+STAND_INS = {"sglang": (THIRD_PARTY, BOUNDARIES), "vllm": (VLLM_THIRD_PARTY, {})}
+
+
 class Inert:
     """An attribute of a stand-in: importable, subclassable, callable, usable as a decorator or
     context manager; any value read from it is another Inert."""
@@ -146,8 +177,12 @@ class _StandIn(types.ModuleType):
 
 
 class Harness(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, root: str):
+    def __init__(self, root: str, package: str = "sglang", third_party: dict | None = None,
+                 boundaries: dict | None = None):
         self.root = os.path.abspath(root)
+        self.package = package  # the engine's top-level package (tests/test_engines_vllm_loop.py: vllm)
+        self.third_party = THIRD_PARTY if third_party is None else third_party
+        self.boundaries = BOUNDARIES if boundaries is None else boundaries
         self.stubbed: set[str] = set()
 
     # -- stand-ins -------------------------------------------------------------------------------
@@ -160,9 +195,9 @@ class Harness(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, name, path, target=None):
         top = name.split(".")[0]
-        if top == "sglang":
+        if top == self.package:
             return self._engine_spec(name)
-        if top in self.stubbed or (top in THIRD_PARTY and self._from_engine() and not self._installed(top)):
+        if top in self.stubbed or (top in self.third_party and self._from_engine() and not self._installed(top)):
             self.stubbed.add(top)
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
@@ -176,7 +211,7 @@ class Harness(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return False
 
     def create_module(self, spec):
-        if spec.name.split(".")[0] == "sglang" and spec.name not in BOUNDARIES and spec.origin is not None:
+        if spec.name.split(".")[0] == self.package and spec.name not in self.boundaries and spec.origin is not None:
             return None
         module = _StandIn(spec.name)
         module.__path__ = []
@@ -192,14 +227,14 @@ class Harness(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     # -- SGLang's own modules ----------------------------------------------------------------------
     def _engine_spec(self, name: str):
-        boundary = next((b for b in BOUNDARIES if name == b or name.startswith(b + ".")), None)
+        boundary = next((b for b in self.boundaries if name == b or name.startswith(b + ".")), None)
         if boundary is not None:  # a boundary, or a module below one
             self.stubbed.add(boundary)
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         where = os.path.join(self.root, *name.split("."))
         init = os.path.join(where, "__init__.py")
         if not os.path.isfile(init):
-            if not os.path.isdir(where) and any(b.startswith(name + ".") for b in BOUNDARIES):
+            if not os.path.isdir(where) and any(b.startswith(name + ".") for b in self.boundaries):
                 # the package above a boundary, not kept in the tree: an empty package
                 return importlib.machinery.ModuleSpec(name, self, is_package=True)
             return None  # a plain module: the path finder loads it from the tree
@@ -233,9 +268,11 @@ class Harness(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__file__ = init
 
 
-def install(root: str) -> Harness:
-    """Make `root` (the directory holding the `sglang` package) importable with the stand-ins.
-    torch's own probes of triton run first, so that torch sees the machine as it is."""
+def install(root: str, package: str = "sglang", third_party: dict | None = None,
+            boundaries: dict | None = None) -> Harness:
+    """Make `root` (the directory holding the engine's package, `sglang` unless named) importable
+    with the stand-ins. torch's own probes of triton run first, so that torch sees the machine as
+    it is."""
     import torch
     import torch._inductor.compile_fx  # noqa: F401  (imports triton if the machine has it)
     import torch.utils._triton as torch_triton
@@ -243,7 +280,7 @@ def install(root: str) -> Harness:
 
     torch_triton.has_triton_package()
     torch_triton.has_triton()
-    harness = Harness(root)
+    harness = Harness(root, package, third_party, boundaries)
     sys.path.insert(0, harness.root)
     sys.meta_path.insert(0, harness)
     return harness

@@ -68,7 +68,8 @@ def test_shipped_specs_compile_for_every_arch_without_spills(capsys):
     assert len(rows) == len(kernels) * len(ARCHS)  # a variant reached twice compiles once
     # every readable variant's reader is built, with its per-shape tunings (the registry drives the command)
     assert {v for v, k, _ in kernels if k == "indexer_logits"} == {"dsv32_indexer_fp8", "dsv4_indexer_bf16",
-                                                                  "dsv4_indexer_fp4", "dsv4_indexer_fp8"}
+                                                                  "dsv4_indexer_fp4", "dsv4_indexer_fp8",
+                                                                  "vllm_dsv4_indexer_bf16", "vllm_dsv4_indexer_fp8"}
     assert any(t for _, k, t in kernels if k == "indexer_logits")
     for r in rows:
         assert set(r) == KEYS

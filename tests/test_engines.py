@@ -477,9 +477,12 @@ def test_vllm_older_model_path_is_still_read(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def test_vllm_patch_is_refused_cleanly(tree):
+def test_vllm_patch_refuses_a_variant_it_cannot_wire(tree):
+    """vLLM's compress_pool hands the store bf16 rows and pads pages to 576 B: an fp32-input spec
+    with 16384-B pages is refused with both reasons, located at the spec, nothing written."""
     r = kgen("patch", "--engine", "vllm", "--root", str(VLLM), str(BF16))
-    assert r.returncode == 1 and "does not support vllm yet" in r.stderr and r.stdout == ""
+    assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
+    assert "compress_pool" in r.stderr and "page_align: 576" in r.stderr and str(BF16) in r.stderr
 
 
 def test_a_family_audits_its_indexer_variants_and_names_the_others():

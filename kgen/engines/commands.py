@@ -49,7 +49,7 @@ def pr_summary(adapter: Adapter, spec, lay, tree: EngineTree, changed: dict[str,
     from .installed import site_summaries
 
     lines = [f"PR summary: wire kgen's {spec.name} ({lay.bytes_per_token} B/token, {lay.page_bytes} B pages) "
-             f"into {adapter.name}'s DeepSeek-V4 indexer behind --enable-kgen-indexer (off by default; with it "
+             f"into {adapter.name}'s DeepSeek-V4 indexer behind {adapter.option} (off by default; with it "
              "off no edited function computes anything new)."]
     lines += [f"  - {line}" for line in site_summaries(adapter, tree, changed)]
     return "\n".join(lines)

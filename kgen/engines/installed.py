@@ -56,8 +56,24 @@ _SGLANG = {
 }
 
 
+_VLLM = {
+    "v1/attention/backends/mla/indexer.py": "dsa_indexer_uses_fp4 admits indexer_kv_dtype='kgen' through "
+    "`kgen_indexer.enabled(vllm_config)`, which refuses it at start-up on ROCm/HIP, XPU and CPU, outside "
+    "DeepSeek-V4 and with context parallelism",
+    "models/deepseek_v4/attention.py": "DeepseekV4Attention._get_indexer_cls returns kgen's indexer under the "
+    "option (vLLM's platform hook; its own hooks give the cache, compressor and scoring layer)",
+    "model_executor/layers/sparse_attn_indexer.py": "the sparse_attn_indexer op and its fake take "
+    "`kgen_variant` (default None: vLLM's path); with it the prefill and decode scorers call kgen's reader "
+    "and the fp8 key gather is skipped; SparseAttnIndexer passes its class attribute",
+    "kgen_indexer/": "new package: the option check, the cache spec from the host constants (page bytes, "
+    "alignment), the compressor subclass (vLLM's compress_pool, then kgen's store with the model's eps), "
+    "the bf16 query, the scorer glue, the variant's spec; no kernel sources (the installed kgen compiles "
+    "them)",
+}
+
+
 def site_summaries(adapter: Adapter, tree: EngineTree, changed: dict[str, str | None]) -> list[str]:
-    table = _SGLANG if adapter.name == "sglang" else {}
+    table = {"sglang": _SGLANG, "vllm": _VLLM}.get(adapter.name, {})
     out: list[str] = []
     seen: set[str] = set()
     for rel in sorted(changed):
@@ -70,4 +86,7 @@ def site_summaries(adapter: Adapter, tree: EngineTree, changed: dict[str, str | 
     if adapter.name == "sglang" and not any("pyproject.toml" in rel for rel in changed):
         out.append("kgen is not declared as a dependency here (no python/pyproject.toml in this tree): add "
                    '`kgen = ["kgen"]` to [project.optional-dependencies]')
+    if adapter.name == "vllm":
+        out.append("kgen is an optional run-time dependency (`pip install kgen`): vLLM's wheel has no "
+                   "pyproject.toml to declare it in; add it to vLLM's requirements for the option")
     return out

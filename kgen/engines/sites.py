@@ -140,6 +140,7 @@ class Adapter:
     bundle: Callable[[Ctx], dict[str, str]] | None = None  # kgen's generated files for the variant
     no_patch: str = ""  # why `kgen patch` cannot wire this engine yet (when bundle is None)
     key_head_dim: int = 128  # DeepSeek-V4's index_head_dim (model config): the cache these sites describe
+    option: str = "--enable-kgen-indexer"  # how a user selects kgen's variant (the PR summary names it)
 
     def is_checkout(self, root: Path) -> bool:
         return all((root / m).exists() for m in self.markers)

@@ -6,7 +6,9 @@ the page stride is the spec's padded size, not the product. The sites: the cache
 (`DeepseekV4Indexer.__init__`), the page padding (`DeepseekV4IndexerCache.get_kv_cache_spec`), the
 dtype gate of the indexer backend, the Triton writer, DeepGEMM's paged-logits reader, and, per
 architecture, the fp8 scale slot (SM100: four equal ue8m0 bytes, `mqa_logits_use_mx_scales()`).
-`kgen audit` reads them all; `kgen patch` does not support vLLM yet.
+`kgen patch` wires another variant in behind `indexer_kv_dtype="kgen"` (kgen/engines/vllm_patch.py:
+the gate, the indexer hook, the scorer op; kgen/engines/vllm_bundle.py: kgen's package); once the
+tree carries it, the same sites check those edits instead of vLLM's own format.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import cast
 import libcst as cst
 
 from ..layout import compute
+from . import vllm_patch
 from .pyeval import Function, dotted, methods
 from .sites import Adapter, Ctx, Encoding, Site, code_of, encoding_of
 from .tree import (
@@ -97,6 +100,9 @@ def _cache_call(ctx: Ctx, parsed, cls: cst.ClassDef, init: cst.FunctionDef) -> c
 
 
 def audit_cache_bytes(ctx: Ctx) -> None:
+    if ctx.mode.flag:  # kgen's indexer (its cache class) is built through the attention's hook
+        vllm_patch.audit_hook(ctx)
+        return
     parsed, cls, init = _method(ctx, ATTENTION, "DeepseekV4Indexer", "__init__", "indexer cache")
     call = _cache_call(ctx, parsed, cls, init)
     head, dtype = _kwarg(call, "head_dim"), _kwarg(call, "dtype")
@@ -117,6 +123,8 @@ def audit_cache_bytes(ctx: Ctx) -> None:
 
 
 def audit_cache_page(ctx: Ctx) -> None:
+    if ctx.mode.flag:  # kgen's cache class pads to the generated PAGE_BYTES (the package site checks it)
+        return
     parsed, cls, method = _method(ctx, ATTENTION, "DeepseekV4IndexerCache", "get_kv_cache_spec",
                                   "indexer cache pages")
     call = _one_call(ctx, parsed, method, "MLAAttentionSpec", "DeepseekV4IndexerCache.get_kv_cache_spec",
@@ -146,6 +154,9 @@ def audit_cache_page(ctx: Ctx) -> None:
 
 
 def audit_dtype_gate(ctx: Ctx) -> None:
+    if ctx.mode.flag:
+        vllm_patch.audit_gate(ctx)
+        return
     rel = ctx.tree.pick([BACKEND], "DSA_INDEXER_KV_DTYPES", "indexer dtype gate")
     parsed = ctx.tree.parse(rel)
     value = parsed.scope.constants.get("DSA_INDEXER_KV_DTYPES")
@@ -156,13 +167,15 @@ def audit_dtype_gate(ctx: Ctx) -> None:
     if key not in names:
         ctx.report("engine-dtype", parsed, value, f"the indexer backend accepts kv cache dtypes {', '.join(names)} "
                    f"only; {ctx.name} stores {encoding_of(ctx.layout)}, none of them (vLLM refuses it at start)",
-                   "vLLM cannot run this variant without a patch (kgen patch supports SGLang)")
+                   ctx.patch_fix)
 
 
 WRITER_METHODS = ("forward", "_compress_norm_rope_store")  # 0.33.0 moved the store into an override hook
 
 
 def audit_writer(ctx: Ctx) -> None:
+    if ctx.mode.flag:  # kgen's compressor stores (its package); vLLM's writer is not called
+        return
     rel = ctx.tree.pick(COMPRESSOR, "class DeepseekCompressor", "indexer writer", contains="class DeepseekCompressor")
     parsed = ctx.tree.parse(rel)
     cls = find_class(ctx.tree, parsed, "DeepseekCompressor", "indexer writer")
@@ -256,6 +269,9 @@ def audit_scale_slot(ctx: Ctx) -> None:
 
 
 def audit_scorer(ctx: Ctx) -> None:
+    if ctx.mode.flag:
+        vllm_patch.audit_scorer(ctx)
+        return
     rel = ctx.tree.pick([READER], "function sparse_attn_indexer", "indexer scorer")
     parsed = ctx.tree.parse(rel)
     fn = find_function(ctx.tree, parsed, "sparse_attn_indexer", "indexer scorer")
@@ -264,7 +280,24 @@ def audit_scorer(ctx: Ctx) -> None:
         own = ", ".join(str(e) for e in NATIVE.values())
         ctx.report("engine-scorer", parsed, call, f"the indexer scores with DeepGEMM's fp8_fp4_paged_mqa_logits, "
                    f"which reads {own} pages only; {ctx.name} stores {encoding_of(ctx.layout)} and needs kgen's "
-                   "scorer", "vLLM cannot score this variant without a patch")
+                   "scorer", ctx.patch_fix)
+
+
+def audit_package(ctx: Ctx) -> None:
+    """kgen's package in the tree holds this variant: its spec.yaml and the host constants the cache
+    class sizes pages from."""
+    if not ctx.mode.flag:
+        return
+    from .bundle import bundle_problems
+
+    for rel, line, message in bundle_problems(ctx, vllm_patch.PKG_DIR):
+        ctx.report_at("engine-kernel", rel, line, 1, message, ctx.patch_fix)
+
+
+def bundle(ctx: Ctx) -> dict[str, str]:
+    from .vllm_bundle import files
+
+    return files(ctx, vllm_patch.PKG_DIR)
 
 
 ADAPTER = Adapter(
@@ -276,15 +309,15 @@ ADAPTER = Adapter(
     package_module="vllm.kgen_indexer",
     package_alias="kgen_indexer",
     env=env,
-    bundle=None,
-    no_patch="vLLM's writer fuses compression with the store in one Triton kernel "
-             "(compress_norm_rope_store_triton), so there are no compressed keys to hand kgen's op",
+    bundle=bundle,
+    option=vllm_patch.OPTION_TEXT,
     sites=(
-        Site("cache-bytes", "engine-pool", "DeepseekV4Indexer.__init__", audit_cache_bytes),
+        Site("cache-bytes", "engine-pool", "DeepseekV4Indexer.__init__", audit_cache_bytes, vllm_patch.patch_hook),
         Site("cache-page", "engine-pool", "DeepseekV4IndexerCache.get_kv_cache_spec", audit_cache_page),
-        Site("dtype-gate", "engine-dtype", "DSA_INDEXER_KV_DTYPES", audit_dtype_gate),
+        Site("dtype-gate", "engine-dtype", "DSA_INDEXER_KV_DTYPES", audit_dtype_gate, vllm_patch.patch_gate),
         Site("writer", "engine-store", "DeepseekCompressor.forward", audit_writer),
-        Site("scorer", "engine-scorer", "sparse_attn_indexer", audit_scorer),
+        Site("scorer", "engine-scorer", "sparse_attn_indexer", audit_scorer, vllm_patch.patch_scorer),
         Site("scale-slot", "engine-store", MX_SCALES, audit_scale_slot),
+        Site("package", "engine-kernel", vllm_patch.PKG_DIR, audit_package),
     ),
 )

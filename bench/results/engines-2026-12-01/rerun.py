@@ -17,7 +17,7 @@ MANIFEST = ROOT / "tests" / "fixtures" / "engines" / "releases.json"
 SPECS = sorted(str(p.relative_to(ROOT)) for p in [*ROOT.glob("specs/*.yaml"), *ROOT.glob("specs/dsv4/*.yaml"),
                                                     *ROOT.glob("specs/sglang/*.yaml")])
 FIXTURES = ["tests/fixtures/engines/vllm_indexer_fp4.yaml", "tests/fixtures/engines/vllm_indexer_fp8.yaml"]
-PATCH = {"sglang": "specs/sglang/indexer_bf16_plan.yaml", "vllm": "specs/indexer_bf16.yaml"}
+PATCH = {"sglang": "specs/sglang/indexer_bf16_plan.yaml", "vllm": "specs/vllm_indexer_bf16.yaml"}
 
 
 def kgen(*args: str) -> subprocess.CompletedProcess:
