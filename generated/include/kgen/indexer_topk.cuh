@@ -49,13 +49,15 @@ __device__ __forceinline__ uint32_t high(uint32_t key, int shift) {
 }
 
 struct Shared {
-  int emitted;    // indices written to the row's output
-  int collected;  // candidates copied into shared memory
+  int emitted;              // indices written to the row's output
+  int collected;            // candidates copied into shared memory
   int digit, above, equal;  // find_threshold's answer
   int warp_sum[32];
 };
 
-__device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x & 31); }
+__device__ __forceinline__ int lane_id() {
+  return static_cast<int>(threadIdx.x & 31);
+}
 
 // a warp-uniform call: each lane with `take` writes `value` at the next free position of `out`
 __device__ __forceinline__ void emit(bool take, int value, int* counter, int* out) {
@@ -156,7 +158,9 @@ __device__ __forceinline__ void for_each_key(const float* x, int n, F&& f) {
 }
 
 // the bits at and above `shift` (shift in [0, 32]; 32: none)
-__device__ __forceinline__ uint32_t above_mask(int shift) { return shift >= 32 ? 0u : ~0u << shift; }
+__device__ __forceinline__ uint32_t above_mask(int shift) {
+  return shift >= 32 ? 0u : ~0u << shift;
+}
 
 // Refine the `eq` candidates keys[0, n) matching `prefix` above `shift` (the others are decided), `need` of
 // them to take (1 <= need <= eq), RefineBits bits per step: the ones above each step's threshold digit are
