@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -22,6 +23,12 @@ from kgen import sample
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
+
+
+def subprocess_pythonpath() -> str:
+    """PYTHONPATH for a subprocess that runs this checkout's kgen: the checkout first, then the caller's
+    entries (the GPU machine carries pydantic and the other wheels kgen needs there)."""
+    return os.pathsep.join([str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
 
 # Every shipped variant and the byte math docs/layouts.md §3 gives for it.
 SHIPPED = {

@@ -19,6 +19,7 @@ import pytest
 from kgen import aot
 from kgen.diagnostics import KgenError
 from kgen.validate import validate_paths
+from strategies import subprocess_pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 BF16 = ROOT / "specs" / "indexer_bf16.yaml"
@@ -296,8 +297,7 @@ SERVE = BLOCKER + textwrap.dedent("""
 
 def _serve(built: Path, gpu: bool):
     # the repo first, then whatever the caller had (the GPU machine carries pydantic & co. on PYTHONPATH)
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "KGEN_AOT_DIR": str(built), "PYTHONPATH": path}
+    env = {**os.environ, "KGEN_AOT_DIR": str(built), "PYTHONPATH": subprocess_pythonpath()}
     return subprocess.run([sys.executable, "-c", SERVE, str(BF16), ARCH, "1" if gpu else "0"], capture_output=True,
                           text=True, cwd=ROOT, timeout=300, env=env)
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -47,6 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engine_harness  # noqa: E402
 import releases  # noqa: E402
+
+from strategies import subprocess_pythonpath  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "specs" / "sglang" / "indexer_bf16_plan.yaml"
@@ -166,8 +167,7 @@ PROBE = textwrap.dedent('''
 def _env(**extra: str) -> dict[str, str]:
     """A bare environment: this checkout first, then the caller's PYTHONPATH (where the GPU machine carries
     pydantic and the other wheels kgen needs), nothing else of the caller's."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": path, **extra}
+    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": subprocess_pythonpath(), **extra}
 
 
 @pytest.fixture(scope="module")

@@ -49,6 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_harness  # noqa: E402
 import releases  # noqa: E402
 
+from strategies import subprocess_pythonpath  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "specs" / "vllm_indexer_bf16.yaml"
 RELEASE = "vllm-0.33.0"
@@ -57,7 +59,7 @@ PREFIX = "model.layers.0.attn.indexer.k_cache"
 PAGES = 12
 # the probe's Python path: this tree first, then what the caller's path adds (the GPU machine's
 # carried wheels), nothing of the machine's other environment
-PYTHONPATH = os.pathsep.join([str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+PYTHONPATH = subprocess_pythonpath()
 
 PROBE = textwrap.dedent('''
     import json, sys, types

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import torch
 
 from ..abi import INDEXER_TOPK, Args, ArgumentError
+from ..score import _expect as expect
 from ..score import check_topk_k, topk_reference
 from ..spec import Spec
 from .reader import _indexer_logits_cpu, _indexer_logits_fake, _readable, indexer_logits_op
@@ -49,14 +50,8 @@ def check_logits(spec: Spec, logits, seq_lens, k, indices=None, *, require_cuda:
     Returns kgen.abi.Args (indices allocated when None)."""
     _readable(spec)
     k = check_topk_k(k)
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or logits.dtype != torch.float32:
-        got = f"{str(logits.dtype).removeprefix('torch.')} {list(logits.shape)}" if isinstance(
-            logits, torch.Tensor) else type(logits).__name__
-        raise ArgumentError(f"logits: expected float32 [B * next_n, max_seq_len], got {got}")
-    if not isinstance(seq_lens, torch.Tensor) or seq_lens.dim() != 1 or seq_lens.dtype != torch.int32:
-        got = f"{str(seq_lens.dtype).removeprefix('torch.')} {list(seq_lens.shape)}" if isinstance(
-            seq_lens, torch.Tensor) else type(seq_lens).__name__
-        raise ArgumentError(f"seq_lens: expected int32 [B], got {got}")
+    expect("logits", logits, "float32", (None, None), "[B * next_n, max_seq_len]")
+    expect("seq_lens", seq_lens, "int32", (None,), "[B]")
     rows, batch = int(logits.shape[0]), int(seq_lens.shape[0])
     if batch < 1 or rows < batch or rows % batch:
         raise ArgumentError(f"logits: its {rows} rows are not B * next_n for seq_lens' B = {batch}")
