@@ -339,7 +339,9 @@ class Peer:
     def prepare(self, scores, seq_lens, k: int, *, threshold: int = -1):
         """(plan, select, indices, metadata): plan() runs SGLang's plan over `seq_lens` into metadata,
         select() its top-k over `scores` (fp32 [rows, L], row stride a multiple of 4) into indices (int32
-        [rows, k]), both on torch's current stream with the pointers packed here."""
+        [rows, k]), both on torch's current stream with the pointers packed here. SGLang plans before the
+        scorer: its top-k kernels read the plan before their PDL wait, so some other stream work (the scorer)
+        must come between plan() and select()."""
         import torch
 
         if scores.dtype != torch.float32 or scores.dim() != 2 or scores.stride(1) != 1:
@@ -379,6 +381,7 @@ class Peer:
         order, -1 past the length), plan included."""
         plan, select, out, _ = self.prepare(scores, seq_lens, k)
         plan()
+        out.fill_(-1)  # stream work between the two (SGLang: the scorer); the top-k reads the plan before its PDL wait
         select()
         return out
 

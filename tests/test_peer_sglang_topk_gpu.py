@@ -60,18 +60,24 @@ def test_in_a_cuda_graph(peer):
     import torch
 
     x, lens = _case(torch, 40, 80000, 512, seed=3)
-    plan, select, out, meta = peer.prepare(x, lens, 512)
-    plan()
+    scores = torch.empty_like(x)
+    plan, select, out, meta = peer.prepare(scores, lens, 512)
+
+    def step():  # SGLang's order: the plan, the scorer (a copy here), the top-k
+        plan()
+        scores.copy_(x)
+        select()
+
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        select()
+        step()
     torch.cuda.current_stream().wait_stream(side)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, stream=side):
-        plan()
-        select()
+        step()
     out.fill_(-2)
+    scores.zero_()
     g.replay()
     torch.cuda.synchronize()
     _check(torch, x, lens, out, 512)
