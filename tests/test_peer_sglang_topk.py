@@ -210,3 +210,24 @@ def test_bench_cases_cover_the_matrix_mode_by_mode():
     cs = b.cases([1, 8, 32, 64], [4096, 65536, 262144], [512, 2048], [("equal", 1), ("pm30", 2)])
     assert len(cs) == 48 and len(set(cs)) == 48
     assert {c[2:4] for c in cs[:24]} == {("equal", 1)}  # a run cut after the first mode keeps it whole
+
+
+def test_bench_set_check_counts_ties_apart():
+    torch = pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("bench_topk_peer", BENCH)
+    assert spec is not None and spec.loader is not None
+    b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(b)
+    logits = torch.tensor([[5.0, 4.0, 3.0, 3.0, 1.0, -1.0], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+                           [9.0, 8.0, 0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    vis = torch.tensor([6, 6, 6, 2])
+    want = torch.topk(logits, 3, dim=1)
+    got = want.indices.clone().to(torch.int32)
+    got[0] = torch.tensor([3, 0, 1], dtype=torch.int32) if int(want.indices[0, 2]) == 2 else torch.tensor([2, 0, 1])
+    got[1] = torch.tensor([5, 4, 0], dtype=torch.int32)  # 0 is not among the top 3 and no tie
+    got[3] = torch.tensor([1, -1, 0], dtype=torch.int32)  # a short row: 0..L-1 then -1, in any order
+    c = b._set_check(torch, got, want.values, want.indices.to(torch.int32), logits, vis, 3)
+    assert c["rows_checked"] == 3 and c["rows_differing"] == 2 and c["rows_differing_beyond_ties"] == 1
+    assert c["keys_swapped"] == 2 and c["short_rows"] == 1 and c["short_rows_wrong"] == 0
+    got[3] = torch.tensor([1, 0, 0], dtype=torch.int32)
+    assert b._set_check(torch, got, want.values, want.indices.to(torch.int32), logits, vis, 3)["short_rows_wrong"] == 1

@@ -40,7 +40,7 @@ def _set_check(torch, got, want_vals, want_idx, logits, vis, k: int) -> dict:
     keys equal to the row's k-th value (ties); short rows: 0..L-1 then -1 (unordered)."""
     long_rows = (vis > k).nonzero().flatten()
     out: dict[str, Any] = {"rows_checked": int(long_rows.numel()), "rows_differing": 0,
-                           "rows_differing_beyond_ties": 0, "tie_keys_swapped": 0}
+                           "rows_differing_beyond_ties": 0, "keys_swapped": 0}
     if long_rows.numel():
         a = torch.sort(got[long_rows].to(torch.int64), dim=1).values
         b = torch.sort(want_idx[long_rows].to(torch.int64), dim=1).values
@@ -51,7 +51,7 @@ def _set_check(torch, got, want_vals, want_idx, logits, vis, k: int) -> dict:
             extra = sorted(mine - theirs)
             kth = want_vals[r].min()
             bad = [i for i in extra if i < 0 or i >= int(vis[r]) or logits[r, i] != kth]
-            out["tie_keys_swapped"] += len(extra)
+            out["keys_swapped"] += len(extra)
             out["rows_differing_beyond_ties"] += int(bool(bad) or len(mine) != k)
     short = (vis <= k).nonzero().flatten().tolist()
     wrong = 0
