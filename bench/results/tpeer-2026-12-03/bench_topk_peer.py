@@ -49,8 +49,8 @@ def _set_check(torch, got, want_vals, want_idx, logits, vis, k: int) -> dict:
         for r in diff.tolist():
             mine, theirs = set(got[r].tolist()), set(want_idx[r].tolist())
             extra = sorted(mine - theirs)
-            kth = want_vals[r].min()
-            bad = [i for i in extra if i < 0 or i >= int(vis[r]) or logits[r, i] != kth]
+            kth, row = float(want_vals[r].min()), logits[r].cpu()
+            bad = [i for i in extra if i < 0 or i >= int(vis[r]) or float(row[i]) != kth]
             out["keys_swapped"] += len(extra)
             out["rows_differing_beyond_ties"] += int(bool(bad) or len(mine) != k)
     short = (vis <= k).nonzero().flatten().tolist()
@@ -156,19 +156,21 @@ def bench_case(torch, timer, peer, dg, spec, batch: int, keys: int, dist: str, n
         if "kgen_select" in t and topks:
             best = min(topks, key=topks.__getitem__)
             t["select_fastest_peer"], t["ratio_kgen_select_to_fastest"] = best, t["kgen_select"] / topks[best]
-        fusedp = {n: t[n] for n in ("deepgemm+torch.topk", "deepgemm+sglang_topk", "kgen_reader+torch.topk",
-                                    "kgen_reader+sglang_topk") if n in t}
-        if "kgen" in t and fusedp:
-            best = min(fusedp, key=fusedp.__getitem__)
-            t["fused_fastest_peer"], t["ratio_kgen_to_fastest"] = best, t["kgen"] / fusedp[best]
+        for tag, names in (("deepgemm", ("deepgemm+torch.topk", "deepgemm+sglang_topk")),
+                           ("reader", ("kgen_reader+torch.topk", "kgen_reader+sglang_topk"))):
+            peers = {n: t[n] for n in names if n in t}
+            if "kgen" in t and peers:
+                best = min(peers, key=peers.__getitem__)
+                t[f"{tag}_fastest"], t[f"ratio_kgen_to_{tag}_fastest"] = best, t["kgen"] / peers[best]
     # the sets, after the timings (every row's last call wrote its output)
     fused()
     select()
     want = torch.topk(logits, kk, dim=1)
     vis_cpu = vis.cpu()
     want_vals, want_idx = want.values.cpu(), want.indices.cpu().to(torch.int32)
-    lg = logits.cpu()
-    e["check_kgen"] = _set_check(torch, kgen_idx.cpu(), want_vals, want_idx, lg, vis_cpu, kk)
+    torch.cuda.synchronize()
+    e["check_kgen"] = _set_check(torch, fused_idx.cpu(), want_vals, want_idx, logits, vis_cpu, kk)
+    e["check_kgen_select"] = _set_check(torch, kgen_idx.cpu(), want_vals, want_idx, logits, vis_cpu, kk)
     if sg is not None and "sglang_topk" in rows:
         plan, sg_select, sg_idx, meta = sg
         sg_idx.fill_(-2)
@@ -176,7 +178,7 @@ def bench_case(torch, timer, peer, dg, spec, batch: int, keys: int, dist: str, n
         torch.cuda.synchronize()  # the plan done before the top-k reads it (SGLang plans before its scorer)
         sg_select()
         torch.cuda.synchronize()
-        e["check_sglang"] = _set_check(torch, sg_idx.cpu(), want_vals, want_idx, lg, vis_cpu, kk)
+        e["check_sglang"] = _set_check(torch, sg_idx.cpu(), want_vals, want_idx, logits, vis_cpu, kk)
     return e
 
 
