@@ -186,6 +186,15 @@ def test_errors_come_back_as_text_without_a_gpu(built):
     assert rc == 1 and "multiple of 4" in peer.lib.kgen_sglang_topk_error().decode()
     with pytest.raises(RuntimeError, match="SGLang's top-k failed"):
         peer._check(1, "top-k")
+    from kgen import runtime
+
+    if runtime.gpu_problem() is None:
+        return  # past the host checks the calls below would launch on null pointers
+    # valid arguments: SGLang's dispatch gets as far as its first CUDA call, whose error comes back as text
+    assert peer.lib.kgen_sglang_topk_plan(None, 4, None, -1, 0, None) == 0  # a small batch: nothing to plan
+    for rows, cols in ((1, 65536), (4, 4096), (64, 300000)):  # cluster, one block per row, the persistent pool
+        assert peer.lib.kgen_sglang_topk(None, rows, cols, cols, None, None, 512, None, 0, None) == 1
+        assert "CUDA error" in peer.lib.kgen_sglang_topk_error().decode()
 
 
 def test_bench_script_without_a_device(tmp_path):
