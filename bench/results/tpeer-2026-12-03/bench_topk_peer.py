@@ -195,7 +195,8 @@ def line(e: dict) -> str:
     chk = e.get("check_sglang", {})
     return (f"{head} " + " | ".join(parts) + f" | sglang diff {chk.get('rows_differing', '-')}/"
             f"{chk.get('rows_checked', '-')} (beyond ties {chk.get('rows_differing_beyond_ties', '-')}) "
-            f"short wrong {chk.get('short_rows_wrong', '-')} | absent {sorted(e.get('absent', {}))}")
+            f"short wrong {chk.get('short_rows_wrong', '-')} | absent {sorted(e.get('absent', {}))}"
+            + "".join(f" | {n}: {why[:200]}" for n, why in e.get("absent", {}).items() if "Error" in why))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lengths", default="equal:1,pm30:2,pm30:1,equal:2",
                     help="DIST:NEXT_N modes in run order (DIST: equal or pm30)")
     ap.add_argument("--time-limit", type=float, default=140.0, help="start no shape after this many seconds")
+    ap.add_argument("--no-sglang", action="store_true", help="leave the SGLang peer out (a rerun after it broke "
+                    "the CUDA context)")
     a = ap.parse_args(argv)
     t0 = time.time()
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
@@ -238,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
 
     data.update(environment(torch))
     try:
+        if a.no_sglang:
+            raise P.PeerAbsent("left out (--no-sglang)")
         tb = time.time()
         peer = P.Peer.load()
         data["sglang"] = {**peer.record(), "load_s": round(time.time() - tb, 1)}

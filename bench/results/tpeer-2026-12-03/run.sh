@@ -32,3 +32,11 @@ LEFT=$(( TOTAL_S - ($(date +%s) - T0) )); [ $LEFT -gt 150 ] && LEFT=150; [ $LEFT
 timeout -s INT $LEFT $PY bench/results/tpeer-2026-12-03/bench_topk_peer.py --json $OUT/bench_topk_peer.json \
   --time-limit $(( LEFT - 15 )) "$@" > $OUT/bench_topk_peer.log 2>&1
 echo "bench rc=$? (limit $LEFT s) $(el)"; cut -c1-300 $OUT/bench_topk_peer.log | tail -25
+# a device fault (a sticky CUDA error) ends every later shape: the rest again without the SGLang peer
+LEFT=$(( TOTAL_S - ($(date +%s) - T0) ))
+if grep -qE "illegal (memory )?(address|instruction)|unspecified launch failure|misaligned address" \
+    $OUT/bench_topk_peer.log && [ $LEFT -gt 30 ]; then
+  timeout -s INT $LEFT $PY bench/results/tpeer-2026-12-03/bench_topk_peer.py --no-sglang \
+    --json $OUT/bench_topk_nosglang.json --time-limit $(( LEFT - 15 )) "$@" > $OUT/bench_topk_nosglang.log 2>&1
+  echo "bench without SGLang rc=$? $(el)"; cut -c1-300 $OUT/bench_topk_nosglang.log | tail -8
+fi
