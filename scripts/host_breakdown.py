@@ -4,10 +4,12 @@
 
 Prints `host_us_per_call` of torch.ops.kgen.norm_rope_store (the writer, N tokens) and of
 torch.ops.kgen.indexer_logits (the reader, B sequences of K keys, fp8), measured the same way: median
-of 9 loops of 2000 calls each (no sync inside a loop), microseconds per call. The pieces: the
-current-stream lookups, the generated Python check alone, the dispatcher into an empty Python op, the
-Python kernel (the checked twin each native kernel falls back to), and the native kernels' counters
-(launched natively vs declined)."""
+of kgen.host_cost's HOST_LOOPS loops of HOST_CALLS calls each, microseconds per call (no sync inside a
+loop, and few enough calls that the launch queue never fills: a kernel slower than its launch would
+otherwise set the pace, and the figure would be the device's). The pieces: the current-stream lookups,
+the generated Python check alone, the dispatcher into an empty Python op, the Python kernel (the
+checked twin each native kernel falls back to), and the native kernels' counters (launched natively vs
+declined)."""
 
 from __future__ import annotations
 
@@ -22,18 +24,20 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "specs" / "dsv4" / "indexer_fp8.yaml"
 
 
-def per_call_us(fn, calls: int = 2000, loops: int = 9) -> float:
+def per_call_us(fn) -> float:
     import torch
+
+    from kgen.host_cost import HOST_CALLS, HOST_LOOPS
 
     for _ in range(50):
         fn()
     out = []
-    for _ in range(loops):
+    for _ in range(HOST_LOOPS):
         torch.cuda.synchronize()
         t0 = time.perf_counter_ns()
-        for _ in range(calls):
+        for _ in range(HOST_CALLS):
             fn()
-        out.append((time.perf_counter_ns() - t0) / calls / 1000)
+        out.append((time.perf_counter_ns() - t0) / HOST_CALLS / 1000)
     torch.cuda.synchronize()
     return round(statistics.median(out), 3)
 
