@@ -399,9 +399,12 @@ def test_ring_by_launch_shape():
     assert RP.reader_wg_shape_tune(bf16, None, 1, 1, 4096, 132) is None
     assert rc.ring_tunes(spec_of("bf16"), CP) == [CP]
     assert rc.ring_tunes(spec_of("fp8"), CP) == [CP, {**CP, "kReaderWgStages": 2}]
-    # the TMA variant's cubins: the default, and the evict-first L2 policy of launches the L2 cannot hold
+    # the TMA variant's cubins: the default, the evict-first L2 policy of launches the L2 cannot hold, and
+    # both for the pair cubin of MTP launches
     for key in ("fp8", "bf16", "dsv32"):
-        assert rc.ring_tunes(spec_of(key), None) == [None, {"kReaderWgEvictFirst": 1}]
+        pair = {"kReaderWgTmaStages": RP.READER_WG_PAIR_STAGES[spec_of(key).store.dtype], "kReaderWgPairs": 1}
+        assert rc.ring_tunes(spec_of(key), None) == [None, {"kReaderWgEvictFirst": 1}, pair,
+                                                     {**pair, "kReaderWgEvictFirst": 1}]
     assert rc.ring_tunes(spec_of("fp4"), None) == [None]  # the mma.sync path: no ring
 
 
@@ -417,9 +420,10 @@ def test_evict_first_where_the_launch_overflows_the_l2():
     edge = l2 // 132  # keys whose bytes just fill the L2
     assert RP.reader_wg_shape_tune(fp8, None, 1, 1, edge, 132, l2) is None
     assert RP.reader_wg_shape_tune(fp8, None, 1, 1, edge + 1, 132, l2) == ef
-    # MTP: up to 4 tokens share a staging of the keys, 5 tokens read them twice
-    assert RP.reader_wg_shape_tune(fp8, None, 1, 4, edge, 132, l2) is None
-    assert RP.reader_wg_shape_tune(fp8, None, 1, 5, edge, 132, l2) == ef
+    # MTP: up to 4 tokens share a staging of the keys (the pair cubin), 5 tokens read them twice
+    pair = {"kReaderWgTmaStages": RP.READER_WG_PAIR_STAGES["fp8_e4m3"], "kReaderWgPairs": 1}
+    assert RP.reader_wg_shape_tune(fp8, None, 1, 4, edge, 132, l2) == pair
+    assert RP.reader_wg_shape_tune(fp8, None, 1, 5, edge, 132, l2) == {**pair, **ef}
     # bf16 keys are 256 B: 1 x 256K overflows
     assert RP.reader_wg_shape_tune(bf16, None, 1, 1, 262144, 132, l2) == ef
     # an unknown L2 (0), a tuning that fixes the policy, the cp.async variant: no rule
@@ -434,6 +438,37 @@ def test_evict_first_where_the_launch_overflows_the_l2():
 
 
 H200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0)  # 0: an L2 nobody reported (no L2 rule)
+
+
+def test_mtp_launches_run_the_pair_cubin():
+    from kgen.reader_layout import runs_wgmma
+
+    fp8, bf16, fp4 = (L.compute(spec_of(k)) for k in ("fp8", "bf16", "fp4"))
+    for lay in (fp8, bf16):
+        pair = {"kReaderWgTmaStages": RP.READER_WG_PAIR_STAGES[lay.spec.store.dtype], "kReaderWgPairs": 1}
+        assert RP.reader_wg_shape_tune(lay, None, 32, 1, 65536, 132) is None  # next_n 1: the one-token cubin
+        for n in (2, 3, 4, 5):
+            assert RP.reader_wg_shape_tune(lay, None, 32, n, 65536, 132) == pair
+        assert RL.reader_wg_pairs(lay, pair) and RL.reader_wg_tma(lay, pair) and not RL.reader_wg_pairs(lay)
+        assert RL.reader_wg_tokens_per_cta(lay, RL.reader_wg_stages(lay, pair), tma=True) == 4
+        # the plan: one CTA per SM at the pair cubin's registers, its ring as many key bytes as two CTAs'
+        consumers = RL.reader_wg_consumers(lay, pair)
+        assert RL.reader_wg_ctas_per_sm(lay, 1, RL.reader_wg_stages(lay, pair), True, consumers, True) == 1
+        assert RL.reader_wg_tma_threads(consumers) * RL.READER_WG_TMA_PAIR_REGISTERS <= RL.READER_SM_REGISTERS
+        stages = RL.reader_wg_stages(lay)
+        assert RP.READER_WG_PAIR_STAGES[lay.spec.store.dtype] == stages * RL.reader_wg_ctas_per_sm(
+            lay, 1, stages, True, consumers)
+        rv = render_reader(lay.spec, tune=pair).files[f"{lay.spec.name}/logits_config.cuh"]
+        assert "kReaderWgPairs = 1;" in rv and "kReaderWgMinBlocks = 1;" in rv
+        # a tuning that fixes the pairs keeps them
+        assert RP.reader_wg_shape_tune(lay, {"kReaderWgPairs": 0}, 32, 2, 65536, 132) == {"kReaderWgPairs": 0}
+    # the cp.async variants keep one token per group (their pair cubin would leave 2 CTAs per SM); a tuning
+    # may still ask for it, where a CTA holds two tokens
+    assert RP.reader_wg_shape_tune(fp8, CP, 128, 2, 65536, 132) == CP
+    assert RP.reader_wg_shape_tune(fp4, None, 128, 2, 65536, 132) is None and runs_wgmma(spec_of("fp4"), "sm_90a")
+    assert RL.reader_wg_pairs(fp4, {"kReaderWgPairs": 1}) and RL.reader_wg_pairs(fp8, {**CP, "kReaderWgPairs": 1})
+    assert not RL.reader_wg_pairs(bf16, {**CP, "kReaderWgPairs": 1})  # one token per CTA (two chunks per row)
+    assert RL.reader_wg_ctas_per_sm(fp4, 1, 3, pairs=True) == 2
 
 
 def test_launch_tune_follows_the_arch_and_the_shape():
@@ -458,9 +493,14 @@ def test_launch_tune_follows_the_arch_and_the_shape():
     # fp4: the operand's chunks are the bf16 widening of head_dim, the shared memory has the operand buffer
     ("fp4", "kReaderWgChunks = 2;", "kReaderWgChunks = 1;"),
     ("fp4", "kReaderWgMinBlocks = 4;", "kReaderWgMinBlocks = 5;"),
+    # the pair cubin: one CTA per SM at its registers; no pairs where a CTA holds one token
+    ("fp8-pairs", "kReaderWgMinBlocks = 1;", "kReaderWgMinBlocks = 2;"),
+    ("bf16-cp", "kReaderWgPairs = 0;", "kReaderWgPairs = 1;"),
 ])
 def test_wgmma_constant_twins_fire(variant, old, new, cache):
-    rv = render_reader(spec_of(variant))
+    variant, _, how = variant.partition("-")
+    tune = {"pairs": {"kReaderWgPairs": 1, "kReaderWgTmaStages": 16}, "cp": CP, "": None}[how]
+    rv = render_reader(spec_of(variant), tune=tune)
     key = f"{spec_of(variant).name}/logits_config.cuh"
     assert old in rv.files[key]
     k, log = compile_log(replace(rv, files={**rv.files, key: rv.files[key].replace(old, new)}), cache)
@@ -627,6 +667,47 @@ def test_wgmma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms
     r = rc.compare(spec.name, "emulated wgmma", got, want)
     assert r.ok, r
     assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
+
+
+PAIRS = {"kReaderWgPairs": 1}
+
+
+# two MTP tokens per m64n128 group (kReaderWgPairs, emulated: the cp.async variants), next_n 2-4 (3: a pair
+# and a single token), ragged lengths, a share crossing sequences, tokens that see no key of a tile
+@pytest.mark.parametrize("key,lens,next_n,tune,sms", [
+    ("fp8", [1, 2, 63, 64, 65, 300], 2, None, 4),
+    ("fp8", [0, 1, 3, 64, 65, 129, 700, 2], 3, None, 1),
+    ("fp8", [2, 4, 130, 700], 4, {"kReaderWgStages": 2}, 4),
+    ("fp4", [1, 2, 65, 400], 2, None, 4),
+    ("fp4", [0, 1, 5, 200, 64, 640], 3, {"kReaderWgStages": 4}, 1),
+    ("fp4", [3, 129, 1000], 4, None, 64),
+    ("dsv32", [1, 2, 900, 64, 130], 4, {"kReaderWgStages": 2}, 1),
+])
+def test_pair_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms, tmp_path):
+    spec = spec_of(key)
+    tune = {**PAIRS, **(tune or {})}
+    assert RL.reader_wg_pairs(L.compute(spec), {**CP, **tune})
+    got, args = emulate(spec, lens, next_n, tmp_path, tune=tune, wgmma=True, sm_count=sms)
+    want = indexer_logits_torch(spec, *args, accum=torch.float64)
+    r = rc.compare(spec.name, "emulated wgmma pairs", got, want)
+    assert r.ok, r
+    assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
+
+
+def test_pair_source_on_cpu_for_random_specs(tmp_path):
+    # pages smaller than a tile and of several sizes, fp4 scale strides, head_dim 256 (fp4: 4 operand chunks
+    # chunk-major in q's buffer), next_n 2 and 3
+    sampled = [s for s in rc.sample_readable(40, seed=3) if RL.reader_wg_pairs(L.compute(s), {**CP, **PAIRS})]
+    pages = sorted({s.layout.page_size for s in sampled})
+    assert len(pages) >= 3 and any(p < RL.READER_WG_TILE_KEYS for p in pages), pages
+    picked = [next(s for s in sampled if s.layout.page_size == p) for p in pages[:4]]
+    picked += [s for s in sampled if s.store.dtype == "fp4_e2m1" and s.head_dim == 256][:1]
+    for i, spec in enumerate(picked):
+        got, args = emulate(spec, [3, spec.layout.page_size + 1, 200], 2 + i % 2, tmp_path / str(i), tune=PAIRS,
+                            wgmma=True)
+        want = indexer_logits_torch(spec, *args, accum=torch.float64)
+        r = rc.compare(spec.name, "emulated wgmma pairs", got, want)
+        assert r.ok and r.relative_error < 1e-5, (spec.model_dump(), r)
 
 
 def test_wgmma_source_on_cpu_for_random_fp4_specs(tmp_path):
