@@ -269,12 +269,16 @@ READER_WG_PAIR_REGISTERS = 224
 
 def reader_wg_pairs(lay: Layout, tune: dict[str, int] | None = None) -> bool:
     """Does the reader rendered with `tune` score two MTP tokens per m64n128 wgmma group (kReaderWgPairs 1,
-    where a CTA holds two tokens or more)? The tokens' q rows are one B operand of 128 rows (q chunk-major in
-    shared memory), each half of the accumulators one token's logits."""
+    where a CTA holds two tokens or more and one CTA's threads fit the SM at the pair registers)? The tokens'
+    q rows are one B operand of 128 rows (q chunk-major in shared memory), each half of the accumulators one
+    token's logits."""
     merged = {**_tuning(lay.spec), **(tune or {})}
     if not merged["kReaderWgPairs"] or not reader_wg_enabled(lay, tune):
         return False
-    return reader_wg_tokens_per_cta(lay, reader_wg_stages(lay, tune), reader_wg_tma(lay, tune)) >= 2
+    tma = reader_wg_tma(lay, tune)
+    threads = reader_wg_tma_threads(reader_wg_consumers(lay, tune)) if tma else reader_threads()
+    fits = threads * (READER_WG_TMA_PAIR_REGISTERS if tma else READER_WG_PAIR_REGISTERS) <= READER_SM_REGISTERS
+    return fits and reader_wg_tokens_per_cta(lay, reader_wg_stages(lay, tune), tma) >= 2
 
 
 def reader_wg_tma_layout(lay: Layout) -> bool:

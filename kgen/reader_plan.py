@@ -46,11 +46,22 @@ from .spec import Spec
 READER_WG_SHAPE_STAGES: dict[str, tuple[int, int]] = {"fp8_e4m3": (2, 49152)}
 
 
-# The TMA variant's cubin for MTP launches (next_n >= 2): two tokens per m64n128 wgmma group (kReaderWgPairs)
-# where one token's m64n64 group, its wait and its epilogue ran per token. Its threads need twice the
-# accumulators (reader_layout.READER_WG_TMA_PAIR_REGISTERS), so its CTA has an SM to itself, and a ring of
-# this many stages keeps as many key bytes in flight per SM as the two CTAs of the one-token cubin.
-READER_WG_PAIR_STAGES: dict[str, int] = {"fp8_e4m3": 16, "bf16": 8}
+# The TMA variant's pair cubin for MTP launches (next_n >= 2): two tokens per m64n128 wgmma group
+# (kReaderWgPairs) where the one-token cubin runs an m64n64 group, its wait and its epilogue per token. Its
+# threads need twice the accumulators (reader_layout.READER_WG_TMA_PAIR_REGISTERS), so its CTA has an SM to
+# itself; READER_WG_PAIR_RING is the ring that keeps as many key bytes in flight per SM as the one-token
+# cubin's two CTAs. No key dtype loads it by shape (READER_WG_PAIR_STAGES is empty): measured beside the
+# one-token cubin on the H200 it is slower (fp8 32 x 64K next_n 2: 164.5 against 111.2 us cold; next_n 4:
+# 265.6 against 189.0), as fast as the one-token cubin on the same one-CTA ring (162.2 / 247.4 us): the
+# warpgroups per SM bind, not the wgmma count (bench/results/mtp-2026-12-03/README.md).
+READER_WG_PAIR_RING: dict[str, int] = {"fp8_e4m3": 16, "bf16": 8}
+READER_WG_PAIR_STAGES: dict[str, int] = {}  # key dtype -> ring of the pair cubin its MTP launches load
+
+
+def reader_wg_pair_tuning(lay: Layout, tune: dict[str, int] | None = None) -> dict[str, int]:
+    """`tune` as the pair cubin (kReaderWgPairs 1 on READER_WG_PAIR_RING's ring unless `tune` fixes one)."""
+    ring = READER_WG_PAIR_RING.get(lay.spec.store.dtype)
+    return {**({"kReaderWgTmaStages": ring} if ring else {}), **(tune or {}), "kReaderWgPairs": 1}
 
 
 def reader_wg_pair_tune(lay: Layout, tune: dict[str, int] | None, next_n: int) -> dict[str, int] | None:

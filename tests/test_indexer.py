@@ -110,6 +110,20 @@ def test_shipped_reader_compiles_for_sm90a_without_spills(key, cache):
         assert "serialized" not in log, (tune, log)  # ptxas kept the wgmma asynchronous
 
 
+@pytest.mark.parametrize("key", sorted(INDEXER))
+def test_pair_cubin_compiles_within_its_planned_registers(key, cache):
+    # two MTP tokens per m64n128 group (what `kgen test` runs on the MTP cases): no spill, the wgmma kept
+    # asynchronous, ptxas within the registers the plan gives each thread (RL.READER_WG_*PAIR_REGISTERS)
+    spec = spec_of(key)
+    lay = L.compute(spec)
+    tune = RP.reader_wg_pair_tuning(lay)
+    assert RL.reader_wg_pairs(lay, tune)
+    k, log = compile_log(render_reader(spec, tune=tune), cache)
+    assert k is not None, log[-3000:]
+    planned = RL.READER_WG_TMA_PAIR_REGISTERS if RL.reader_wg_tma(lay, tune) else RL.READER_WG_PAIR_REGISTERS
+    assert k.spill_bytes == 0 and "serialized" not in log and k.registers <= planned, (k.registers, log[-2000:])
+
+
 @pytest.mark.parametrize("key", ["fp8", "bf16"])
 @pytest.mark.parametrize("ring", [(6, 1), (8, 2), (4, 2), (12, 3), (8, 4)])
 def test_tma_rings_compile_with_their_twins_agreeing(key, ring, cache):
@@ -399,12 +413,9 @@ def test_ring_by_launch_shape():
     assert RP.reader_wg_shape_tune(bf16, None, 1, 1, 4096, 132) is None
     assert rc.ring_tunes(spec_of("bf16"), CP) == [CP]
     assert rc.ring_tunes(spec_of("fp8"), CP) == [CP, {**CP, "kReaderWgStages": 2}]
-    # the TMA variant's cubins: the default, the evict-first L2 policy of launches the L2 cannot hold, and
-    # both for the pair cubin of MTP launches
+    # the TMA variant's cubins: the default, and the evict-first L2 policy of launches the L2 cannot hold
     for key in ("fp8", "bf16", "dsv32"):
-        pair = {"kReaderWgTmaStages": RP.READER_WG_PAIR_STAGES[spec_of(key).store.dtype], "kReaderWgPairs": 1}
-        assert rc.ring_tunes(spec_of(key), None) == [None, {"kReaderWgEvictFirst": 1}, pair,
-                                                     {**pair, "kReaderWgEvictFirst": 1}]
+        assert rc.ring_tunes(spec_of(key), None) == [None, {"kReaderWgEvictFirst": 1}]
     assert rc.ring_tunes(spec_of("fp4"), None) == [None]  # the mma.sync path: no ring
 
 
@@ -420,10 +431,9 @@ def test_evict_first_where_the_launch_overflows_the_l2():
     edge = l2 // 132  # keys whose bytes just fill the L2
     assert RP.reader_wg_shape_tune(fp8, None, 1, 1, edge, 132, l2) is None
     assert RP.reader_wg_shape_tune(fp8, None, 1, 1, edge + 1, 132, l2) == ef
-    # MTP: up to 4 tokens share a staging of the keys (the pair cubin), 5 tokens read them twice
-    pair = {"kReaderWgTmaStages": RP.READER_WG_PAIR_STAGES["fp8_e4m3"], "kReaderWgPairs": 1}
-    assert RP.reader_wg_shape_tune(fp8, None, 1, 4, edge, 132, l2) == pair
-    assert RP.reader_wg_shape_tune(fp8, None, 1, 5, edge, 132, l2) == {**pair, **ef}
+    # MTP: up to 4 tokens share a staging of the keys, 5 tokens read them twice
+    assert RP.reader_wg_shape_tune(fp8, None, 1, 4, edge, 132, l2) is None
+    assert RP.reader_wg_shape_tune(fp8, None, 1, 5, edge, 132, l2) == ef
     # bf16 keys are 256 B: 1 x 256K overflows
     assert RP.reader_wg_shape_tune(bf16, None, 1, 1, 262144, 132, l2) == ef
     # an unknown L2 (0), a tuning that fixes the policy, the cp.async variant: no rule
@@ -440,30 +450,37 @@ def test_evict_first_where_the_launch_overflows_the_l2():
 H200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0)  # 0: an L2 nobody reported (no L2 rule)
 
 
-def test_mtp_launches_run_the_pair_cubin():
+def test_pair_cubin_plan_and_its_shape_rule(monkeypatch):
     from kgen.reader_layout import runs_wgmma
 
     fp8, bf16, fp4 = (L.compute(spec_of(k)) for k in ("fp8", "bf16", "fp4"))
+    assert RP.READER_WG_PAIR_STAGES == {}  # measured slower: no launch shape loads it (reader_plan)
     for lay in (fp8, bf16):
-        pair = {"kReaderWgTmaStages": RP.READER_WG_PAIR_STAGES[lay.spec.store.dtype], "kReaderWgPairs": 1}
-        assert RP.reader_wg_shape_tune(lay, None, 32, 1, 65536, 132) is None  # next_n 1: the one-token cubin
-        for n in (2, 3, 4, 5):
-            assert RP.reader_wg_shape_tune(lay, None, 32, n, 65536, 132) == pair
+        pair = RP.reader_wg_pair_tuning(lay)
+        assert pair == {"kReaderWgTmaStages": RP.READER_WG_PAIR_RING[lay.spec.store.dtype], "kReaderWgPairs": 1}
         assert RL.reader_wg_pairs(lay, pair) and RL.reader_wg_tma(lay, pair) and not RL.reader_wg_pairs(lay)
         assert RL.reader_wg_tokens_per_cta(lay, RL.reader_wg_stages(lay, pair), tma=True) == 4
-        # the plan: one CTA per SM at the pair cubin's registers, its ring as many key bytes as two CTAs'
+        # one CTA per SM at the pair registers; its ring as many key bytes as the one-token cubin's two CTAs
         consumers = RL.reader_wg_consumers(lay, pair)
         assert RL.reader_wg_ctas_per_sm(lay, 1, RL.reader_wg_stages(lay, pair), True, consumers, True) == 1
         assert RL.reader_wg_tma_threads(consumers) * RL.READER_WG_TMA_PAIR_REGISTERS <= RL.READER_SM_REGISTERS
         stages = RL.reader_wg_stages(lay)
-        assert RP.READER_WG_PAIR_STAGES[lay.spec.store.dtype] == stages * RL.reader_wg_ctas_per_sm(
+        assert RP.READER_WG_PAIR_RING[lay.spec.store.dtype] == stages * RL.reader_wg_ctas_per_sm(
             lay, 1, stages, True, consumers)
         rv = render_reader(lay.spec, tune=pair).files[f"{lay.spec.name}/logits_config.cuh"]
         assert "kReaderWgPairs = 1;" in rv and "kReaderWgMinBlocks = 1;" in rv
-        # a tuning that fixes the pairs keeps them
+        # three consumer warpgroups do not fit one SM at the pair registers: no pairs there
+        assert not RL.reader_wg_pairs(lay, {**pair, "kReaderWgTmaStages": 12, "kReaderWgConsumers": 3})
+        # the shape rule, where a key dtype has a ring: MTP launches of the TMA variant load the pair cubin
+        monkeypatch.setitem(RP.READER_WG_PAIR_STAGES, lay.spec.store.dtype, 16 if lay is fp8 else 8)
+        assert RP.reader_wg_shape_tune(lay, None, 32, 1, 65536, 132) is None
+        for n in (2, 3, 4, 5):
+            assert RP.reader_wg_shape_tune(lay, None, 32, n, 65536, 132) == pair
         assert RP.reader_wg_shape_tune(lay, {"kReaderWgPairs": 0}, 32, 2, 65536, 132) == {"kReaderWgPairs": 0}
-    # the cp.async variants keep one token per group (their pair cubin would leave 2 CTAs per SM); a tuning
-    # may still ask for it, where a CTA holds two tokens
+        assert RP.reader_wg_shape_tune(lay, {"kReaderWgConsumers": 3, "kReaderWgTmaStages": 12}, 32, 2, 65536,
+                                       132) == {"kReaderWgConsumers": 3, "kReaderWgTmaStages": 12}
+        assert pair in rc.ring_tunes(lay.spec, None)
+    # the cp.async variants: a tuning may ask for pairs where a CTA holds two tokens (2 CTAs per SM)
     assert RP.reader_wg_shape_tune(fp8, CP, 128, 2, 65536, 132) == CP
     assert RP.reader_wg_shape_tune(fp4, None, 128, 2, 65536, 132) is None and runs_wgmma(spec_of("fp4"), "sm_90a")
     assert RL.reader_wg_pairs(fp4, {"kReaderWgPairs": 1}) and RL.reader_wg_pairs(fp8, {**CP, "kReaderWgPairs": 1})
