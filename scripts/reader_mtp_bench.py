@@ -1,5 +1,6 @@
-"""The reader's MTP cost on the GPU: next_n 1, 2, 4 on the same keys, the pair cubin (two tokens per
-m64n128 wgmma group, what a next_n >= 2 launch loads) beside the one-token cubin (kReaderWgPairs 0) and,
+"""The reader's MTP cost on the GPU: next_n 1, 2, 4 on the same keys, the shipped cubin beside the pair cubin
+(two tokens per m64n128 wgmma group, kgen.reader_plan.reader_wg_pair_tuning), the one-token cubin on the
+pair cubin's ring (kReaderWgPairs 0: which part of a difference is the ring, which the m64n128 groups) and,
 where it reads the layout and next_n, DeepGEMM's fp8_paged_mqa_logits, all in one process on the same
 tensors (cold: L2 flushed before each call; graph: replays), each shape's launches timed in order and in
 reverse order (order effects cancel).
@@ -23,8 +24,6 @@ from kgen.validate import validate_paths
 
 SHAPES = [(32, 65536, "equal", n) for n in (1, 2, 4)] + [(128, 16384, "uniform", n) for n in (1, 2, 4)] + [
     (1, 65536, "equal", n) for n in (1, 2)]
-# the one-token cubin (the launch before the pair cubin), and its 1-CTA-per-SM ring without pairs (which
-# part of a difference is the ring, which the m64n128 groups)
 ONE_TOKEN = {"kReaderWgPairs": 0}
 
 
@@ -61,8 +60,8 @@ def main() -> None:
             logits: dict = {}
             tunes = {"shipped": None}
             if n > 1:
-                tunes["one_token"] = ONE_TOKEN
-                ring = RP.READER_WG_PAIR_STAGES.get(spec.store.dtype)
+                tunes["pairs"] = RP.reader_wg_pair_tuning(lay)
+                ring = RP.READER_WG_PAIR_RING.get(spec.store.dtype)
                 if ring and os.environ.get("MTP_CONTROL", "1") == "1" and b * k >= 32 * 65536:
                     tunes["one_token_ring"] = {**ONE_TOKEN, "kReaderWgTmaStages": ring}
             for name, tune in tunes.items():
