@@ -58,7 +58,7 @@ from .reader_layout import (
 )
 from .reader_plan import launch_of, launch_tma, launch_wgmma, ring_tunes
 from .spec import Spec
-from .topk_plan import TOPK_SHARED_BYTES, topk_grid
+from .topk_plan import topk_grid, topk_shared_bytes
 
 ALIGNMENT = 16  # every tensor's data pointer: the kernel's widest vector load/store
 
@@ -245,6 +245,9 @@ class KernelAbi:
     tunings: Callable[[Spec], list[dict[str, int] | None]] = lambda s: [None]
     writes: str = ""  # the tensor argument the kernel writes in place (its version is bumped), if any
     output: str = ""  # the tensor argument the op allocates and returns, if any
+    # launched with the cluster dimension (grid.x, 1, 1) (thread-block clusters, sm_90+): a CTA's rank in its
+    # cluster is blockIdx.x (kgen.launcher, kgen/fastop.cpp set the attribute from the grid of each launch)
+    cluster_x: bool = False
 
     # ---- names -------------------------------------------------------------------------------
 
@@ -686,8 +689,9 @@ INDEXER_TOPK = KernelAbi(
         Scalar("max_seq_len", "int32", lambda d, lay: d["max_seq_len"], "logits columns", source="logits"),
         Scalar("k", "int32", lambda d, lay: d["K"], "keys selected per row", source="indices"),
     ),
-    grid=lambda a: topk_grid(int(a.dims["rows"])),
-    shared_bytes=lambda a: TOPK_SHARED_BYTES,
+    grid=lambda a: topk_grid(int(a.dims["rows"]), int(a.dims["max_seq_len"])),
+    shared_bytes=lambda a: topk_shared_bytes(int(a.dims["max_seq_len"])),
+    cluster_x=True,
 )
 
 KERNELS: dict[str, KernelAbi] = {a.kernel: a for a in (NORM_ROPE_STORE, INDEXER_LOGITS, INDEXER_TOPK)}

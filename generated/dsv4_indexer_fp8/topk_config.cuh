@@ -16,7 +16,12 @@ struct dsv4_indexer_fp8 : kgen_cfg::dsv4_indexer_fp8 {
   static constexpr long long kTopkCandidates = 6144;
   static constexpr long long kTopkBins = 4096;
   static constexpr long long kTopkUnroll = 2;
-  static constexpr long long kTopkSharedBytes = 65536;
+  static constexpr long long kTopkStateBytes = 256;
+  static constexpr long long kTopkSharedBytes = 65792;
+  static constexpr long long kTopkClusterBits = 11;
+  static constexpr long long kTopkClusterBins = 2048;
+  static constexpr long long kTopkSliceCap = 32768;
+  static constexpr long long kTopkClusterMax = 8;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
   // describes it (ABI version 1) and packs the same bytes for every launch.
