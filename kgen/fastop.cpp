@@ -71,6 +71,7 @@ struct LaunchConfig {
 static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute");
 static_assert(sizeof(LaunchConfig) == 56, "CUlaunchConfig");
 constexpr uint32_t kProgrammaticStreamSerialization = 6;
+constexpr uint32_t kClusterDimension = 4;  // value: clusterDim x, y, z (uint32 each)
 constexpr size_t kTensorMapBytes = 128;  // a CUtensorMap (kgen.abi.TENSOR_MAP_BYTES)
 constexpr size_t kMaxMapsPerShape = 64;  // source addresses kept per shape (kgen.tma.MEMO_MAX)
 
@@ -130,6 +131,7 @@ struct Variant {
   int num_syms = 0;
   size_t params_size = 0;
   int64_t alignment_mask = 15;
+  bool cluster_x = false;  // launched with the cluster dimension (grid x, 1, 1) (kgen.abi.KernelAbi.cluster_x)
   std::unordered_map<Key, Shape, KeyHash> shapes;
   std::array<Device, kMaxDevices> devices;
 };
@@ -279,18 +281,26 @@ bool try_fast(Op& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t n
   for (size_t i = 0; i < ntensors; ++i) {
     std::memcpy(params + v->tensors[i].offset, &pointers[i], sizeof(void*));
   }
-  LaunchAttribute attr{};
+  LaunchAttribute attrs[2]{};
   LaunchConfig config{};
   std::memcpy(config.grid, grid, sizeof config.grid);
   std::memcpy(config.block, device.block, sizeof config.block);
   config.shared_bytes = shared_bytes;
   config.stream = stream;
+  uint32_t num_attrs = 0;
+  if (v->cluster_x) {
+    const uint32_t dims[3] = {grid[0], 1, 1};
+    attrs[num_attrs].id = kClusterDimension;
+    std::memcpy(attrs[num_attrs++].value, dims, sizeof dims);
+  }
   if (device.pdl) {
-    attr.id = kProgrammaticStreamSerialization;
+    attrs[num_attrs].id = kProgrammaticStreamSerialization;
     const int one = 1;
-    std::memcpy(attr.value, &one, sizeof one);
-    config.attrs = &attr;
-    config.num_attrs = 1;
+    std::memcpy(attrs[num_attrs++].value, &one, sizeof one);
+  }
+  if (num_attrs) {
+    config.attrs = attrs;
+    config.num_attrs = num_attrs;
   }
   void* kernel_params[1] = {params};
   const int err = op.launch(&config, device.function, kernel_params, nullptr);
@@ -441,6 +451,12 @@ void* kgen_native_add_variant(void* op, const char* name, int num_tensors, const
   g_variants->push_back(std::move(v));
   o->variants[name] = raw;
   return raw;
+}
+
+// Every launch of the variant gets the cluster dimension (grid x, 1, 1) (kgen.abi.KernelAbi.cluster_x).
+void kgen_native_set_cluster(void* op, void* variant, int cluster_x) {
+  std::lock_guard<std::mutex> g(as_op(op)->mu);
+  as_variant(variant)->cluster_x = cluster_x != 0;
 }
 
 void kgen_native_set_device(void* op, void* variant, int device, void* function, void* context, uint32_t bx,

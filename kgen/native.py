@@ -15,7 +15,8 @@ cost more than the launch itself).
   KGEN_NATIVE=0, `install` returns None and says why (`status()`): the op keeps its Python CUDA
   kernel, correct and slower. Nothing is required at install time of kgen.
 * Feeding: `Native.add_variant` sends a variant's argument table (from kgen.abi's: the one
-  description; the op's result tensor and the int arguments that bind a size too), `set_device` the
+  description; the op's result tensor and the int arguments that bind a size too), `set_cluster` whether
+  its launches carry the cluster dimension (grid x, 1, 1), `set_device` the
   loaded CUfunction per device, `add_shape` each shape the checked path accepted (grid, shared memory,
   the cubin where it depends on the shape, the Params struct with its scalars packed), `add_map` a
   tensor map per source address. The C++ side declines anything else, and the call goes to the
@@ -135,6 +136,7 @@ class Native:
         lib.kgen_native_set_device.argtypes = [ptr, ptr, cint, ptr, ptr, u32, u32, u32, cint]
         lib.kgen_native_add_shape.argtypes = [ptr, ptr, i64p, cint, u32, u32, u32, u32, ctypes.c_char_p, ptr, ptr,
                                               u32, u32, u32, cint, cint]
+        lib.kgen_native_set_cluster.argtypes = [ptr, ptr, cint]
         lib.kgen_native_add_map.argtypes = [ptr, ptr, i64p, cint, ptr, ctypes.c_char_p]
         lib.kgen_native_forget.argtypes = [ptr]
         lib.kgen_native_counts.argtypes = [ptr, i64p]
@@ -176,6 +178,10 @@ class Native:
             params_size, alignment, len(ints), i32k(*(a for a, _ in ints)), i32k(*(k for _, k in ints)),
             int(keyed_by_device), map_offset, map_source)
         return h or None
+
+    def set_cluster(self, variant: int, cluster_x: bool) -> None:
+        """Launch the variant with the cluster dimension (grid x, 1, 1) (kgen.abi.KernelAbi.cluster_x)."""
+        self.lib.kgen_native_set_cluster(self.op, variant, int(cluster_x))
 
     def set_device(self, variant: int, device: int, function: int, context: int, block: tuple[int, int, int],
                    pdl: bool) -> None:
