@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# A device run of the top-k (from /work/main, the topk2 branch staged under .xfer/topk2:
-#   run(command="cd .xfer/topk2 && ln -sfn ../../.whl .whl && ln -sfn ../../.peers .peers &&
-#       bash bench/results/topk2-2026-12-03/run.sh [bench args]", carry=[".xfer/topk2", ".whl", ".peers"])):
+# A device run of the top-k (from /work/main, the topk2 branch staged under .xfer/topk2 with .peers/deepgemm as
+# .xfer/topk2/peers.tar.xz: the tree, .whl and .peers together pass the 64 MiB a run carries):
+#   run(command="cd .xfer/topk2 && bash bench/results/topk2-2026-12-03/run.sh [bench args]",
+#       carry=[".xfer/topk2", ".whl"])
 # the GPU tests of the top-k, the bench matrix with DeepGEMM (built on the device meanwhile), then ncu of the
 # top-k kernel at 1 x 64K and 1 x 256K keys, k = 512. T_PYTEST, T_BENCH, T_NCU bound the steps (seconds).
 cd "$(dirname "$0")/../../.."  # the worktree's root (under .xfer/topk2 of the lead's tree)
 ROOT=$(cd ../.. && pwd)
+PEERS=$ROOT/.peers
+if [ -f peers.tar.xz ]; then mkdir -p /tmp/peers && tar -xJf peers.tar.xz -C /tmp/peers && PEERS=/tmp/peers; fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $ROOT/.whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD KGEN_CACHE_DIR=/tmp/kcache PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s]"; }
-( bash $ROOT/.peers/deepgemm/build_on_device.sh > /tmp/dg_env.sh 2> $OUT/deepgemm_build.log ) &
+( bash $PEERS/deepgemm/build_on_device.sh > /tmp/dg_env.sh 2> $OUT/deepgemm_build.log ) &
 DG=$!
 timeout ${T_PYTEST:-60} python3 -m pytest tests/test_topk_gpu.py -q -x -p no:cacheprovider -rs > $OUT/pytest_topk_gpu.log 2>&1
 echo "pytest rc=$? $(el)"; tail -15 $OUT/pytest_topk_gpu.log | cut -c1-400
