@@ -670,7 +670,7 @@ INDEXER_LOGITS = KernelAbi(
 # the read side's top-k over the reader's logits (kgen.topk_plan: its launch; docs/reader.md, "Top-k")
 INDEXER_TOPK = KernelAbi(
     kernel="indexer_topk",
-    version=1,
+    version=2,  # 2: the grid (cluster, rows, 1) with the cluster dimension (grid.x, 1, 1)
     namespace="kgen_topk",
     exists=readable,
     output="indices",
