@@ -219,7 +219,7 @@ class Args:
     def pack(self, encode: Callable[[Any, MapGeometry], bytes] | None = None) -> bytes:
         return self.abi.pack(self.values(encode=encode))
 
-    def grid(self) -> tuple[int, int]:
+    def grid(self) -> tuple[Any, int]:
         return self.abi.grid(self)
 
 
@@ -233,7 +233,7 @@ class KernelAbi:
     kernel: str  # the kernel template's name in namespace kgen
     version: int  # bumped whenever a field changes: recorded with every cubin, checked on load
     fields: tuple[Field, ...]
-    grid: Callable[[Args], tuple[int, int]]  # (blocks, threads per block) of a launch
+    grid: Callable[[Args], tuple[Any, int]]  # (blocks: an int or (x, y, z), threads per block) of a launch
     namespace: str = "kgen_cfg"  # the C++ namespace of the config struct the kernel is instantiated with
     doc: str = ""
     # blocks may also be a (x, y, z) tuple; dynamic shared memory of a launch (bytes)
