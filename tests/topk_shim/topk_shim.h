@@ -58,3 +58,12 @@ inline int __shfl_down_sync(unsigned, int v, int o) {
   return static_cast<int>(kgen_cpu::exchange(static_cast<uint32_t>(v), lane + o < 32 ? lane + o : lane));
 }
 inline bool __any_sync(unsigned mask, bool take) { return __ballot_sync(mask, take) != 0; }
+inline unsigned __match_any_sync(unsigned, unsigned v) {  // one publication round, as __ballot_sync's
+  kgen_cpu::Warp* w = kgen_cpu::tl_warp;
+  w->slots[kgen_cpu::tl_thread.x & 31u] = v;
+  w->bar.arrive_and_wait();
+  unsigned r = 0;
+  for (int l = 0; l < 32; ++l) r |= (w->slots[l] == v ? 1u : 0u) << l;
+  w->bar.arrive_and_wait();
+  return r;
+}

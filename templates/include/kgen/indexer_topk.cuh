@@ -282,9 +282,14 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
     h = hists + (pass & 1) * kBins;
     clear<T>(h, 1 << bits);
     __syncthreads();  // the slice is loaded, every thread has read sh
-    for (int i = t; i < n; i += T) {
-      const uint32_t key = keys[i];
-      if (high(key, shift) == p) atomicAdd(&h[(key >> next) & mask], 1);
+    // a row's logits crowd into few digits (one exponent): the lanes of a warp with one digit add once
+    for (int base = 0; base < n; base += T) {
+      const int i = base + t;
+      const uint32_t key = i < n ? keys[i] : 0u;
+      const bool in = i < n && high(key, shift) == p;
+      const uint32_t d = in ? (key >> next) & mask : ~0u;
+      const unsigned same = __match_any_sync(kFullMask, d);
+      if (in && lane_id() == __ffs(same) - 1) atomicAdd(&h[d], __popc(same));
     }
     cluster::sync();  // every CTA's histogram is complete
     for (int b = t; b < (1 << bits); b += T) {
