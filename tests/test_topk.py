@@ -240,6 +240,19 @@ def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, 
     assert got[short, :n].tolist() == list(range(n)) and (got[short, n:] == -1).all()
 
 
+def test_a_row_too_long_for_its_slices_runs_on_rank_0_alone(emulator):
+    from topk_emulate import launch
+
+    from kgen import topk_plan as TP
+
+    spec, exe, work = emulator
+    width = 2 * TP.TOPK_SLICE_CAP + 8  # two CTAs would each need more than TOPK_SLICE_CAP keys
+    x = torch.randn(1, width, generator=torch.Generator().manual_seed(5))
+    lens = torch.tensor([width], dtype=torch.int32)
+    got = launch(spec, exe, work, x, lens, 512, cluster=2)
+    assert score.same_sets(got, score.topk_reference(x, lens, 1, 512)) == []
+
+
 def test_recall_measures_each_selection_stage():
     from kgen import recall
 
