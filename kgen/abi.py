@@ -245,8 +245,8 @@ class KernelAbi:
     tunings: Callable[[Spec], list[dict[str, int] | None]] = lambda s: [None]
     writes: str = ""  # the tensor argument the kernel writes in place (its version is bumped), if any
     output: str = ""  # the tensor argument the op allocates and returns, if any
-    # launched with the cluster dimension (grid.x, 1, 1) (thread-block clusters, sm_90+): a CTA's rank in its
-    # cluster is blockIdx.x (kgen.launcher, kgen/fastop.cpp set the attribute from the grid of each launch)
+    # launched with the cluster dimension (grid.x, 1, 1) where grid.x > 1 (thread-block clusters, sm_90+): a
+    # CTA's rank in its cluster is blockIdx.x (kgen.launcher, kgen/fastop.cpp set it from each launch's grid)
     cluster_x: bool = False
 
     # ---- names -------------------------------------------------------------------------------

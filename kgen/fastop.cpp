@@ -132,7 +132,7 @@ struct Variant {
   int num_syms = 0;
   size_t params_size = 0;
   int64_t alignment_mask = 15;
-  bool cluster_x = false;  // launched with the cluster dimension (grid x, 1, 1) (kgen.abi.KernelAbi.cluster_x)
+  bool cluster_x = false;  // grid x > 1: the cluster dimension (grid x, 1, 1) (kgen.abi.KernelAbi.cluster_x)
   std::unordered_map<Key, Shape, KeyHash> shapes;
   std::array<Device, kMaxDevices> devices;
 };
@@ -289,15 +289,15 @@ bool try_fast(Op& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t n
   config.shared_bytes = shared_bytes;
   config.stream = stream;
   uint32_t num_attrs = 0;
-  if (v->cluster_x) {
-    const uint32_t dims[3] = {grid[0], 1, 1};
-    attrs[num_attrs].id = kClusterDimension;
-    std::memcpy(attrs[num_attrs++].value, dims, sizeof dims);
-  }
   if (device.pdl) {
     attrs[num_attrs].id = kProgrammaticStreamSerialization;
     const int one = 1;
     std::memcpy(attrs[num_attrs++].value, &one, sizeof one);
+  }
+  if (v->cluster_x && grid[0] > 1) {  // grid x = 1: a plain launch (one CTA per row)
+    const uint32_t dims[3] = {grid[0], 1, 1};
+    attrs[num_attrs].id = kClusterDimension;
+    std::memcpy(attrs[num_attrs++].value, dims, sizeof dims);
   }
   if (num_attrs) {
     config.attrs = attrs;
@@ -554,7 +554,7 @@ void* kgen_native_add_variant(void* op, const char* name, int num_tensors, const
   return raw;
 }
 
-// Every launch of the variant gets the cluster dimension (grid x, 1, 1) (kgen.abi.KernelAbi.cluster_x).
+// The variant's launches with grid x > 1 get the cluster dimension (grid x, 1, 1) (KernelAbi.cluster_x).
 void kgen_native_set_cluster(void* op, void* variant, int cluster_x) {
   std::lock_guard<std::mutex> g(as_op(op)->mu);
   as_variant(variant)->cluster_x = cluster_x != 0;

@@ -64,11 +64,12 @@ class LaunchError(KgenError):
 class PreparedLaunch:
     """A kernel's launch buffer, one ctypes buffer that lives as long as this object:
     [CUlaunchConfig][Params struct][launch attribute][kernelParams: one pointer, to the struct], or with
-    `cluster` [CUlaunchConfig][cluster attribute][PDL attribute][Params struct][kernelParams].
+    `cluster` [CUlaunchConfig][PDL attribute, with pdl][cluster attribute][Params struct][kernelParams].
 
     `params_format` is the struct-module format of the kernel's by-value Params struct (kgen.abi's
-    `KernelAbi.struct_format`: the one description of its layout). `cluster`: every launch has the cluster
-    dimension (grid.x, 1, 1) (kgen.abi.KernelAbi.cluster_x), written by the same pack as the grid."""
+    `KernelAbi.struct_format`: the one description of its layout). `cluster`: a launch with grid.x > 1 has the
+    cluster dimension (grid.x, 1, 1) (kgen.abi.KernelAbi.cluster_x), written by the same pack as the grid; one
+    with grid.x = 1 none (a plain launch: the kernel's one-CTA rows)."""
 
     def __init__(self, params_format: str, block: int, *, pdl: bool = False, cluster: bool = False):
         self.block, self.pdl, self.cluster = int(block), bool(pdl), bool(cluster)
@@ -80,7 +81,7 @@ class PreparedLaunch:
             num_attrs = 1 + int(pdl)
             params_at = attr_at + num_attrs * _ATTR.size  # 128 or 200: multiples of 8
             ptrs_at = params_at + -(-params.size // 8) * 8
-            head = _CLUSTER_ATTR + ("I4xi60x" if pdl else "")
+            head = ("I4xi60x" if pdl else "") + _CLUSTER_ATTR
             self._head = ((CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 1) if pdl else ())
         else:
             params_at = _CONFIG.size  # 56: a multiple of 8, so the struct keeps its alignment
@@ -106,14 +107,16 @@ class PreparedLaunch:
     def pack(self, grid: tuple[int, int, int], shared: int, stream: int, *values) -> None:
         """Write one launch's grid, dynamic shared bytes, stream and struct field values into the buffer."""
         if self.cluster:
-            self._pack(self.buffer, 0, *grid, *self._static, shared, stream, *self._attrs,
-                       CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, grid[0], 1, 1, *self._head, *values)
+            n = self.pdl + (grid[0] > 1)
+            self._pack(self.buffer, 0, *grid, *self._static, shared, stream, self._attrs[0] if n else 0, n,
+                       *self._head, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, grid[0], 1, 1, *values)
         else:
             self._pack(self.buffer, 0, *grid, *self._static, shared, stream, *self._attrs, *values)
 
     def attributes(self) -> list[tuple[int, bytes]]:
-        """The packed launch attributes as (id, value bytes) (tests)."""
-        at, n = self._attrs
+        """The launch attributes as the last pack left them, (id, value bytes) each (tests)."""
+        fields = self.config_fields()
+        at, n = fields[8], fields[9]
         return [_ATTR.unpack_from(self.buffer, at - self.config_address + i * _ATTR.size) for i in range(n)]
 
     def config_fields(self) -> tuple:
@@ -288,12 +291,13 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
         pack_into, buf, (block, _, _), (attrs_at, num_attrs) = (launch._pack, launch.buffer, launch._static,
                                                                  launch._attrs)
         if launch.cluster:
-            head = launch._head
+            head, pdl_n = launch._head, int(launch.pdl)
 
             def run_cluster(grid: tuple[int, int, int], shared: int, stream: int, *values) -> None:
+                n = pdl_n + (grid[0] > 1)
                 with lock:
-                    pack_into(buf, 0, *grid, block, 1, 1, shared, stream, attrs_at, num_attrs,
-                              CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, grid[0], 1, 1, *head, *values)
+                    pack_into(buf, 0, *grid, block, 1, 1, shared, stream, attrs_at if n else 0, n, *head,
+                              CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, grid[0], 1, 1, *values)
                     err = call(cfg, fn, params, None)
                 if err:
                     if err == CUDA_ERROR_INVALID_CONTEXT:
@@ -330,11 +334,10 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
     cfg_obj.blockDimX = launch.block
     attrs = []
     cluster_attr = None
-    if launch.cluster:  # clusterDim.x = grid.x per call
+    if launch.cluster:  # clusterDim.x = grid.x per call, where grid.x > 1
         cluster_attr = drv.CUlaunchAttribute()
         cluster_attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         cluster_attr.value.clusterDim.y = cluster_attr.value.clusterDim.z = 1
-        attrs.append(cluster_attr)
     if launch.pdl:
         a = drv.CUlaunchAttribute()
         a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
@@ -353,7 +356,8 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
             cfg_obj.sharedMemBytes = shared
             if cluster_attr is not None:
                 cluster_attr.value.clusterDim.x = grid[0]
-                cfg_obj.attrs = attrs
+                now = attrs + [cluster_attr] if grid[0] > 1 else attrs
+                cfg_obj.attrs, cfg_obj.numAttrs = now, len(now)
             err = cu_launch_ex(cfg_obj, cu_fn, params, 0)[0]
         if int(err) == CUDA_ERROR_INVALID_CONTEXT:
             kernel.make_current()

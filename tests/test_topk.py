@@ -190,7 +190,6 @@ def test_the_plan_splits_long_rows_over_a_cluster():
 
 @pytest.mark.parametrize("pdl", [False, True])
 def test_a_cluster_launch_packs_its_cluster_dimension_per_call(pdl):
-    import ctypes
     import struct
 
     from kgen import launcher
@@ -199,19 +198,22 @@ def test_a_cluster_launch_packs_its_cluster_dimension_per_call(pdl):
     buf = launcher.PreparedLaunch(fmt, 1024, pdl=pdl, cluster=True)
     values = tuple(range(1, 1 + len(struct.Struct(fmt).unpack(bytes(struct.calcsize(fmt))))))
     buf.pack((8, 6, 1), 70000, 0x1234, *values)
-    grid_block, shared, stream, attrs, n = buf.config_fields()[:6], *buf.config_fields()[6:]
-    assert grid_block == (8, 6, 1, 1024, 1, 1) and (shared, stream, n) == (70000, 0x1234, 1 + pdl)
+    fields = buf.config_fields()
+    assert fields[:6] == (8, 6, 1, 1024, 1, 1) and fields[6:8] == (70000, 0x1234) and fields[9] == 1 + pdl
+    assert fields[8] == buf.config_address + 56  # the attributes follow the config
     got = buf.attributes()
-    assert got[0][0] == launcher.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION and struct.unpack_from("<III", got[0][1]) == (
-        8, 1, 1)
     if pdl:
-        assert got[1][0] == launcher.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        assert struct.unpack_from("<i", got[1][1]) == (1,)
+        assert got[0][0] == launcher.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        assert struct.unpack_from("<i", got[0][1]) == (1,)
+    assert got[-1][0] == launcher.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    assert struct.unpack_from("<III", got[-1][1]) == (8, 1, 1)
     assert buf.param_bytes() == struct.pack(fmt, *values)
     assert buf.kernel_params() == (buf.config_address + buf._params_at,)
-    assert attrs == buf.config_address + ctypes.sizeof(ctypes.c_char) * 56
     buf.pack((2, 3, 1), 0, 0, *values)  # another shape: the cluster follows the grid
-    assert struct.unpack_from("<III", buf.attributes()[0][1]) == (2, 1, 1)
+    assert struct.unpack_from("<III", buf.attributes()[-1][1]) == (2, 1, 1)
+    buf.pack((1, 3, 1), 0, 0, *values)  # one CTA per row: no cluster attribute (PDL kept)
+    assert buf.config_fields()[9] == int(pdl) and buf.param_bytes() == struct.pack(fmt, *values)
+    assert (buf.config_fields()[8] != 0) == pdl
 
 
 @pytest.mark.parametrize("cluster, kind, next_n, k", [
