@@ -35,7 +35,10 @@ _namespaces = itertools.count()
 
 
 class Chained:
-    def __init__(self):
+    """The chain on test ops' CPU keys; `entry_points` (launch, stream, context addresses) replace the recording
+    stubs (bench/results/topk2-2026-12-03/host_cpu_chain.py: C stubs, for timing)."""
+
+    def __init__(self, entry_points: list[int] | None = None):
         self.spec = resolve_spec(FP8)
         self.reader = kernel_op(FP8, "indexer_logits", int_args=READER_INT_ARGS)
         self.select = kernel_op(FP8, "indexer_topk", int_args=T.INT_ARGS, op_name=T.SELECT)
@@ -69,7 +72,7 @@ class Chained:
         self.lib.impl("logits_checked", self._logits_checked, "CPU")
         self.lib.impl("select_checked", self._select_checked, "CPU")
         self.lib.impl("chain_checked", self._chain_checked, "CPU")
-        ptrs = [ctypes.cast(f, ctypes.c_void_p).value for f in self._keep]
+        ptrs = entry_points or [ctypes.cast(f, ctypes.c_void_p).value for f in self._keep]
         try:
             self.n_reader = native.install_for_tests(ns, "logits", "logits_checked", "CPU", *ptrs)
             self.n_select = native.install_for_tests(ns, "select", "select_checked", "CPU", *ptrs)
