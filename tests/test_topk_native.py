@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 from kgen import native  # noqa: E402
 from kgen import reader_check as RC  # noqa: E402
+from kgen.abi import ArgumentError  # noqa: E402
 from kgen.ops import topk as T  # noqa: E402
 from kgen.ops.reader import INDEXER_LOGITS_SCHEMA  # noqa: E402
 from kgen.ops.reader import INT_ARGS as READER_INT_ARGS  # noqa: E402
@@ -157,7 +158,7 @@ def test_one_call_launches_the_reader_then_the_top_k(chained, case):
 def test_a_bad_k_launches_nothing(chained, case):
     chained.op(FP8, *case, 512)
     before, twins = len(chained.launches), chained.twin_calls["chain"]
-    with pytest.raises(Exception, match=r"k: expected an int in \[1, 65536\], got 0"):
+    with pytest.raises(ArgumentError, match=r"^k: expected an int in \[1, 65536\], got 0$"):
         chained.op(FP8, *case, 0)
     assert len(chained.launches) == before and chained.twin_calls["chain"] == twins + 1
 
