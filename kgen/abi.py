@@ -667,6 +667,15 @@ INDEXER_LOGITS = KernelAbi(
     prefers_shared=launch_wgmma,
 )
 
+def _topk_sms(a) -> int | None:
+    """The SMs a top-k launch's clusters must fit (None: arguments checked for no GPU, no such limit)."""
+    return a.device.sm_count if a.device is not None else None
+
+
+def _topk_launch_cluster(a) -> int:
+    return topk_grid(int(a.dims["rows"]), int(a.dims["max_seq_len"]), sm_count=_topk_sms(a))[0][0]
+
+
 # the read side's top-k over the reader's logits (kgen.topk_plan: its launch; docs/reader.md, "Top-k")
 INDEXER_TOPK = KernelAbi(
     kernel="indexer_topk",
@@ -689,8 +698,8 @@ INDEXER_TOPK = KernelAbi(
         Scalar("max_seq_len", "int32", lambda d, lay: d["max_seq_len"], "logits columns", source="logits"),
         Scalar("k", "int32", lambda d, lay: d["K"], "keys selected per row", source="indices"),
     ),
-    grid=lambda a: topk_grid(int(a.dims["rows"]), int(a.dims["max_seq_len"])),
-    shared_bytes=lambda a: topk_shared_bytes(int(a.dims["max_seq_len"])),
+    grid=lambda a: topk_grid(int(a.dims["rows"]), int(a.dims["max_seq_len"]), sm_count=_topk_sms(a)),
+    shared_bytes=lambda a: topk_shared_bytes(int(a.dims["max_seq_len"]), _topk_launch_cluster(a)),
     cluster_x=True,
 )
 

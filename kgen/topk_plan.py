@@ -69,13 +69,19 @@ def topk_slice(max_seq_len: int, cluster: int) -> int:
     return -(-per // 4) * 4
 
 
-def topk_cluster(max_seq_len: int) -> int:
+def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None) -> int:
     """CTAs per row: the smallest power of two giving each at most TOPK_SLICE_KEYS keys, at most TOPK_CLUSTER_MAX;
-    1 (the one-CTA path) for rows of at most TOPK_SLICE_KEYS keys or too long for the cluster's slices."""
+    1 (the one-CTA path) for rows of at most TOPK_SLICE_KEYS keys or too long for the cluster's slices, and where
+    the rows' clusters would not all run at once on the device's `sm_count` SMs (one 1024-thread CTA per SM): a
+    CTA of the cluster path scores its slice more slowly than the one-CTA path scores as many keys, so a cluster
+    pays only where it brings idle SMs in (H200, 64K keys: 8 rows 23.1 us on clusters of 8 against 31.4 on one
+    CTA each; 32 rows, two waves of clusters, 55.9 against 32.6; bench/results/topk2-2026-12-03/run1)."""
     cluster = 1
     while cluster < TOPK_CLUSTER_MAX and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
         cluster *= 2
     if cluster > 1 and topk_slice(max_seq_len, cluster) > TOPK_SLICE_CAP:
+        return 1
+    if sm_count is not None and int(rows) * cluster > int(sm_count):
         return 1
     return cluster
 
@@ -91,10 +97,12 @@ def topk_shared_bytes(max_seq_len: int, cluster: int | None = None) -> int:
     return max(TOPK_SHARED_BYTES, sliced)
 
 
-def topk_grid(rows: int, max_seq_len: int = 0, cluster: int | None = None) -> tuple[tuple[int, int, int], int]:
+def topk_grid(rows: int, max_seq_len: int = 0, cluster: int | None = None,
+              sm_count: int | None = None) -> tuple[tuple[int, int, int], int]:
     """((cluster, y, z) blocks, threads per block) of a launch over `rows` query rows: row = y + gridDim.y * z,
-    `cluster` CTAs per row (default: topk_cluster(max_seq_len)); the launch's cluster dimension is (grid.x, 1, 1)."""
-    cluster = topk_cluster(max_seq_len) if cluster is None else int(cluster)
+    `cluster` CTAs per row (default: topk_cluster(max_seq_len, rows, sm_count)); the launch's cluster dimension is
+    (grid.x, 1, 1)."""
+    cluster = topk_cluster(max_seq_len, rows, sm_count) if cluster is None else int(cluster)
     rows = int(rows)
     y = min(rows, TOPK_MAX_GRID_Y)
     z = -(-rows // y) if y else 0

@@ -181,11 +181,32 @@ def test_the_plan_splits_long_rows_over_a_cluster():
                                                                                                8, 8]
     assert TP.topk_cluster(8 * TP.TOPK_SLICE_CAP + 1) == 1  # no slice would fit: the one-CTA path reads global
     assert TP.topk_grid(6, 65536) == ((8, 6, 1), TP.TOPK_THREADS)
+    # on a device, clusters only where every row's cluster runs at once (one CTA per SM): 16 rows of 8 CTAs fit
+    # 132 SMs, 17 do not (then every row takes the one-CTA path)
+    assert TP.topk_grid(16, 65536, sm_count=132) == ((8, 16, 1), TP.TOPK_THREADS)
+    assert TP.topk_grid(17, 65536, sm_count=132) == ((1, 17, 1), TP.TOPK_THREADS)
+    assert TP.topk_cluster(16384, rows=66, sm_count=132) == 2 and TP.topk_cluster(16384, rows=67, sm_count=132) == 1
+    assert TP.topk_shared_bytes(262144, 1) == TP.TOPK_SHARED_BYTES  # the one-CTA path asks for its own
     assert TP.topk_grid(70000, 4096) == ((1, 65535, 2), TP.TOPK_THREADS)  # row = y + 65535 z
     assert TP.topk_shared_bytes(4096) == TP.TOPK_SHARED_BYTES
     big = TP.TOPK_STATE_BYTES + 12 * TP.TOPK_CLUSTER_BINS + 4 * 32768
     assert TP.topk_shared_bytes(262144) == big and big <= 227 * 1024  # sm_90's opt-in limit per block
     assert INDEXER_TOPK.cluster_x
+
+
+def test_the_launch_takes_the_devices_sm_count():
+    from types import SimpleNamespace
+
+    from kgen import topk_plan as TP
+    from kgen.arch import DeviceFacts
+
+    h200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0)
+    for rows, cluster in ((8, 8), (64, 1)):
+        a = SimpleNamespace(dims={"rows": rows, "max_seq_len": 262144}, device=h200)
+        assert INDEXER_TOPK.grid(a)[0] == (cluster, rows, 1)
+        assert INDEXER_TOPK.shared_bytes(a) == TP.topk_shared_bytes(262144, cluster)
+    unplaced = SimpleNamespace(dims={"rows": 64, "max_seq_len": 262144}, device=None)  # checked for no GPU
+    assert INDEXER_TOPK.grid(unplaced)[0] == (8, 64, 1)
 
 
 @pytest.mark.parametrize("pdl", [False, True])
