@@ -160,12 +160,19 @@ def test_bench_entry_with_the_peer_absent():
     assert state.record()["present"] is False and "what" in state.record()
 
 
+def test_no_build_without_a_variant_it_writes():
+    v = _variants()
+    state = bench.PeerState(specs=[v["dsv4_latent_bf16"]])
+    assert state.peer is None and state.why == "no variant here is one SGLang's indexer store writes"
+
+
 def test_ratios_name_the_peer():
     entry = {"kgen": {"cold": {"ms": 0.01, "fraction_of_copy": 0.5}, "graph": {"ms": 0.005}},
              "peer": {"speed_cold": 1.25, "speed_graph": 0.9}}
     r = bench.ratios(entry)
     assert r["cold_speed_vs_peer"] == 1.25 and r["graph_speed_vs_peer"] == 0.9
     assert "cold_speed_vs_peer" not in bench.ratios({"kgen": entry["kgen"], "peer": {"absent": "x"}})
+    assert bench._peer_cell(r) == "1.25/0.90" and bench._peer_cell({}) == "-"
 
 
 def test_bench_plan_inputs_emit_where_sglang_does(monkeypatch):
