@@ -12,7 +12,10 @@ Measured in one process, written to one JSON file (atomically):
               as a loop of calls instead);
   * peak extra device memory around one call (torch.cuda.max_memory_allocated delta): ~0 for kgen;
   * per N, a device copy of the same number of bytes timed the same two ways, and at small N the
-    launch-bound floor: an empty kernel with the same grid.
+    launch-bound floor: an empty kernel with the same grid;
+  * the peer (`peer`, PEER_WHAT): SGLang's store kernel for the variants it writes (kgen.peer_sglang), on
+    the same tensors, timed A-B-B-A beside kgen's launch, both caches' bytes compared after one call
+    each; `peer: {name, absent: why}` where it cannot run (no kit, no nvcc, no GPU, another variant).
 
 Byte model (BYTE_MODEL), per token: the input row (head_dim x input bytes), the freqs row
 (rope_dim x 4 B) and the position (8 B) when there is RoPE, the out_loc entry (8 B) are read; the
@@ -38,7 +41,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import launcher
+from . import launcher, peer_sglang
 from .diagnostics import KgenError
 from .diagnostics import err as _say
 from .files import write_atomic
@@ -179,6 +182,8 @@ def bench_inputs(spec: Spec, n: int, seed: int, positions: str = "random", devic
         else:
             start = int(torch.randint(0, max(1, FREQS_ROWS - n), (1,), generator=g, device=device))
             pos = torch.arange(start, start + n, device=device, dtype=torch.int64)
+        if spec.positions.source == "decode_plan":  # SGLang's decode step: a key where (pos + R) % R == 0
+            pos = peer_sglang.peer_plan(torch, pos, spec.positions.compress_ratio)
     pages = max(1, -(-n // lay.page_size))
     out_loc = torch.randperm(lay.slots(pages), generator=g, device=device)[:n].to(torch.int64)
     cache = torch.zeros(pages, lay.page_bytes, dtype=torch.uint8, device=device)
@@ -193,8 +198,85 @@ class CompileState:
         self.broken: dict[str, str] = {}
 
 
+PEER_WHAT = ("SGLang's fused_norm_rope_indexer / _fp4 (kgen.peer_sglang), launched as SGLang's host code does, on "
+             "the same x, weight, freqs table, out_loc and positions as kgen (a positions array becomes DecodePlan "
+             "rows seq_len = position + 1, compress_ratio 1: the same rows, every token written; a decode-plan "
+             "variant's plan is passed as is) into a cache of the same bytes. cold / graph timed A-B-B-A with "
+             "kgen's launch (speed = peer time / kgen time, > 1: kgen faster); bytes_differing after one call of "
+             "each into zeroed caches (kgen's exact rounding vs SGLang's rsqrtf and contracted multiplies)")
+
+
+class PeerState:
+    """SGLang's store kernel, loaded once per run, or why it is absent."""
+
+    def __init__(self, enabled: bool = True, specs: list[Spec] | None = None):
+        self.peer: peer_sglang.Peer | None = None
+        self.why: str | None = "disabled (KGEN_BENCH_PEER=0)"
+        if not enabled:
+            return
+        if specs is not None and not any(peer_sglang.kernel_for(s)[0] for s in specs):
+            self.why = "no variant here is one SGLang's indexer store writes"  # nothing to build it for
+            return
+        try:
+            self.peer, self.why = peer_sglang.Peer.load(), None
+        except peer_sglang.PeerAbsent as e:
+            self.why = str(e)
+        except Exception as e:  # noqa: BLE001 - a peer that fails to load is recorded, never fatal
+            self.why = f"{type(e).__name__}: {e}"[:500]
+
+    def record(self) -> dict:
+        return {"name": peer_sglang.NAME, "present": self.peer is not None, "why": self.why, "what": PEER_WHAT,
+                "kit": str(peer_sglang.kit_dir()), "sglang": peer_sglang.SGLANG_VERSION}
+
+
+def _abba(timer: Timer, how: str, a, b, **kw) -> tuple[dict, dict]:
+    """A, B, B, A with `timer.<how>`: each side's mean of its two medians (order effects cancel)."""
+    m = getattr(timer, how)
+    a1, b1, b2, a2 = m(a, **kw), m(b, **kw), m(b, **kw), m(a, **kw)
+
+    def pair(x, y):
+        return {"ms": (x["ms"] + y["ms"]) / 2, "orders_ms": [x["ms"], y["ms"]], "reps": x["reps"]}
+
+    return pair(a1, a2), pair(b1, b2)
+
+
+def peer_case(torch, timer: Timer, spec: Spec, args: tuple, run, bm: dict, copy_gbps: float | None,
+              state: PeerState | None) -> dict:
+    """SGLang's kernel beside kgen's `run` on `args` (bench_inputs), or {name, absent: why}."""
+    from . import ops
+
+    kind, why = peer_sglang.kernel_for(spec)
+    if kind is None or state is None or state.peer is None:
+        return {"name": peer_sglang.NAME, "absent": why or (state.why if state else "not asked")}
+    x, w, _b, f, p, loc, cache = args
+    if spec.positions.source == "decode_plan":
+        plan, ratio = p, spec.positions.compress_ratio
+    else:
+        plan, ratio = peer_sglang.peer_plan(torch, p, 1), 1
+    theirs = torch.zeros_like(cache)
+
+    def peer():
+        state.peer.store(kind, x, plan, w, spec.norm.eps, f, loc, theirs, ratio)
+
+    mine = torch.zeros_like(cache)
+    ops.norm_rope_store(spec, x, w, _b, f, p, loc, mine)
+    peer()
+    torch.cuda.synchronize()
+    differing = int((mine != theirs).sum())
+    del mine
+    kc, pc = _abba(timer, "cold", run, peer)
+    kg, pg = _abba(timer, "warm", run, peer, launches=graph_calls(bm["total"]))
+    out = {"name": peer_sglang.NAME, "kernel": kind, "compress_ratio": ratio,
+           "cold_us": pc["ms"] * 1e3, "graph_us": pg["ms"] * 1e3,
+           "kgen_cold_us": kc["ms"] * 1e3, "kgen_graph_us": kg["ms"] * 1e3,
+           "speed_cold": pc["ms"] / kc["ms"], "speed_graph": pg["ms"] / kg["ms"],
+           "cold": _with_bw(pc, bm["total"], copy_gbps), "graph": _with_bw(pg, bm["total"], copy_gbps),
+           "bytes_compared": cache.numel(), "bytes_differing": differing, "bytes_equal": differing == 0}
+    return out
+
+
 def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate: CompileState,
-               seed: int, positions: str = "random") -> dict:
+               seed: int, positions: str = "random", peer: PeerState | None = None) -> dict:
     from . import ops, reference
 
     lay = compute(spec)
@@ -221,6 +303,12 @@ def bench_case(torch, timer: Timer, spec: Spec, n: int, copy_gbps: float, cstate
         k["cold_op"] = _with_bw(timer.cold(lambda: torch.ops.kgen.norm_rope_store(name, *args)), bm["total"],
                                 copy_gbps)
     entry["kgen"] = k
+
+    # the peer: SGLang's kernel on the same tensors, A-B-B-A with kgen's launch
+    try:
+        entry["peer"] = peer_case(torch, timer, spec, args, run, bm, copy_gbps, peer)
+    except Exception as ex:  # noqa: BLE001 - recorded, never fatal
+        entry["peer"] = {"name": peer_sglang.NAME, "error": f"{type(ex).__name__}: {ex}"[:500]}
 
     # torch eager (own cache: the reference writes the same bytes)
     x, w, b, f, p, loc, cache = args
@@ -296,6 +384,8 @@ def ratios(entry: dict) -> dict:
         if not kt:
             continue
         r[f"{mode}_fraction_of_copy"] = k[mode].get("fraction_of_copy")
+        if entry.get("peer", {}).get(f"speed_{mode}"):
+            r[f"{mode}_speed_vs_peer"] = entry["peer"][f"speed_{mode}"]
         for other in ("eager", "compile"):
             ot = entry.get(other, {}).get(mode, {}).get("ms")
             if ot:
@@ -397,12 +487,15 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     copy_gbps = data["copy"]["gbps"]
     _say(f"kgen bench: copy {copy_gbps:.0f} GB/s (read + write)")
     cstate = CompileState(use_compile, compile_budget_s)
+    peer = PeerState(os.environ.get("KGEN_BENCH_PEER", "1") not in ("0", "false", "no", ""), specs)
+    data["peer"] = peer.record()
+    _say(f"kgen bench: peer {peer_sglang.NAME}: " + ("present" if peer.peer else f"absent: {peer.why}"))
     budget = float(os.environ.get("KGEN_BENCH_BUDGET_S", "0") or 0)  # 0 = no limit
     started = time.perf_counter()
     failed = bool(errors)
     try:
         failed = _bench_all(torch, timer, specs, tokens, errors, copy_gbps, cstate, budget, started, data,
-                            json_file, positions) or failed
+                            json_file, positions, peer) or failed
     except KeyboardInterrupt:  # timeout -s INT: keep what was measured
         data["interrupted"] = True
         failed = True
@@ -418,7 +511,7 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
 
 
 def _bench_all(torch, timer, specs, tokens, errors, copy_gbps, cstate, budget, started, data, json_file,
-               positions: str = "random") -> bool:
+               positions: str = "random", peer: PeerState | None = None) -> bool:
     failed = False
     for spec in specs:
         if spec.name in errors:
@@ -431,7 +524,7 @@ def _bench_all(torch, timer, specs, tokens, errors, copy_gbps, cstate, budget, s
                                         "skipped": f"KGEN_BENCH_BUDGET_S={budget:g} s spent"})
                 continue
             try:
-                entry = bench_case(torch, timer, spec, n, copy_gbps, cstate, seed=i, positions=positions)
+                entry = bench_case(torch, timer, spec, n, copy_gbps, cstate, seed=i, positions=positions, peer=peer)
             except KgenError as e:
                 failed = True
                 entry = {"variant": spec.name, "tokens": n, "error": "; ".join(p.format() for p in e.problems)}
@@ -467,13 +560,19 @@ def _line(e: dict) -> str:
             f"({_fmt(k['graph']['gbps'], '.0f')} GB/s)  [{e['seconds']} s]")
 
 
+def _peer_cell(r: dict) -> str:
+    """SGLang's time / kgen's, cold/graph ('-' where the peer did not run)."""
+    c, g = r.get("cold_speed_vs_peer"), r.get("graph_speed_vs_peer")
+    return "-" if c is None or g is None else f"{c:.2f}/{g:.2f}"
+
+
 def summary_table(data: dict) -> str:
     copy = data.get("copy", {}).get("gbps")
     inp = data.get("inputs", {})
     head = (f"device: {data['device']['name']}  copy: {_fmt(copy, '.0f')} GB/s  torch {data['torch']}  positions: "
             f"{inp.get('positions')} in [0, {inp.get('max_pos')})\n"
             f"{'variant':<28} {'N':>8} {'cold us':>9} {'graph us':>9} {'cold %cp':>8} {'graph %cp':>9} "
-            f"{'x copyN':>8} {'x eager':>8} {'x compile':>9} {'extra B':>8}")
+            f"{'x copyN':>8} {'x eager':>8} {'x compile':>9} {'x peer c/g':>10} {'extra B':>8}")
     rows = [head]
     for e in data["results"]:
         if "skipped" in e:
@@ -487,5 +586,6 @@ def summary_table(data: dict) -> str:
         rows.append(f"{e['variant']:<28} {e['tokens']:>8} {_fmt(k['cold']['us']):>9} {_fmt(k['graph']['us']):>9} "
                     f"{pc(r.get('cold_fraction_of_copy')):>8} {pc(r.get('graph_fraction_of_copy')):>9} "
                     f"{_fmt(r.get('cold_over_copy_same_bytes'), '.2f'):>8} {_fmt(r.get('graph_speedup_vs_eager')):>8} "
-                    f"{_fmt(r.get('graph_speedup_vs_compile')):>9} {k.get('peak_extra_bytes', '-'):>8}")
+                    f"{_fmt(r.get('graph_speedup_vs_compile')):>9} {_peer_cell(r):>10} "
+                    f"{k.get('peak_extra_bytes', '-'):>8}")
     return "\n".join(rows)
