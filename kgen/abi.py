@@ -58,7 +58,7 @@ from .reader_layout import (
 )
 from .reader_plan import launch_of, launch_tma, launch_wgmma, ring_tunes
 from .spec import Spec
-from .topk_plan import TOPK_SHARED_BYTES, topk_grid
+from .topk_plan import topk_grid, topk_shared_bytes
 
 ALIGNMENT = 16  # every tensor's data pointer: the kernel's widest vector load/store
 
@@ -219,7 +219,7 @@ class Args:
     def pack(self, encode: Callable[[Any, MapGeometry], bytes] | None = None) -> bytes:
         return self.abi.pack(self.values(encode=encode))
 
-    def grid(self) -> tuple[int, int]:
+    def grid(self) -> tuple[Any, int]:
         return self.abi.grid(self)
 
 
@@ -233,7 +233,7 @@ class KernelAbi:
     kernel: str  # the kernel template's name in namespace kgen
     version: int  # bumped whenever a field changes: recorded with every cubin, checked on load
     fields: tuple[Field, ...]
-    grid: Callable[[Args], tuple[int, int]]  # (blocks, threads per block) of a launch
+    grid: Callable[[Args], tuple[Any, int]]  # (blocks: an int or (x, y, z), threads per block) of a launch
     namespace: str = "kgen_cfg"  # the C++ namespace of the config struct the kernel is instantiated with
     doc: str = ""
     # blocks may also be a (x, y, z) tuple; dynamic shared memory of a launch (bytes)
@@ -245,6 +245,9 @@ class KernelAbi:
     tunings: Callable[[Spec], list[dict[str, int] | None]] = lambda s: [None]
     writes: str = ""  # the tensor argument the kernel writes in place (its version is bumped), if any
     output: str = ""  # the tensor argument the op allocates and returns, if any
+    # launched with the cluster dimension (grid.x, 1, 1) where grid.x > 1 (thread-block clusters, sm_90+): a
+    # CTA's rank in its cluster is blockIdx.x (kgen.launcher, kgen/fastop.cpp set it from each launch's grid)
+    cluster_x: bool = False
 
     # ---- names -------------------------------------------------------------------------------
 
@@ -664,10 +667,19 @@ INDEXER_LOGITS = KernelAbi(
     prefers_shared=launch_wgmma,
 )
 
+def _topk_sms(a) -> int | None:
+    """The SMs a top-k launch's clusters must fit (None: arguments checked for no GPU, no such limit)."""
+    return a.device.sm_count if a.device is not None else None
+
+
+def _topk_launch_cluster(a) -> int:
+    return topk_grid(int(a.dims["rows"]), int(a.dims["max_seq_len"]), sm_count=_topk_sms(a))[0][0]
+
+
 # the read side's top-k over the reader's logits (kgen.topk_plan: its launch; docs/reader.md, "Top-k")
 INDEXER_TOPK = KernelAbi(
     kernel="indexer_topk",
-    version=1,
+    version=2,  # 2: the grid (cluster, rows, 1) with the cluster dimension (grid.x, 1, 1)
     namespace="kgen_topk",
     exists=readable,
     output="indices",
@@ -686,8 +698,9 @@ INDEXER_TOPK = KernelAbi(
         Scalar("max_seq_len", "int32", lambda d, lay: d["max_seq_len"], "logits columns", source="logits"),
         Scalar("k", "int32", lambda d, lay: d["K"], "keys selected per row", source="indices"),
     ),
-    grid=lambda a: topk_grid(int(a.dims["rows"])),
-    shared_bytes=lambda a: TOPK_SHARED_BYTES,
+    grid=lambda a: topk_grid(int(a.dims["rows"]), int(a.dims["max_seq_len"]), sm_count=_topk_sms(a)),
+    shared_bytes=lambda a: topk_shared_bytes(int(a.dims["max_seq_len"]), _topk_launch_cluster(a)),
+    cluster_x=True,
 )
 
 KERNELS: dict[str, KernelAbi] = {a.kernel: a for a in (NORM_ROPE_STORE, INDEXER_LOGITS, INDEXER_TOPK)}

@@ -209,10 +209,13 @@ PEER_WHAT = ("SGLang's fused_norm_rope_indexer / _fp4 (kgen.peer_sglang), launch
 class PeerState:
     """SGLang's store kernel, loaded once per run, or why it is absent."""
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True, specs: list[Spec] | None = None):
         self.peer: peer_sglang.Peer | None = None
         self.why: str | None = "disabled (KGEN_BENCH_PEER=0)"
         if not enabled:
+            return
+        if specs is not None and not any(peer_sglang.kernel_for(s)[0] for s in specs):
+            self.why = "no variant here is one SGLang's indexer store writes"  # nothing to build it for
             return
         try:
             self.peer, self.why = peer_sglang.Peer.load(), None
@@ -484,7 +487,7 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     copy_gbps = data["copy"]["gbps"]
     _say(f"kgen bench: copy {copy_gbps:.0f} GB/s (read + write)")
     cstate = CompileState(use_compile, compile_budget_s)
-    peer = PeerState(os.environ.get("KGEN_BENCH_PEER", "1") not in ("0", "false", "no", ""))
+    peer = PeerState(os.environ.get("KGEN_BENCH_PEER", "1") not in ("0", "false", "no", ""), specs)
     data["peer"] = peer.record()
     _say(f"kgen bench: peer {peer_sglang.NAME}: " + ("present" if peer.peer else f"absent: {peer.why}"))
     budget = float(os.environ.get("KGEN_BENCH_BUDGET_S", "0") or 0)  # 0 = no limit
@@ -557,13 +560,19 @@ def _line(e: dict) -> str:
             f"({_fmt(k['graph']['gbps'], '.0f')} GB/s)  [{e['seconds']} s]")
 
 
+def _peer_cell(r: dict) -> str:
+    """SGLang's time / kgen's, cold/graph ('-' where the peer did not run)."""
+    c, g = r.get("cold_speed_vs_peer"), r.get("graph_speed_vs_peer")
+    return "-" if c is None or g is None else f"{c:.2f}/{g:.2f}"
+
+
 def summary_table(data: dict) -> str:
     copy = data.get("copy", {}).get("gbps")
     inp = data.get("inputs", {})
     head = (f"device: {data['device']['name']}  copy: {_fmt(copy, '.0f')} GB/s  torch {data['torch']}  positions: "
             f"{inp.get('positions')} in [0, {inp.get('max_pos')})\n"
             f"{'variant':<28} {'N':>8} {'cold us':>9} {'graph us':>9} {'cold %cp':>8} {'graph %cp':>9} "
-            f"{'x copyN':>8} {'x eager':>8} {'x compile':>9} {'extra B':>8}")
+            f"{'x copyN':>8} {'x eager':>8} {'x compile':>9} {'x peer c/g':>10} {'extra B':>8}")
     rows = [head]
     for e in data["results"]:
         if "skipped" in e:
@@ -577,5 +586,6 @@ def summary_table(data: dict) -> str:
         rows.append(f"{e['variant']:<28} {e['tokens']:>8} {_fmt(k['cold']['us']):>9} {_fmt(k['graph']['us']):>9} "
                     f"{pc(r.get('cold_fraction_of_copy')):>8} {pc(r.get('graph_fraction_of_copy')):>9} "
                     f"{_fmt(r.get('cold_over_copy_same_bytes'), '.2f'):>8} {_fmt(r.get('graph_speedup_vs_eager')):>8} "
-                    f"{_fmt(r.get('graph_speedup_vs_compile')):>9} {k.get('peak_extra_bytes', '-'):>8}")
+                    f"{_fmt(r.get('graph_speedup_vs_compile')):>9} {_peer_cell(r):>10} "
+                    f"{k.get('peak_extra_bytes', '-'):>8}")
     return "\n".join(rows)

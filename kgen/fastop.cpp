@@ -1,5 +1,6 @@
 // kgen's native launch path: a C++ kernel for a registered kgen op's device key (kgen/native.py), for
-// every op whose kernel kgen.abi describes (the writer's norm_rope_store, the reader's indexer_logits).
+// every op whose kernel kgen.abi describes (the writer's norm_rope_store, the reader's indexer_logits, the
+// top-k's indexer_topk_logits), and chains of two (indexer_topk: the reader, then the top-k, one dispatch).
 //
 // Why it exists: through torch.ops a Python kernel costs the dispatcher's boxing into Python objects
 // plus ~30 tensor attribute reads of the argument check in Python; this kernel does the same check
@@ -71,6 +72,7 @@ struct LaunchConfig {
 static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute");
 static_assert(sizeof(LaunchConfig) == 56, "CUlaunchConfig");
 constexpr uint32_t kProgrammaticStreamSerialization = 6;
+constexpr uint32_t kClusterDimension = 4;  // value: clusterDim x, y, z (uint32 each)
 constexpr size_t kTensorMapBytes = 128;  // a CUtensorMap (kgen.abi.TENSOR_MAP_BYTES)
 constexpr size_t kMaxMapsPerShape = 64;  // source addresses kept per shape (kgen.tma.MEMO_MAX)
 
@@ -130,6 +132,7 @@ struct Variant {
   int num_syms = 0;
   size_t params_size = 0;
   int64_t alignment_mask = 15;
+  bool cluster_x = false;  // grid x > 1: the cluster dimension (grid x, 1, 1) (kgen.abi.KernelAbi.cluster_x)
   std::unordered_map<Key, Shape, KeyHash> shapes;
   std::array<Device, kMaxDevices> devices;
 };
@@ -279,18 +282,26 @@ bool try_fast(Op& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t n
   for (size_t i = 0; i < ntensors; ++i) {
     std::memcpy(params + v->tensors[i].offset, &pointers[i], sizeof(void*));
   }
-  LaunchAttribute attr{};
+  LaunchAttribute attrs[2]{};
   LaunchConfig config{};
   std::memcpy(config.grid, grid, sizeof config.grid);
   std::memcpy(config.block, device.block, sizeof config.block);
   config.shared_bytes = shared_bytes;
   config.stream = stream;
+  uint32_t num_attrs = 0;
   if (device.pdl) {
-    attr.id = kProgrammaticStreamSerialization;
+    attrs[num_attrs].id = kProgrammaticStreamSerialization;
     const int one = 1;
-    std::memcpy(attr.value, &one, sizeof one);
-    config.attrs = &attr;
-    config.num_attrs = 1;
+    std::memcpy(attrs[num_attrs++].value, &one, sizeof one);
+  }
+  if (v->cluster_x && grid[0] > 1) {  // grid x = 1: a plain launch (one CTA per row)
+    const uint32_t dims[3] = {grid[0], 1, 1};
+    attrs[num_attrs].id = kClusterDimension;
+    std::memcpy(attrs[num_attrs++].value, dims, sizeof dims);
+  }
+  if (num_attrs) {
+    config.attrs = attrs;
+    config.num_attrs = num_attrs;
   }
   void* kernel_params[1] = {params};
   const int err = op.launch(&config, device.function, kernel_params, nullptr);
@@ -319,6 +330,67 @@ struct NativeKernel final : c10::OperatorKernel {
   Op* op;
   explicit NativeKernel(Op* o) : op(o) {}
   void operator()(const c10::OperatorHandle& h, c10::DispatchKeySet ks, torch::jit::Stack* s) { call(op, h, ks, s); }
+};
+
+// A chain: one op whose native kernel runs two native ops' fast paths back to back (torch.ops.kgen.indexer_topk:
+// the reader into a logits tensor it allocates, then the top-k over it), one dispatch for both. Each sub-op's
+// arguments are chain arguments (or, -1, the first's result). A call the first declines goes whole to the
+// chain's checked twin (nothing launched yet); one the second declines, to the second's checked twin (the
+// first already launched into the logits it allocated).
+struct Chain {
+  Op* first = nullptr;
+  Op* second = nullptr;
+  c10::OperatorHandle checked;
+  std::vector<int> first_args, second_args;
+  int range_arg = -1;  // an int argument that must lie in [range_lo, range_hi] before anything launches
+  int64_t range_lo = 0, range_hi = 0;
+  std::atomic<int64_t> fast{0}, slow{0};
+  explicit Chain(c10::OperatorHandle h) : checked(std::move(h)) {}
+};
+auto* g_chains = new std::deque<std::unique_ptr<Chain>>();
+
+bool chain_fast(Chain& c, c10::DispatchKeySet ks, torch::jit::Stack* stack, size_t num_args, at::Tensor* result) {
+  auto args = torch::jit::last(*stack, num_args);
+  if (c.range_arg >= 0) {
+    const c10::IValue& a = args[c.range_arg];
+    if (!a.isInt() || a.toInt() < c.range_lo || a.toInt() > c.range_hi) return false;
+  }
+  torch::jit::Stack first;
+  first.reserve(c.first_args.size());
+  for (int i : c.first_args) first.push_back(args[i]);
+  std::vector<at::Tensor> out;
+  if (!try_fast(*c.first, ks, &first, first.size(), &out) || out.size() != 1) return false;
+  ++c.first->fast;
+  torch::jit::Stack second;
+  second.reserve(c.second_args.size());
+  for (int i : c.second_args) second.push_back(i < 0 ? c10::IValue(out[0]) : args[i]);
+  std::vector<at::Tensor> out2;
+  if (try_fast(*c.second, ks, &second, second.size(), &out2) && out2.size() == 1) {
+    ++c.second->fast;
+    *result = std::move(out2[0]);
+    return true;
+  }
+  ++c.second->slow;
+  c.second->checked.callBoxed(&second);
+  *result = second.back().toTensor();
+  return true;
+}
+
+struct ChainKernel final : c10::OperatorKernel {
+  Chain* chain;
+  explicit ChainKernel(Chain* c) : chain(c) {}
+  void operator()(const c10::OperatorHandle& h, c10::DispatchKeySet ks, torch::jit::Stack* s) {
+    const size_t num_args = h.schema().arguments().size();
+    at::Tensor result;
+    if (chain_fast(*chain, ks, s, num_args, &result)) {
+      ++chain->fast;
+      torch::jit::drop(*s, num_args);
+      torch::jit::push(*s, std::move(result));
+      return;
+    }
+    ++chain->slow;
+    chain->checked.callBoxed(s);
+  }
 };
 
 Key shape_key(const Variant* v, const int64_t* syms, int device) {
@@ -388,6 +460,45 @@ void* kgen_native_install(const char* ns, const char* op, const char* checked, c
   }
 }
 
+// The chain `ns::op` at `dispatch_key` (its checked twin `checked`, same schema): the native ops `first` and
+// `second` (kgen_native_install's handles, same library) with their arguments as chain argument indices (-1 in
+// second_args: the first's result); `range_arg` (-1: none) an int argument checked against [lo, hi] first.
+void* kgen_native_install_chain(const char* ns, const char* op, const char* checked, const char* dispatch_key,
+                                void* first, void* second, int n_first, const int32_t* first_args, int n_second,
+                                const int32_t* second_args, int range_arg, int64_t lo, int64_t hi) {
+  try {
+    auto twin = c10::Dispatcher::singleton().findSchemaOrThrow((std::string(ns) + "::" + checked).c_str(), "");
+    c10::Dispatcher::singleton().findSchemaOrThrow((std::string(ns) + "::" + op).c_str(), "");
+    auto holder = std::make_unique<Chain>(twin);
+    Chain* c = holder.get();
+    c->first = as_op(first);
+    c->second = as_op(second);
+    c->first_args.assign(first_args, first_args + n_first);
+    c->second_args.assign(second_args, second_args + n_second);
+    c->range_arg = range_arg;
+    c->range_lo = lo;
+    c->range_hi = hi;
+    g_chains->push_back(std::move(holder));
+    SilentWarnings silent;
+    c10::WarningUtils::WarningHandlerGuard guard(&silent);
+    const c10::DispatchKey key = c10::parseDispatchKey(dispatch_key);
+    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, key, __FILE__, __LINE__);
+    lib->impl(op, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<ChainKernel>(c)));
+    g_libraries->push_back(std::move(lib));
+    return c;
+  } catch (const std::exception& e) {
+    g_error = e.what();
+    return nullptr;
+  }
+}
+
+// Calls of a chain that ran natively (both launched from C++, or the second through its twin) and that went to
+// the chain's checked twin.
+void kgen_native_chain_counts(void* chain, int64_t* out) {
+  out[0] = static_cast<Chain*>(chain)->fast.load();
+  out[1] = static_cast<Chain*>(chain)->slow.load();
+}
+
 // A variant's argument table: per tensor argument i (in the op's order) its argument index, whether
 // present, dtype (kgen_native_dtype), rank, kMaxRank dims (>= 0 fixed, -1 - k symbolic k) and the
 // offset of its pointer in the Params struct of `params_size` bytes.
@@ -441,6 +552,12 @@ void* kgen_native_add_variant(void* op, const char* name, int num_tensors, const
   g_variants->push_back(std::move(v));
   o->variants[name] = raw;
   return raw;
+}
+
+// The variant's launches with grid x > 1 get the cluster dimension (grid x, 1, 1) (KernelAbi.cluster_x).
+void kgen_native_set_cluster(void* op, void* variant, int cluster_x) {
+  std::lock_guard<std::mutex> g(as_op(op)->mu);
+  as_variant(variant)->cluster_x = cluster_x != 0;
 }
 
 void kgen_native_set_device(void* op, void* variant, int device, void* function, void* context, uint32_t bx,

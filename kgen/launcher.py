@@ -12,7 +12,7 @@ process serving prebuilt cubins (kgen.aot) needs neither the NVRTC wheel nor the
   first launch inside CUDA-graph capture loads nothing), and the parameter sizes the cubin declares
   (`cuFuncGetParamInfo`) are returned for the caller's ABI check.
 * Launching (every call): one buffer holds a `CUlaunchConfig` (grid, block, stream, launch
-  attributes: programmatic dependent launch), the kernel's by-value Params struct (laid out by
+  attributes: programmatic dependent launch, a cluster dimension), the kernel's by-value Params struct (laid out by
   kgen.abi) and the one-entry `kernelParams` array pointing at it. A call writes the grid, the dynamic
   shared memory, the stream and the struct fields with one `struct.pack_into` and calls
   `cuLaunchKernelEx(config, f, kernelParams, NULL)`. The driver copies the parameters during the
@@ -44,6 +44,9 @@ BACKENDS = ("ctypes", "bindings")
 _CONFIG = struct.Struct("<7I4xQQI4x")
 _ATTR = struct.Struct("<I4x64s")
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+# a cluster attribute: id, pad, value.clusterDim (x, y, z), the rest of the union; packed per call (x = grid.x)
+_CLUSTER_ATTR = "I4xIII52x"
 CUDA_ERROR_INVALID_CONTEXT = 201
 
 
@@ -60,37 +63,61 @@ class LaunchError(KgenError):
 
 class PreparedLaunch:
     """A kernel's launch buffer, one ctypes buffer that lives as long as this object:
-    [CUlaunchConfig][Params struct][launch attribute][kernelParams: one pointer, to the struct].
+    [CUlaunchConfig][Params struct][launch attribute][kernelParams: one pointer, to the struct], or with
+    `cluster` [CUlaunchConfig][PDL attribute, with pdl][cluster attribute][Params struct][kernelParams].
 
     `params_format` is the struct-module format of the kernel's by-value Params struct (kgen.abi's
-    `KernelAbi.struct_format`: the one description of its layout)."""
+    `KernelAbi.struct_format`: the one description of its layout). `cluster`: a launch with grid.x > 1 has the
+    cluster dimension (grid.x, 1, 1) (kgen.abi.KernelAbi.cluster_x), written by the same pack as the grid; one
+    with grid.x = 1 none (a plain launch: the kernel's one-CTA rows)."""
 
-    def __init__(self, params_format: str, block: int, *, pdl: bool = False):
-        self.block, self.pdl = int(block), bool(pdl)
+    def __init__(self, params_format: str, block: int, *, pdl: bool = False, cluster: bool = False):
+        self.block, self.pdl, self.cluster = int(block), bool(pdl), bool(cluster)
         params = struct.Struct(params_format)
         self.params_size = params.size
-        params_at = _CONFIG.size  # 56: a multiple of 8, so the struct keeps its alignment
-        attr_at = params_at + -(-params.size // 8) * 8
-        ptrs_at = attr_at + _ATTR.size
+        fmt = params_format.lstrip("<=@!>")
+        if cluster:  # the attributes between the config and the struct: packed with them (72 B each)
+            attr_at = _CONFIG.size
+            num_attrs = 1 + int(pdl)
+            params_at = attr_at + num_attrs * _ATTR.size  # 128 or 200: multiples of 8
+            ptrs_at = params_at + -(-params.size // 8) * 8
+            head = ("I4xi60x" if pdl else "") + _CLUSTER_ATTR
+            self._head = ((CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 1) if pdl else ())
+        else:
+            params_at = _CONFIG.size  # 56: a multiple of 8, so the struct keeps its alignment
+            attr_at = params_at + -(-params.size // 8) * 8
+            ptrs_at = attr_at + _ATTR.size
+            num_attrs = int(pdl)
+            head = ""
+            self._head = ()
         self.buffer = ctypes.create_string_buffer(ptrs_at + 8)
         base = ctypes.addressof(self.buffer)
         self.config_address, self.params_address = base, base + ptrs_at
         self._params_at = params_at
-        num_attrs = 0
-        if pdl:  # value.programmaticStreamSerializationAllowed = 1
+        if pdl and not cluster:  # value.programmaticStreamSerializationAllowed = 1
             _ATTR.pack_into(self.buffer, attr_at, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
                             struct.pack("<i", 1))
-            num_attrs = 1
         struct.pack_into("<Q", self.buffer, ptrs_at, base + params_at)
-        # config and Params are adjacent: one pack per call writes the grid, the constant block
-        # dims, the shared memory, the attributes, the stream and every struct field
+        # config (and the attributes of a cluster launch) and Params are adjacent: one pack per call writes the
+        # grid, the constant block dims, the shared memory, the attributes, the stream and every struct field
         self._static = (self.block, 1, 1)
         self._attrs = (base + attr_at if num_attrs else 0, num_attrs)
-        self._pack = struct.Struct(_CONFIG.format + params_format.lstrip("<=@!>")).pack_into
+        self._pack = struct.Struct(_CONFIG.format + head + fmt).pack_into
 
     def pack(self, grid: tuple[int, int, int], shared: int, stream: int, *values) -> None:
         """Write one launch's grid, dynamic shared bytes, stream and struct field values into the buffer."""
-        self._pack(self.buffer, 0, *grid, *self._static, shared, stream, *self._attrs, *values)
+        if self.cluster:
+            n = self.pdl + (grid[0] > 1)
+            self._pack(self.buffer, 0, *grid, *self._static, shared, stream, self._attrs[0] if n else 0, n,
+                       *self._head, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, grid[0], 1, 1, *values)
+        else:
+            self._pack(self.buffer, 0, *grid, *self._static, shared, stream, *self._attrs, *values)
+
+    def attributes(self) -> list[tuple[int, bytes]]:
+        """The launch attributes as the last pack left them, (id, value bytes) each (tests)."""
+        fields = self.config_fields()
+        at, n = fields[8], fields[9]
+        return [_ATTR.unpack_from(self.buffer, at - self.config_address + i * _ATTR.size) for i in range(n)]
 
     def config_fields(self) -> tuple:
         """(grid xyz, block xyz, shared bytes, stream, attrs address, number of attrs) as packed."""
@@ -263,6 +290,26 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
         # the pack inlined (one Python call less per launch): config fields, then the struct's
         pack_into, buf, (block, _, _), (attrs_at, num_attrs) = (launch._pack, launch.buffer, launch._static,
                                                                  launch._attrs)
+        if launch.cluster:
+            head, pdl_n = launch._head, int(launch.pdl)
+
+            def run_cluster(grid: tuple[int, int, int], shared: int, stream: int, *values) -> None:
+                n = pdl_n + (grid[0] > 1)
+                with lock:
+                    pack_into(buf, 0, *grid, block, 1, 1, shared, stream, attrs_at if n else 0, n, *head,
+                              CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, grid[0], 1, 1, *values)
+                    err = call(cfg, fn, params, None)
+                if err:
+                    if err == CUDA_ERROR_INVALID_CONTEXT:
+                        kernel.make_current()
+                        with lock:
+                            pack(grid, shared, stream, *values)
+                            err = call(cfg, fn, params, None)
+                    if err:
+                        _raise_launch(name, err, grid, launch.block)
+
+            run_cluster.backend = "ctypes"  # type: ignore[attr-defined]
+            return run_cluster
 
         def run(grid: tuple[int, int, int], shared: int, stream: int, *values) -> None:
             with lock:
@@ -286,6 +333,11 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
     cfg_obj.gridDimY = cfg_obj.gridDimZ = cfg_obj.blockDimY = cfg_obj.blockDimZ = 1
     cfg_obj.blockDimX = launch.block
     attrs = []
+    cluster_attr = None
+    if launch.cluster:  # clusterDim.x = grid.x per call, where grid.x > 1
+        cluster_attr = drv.CUlaunchAttribute()
+        cluster_attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        cluster_attr.value.clusterDim.y = cluster_attr.value.clusterDim.z = 1
     if launch.pdl:
         a = drv.CUlaunchAttribute()
         a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
@@ -302,6 +354,10 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
                 s = streams[stream] = drv.CUstream(stream)
             (cfg_obj.gridDimX, cfg_obj.gridDimY, cfg_obj.gridDimZ), cfg_obj.hStream = grid, s
             cfg_obj.sharedMemBytes = shared
+            if cluster_attr is not None:
+                cluster_attr.value.clusterDim.x = grid[0]
+                now = attrs + [cluster_attr] if grid[0] > 1 else attrs
+                cfg_obj.attrs, cfg_obj.numAttrs = now, len(now)
             err = cu_launch_ex(cfg_obj, cu_fn, params, 0)[0]
         if int(err) == CUDA_ERROR_INVALID_CONTEXT:
             kernel.make_current()

@@ -15,7 +15,8 @@ cost more than the launch itself).
   KGEN_NATIVE=0, `install` returns None and says why (`status()`): the op keeps its Python CUDA
   kernel, correct and slower. Nothing is required at install time of kgen.
 * Feeding: `Native.add_variant` sends a variant's argument table (from kgen.abi's: the one
-  description; the op's result tensor and the int arguments that bind a size too), `set_device` the
+  description; the op's result tensor and the int arguments that bind a size too), `set_cluster` whether
+  its launches carry the cluster dimension (grid x, 1, 1), `set_device` the
   loaded CUfunction per device, `add_shape` each shape the checked path accepted (grid, shared memory,
   the cubin where it depends on the shape, the Params struct with its scalars packed), `add_map` a
   tensor map per source address. The C++ side declines anything else, and the call goes to the
@@ -135,9 +136,14 @@ class Native:
         lib.kgen_native_set_device.argtypes = [ptr, ptr, cint, ptr, ptr, u32, u32, u32, cint]
         lib.kgen_native_add_shape.argtypes = [ptr, ptr, i64p, cint, u32, u32, u32, u32, ctypes.c_char_p, ptr, ptr,
                                               u32, u32, u32, cint, cint]
+        lib.kgen_native_set_cluster.argtypes = [ptr, ptr, cint]
         lib.kgen_native_add_map.argtypes = [ptr, ptr, i64p, cint, ptr, ctypes.c_char_p]
         lib.kgen_native_forget.argtypes = [ptr]
         lib.kgen_native_counts.argtypes = [ptr, i64p]
+        lib.kgen_native_install_chain.argtypes = [ctypes.c_char_p] * 4 + [ptr, ptr, cint, i32p, cint, i32p, cint, i64,
+                                                                          i64]
+        lib.kgen_native_install_chain.restype = ptr
+        lib.kgen_native_chain_counts.argtypes = [ptr, i64p]
         self.op: int | None = None
 
     def install(self, namespace: str, op: str, checked: str, dispatch_key: str, launch: int, stream: int,
@@ -177,6 +183,10 @@ class Native:
             int(keyed_by_device), map_offset, map_source)
         return h or None
 
+    def set_cluster(self, variant: int, cluster_x: bool) -> None:
+        """Launch the variant with the cluster dimension (grid x, 1, 1) (kgen.abi.KernelAbi.cluster_x)."""
+        self.lib.kgen_native_set_cluster(self.op, variant, int(cluster_x))
+
     def set_device(self, variant: int, device: int, function: int, context: int, block: tuple[int, int, int],
                    pdl: bool) -> None:
         self.lib.kgen_native_set_device(self.op, variant, device, function, context, *block, int(pdl))
@@ -204,6 +214,55 @@ class Native:
         out = (ctypes.c_int64 * 2)()
         self.lib.kgen_native_counts(self.op, out)
         return int(out[0]), int(out[1])
+
+
+class Chain:
+    """Two native ops' fast paths behind one op (kgen_native_install_chain): one dispatch for both."""
+
+    def __init__(self, lib: ctypes.CDLL, handle: int):
+        self.lib, self.handle = lib, handle
+
+    def counts(self) -> tuple[int, int]:
+        """(calls that ran natively, calls that went to the chain's checked twin)."""
+        out = (ctypes.c_int64 * 2)()
+        self.lib.kgen_native_chain_counts(self.handle, out)
+        return int(out[0]), int(out[1])
+
+
+def chain(first: Native, second: Native, namespace: str, op: str, checked: str, dispatch_key: str,
+          first_args: list[int], second_args: list[int], int_range: tuple[int, int, int] | None = None) -> Chain:
+    """Install the chain `namespace::op` (checked twin `checked`): `first`'s then `second`'s fast path, their
+    arguments as the op's argument indices (-1 in `second_args`: `first`'s result); `int_range` (argument, lo,
+    hi): an int argument checked before anything launches. Raises RuntimeError where the C++ side refuses."""
+    if first.path != second.path or first.op is None or second.op is None:
+        raise RuntimeError("a chain's ops must be installed from one library")
+    a, b = ctypes.c_int32 * max(1, len(first_args)), ctypes.c_int32 * max(1, len(second_args))
+    arg, lo, hi = int_range or (-1, 0, 0)
+    h = first.lib.kgen_native_install_chain(namespace.encode(), op.encode(), checked.encode(), dispatch_key.encode(),
+                                            first.op, second.op, len(first_args), a(*first_args), len(second_args),
+                                            b(*second_args), arg, lo, hi)
+    if not h:
+        raise RuntimeError(f"kgen_native_install_chain: {first.lib.kgen_native_error().decode()}")
+    return Chain(first.lib, h)
+
+
+def install_chain(namespace: str, op: str, checked: str, first: str, second: str, first_args: list[int],
+                  second_args: list[int], int_range: tuple[int, int, int] | None = None) -> Chain | None:
+    """The chain at `namespace::op`'s CUDA key over the native kernels of the ops `first` and `second` (installed
+    already: install()), once per process; None where either has none (status() says why) or the C++ side refused."""
+    slot = f"chain:{namespace}::{op}"
+    with _lock:
+        if slot in _state:
+            return _state[slot]
+        a, b = _state.get(f"native:{namespace}::{first}"), _state.get(f"native:{namespace}::{second}")
+        got = None
+        if a is not None and b is not None:
+            try:
+                got = chain(a, b, namespace, op, checked, "CUDA", first_args, second_args, int_range)
+            except RuntimeError as e:
+                _state["chain_status"] = str(e)[:2000]
+        _state[slot] = got
+        return got
 
 
 def _cuda_entry_points() -> tuple[int, int, int]:
@@ -244,6 +303,11 @@ def install(namespace: str, op: str, checked: str) -> Native | None:
 def installed() -> list[Native]:
     """The native kernels installed so far (kgen.ops.forget drops their variants)."""
     return [v for k, v in _state.items() if k.startswith("native:") and v is not None]
+
+
+def installed_chain(namespace: str, op: str) -> Chain | None:
+    """The chain installed at `namespace::op`, if any."""
+    return _state.get(f"chain:{namespace}::{op}")
 
 
 def install_for_tests(namespace: str, op: str, checked: str, dispatch_key: str, launch: int, stream: int,

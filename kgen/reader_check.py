@@ -27,6 +27,7 @@ from typing import Any
 
 from . import layout as L
 from . import reader_layout as RL
+from . import reader_plan as RP
 from .arch import check as check_arch
 from .compile import compile_rendered
 from .dtypes import torch_name
@@ -494,6 +495,7 @@ def _line(r: LogitsResult) -> str:
 
 
 TUNE_CASES = (2, 3)  # the cases an alternative tuning runs by default: 70000 keys, a ragged MTP batch
+PAIR_CASES = (3, 4, 5, 6)  # the pair cubin's: ragged lengths at next_n 2, 4, 3, and 40 sequences at next_n 4
 
 
 def test_readers(specs: list[Spec], sampled: list[Spec], *, seed: int = 0, say=print, tunes: tuple = (),
@@ -507,10 +509,16 @@ def test_readers(specs: list[Spec], sampled: list[Spec], *, seed: int = 0, say=p
     if not mine and not samples:
         return []
     alternatives = [t for t in tunes if t]
+    # the pair cubin (two MTP tokens per m64n128 group) where a variant has one: no launch shape loads it by
+    # default, so its MTP cases run here
+    pairs = [(s, RP.reader_wg_pair_tuning(L.compute(s))) for s in mine]
+    pairs = [(s, t) for s, t in pairs if RL.reader_wg_pairs(L.compute(s), t)]
     say(f"kgen test: indexer_logits on {len(mine)} variant(s) and {len(samples)} sampled spec(s)"
         + (f", {len(alternatives)} alternative tuning(s)" if alternatives else ""))
-    precompile([(s, None) for s in mine + samples] + [(s, t) for s in mine for t in alternatives], say=say)
+    precompile([(s, None) for s in mine + samples] + [(s, t) for s in mine for t in alternatives] + pairs, say=say)
     res = test_specs(mine, seed=seed, say=say) + test_specs(samples, seed=seed, quick=True, say=say)
+    for spec, tune in pairs:
+        res += test_specs([spec], seed=seed, say=say, tune=tune, cases=PAIR_CASES)
     for tune in alternatives:
         res += test_specs(mine, seed=seed, say=say, tune=tune, cases=tune_cases)
     say(f"kgen test: indexer_logits {sum(r.ok for r in res)}/{len(res)} case(s) ok")

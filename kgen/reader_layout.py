@@ -86,13 +86,16 @@ def reader_tokens_per_cta(spec: Spec) -> int:
 READER_TUNING_DEFAULTS = {
     "bf16": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
              "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0,
-             "kReaderWgTma": 1, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0},
+             "kReaderWgTma": 1, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0,
+             "kReaderWgPairs": 0},
     "fp8_e4m3": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
                  "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0,
-                 "kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0},
+                 "kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0,
+                 "kReaderWgPairs": 0},
     "fp4_e2m1": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
                  "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0,
-                 "kReaderWgTma": 0, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0},
+                 "kReaderWgTma": 0, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0,
+                 "kReaderWgPairs": 0},
 }
 
 # The sm_90a path (wgmma, kgen.arch.has_wgmma): a tile of READER_WG_TILE_KEYS consecutive keys is the
@@ -198,15 +201,21 @@ def reader_wgmma(lay: Layout, stages: int) -> bool:
     return reader_wg_tokens_per_cta(lay, stages) >= 1
 
 
-def reader_wg_ctas_per_sm(lay: Layout, ntok: int, stages: int, tma: bool = False, consumers: int = 0) -> int:
+def reader_wg_ctas_per_sm(lay: Layout, ntok: int, stages: int, tma: bool = False, consumers: int = 0,
+                          pairs: bool = False) -> int:
     """CTAs of the wgmma path one SM holds (shared memory bound, and register bound at the registers per
     thread each variant is planned at; the kernel's __launch_bounds__ caps its registers for the one-token
-    count, so registers do not bind first)."""
+    count, so registers do not bind first). `pairs`: the cubin of two tokens per m64n128 group
+    (reader_wg_pairs), planned at its own registers."""
     per = reader_wg_smem_bytes(lay, ntok, stages, tma) + READER_CTA_RESERVED_BYTES
     # the TMA variant's CTAs are large: its threads' registers (planned at READER_WG_TMA_REGISTERS each)
     # bind before the SM's thread count does
-    most = (READER_SM_REGISTERS // (reader_wg_tma_threads(consumers) * READER_WG_TMA_REGISTERS) if tma
-            else min(READER_WG_MAX_CTAS, READER_SM_REGISTERS // (4 * WARP * READER_WG_REGISTERS)))
+    if tma:
+        most = READER_SM_REGISTERS // (reader_wg_tma_threads(consumers) * (READER_WG_TMA_PAIR_REGISTERS if pairs
+                                                                           else READER_WG_TMA_REGISTERS))
+    else:
+        most = min(READER_WG_MAX_CTAS,
+                   READER_SM_REGISTERS // (4 * WARP * (READER_WG_PAIR_REGISTERS if pairs else READER_WG_REGISTERS)))
     return max(1, min(most, READER_SM_SHARED_BYTES // per))
 
 
@@ -250,6 +259,26 @@ READER_WG_TMA_REGISTERS = 80
 # accumulators and the rows' pages; NVRTC 13.0's code for a spilled 32-key-page fp8 reader read a null page
 # on the H200 (bench/results/h200-2026-12-01/final/README.md). 96 is what ptxas uses without spilling.
 READER_WG_REGISTERS = 96
+# the same for a cubin of two MTP tokens per m64n128 group (kReaderWgPairs): 64 accumulators where one token
+# has 32, beside the same bookkeeping. ptxas (NVRTC 13.0, __launch_bounds__ lifted) uses 166 (fp8) and 168
+# (bf16) for the TMA variant, 214 (fp8) and 221 (fp4) for the cp.async variants; capped lower it spills (and
+# at 96 serializes the wgmma). So such a TMA CTA has an SM to itself, and a cp.async one shares it with one.
+READER_WG_TMA_PAIR_REGISTERS = 168
+READER_WG_PAIR_REGISTERS = 224
+
+
+def reader_wg_pairs(lay: Layout, tune: dict[str, int] | None = None) -> bool:
+    """Does the reader rendered with `tune` score two MTP tokens per m64n128 wgmma group (kReaderWgPairs 1,
+    where a CTA holds two tokens or more and one CTA's threads fit the SM at the pair registers)? The tokens'
+    q rows are one B operand of 128 rows (q chunk-major in shared memory), each half of the accumulators one
+    token's logits."""
+    merged = {**_tuning(lay.spec), **(tune or {})}
+    if not merged["kReaderWgPairs"] or not reader_wg_enabled(lay, tune):
+        return False
+    tma = reader_wg_tma(lay, tune)
+    threads = reader_wg_tma_threads(reader_wg_consumers(lay, tune)) if tma else reader_threads()
+    fits = threads * (READER_WG_TMA_PAIR_REGISTERS if tma else READER_WG_PAIR_REGISTERS) <= READER_SM_REGISTERS
+    return fits and reader_wg_tokens_per_cta(lay, reader_wg_stages(lay, tune), tma) >= 2
 
 
 def reader_wg_tma_layout(lay: Layout) -> bool:
@@ -305,6 +334,7 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
     wg = reader_wg_enabled(lay, tune)
     tma = reader_wg_tma(lay, tune)
     consumers = reader_wg_consumers(lay, tune)
+    pairs = reader_wg_pairs(lay, tune)
     return {
         "kReaderHeads": READER_HEADS,
         "kReaderWarps": READER_WARPS,
@@ -324,7 +354,7 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         "kReaderWgChunks": reader_wg_chunks(lay) if wg else 0,
         "kReaderWgAlign": READER_WG_ALIGN,
         "kReaderWgTokensPerCta": reader_wg_tokens_per_cta(lay, stages, tma) if wg else 0,
-        "kReaderWgMinBlocks": reader_wg_ctas_per_sm(lay, 1, stages, tma, consumers) if wg else 0,
+        "kReaderWgMinBlocks": reader_wg_ctas_per_sm(lay, 1, stages, tma, consumers, pairs) if wg else 0,
         "kReaderWgTmaBarrierBytes": READER_WG_TMA_BARRIER_BYTES,
         "kReaderWgTmaProducerThreads": READER_WG_TMA_PRODUCER_THREADS,
         # the capacities and limits the twins compare against: rendered, never typed in the header
@@ -339,11 +369,14 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         "kReaderSmRegisters": READER_SM_REGISTERS,
         "kReaderWgTmaRegisters": READER_WG_TMA_REGISTERS,
         "kReaderWgRegisters": READER_WG_REGISTERS,
+        "kReaderWgTmaPairRegisters": READER_WG_TMA_PAIR_REGISTERS,
+        "kReaderWgPairRegisters": READER_WG_PAIR_REGISTERS,
         **_tuning(spec),
         **(tune or {}),
         "kReaderWgmma": int(wg),  # the tuning's wish, where the path reads the layout
         "kReaderWgTma": int(tma),  # likewise
         "kReaderWgStages": stages,  # the ring of the variant that runs
+        "kReaderWgPairs": int(pairs),  # the tuning's wish, where the CTA holds two tokens
     }
 
 

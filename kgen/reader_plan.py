@@ -25,6 +25,7 @@ from .reader_layout import (
     reader_wg_consumers,
     reader_wg_ctas_per_sm,
     reader_wg_enabled,
+    reader_wg_pairs,
     reader_wg_smem_bytes,
     reader_wg_stages,
     reader_wg_threads,
@@ -45,14 +46,44 @@ from .spec import Spec
 READER_WG_SHAPE_STAGES: dict[str, tuple[int, int]] = {"fp8_e4m3": (2, 49152)}
 
 
+# The TMA variant's pair cubin for MTP launches (next_n >= 2): two tokens per m64n128 wgmma group
+# (kReaderWgPairs) where the one-token cubin runs an m64n64 group, its wait and its epilogue per token. Its
+# threads need twice the accumulators (reader_layout.READER_WG_TMA_PAIR_REGISTERS), so its CTA has an SM to
+# itself; READER_WG_PAIR_RING is the ring that keeps as many key bytes in flight per SM as the one-token
+# cubin's two CTAs. No key dtype loads it by shape (READER_WG_PAIR_STAGES is empty): measured beside the
+# one-token cubin on the H200 it is slower (fp8 32 x 64K next_n 2: 164.5 against 111.2 us cold; next_n 4:
+# 265.6 against 189.0), as fast as the one-token cubin on the same one-CTA ring (162.2 / 247.4 us): the
+# warpgroups per SM bind, not the wgmma count (bench/results/mtp-2026-12-03/README.md).
+READER_WG_PAIR_RING: dict[str, int] = {"fp8_e4m3": 16, "bf16": 8}
+READER_WG_PAIR_STAGES: dict[str, int] = {}  # key dtype -> ring of the pair cubin its MTP launches load
+
+
+def reader_wg_pair_tuning(lay: Layout, tune: dict[str, int] | None = None) -> dict[str, int]:
+    """`tune` as the pair cubin (kReaderWgPairs 1 on READER_WG_PAIR_RING's ring unless `tune` fixes one)."""
+    ring = READER_WG_PAIR_RING.get(lay.spec.store.dtype)
+    return {**({"kReaderWgTmaStages": ring} if ring else {}), **(tune or {}), "kReaderWgPairs": 1}
+
+
+def reader_wg_pair_tune(lay: Layout, tune: dict[str, int] | None, next_n: int) -> dict[str, int] | None:
+    """`tune` plus the pair cubin's (READER_WG_PAIR_STAGES) for a TMA-variant launch of next_n >= 2, unless
+    `tune` fixes kReaderWgPairs or the key dtype has no entry; `tune` itself otherwise."""
+    stages = READER_WG_PAIR_STAGES.get(lay.spec.store.dtype)
+    if next_n < 2 or stages is None or (tune and "kReaderWgPairs" in tune):
+        return tune
+    paired = {"kReaderWgTmaStages": stages, **(tune or {}), "kReaderWgPairs": 1}
+    return paired if reader_wg_tma(lay, paired) and reader_wg_pairs(lay, paired) else tune
+
+
 def reader_wg_shape_tune(lay: Layout, tune: dict[str, int] | None, batch: int, next_n: int, max_seq_len: int,
                          sm_count: int, l2_bytes: int = 0) -> dict[str, int] | None:
     """The tuning a wgmma-path launch of this shape runs (the result None: the shipped default):
-    - the TMA variant: `tune` plus the evict-first L2 policy where the launch's keys overflow the L2
-      (reader_wg_evict_first; `l2_bytes` 0: unknown, never), unless `tune` fixes kReaderWgEvictFirst;
+    - the TMA variant: `tune` plus the pair cubin where next_n >= 2 (reader_wg_pair_tune), plus the
+      evict-first L2 policy where the launch's keys overflow the L2 (reader_wg_evict_first; `l2_bytes` 0:
+      unknown, never), unless `tune` fixes kReaderWgEvictFirst;
     - the cp.async variant: `tune` itself where it fixes kReaderWgStages or the key dtype has no shape rule
       (READER_WG_SHAPE_STAGES), else `tune` plus this shape's stages."""
     if reader_wg_tma(lay, tune):
+        tune = reader_wg_pair_tune(lay, tune, next_n)
         if (tune and "kReaderWgEvictFirst" in tune) or not reader_wg_evict_first(lay, batch, next_n, max_seq_len,
                                                                                   l2_bytes, tune):
             return tune
@@ -126,7 +157,7 @@ def reader_wg_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_c
     tpc = reader_wg_tokens_per_cta(lay, stages, tma)
     ntok = min(tpc, next_n)
     groups = -(-next_n // tpc)
-    slots = max(1, sm_count) * reader_wg_ctas_per_sm(lay, ntok, stages, tma, consumers)
+    slots = max(1, sm_count) * reader_wg_ctas_per_sm(lay, ntok, stages, tma, consumers, reader_wg_pairs(lay, tune))
     tiles = max(1, batch * groups * -(-max_seq_len // READER_WG_TILE_KEYS))
     ctas = max(1, min(slots, tiles))
     per = -(-tiles // ctas) * READER_WG_TILE_KEYS
@@ -216,10 +247,11 @@ def launch_tune(args, arch: str, tune: dict | None = None) -> dict | None:
 
 def ring_tunes(spec: Spec, tune: dict | None) -> list[dict | None]:
     """`tune` and the tunings reader_wg_shape_tune picks for it at other shapes (the cp.async variant's ring
-    of small launches, the TMA variant's L2 policy of large ones): the cubins a run of `tune` may load."""
+    of small launches, the TMA variant's L2 policy of large ones and its pair cubin of MTP launches): the
+    cubins a run of `tune` may load."""
     if not readable(spec) or not reader_wg_enabled(compute(spec), tune):
         return [tune]
     lay = compute(spec)
-    small = reader_wg_shape_tune(lay, tune, 1, 1, 1, 1, 1 << 40)  # one key, an L2 it fits
-    large = reader_wg_shape_tune(lay, tune, 1 << 10, 1, 1 << 20, 1, 1)  # more keys than SMs and L2 hold
-    return [t for i, t in enumerate([tune, small, large]) if t not in [tune, small, large][:i]]
+    shapes = [(1, 1, 1, 1, 1 << 40), (1 << 10, 1, 1 << 20, 1, 1)]  # one key, an L2 it fits; more than SMs and L2 hold
+    tunes = [tune] + [reader_wg_shape_tune(lay, tune, b, n, k, sms, l2) for n in (1, 2) for b, _, k, sms, l2 in shapes]
+    return [t for i, t in enumerate(tunes) if t not in tunes[:i]]

@@ -151,7 +151,8 @@ class PreparedLaunch:
         if self.shared_bytes > DEFAULT_SHARED_BYTES or carveout:
             loaded.allow_shared_bytes(self.shared_bytes, carveout=carveout)
         self.pdl = programmatic_stream_serialization
-        self.buffer = launcher.PreparedLaunch(args.abi.struct_format, self.block, pdl=self.pdl)
+        self.buffer = launcher.PreparedLaunch(args.abi.struct_format, self.block, pdl=self.pdl,
+                                               cluster=args.abi.cluster_x)
         self._run = launcher.launcher(loaded.kernel, self.buffer, name=loaded.uri)
         self.values = args.values(encode=encode_map)
 

@@ -1,17 +1,21 @@
-"""The indexer top-k's numbers: its launch (one CTA per query row), its radix digits and its shared memory.
+"""The indexer top-k's numbers: its launch (one CTA per query row, or a cluster of CTAs for a long row), its
+radix digits and its shared memory.
 
 `kgen::indexer_topk` (templates/include/kgen/indexer_topk.cuh) selects the k largest of each row's visible
 fp32 logits by a radix select on order-preserving 32-bit keys (docs/reader.md, "Top-k"). Every number it
 builds in lives here and reaches the header through the variant's rendered config (kgen.render), as the
 reader's do through kgen.reader_layout.reader_constants:
 
-* TOPK_THREADS threads per CTA, one CTA per row (B * next_n rows);
-* the global digits: TOPK_FIRST_BITS bits first (the histogram the row's first read builds), then
-  TOPK_NEXT_BITS bits per further read while the threshold bin holds more than TOPK_CANDIDATES keys;
-* TOPK_CANDIDATES (key, index) pairs of the threshold bin kept in shared memory once they fit, refined
-  there TOPK_REFINE_BITS bits at a time (the values' low bits, then, among keys of the k-th value, the
-  indices: the lower index wins);
-* the histogram holds 2 ** max(digit bits) counters.
+* TOPK_THREADS threads per CTA; the grid is (cluster, rows, 1) (more than 65535 rows: (cluster, 65535, z)) and
+  a launch's cluster dimension is (grid.x, 1, 1), so `blockIdx.x` is a CTA's rank in its row's cluster;
+* one CTA per row (`topk_cluster` = 1, short rows, or rows too long for the cluster's shared memory): the
+  global digits, TOPK_FIRST_BITS bits first (the histogram the row's first read builds), then TOPK_NEXT_BITS
+  bits per further read while the threshold bin holds more than TOPK_CANDIDATES keys; the TOPK_CANDIDATES
+  (key, index) pairs of the threshold bin kept in shared memory once they fit, refined there TOPK_REFINE_BITS
+  bits at a time (the values' low bits, then, among keys of the k-th value, the indices: the lower index wins);
+* a cluster of C CTAs per row (sm_90+): each CTA holds its slice of at most TOPK_SLICE_CAP keys in shared
+  memory, TOPK_CLUSTER_BITS bits per digit, histograms merged through distributed shared memory;
+* the histogram holds 2 ** max(digit bits) counters; TOPK_STATE_BYTES of scalars ahead of it.
 """
 
 from __future__ import annotations
@@ -24,9 +28,19 @@ TOPK_CANDIDATES = 6144
 TOPK_VECTOR_UNROLL = 2  # float4 loads in flight per thread in a row read
 TOPK_BINS = 1 << max(TOPK_FIRST_BITS, TOPK_NEXT_BITS, TOPK_REFINE_BITS)
 TOPK_MAX_K = 1 << 16  # the largest k the op takes (the engines' are 512 and 2048)
+TOPK_STATE_BYTES = 256  # kgen::topk::Shared (counters, the threshold, one sum per warp), at offset 0
 
-# dynamic shared memory of a CTA: the histogram (int32 counters), the candidates' keys (uint32) and indices (int32)
-TOPK_SHARED_BYTES = 4 * TOPK_BINS + 8 * TOPK_CANDIDATES
+# the cluster path: keys per CTA the cluster size aims at, the most a CTA holds, the largest (portable) cluster
+TOPK_CLUSTER_BITS = 11
+TOPK_CLUSTER_BINS = 1 << TOPK_CLUSTER_BITS
+TOPK_SLICE_KEYS = 8192
+TOPK_SLICE_CAP = 32768
+TOPK_CLUSTER_MAX = 8
+TOPK_MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (and z)
+
+# dynamic shared memory of the one-CTA path: the state, the histogram (int32 counters), the candidates' keys
+# (uint32) and indices (int32)
+TOPK_SHARED_BYTES = TOPK_STATE_BYTES + 4 * TOPK_BINS + 8 * TOPK_CANDIDATES
 
 
 def topk_constants() -> dict[str, int]:
@@ -39,10 +53,57 @@ def topk_constants() -> dict[str, int]:
         "kTopkCandidates": TOPK_CANDIDATES,
         "kTopkBins": TOPK_BINS,
         "kTopkUnroll": TOPK_VECTOR_UNROLL,
+        "kTopkStateBytes": TOPK_STATE_BYTES,
         "kTopkSharedBytes": TOPK_SHARED_BYTES,
+        "kTopkClusterBits": TOPK_CLUSTER_BITS,
+        "kTopkClusterBins": TOPK_CLUSTER_BINS,
+        "kTopkSliceCap": TOPK_SLICE_CAP,
+        "kTopkClusterMax": TOPK_CLUSTER_MAX,
     }
 
 
-def topk_grid(rows: int) -> tuple[int, int]:
-    """(blocks, threads per block) of a launch over `rows` query rows: one CTA per row."""
-    return rows, TOPK_THREADS
+def topk_slice(max_seq_len: int, cluster: int) -> int:
+    """Keys of a row one CTA of a `cluster` holds: ceil(max_seq_len / cluster), rounded up to four (the kernel
+    computes the same from the row's visible length, at most this)."""
+    per = -(-max(int(max_seq_len), 0) // max(int(cluster), 1))
+    return -(-per // 4) * 4
+
+
+def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None) -> int:
+    """CTAs per row: the smallest power of two giving each at most TOPK_SLICE_KEYS keys, at most TOPK_CLUSTER_MAX;
+    1 (the one-CTA path) for rows of at most TOPK_SLICE_KEYS keys or too long for the cluster's slices, and where
+    the rows' clusters would not all run at once on the device's `sm_count` SMs (one 1024-thread CTA per SM): a
+    CTA of the cluster path scores its slice more slowly than the one-CTA path scores as many keys, so a cluster
+    pays only where it brings idle SMs in (H200, 64K keys: 8 rows 23.1 us on clusters of 8 against 31.4 on one
+    CTA each; 32 rows, two waves of clusters, 55.9 against 32.6; bench/results/topk2-2026-12-03/run1)."""
+    cluster = 1
+    while cluster < TOPK_CLUSTER_MAX and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
+        cluster *= 2
+    if cluster > 1 and topk_slice(max_seq_len, cluster) > TOPK_SLICE_CAP:
+        return 1
+    if sm_count is not None and int(rows) * cluster > int(sm_count):
+        return 1
+    return cluster
+
+
+def topk_shared_bytes(max_seq_len: int, cluster: int | None = None) -> int:
+    """Dynamic shared memory of a launch: the one-CTA path's, or the cluster path's (the state, three
+    histograms: two a digit's and the merged one, then the slice's keys), whichever is larger (a CTA of a
+    cluster runs the one-CTA path where its row's slice would not fit)."""
+    cluster = topk_cluster(max_seq_len) if cluster is None else int(cluster)
+    if cluster <= 1:
+        return TOPK_SHARED_BYTES
+    sliced = TOPK_STATE_BYTES + 3 * 4 * TOPK_CLUSTER_BINS + 4 * min(TOPK_SLICE_CAP, topk_slice(max_seq_len, cluster))
+    return max(TOPK_SHARED_BYTES, sliced)
+
+
+def topk_grid(rows: int, max_seq_len: int = 0, cluster: int | None = None,
+              sm_count: int | None = None) -> tuple[tuple[int, int, int], int]:
+    """((cluster, y, z) blocks, threads per block) of a launch over `rows` query rows: row = y + gridDim.y * z,
+    `cluster` CTAs per row (default: topk_cluster(max_seq_len, rows, sm_count)); the launch's cluster dimension is
+    (grid.x, 1, 1)."""
+    cluster = topk_cluster(max_seq_len, rows, sm_count) if cluster is None else int(cluster)
+    rows = int(rows)
+    y = min(rows, TOPK_MAX_GRID_Y)
+    z = -(-rows // y) if y else 0
+    return (cluster, y, z), TOPK_THREADS

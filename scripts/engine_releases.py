@@ -11,7 +11,9 @@ vLLM), the files kgen's sites read, and for a release the engine-in-the-loop tes
 closure of those imports (`--trace` records it with tests/engine_harness.py).
 
 Everything lives under `.releases/` in the repository root (git-ignored; KGEN_RELEASES_DIR moves
-it): `wheels/` is the download cache (a wheel whose sha256 matches is never fetched again), and
+it): `wheels/` is the download cache (a wheel whose sha256 matches is never fetched again; it also
+holds the manifest's peer_wheels, fetched the same way and never unpacked: what the in-process peers'
+kits are made from), and
 `trees/<name>/` the unpacked trees, each finished by a stamp naming the manifest entry it was built
 from (a second run with an unchanged manifest touches nothing). Only `trees/` (a few MiB) is needed
 to run the tests: it is what travels to a machine without network.
@@ -41,6 +43,11 @@ def releases_dir() -> Path:
 
 def load_manifest() -> list[dict]:
     return json.loads(MANIFEST.read_text(encoding="utf-8"))["releases"]
+
+
+def load_peer_wheels() -> list[dict]:
+    """Wheels cached beside the releases and never unpacked (the manifest's peer_wheels)."""
+    return json.loads(MANIFEST.read_text(encoding="utf-8")).get("peer_wheels", [])
 
 
 def entry_digest(rel: dict) -> str:
@@ -74,11 +81,14 @@ def wheel(rel: dict) -> Path:
     # the wheel's own tags, so that pip picks the same file whatever this host's Python is; a stable-ABI
     # wheel (cp38-abi3) runs on every later CPython, and its Requires-Python (vLLM: >=3.11) decides:
     # ask as this interpreter (kgen itself requires 3.11 or newer)
-    _name, _version, python, abi, platform = rel["wheel"][: -len(".whl")].split("-")
-    if abi == "abi3":
-        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    _name, _version, python, abi, platforms = rel["wheel"][: -len(".whl")].split("-")
+    platform = platforms.split(".")[0]  # a wheel of several platform tags matches any one of them
+    tagged = (int(python[2]), int(python[3:]))
+    if abi == "abi3":  # the tag is the oldest CPython it runs on
+        major, minor = max(tagged, sys.version_info[:2])
     else:
-        version = f"{python[2]}.{python[3:]}"
+        major, minor = tagged
+    version = f"{major}.{minor}"
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                "--python-version", version, "--implementation", python[:2], "--abi", abi,
@@ -178,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         rels = data["releases"]
     for rel in rels:
         unpack(rel)
+    for rel in load_peer_wheels():
+        wheel(rel)
     return 0
 
 

@@ -2,12 +2,15 @@
 
     python scripts/host_breakdown.py [--tokens N] [--batch B --keys K] [--json FILE]
 
-Prints `host_us_per_call` of torch.ops.kgen.norm_rope_store (the writer, N tokens) and of
-torch.ops.kgen.indexer_logits (the reader, B sequences of K keys, fp8), measured the same way: median
-of 9 loops of 2000 calls each (no sync inside a loop), microseconds per call. The pieces: the
-current-stream lookups, the generated Python check alone, the dispatcher into an empty Python op, the
-Python kernel (the checked twin each native kernel falls back to), and the native kernels' counters
-(launched natively vs declined)."""
+Prints `host_us_per_call` of torch.ops.kgen.norm_rope_store (the writer, N tokens), of
+torch.ops.kgen.indexer_logits (the reader, B sequences of K keys, fp8) and of torch.ops.kgen.indexer_topk
+(the reader then the top-k, the same inputs, k = --k), measured the same way: median of kgen.host_cost's
+HOST_LOOPS loops of HOST_CALLS calls each, microseconds per call (no sync inside a loop, and few enough
+calls that the launch queue never fills: a kernel slower than its launch would otherwise set the pace,
+and the figure would be the device's). The pieces: the current-stream lookups, the generated Python
+check alone, the dispatcher into an empty Python op, the Python kernel (the checked twin each native
+kernel falls back to), and the native kernels' counters (launched natively vs declined; the top-k: its
+native chain's)."""
 
 from __future__ import annotations
 
@@ -22,18 +25,20 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "specs" / "dsv4" / "indexer_fp8.yaml"
 
 
-def per_call_us(fn, calls: int = 2000, loops: int = 9) -> float:
+def per_call_us(fn) -> float:
     import torch
+
+    from kgen.host_cost import HOST_CALLS, HOST_LOOPS
 
     for _ in range(50):
         fn()
     out = []
-    for _ in range(loops):
+    for _ in range(HOST_LOOPS):
         torch.cuda.synchronize()
         t0 = time.perf_counter_ns()
-        for _ in range(calls):
+        for _ in range(HOST_CALLS):
             fn()
-        out.append((time.perf_counter_ns() - t0) / calls / 1000)
+        out.append((time.perf_counter_ns() - t0) / HOST_CALLS / 1000)
     torch.cuda.synchronize()
     return round(statistics.median(out), 3)
 
@@ -77,11 +82,48 @@ def reader_cost(batch: int, keys: int) -> dict:
     return out
 
 
+def topk_cost(batch: int, keys: int, k: int) -> dict:
+    """The fused top-k op's host cost on the reader's inputs: eager calls of torch.ops.kgen.indexer_topk (one
+    native dispatch: the reader then the top-k, kgen.native's chain), its Python implementation (the chain's
+    checked twin: two native ops), and the top-k op alone on given logits."""
+    import torch
+
+    from kgen import native, ops
+    from kgen.reader_check import make_case
+
+    name = str(SPEC)
+    v = ops.resolve(name)
+    q, w, cache, table, lens, msl = make_case(v.spec, [keys] * batch, seed=0)
+    op = torch.ops.kgen.indexer_topk
+    for _ in range(3):  # loads both kernels, installs the chain, learns the shapes
+        op(name, q, w, cache, table, lens, msl, k)
+    torch.cuda.synchronize()
+    logits = torch.ops.kgen.indexer_logits(name, q, w, cache, table, lens, msl)
+    chain = native.installed_chain(ops.NAMESPACE, "indexer_topk")
+    before = chain.counts() if chain else None
+    pieces = {
+        "op (packet)": lambda: op(name, q, w, cache, table, lens, msl, k),
+        "Python kernel (checked twin: two native ops)": lambda: torch.ops.kgen._indexer_topk_checked(
+            name, q, w, cache, table, lens, msl, k),
+        "top-k op alone (logits given)": lambda: torch.ops.kgen.indexer_topk_logits(name, logits, lens, k),
+        "reader op alone": lambda: torch.ops.kgen.indexer_logits(name, q, w, cache, table, lens, msl),
+    }
+    out: dict = {"batch": batch, "keys": keys, "k": k, "us_per_call": {n: per_call_us(f) for n, f in pieces.items()}}
+    out["host_us_per_call"] = out["us_per_call"]["op (packet)"]
+    if chain is not None and before is not None:
+        after = chain.counts()
+        out["native_chain_calls"] = {"launched": after[0] - before[0], "declined": after[1] - before[1]}
+    else:
+        out["native_chain_calls"] = None
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--keys", type=int, default=4096)
+    ap.add_argument("--k", type=int, default=512)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     import torch
@@ -116,7 +158,8 @@ def main() -> int:
     if kernel is not None and before is not None:
         after = kernel.counts()
         writer["native_calls"] = {"launched": after[0] - before[0], "declined": after[1] - before[1]}
-    out = {"native": native.status(), "writer": writer, "reader": reader_cost(a.batch, a.keys)}
+    out = {"native": native.status(), "writer": writer, "reader": reader_cost(a.batch, a.keys),
+           "topk": topk_cost(a.batch, a.keys, a.k)}
     text = json.dumps(out, indent=1)
     print(text)
     if a.json:

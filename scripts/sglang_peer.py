@@ -6,9 +6,10 @@
 `prepare` takes SGLang's JIT header (kgen.peer_sglang.KIT_HEADER) from the SGLang wheel `make releases`
 cached (.releases/wheels/sglang-<SGLANG_VERSION>-*.whl, here or in the working directory) and the
 headers it includes, followed through `#include` to the files that resolve in SGLang's
-`sglang/kernels/jit/include/` or tvm-ffi's `tvm_ffi/include/` (the apache-tvm-ffi wheel SGLang pins,
-fetched with `pip download --no-deps` unless given): nothing else. Headers that resolve in neither
-(CUDA's, the C++ library's, HIP's on the ROCm branches) are left to the compiler. KIT.json records the
+`sglang/kernels/jit/include/` or tvm-ffi's `tvm_ffi/include/` (the apache-tvm-ffi wheel SGLang pins:
+given, or cached beside SGLang's wheel, else fetched there with `pip download --no-deps`): nothing
+else. Headers that resolve in neither (CUDA's, the C++ library's, HIP's on the ROCm branches) are left
+to the compiler. KIT.json records the
 wheels, their sha256 and the files. /.peers/ is git-ignored (.git/info/exclude): the kit never enters
 the project.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -49,8 +51,6 @@ def _sha256(path: Path) -> str:
 def find_sglang_wheel() -> Path | None:
     """The cached SGLang wheel of P.SGLANG_VERSION (KGEN_RELEASES_DIR, this checkout's or the working
     directory's .releases/wheels)."""
-    import os
-
     dirs = [Path(d) / "wheels" for d in (os.environ.get("KGEN_RELEASES_DIR"), ROOT / ".releases",
                                           Path.cwd() / ".releases") if d]
     for d in dirs:
@@ -98,8 +98,13 @@ def prepare(dest: Path, sglang_wheel: Path | None, tvm_wheel: Path | None) -> di
     sglang_wheel = sglang_wheel or find_sglang_wheel()
     if sglang_wheel is None or not sglang_wheel.is_file():
         raise SystemExit(f"no SGLang {P.SGLANG_VERSION} wheel: run `make releases` or pass --sglang-wheel")
+    if tvm_wheel is None:  # the download cache beside SGLang's wheel, else the package index into it
+        cached = sorted(sglang_wheel.parent.glob(f"apache_tvm_ffi-{P.TVM_FFI_VERSION}-*.whl"))
+        tvm_wheel = cached[0] if cached else None
     with tempfile.TemporaryDirectory() as td:
-        tvm_wheel = tvm_wheel or fetch_tvm_ffi_wheel(Path(td))
+        if tvm_wheel is None:
+            into = sglang_wheel.parent if os.access(sglang_wheel.parent, os.W_OK) else Path(td)
+            tvm_wheel = fetch_tvm_ffi_wheel(into)
         with zipfile.ZipFile(sglang_wheel) as zs, zipfile.ZipFile(tvm_wheel) as zt:
             archives = [(zs, SGLANG_INCLUDE), (zt, TVM_INCLUDE)]
             header_member = SGLANG_JIT + P.KIT_HEADER

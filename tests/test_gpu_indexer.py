@@ -129,6 +129,23 @@ def test_tma_variant_matches_the_torch_path(path, case, tune):
     assert r.ok, r
 
 
+@pytest.mark.parametrize("path", INDEXER)
+@pytest.mark.parametrize("case", [3, 4, 5, 6, 7])  # next_n 2, 4, 3, 4 (40 sequences), 2 (140 sequences)
+def test_pair_cubin_matches_the_torch_path(path, case):
+    """Two MTP tokens per m64n128 group (kReaderWgPairs: the TMA variant for fp8 and bf16, the cp.async
+    one for fp4), each half of the accumulators one token's logits with its visibility."""
+    from kgen import layout as L
+    from kgen import reader_layout as RL
+    from kgen import reader_plan as RP
+
+    spec = load_spec(SPECS / path)
+    tune = RP.reader_wg_pair_tuning(L.compute(spec))
+    assert RL.reader_wg_pairs(L.compute(spec), tune)
+    lens, next_n = rc.correctness_cases(spec)[case]
+    r = rc.run_case(spec, lens, next_n=next_n, tune=tune)
+    assert r.ok, r
+
+
 @pytest.mark.parametrize("path", ["dsv4/indexer_fp8.yaml", "indexer_bf16.yaml"])
 def test_tma_variant_reads_no_page_outside_the_cache(path):
     """A visible tile whose table entry lies outside the cache is not copied: its logits are NaN, every

@@ -126,5 +126,7 @@ def test_the_rendered_config_carries_every_threshold():
                         "kReaderCtaReservedBytes": RL.READER_CTA_RESERVED_BYTES,
                         "kReaderSmRegisters": RL.READER_SM_REGISTERS,
                         "kReaderWgTmaRegisters": RL.READER_WG_TMA_REGISTERS,
-                        "kReaderWgRegisters": RL.READER_WG_REGISTERS}.items():
+                        "kReaderWgRegisters": RL.READER_WG_REGISTERS,
+                        "kReaderWgTmaPairRegisters": RL.READER_WG_TMA_PAIR_REGISTERS,
+                        "kReaderWgPairRegisters": RL.READER_WG_PAIR_REGISTERS}.items():
         assert f"static constexpr long long {name} = {value};" in reader

@@ -110,6 +110,20 @@ def test_shipped_reader_compiles_for_sm90a_without_spills(key, cache):
         assert "serialized" not in log, (tune, log)  # ptxas kept the wgmma asynchronous
 
 
+@pytest.mark.parametrize("key", sorted(INDEXER))
+def test_pair_cubin_compiles_within_its_planned_registers(key, cache):
+    # two MTP tokens per m64n128 group (what `kgen test` runs on the MTP cases): no spill, the wgmma kept
+    # asynchronous, ptxas within the registers the plan gives each thread (RL.READER_WG_*PAIR_REGISTERS)
+    spec = spec_of(key)
+    lay = L.compute(spec)
+    tune = RP.reader_wg_pair_tuning(lay)
+    assert RL.reader_wg_pairs(lay, tune)
+    k, log = compile_log(render_reader(spec, tune=tune), cache)
+    assert k is not None, log[-3000:]
+    planned = RL.READER_WG_TMA_PAIR_REGISTERS if RL.reader_wg_tma(lay, tune) else RL.READER_WG_PAIR_REGISTERS
+    assert k.spill_bytes == 0 and "serialized" not in log and k.registers <= planned, (k.registers, log[-2000:])
+
+
 @pytest.mark.parametrize("key", ["fp8", "bf16"])
 @pytest.mark.parametrize("ring", [(6, 1), (8, 2), (4, 2), (12, 3), (8, 4)])
 def test_tma_rings_compile_with_their_twins_agreeing(key, ring, cache):
@@ -436,6 +450,44 @@ def test_evict_first_where_the_launch_overflows_the_l2():
 H200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0)  # 0: an L2 nobody reported (no L2 rule)
 
 
+def test_pair_cubin_plan_and_its_shape_rule(monkeypatch):
+    from kgen.reader_layout import runs_wgmma
+
+    fp8, bf16, fp4 = (L.compute(spec_of(k)) for k in ("fp8", "bf16", "fp4"))
+    assert RP.READER_WG_PAIR_STAGES == {}  # measured slower: no launch shape loads it (reader_plan)
+    for lay in (fp8, bf16):
+        pair = RP.reader_wg_pair_tuning(lay)
+        assert pair == {"kReaderWgTmaStages": RP.READER_WG_PAIR_RING[lay.spec.store.dtype], "kReaderWgPairs": 1}
+        assert RL.reader_wg_pairs(lay, pair) and RL.reader_wg_tma(lay, pair) and not RL.reader_wg_pairs(lay)
+        assert RL.reader_wg_tokens_per_cta(lay, RL.reader_wg_stages(lay, pair), tma=True) == 4
+        # one CTA per SM at the pair registers; its ring as many key bytes as the one-token cubin's two CTAs
+        consumers = RL.reader_wg_consumers(lay, pair)
+        assert RL.reader_wg_ctas_per_sm(lay, 1, RL.reader_wg_stages(lay, pair), True, consumers, True) == 1
+        assert RL.reader_wg_tma_threads(consumers) * RL.READER_WG_TMA_PAIR_REGISTERS <= RL.READER_SM_REGISTERS
+        stages = RL.reader_wg_stages(lay)
+        assert RP.READER_WG_PAIR_RING[lay.spec.store.dtype] == stages * RL.reader_wg_ctas_per_sm(
+            lay, 1, stages, True, consumers)
+        rv = render_reader(lay.spec, tune=pair).files[f"{lay.spec.name}/logits_config.cuh"]
+        assert "kReaderWgPairs = 1;" in rv and "kReaderWgMinBlocks = 1;" in rv
+        # three consumer warpgroups do not fit one SM at the pair registers: no pairs there
+        assert not RL.reader_wg_pairs(lay, {**pair, "kReaderWgTmaStages": 12, "kReaderWgConsumers": 3})
+        # the shape rule, where a key dtype has a ring: MTP launches of the TMA variant load the pair cubin
+        monkeypatch.setitem(RP.READER_WG_PAIR_STAGES, lay.spec.store.dtype, 16 if lay is fp8 else 8)
+        assert RP.reader_wg_shape_tune(lay, None, 32, 1, 65536, 132) is None
+        for n in (2, 3, 4, 5):
+            assert RP.reader_wg_shape_tune(lay, None, 32, n, 65536, 132) == pair
+        assert RP.reader_wg_shape_tune(lay, {"kReaderWgPairs": 0}, 32, 2, 65536, 132) == {"kReaderWgPairs": 0}
+        assert RP.reader_wg_shape_tune(lay, {"kReaderWgConsumers": 3, "kReaderWgTmaStages": 12}, 32, 2, 65536,
+                                       132) == {"kReaderWgConsumers": 3, "kReaderWgTmaStages": 12}
+        assert pair in rc.ring_tunes(lay.spec, None)
+    # the cp.async variants: a tuning may ask for pairs where a CTA holds two tokens (2 CTAs per SM)
+    assert RP.reader_wg_shape_tune(fp8, CP, 128, 2, 65536, 132) == CP
+    assert RP.reader_wg_shape_tune(fp4, None, 128, 2, 65536, 132) is None and runs_wgmma(spec_of("fp4"), "sm_90a")
+    assert RL.reader_wg_pairs(fp4, {"kReaderWgPairs": 1}) and RL.reader_wg_pairs(fp8, {**CP, "kReaderWgPairs": 1})
+    assert not RL.reader_wg_pairs(bf16, {**CP, "kReaderWgPairs": 1})  # one token per CTA (two chunks per row)
+    assert RL.reader_wg_ctas_per_sm(fp4, 1, 3, pairs=True) == 2
+
+
 def test_launch_tune_follows_the_arch_and_the_shape():
     spec, args = _case("fp8", lens=(5, 70))
     a = dataclasses.replace(ops_reader.check(spec, *args, require_cuda=False), device=H200)
@@ -458,9 +510,14 @@ def test_launch_tune_follows_the_arch_and_the_shape():
     # fp4: the operand's chunks are the bf16 widening of head_dim, the shared memory has the operand buffer
     ("fp4", "kReaderWgChunks = 2;", "kReaderWgChunks = 1;"),
     ("fp4", "kReaderWgMinBlocks = 4;", "kReaderWgMinBlocks = 5;"),
+    # the pair cubin: one CTA per SM at its registers; no pairs where a CTA holds one token
+    ("fp8-pairs", "kReaderWgMinBlocks = 1;", "kReaderWgMinBlocks = 2;"),
+    ("bf16-cp", "kReaderWgPairs = 0;", "kReaderWgPairs = 1;"),
 ])
 def test_wgmma_constant_twins_fire(variant, old, new, cache):
-    rv = render_reader(spec_of(variant))
+    variant, _, how = variant.partition("-")
+    tune = {"pairs": {"kReaderWgPairs": 1, "kReaderWgTmaStages": 16}, "cp": CP, "": None}[how]
+    rv = render_reader(spec_of(variant), tune=tune)
     key = f"{spec_of(variant).name}/logits_config.cuh"
     assert old in rv.files[key]
     k, log = compile_log(replace(rv, files={**rv.files, key: rv.files[key].replace(old, new)}), cache)
@@ -627,6 +684,47 @@ def test_wgmma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms
     r = rc.compare(spec.name, "emulated wgmma", got, want)
     assert r.ok, r
     assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
+
+
+PAIRS = {"kReaderWgPairs": 1}
+
+
+# two MTP tokens per m64n128 group (kReaderWgPairs, emulated: the cp.async variants), next_n 2-4 (3: a pair
+# and a single token), ragged lengths, a share crossing sequences, tokens that see no key of a tile
+@pytest.mark.parametrize("key,lens,next_n,tune,sms", [
+    ("fp8", [1, 2, 63, 64, 65, 300], 2, None, 4),
+    ("fp8", [0, 1, 3, 64, 65, 129, 700, 2], 3, None, 1),
+    ("fp8", [2, 4, 130, 700], 4, {"kReaderWgStages": 2}, 4),
+    ("fp4", [1, 2, 65, 400], 2, None, 4),
+    ("fp4", [0, 1, 5, 200, 64, 640], 3, {"kReaderWgStages": 4}, 1),
+    ("fp4", [3, 129, 1000], 4, None, 64),
+    ("dsv32", [1, 2, 900, 64, 130], 4, {"kReaderWgStages": 2}, 1),
+])
+def test_pair_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms, tmp_path):
+    spec = spec_of(key)
+    tune = {**PAIRS, **(tune or {})}
+    assert RL.reader_wg_pairs(L.compute(spec), {**CP, **tune})
+    got, args = emulate(spec, lens, next_n, tmp_path, tune=tune, wgmma=True, sm_count=sms)
+    want = indexer_logits_torch(spec, *args, accum=torch.float64)
+    r = rc.compare(spec.name, "emulated wgmma pairs", got, want)
+    assert r.ok, r
+    assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
+
+
+def test_pair_source_on_cpu_for_random_specs(tmp_path):
+    # pages smaller than a tile and of several sizes, fp4 scale strides, head_dim 256 (fp4: 4 operand chunks
+    # chunk-major in q's buffer), next_n 2 and 3
+    sampled = [s for s in rc.sample_readable(40, seed=3) if RL.reader_wg_pairs(L.compute(s), {**CP, **PAIRS})]
+    pages = sorted({s.layout.page_size for s in sampled})
+    assert len(pages) >= 3 and any(p < RL.READER_WG_TILE_KEYS for p in pages), pages
+    picked = [next(s for s in sampled if s.layout.page_size == p) for p in pages[:4]]
+    picked += [s for s in sampled if s.store.dtype == "fp4_e2m1" and s.head_dim == 256][:1]
+    for i, spec in enumerate(picked):
+        got, args = emulate(spec, [3, spec.layout.page_size + 1, 200], 2 + i % 2, tmp_path / str(i), tune=PAIRS,
+                            wgmma=True)
+        want = indexer_logits_torch(spec, *args, accum=torch.float64)
+        r = rc.compare(spec.name, "emulated wgmma pairs", got, want)
+        assert r.ok and r.relative_error < 1e-5, (spec.model_dump(), r)
 
 
 def test_wgmma_source_on_cpu_for_random_fp4_specs(tmp_path):

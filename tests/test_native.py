@@ -42,7 +42,7 @@ class Harness:
     `checked` runs the ABI table's check (require_cuda=False) and registers the shape, as
     kgen.ops.Variant.launch_checked does on the GPU."""
 
-    def __init__(self, variant: str, pdl: bool = False):
+    def __init__(self, variant: str, pdl: bool = False, cluster: bool = False):
         self.v = ops.resolve(variant)
         self.name = variant
         self.launches: list[tuple[tuple, int, bytes, bytes]] = []
@@ -52,7 +52,8 @@ class Harness:
 
         @LAUNCH
         def launch(cfg, fn, params, _extra):
-            attr = ctypes.string_at(CONFIG.unpack(ctypes.string_at(cfg, CONFIG.size))[8], 72) if pdl else b""
+            fields = CONFIG.unpack(ctypes.string_at(cfg, CONFIG.size))
+            attr = ctypes.string_at(fields[8], 72 * fields[9]) if fields[9] else b""
             self.launches.append((CONFIG.unpack(ctypes.string_at(cfg, CONFIG.size)), fn,
                                   ctypes.string_at(params[0], size), attr))
             return 0
@@ -85,6 +86,8 @@ class Harness:
         one = bench_inputs(v.spec, 1, 0, device="cpu")
         self.threads = v.abi.check(v.spec, dict(zip(v.names, one)), require_cuda=False).grid()[1]
         self.native.set_device(self.handle, 0, FUNCTION, CONTEXT, (self.threads, 1, 1), pdl)
+        if cluster:
+            self.native.set_cluster(self.handle, True)
         self.op = getattr(torch.ops, ns).op
 
     def _checked(self, variant, *tensors):
@@ -199,6 +202,19 @@ def test_pdl_sets_the_launch_attribute():
     config, _, params, attr = h.launches[-1]
     assert config[-1] == 1 and config[-2] != 0
     assert struct.unpack_from("<I4xi", attr) == (6, 1)  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    assert params == h.expected_params(args)
+
+
+def test_a_cluster_variant_gets_the_cluster_dimension_beside_pdl():
+    h = Harness(FP8, pdl=True, cluster=True)
+    args = bench_inputs(h.v.spec, 64, 4, device="cpu")
+    h.op(h.name, *args)
+    h.op(h.name, *args)
+    config, _, params, attr = h.launches[-1]
+    assert config[0] > 1 and config[-1] == 2
+    # programmatic stream serialization, then CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (grid.x, 1, 1)
+    assert struct.unpack_from("<I4xi", attr) == (6, 1)
+    assert struct.unpack_from("<I4xIII", attr, 72) == (4, config[0], 1, 1)
     assert params == h.expected_params(args)
 
 

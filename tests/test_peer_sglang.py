@@ -16,6 +16,7 @@ from kgen import bench, peer_sglang
 from kgen.validate import validate_paths
 
 ROOT = Path(__file__).resolve().parents[1]
+PLAN_SPECS = ROOT / "bench" / "results" / "wpeer-2026-12-03" / "plan"  # dsv4's indexers reading SGLang's plan
 
 
 def _script():
@@ -159,9 +160,35 @@ def test_bench_entry_with_the_peer_absent():
     assert state.record()["present"] is False and "what" in state.record()
 
 
+def test_no_build_without_a_variant_it_writes():
+    v = _variants()
+    state = bench.PeerState(specs=[v["dsv4_latent_bf16"]])
+    assert state.peer is None and state.why == "no variant here is one SGLang's indexer store writes"
+
+
 def test_ratios_name_the_peer():
     entry = {"kgen": {"cold": {"ms": 0.01, "fraction_of_copy": 0.5}, "graph": {"ms": 0.005}},
              "peer": {"speed_cold": 1.25, "speed_graph": 0.9}}
     r = bench.ratios(entry)
     assert r["cold_speed_vs_peer"] == 1.25 and r["graph_speed_vs_peer"] == 0.9
     assert "cold_speed_vs_peer" not in bench.ratios({"kgen": entry["kgen"], "peer": {"absent": "x"}})
+    assert bench._peer_cell(r) == "1.25/0.90" and bench._peer_cell({}) == "-"
+
+
+def test_bench_plan_inputs_emit_where_sglang_does(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from kgen import ops
+    from kgen.reference import plan_positions, read_plan
+
+    monkeypatch.setattr(bench, "FREQS_ROWS", 4096)
+    monkeypatch.setattr(bench, "_freqs_tables", {})
+    spec = validate_paths([PLAN_SPECS / "indexer_fp8_plan.yaml"]).specs()[0]
+    x, w, b, f, plan, loc, cache = bench.bench_inputs(spec, 200, seed=1, device="cpu")
+    assert plan.dtype == torch.uint8 and tuple(plan.shape) == (200, 16)
+    _, emit = plan_positions(spec, plan)
+    seq = read_plan(plan, "decode_plan")["seq_len"]
+    assert bool(emit.any()) and not bool(emit.all())  # a quarter of a decode step's tokens write a key
+    assert torch.equal(emit, seq % 4 == 0)  # where SGLang's kernel writes: seq_len % ratio == 0, nothing else
+    ops.norm_rope_store(spec, x, w, b, f, plan, loc, cache)
+    scales = cache[:, 64 * 128:].reshape(-1, 4).view(torch.float32)[:, 0]  # one fp32 scale per slot
+    assert int((scales != 0).sum()) == int(emit.sum())

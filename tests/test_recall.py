@@ -153,6 +153,12 @@ def test_cpu_and_gpu_paths_give_the_same_numbers():
             elif isinstance(v, float) and key in ("agreement", "agreement_min"):
                 # the same top-k overlaps; their float64 mean is summed in another order on the device
                 assert math.isclose(v, b[key], rel_tol=1e-12), (key, v, b[key])
+            elif key == "selection":  # per top-k: the same overlaps, their means summed in another order
+                assert v.keys() == b[key].keys(), (key, v, b[key])
+                for way, metrics in v.items():
+                    assert metrics.keys() == b[key][way].keys(), (way, metrics, b[key][way])
+                    for name, x in metrics.items():
+                        assert math.isclose(x, b[key][way][name], rel_tol=1e-12), (way, name, x, b[key][way][name])
             else:
                 assert v == b[key], (key, v, b[key])
 

@@ -137,7 +137,7 @@ def test_the_table_is_in_the_registry_and_renders_the_plans_numbers():
     config = rv.files["dsv4_indexer_fp8/topk_config.cuh"]
     for name, value in TP.topk_constants().items():
         assert f"static constexpr long long {name} = {value};" in config
-    assert TP.TOPK_SHARED_BYTES == 4 * TP.TOPK_BINS + 8 * TP.TOPK_CANDIDATES
+    assert TP.TOPK_SHARED_BYTES == TP.TOPK_STATE_BYTES + 4 * TP.TOPK_BINS + 8 * TP.TOPK_CANDIDATES
     assert rv.name_expression == "kgen::indexer_topk<kgen_topk::dsv4_indexer_fp8>"
 
 
@@ -171,6 +171,109 @@ def test_kernel_source_on_the_cpu_matches_the_reference(emulator, kind):
     want = score.topk_reference(x, lens, 2, 500)
     assert score.same_sets(got, want) == []
     assert got[2, :299].tolist() == list(range(299)) and (got[2, 299:] == -1).all()  # 300 - 2 + 1 keys
+
+
+def test_the_plan_splits_long_rows_over_a_cluster():
+    from kgen import topk_plan as TP
+
+    # short rows stay on one CTA; a power of two of CTAs holds at most TOPK_SLICE_KEYS keys each, up to 8
+    assert [TP.topk_cluster(n) for n in (1, 4096, 8192, 8193, 16384, 32768, 65536, 262144)] == [1, 1, 1, 2, 2, 4,
+                                                                                               8, 8]
+    assert TP.topk_cluster(8 * TP.TOPK_SLICE_CAP + 1) == 1  # no slice would fit: the one-CTA path reads global
+    assert TP.topk_grid(6, 65536) == ((8, 6, 1), TP.TOPK_THREADS)
+    # on a device, clusters only where every row's cluster runs at once (one CTA per SM): 16 rows of 8 CTAs fit
+    # 132 SMs, 17 do not (then every row takes the one-CTA path)
+    assert TP.topk_grid(16, 65536, sm_count=132) == ((8, 16, 1), TP.TOPK_THREADS)
+    assert TP.topk_grid(17, 65536, sm_count=132) == ((1, 17, 1), TP.TOPK_THREADS)
+    assert TP.topk_cluster(16384, rows=66, sm_count=132) == 2 and TP.topk_cluster(16384, rows=67, sm_count=132) == 1
+    assert TP.topk_shared_bytes(262144, 1) == TP.TOPK_SHARED_BYTES  # the one-CTA path asks for its own
+    assert TP.topk_grid(70000, 4096) == ((1, 65535, 2), TP.TOPK_THREADS)  # row = y + 65535 z
+    assert TP.topk_shared_bytes(4096) == TP.TOPK_SHARED_BYTES
+    big = TP.TOPK_STATE_BYTES + 12 * TP.TOPK_CLUSTER_BINS + 4 * 32768
+    assert TP.topk_shared_bytes(262144) == big and big <= 227 * 1024  # sm_90's opt-in limit per block
+    assert INDEXER_TOPK.cluster_x
+
+
+def test_the_launch_takes_the_devices_sm_count():
+    from types import SimpleNamespace
+
+    from kgen import topk_plan as TP
+    from kgen.arch import DeviceFacts
+
+    h200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0)
+    for rows, cluster in ((8, 8), (64, 1)):
+        a = SimpleNamespace(dims={"rows": rows, "max_seq_len": 262144}, device=h200)
+        assert INDEXER_TOPK.grid(a)[0] == (cluster, rows, 1)
+        assert INDEXER_TOPK.shared_bytes(a) == TP.topk_shared_bytes(262144, cluster)
+    unplaced = SimpleNamespace(dims={"rows": 64, "max_seq_len": 262144}, device=None)  # checked for no GPU
+    assert INDEXER_TOPK.grid(unplaced)[0] == (8, 64, 1)
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_a_cluster_launch_packs_its_cluster_dimension_per_call(pdl):
+    import struct
+
+    from kgen import launcher
+
+    fmt = INDEXER_TOPK.struct_format
+    buf = launcher.PreparedLaunch(fmt, 1024, pdl=pdl, cluster=True)
+    values = tuple(range(1, 1 + len(struct.Struct(fmt).unpack(bytes(struct.calcsize(fmt))))))
+    buf.pack((8, 6, 1), 70000, 0x1234, *values)
+    fields = buf.config_fields()
+    assert fields[:6] == (8, 6, 1, 1024, 1, 1) and fields[6:8] == (70000, 0x1234) and fields[9] == 1 + pdl
+    assert fields[8] == buf.config_address + 56  # the attributes follow the config
+    got = buf.attributes()
+    if pdl:
+        assert got[0][0] == launcher.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        assert struct.unpack_from("<i", got[0][1]) == (1,)
+    assert got[-1][0] == launcher.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    assert struct.unpack_from("<III", got[-1][1]) == (8, 1, 1)
+    assert buf.param_bytes() == struct.pack(fmt, *values)
+    assert buf.kernel_params() == (buf.config_address + buf._params_at,)
+    buf.pack((2, 3, 1), 0, 0, *values)  # another shape: the cluster follows the grid
+    assert struct.unpack_from("<III", buf.attributes()[-1][1]) == (2, 1, 1)
+    buf.pack((1, 3, 1), 0, 0, *values)  # one CTA per row: no cluster attribute (PDL kept)
+    assert buf.config_fields()[9] == int(pdl) and buf.param_bytes() == struct.pack(fmt, *values)
+    assert (buf.config_fields()[8] != 0) == pdl
+
+
+@pytest.mark.parametrize("cluster, kind, next_n, k", [
+    (2, "randn", 2, 500),
+    (4, "ties", 4, 2048),  # three values: thousands of keys equal to the k-th, across the ranks
+    (3, "one_value", 1, 512),  # one value: rank r takes its ties only after the ranks below it
+    (8, "randn_ties", 2, 512),
+])
+def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, next_n, k):
+    from topk_emulate import launch
+
+    spec, exe, work = emulator
+    g = torch.Generator().manual_seed(11 + cluster)
+    width = 9001 if cluster < 8 else 4099  # odd: every slice but the first starts unaligned
+    rows = 2 * next_n
+    x = {"randn": lambda: torch.randn(rows, width, generator=g),
+         "ties": lambda: torch.randint(0, 3, (rows, width), generator=g).float(),
+         "one_value": lambda: torch.full((rows, width), -0.0),
+         "randn_ties": lambda: torch.randn(rows, width, generator=g).clamp(min=0.5)}[kind]()
+    lens = torch.tensor([width - 17, k], dtype=torch.int32)  # ragged; the second sequence's rows see <= k keys
+    got = launch(spec, exe, work, x, lens, k, cluster=cluster)
+    want = score.topk_reference(x, lens, next_n, k)
+    assert score.same_sets(got, want) == []
+    short = next_n  # the second sequence's first row: k - next_n + 1 keys, then -1
+    n = k - next_n + 1
+    assert got[short, :n].tolist() == list(range(n)) and (got[short, n:] == -1).all()
+
+
+def test_a_row_too_long_for_its_slices_runs_on_rank_0_alone(emulator):
+    from topk_emulate import launch
+
+    from kgen import topk_plan as TP
+
+    spec, exe, work = emulator
+    width = 2 * TP.TOPK_SLICE_CAP + 8  # two CTAs would each need more than TOPK_SLICE_CAP keys
+    x = torch.randn(1, width, generator=torch.Generator().manual_seed(5))
+    lens = torch.tensor([width], dtype=torch.int32)
+    got = launch(spec, exe, work, x, lens, 512, cluster=2)
+    assert score.same_sets(got, score.topk_reference(x, lens, 1, 512)) == []
 
 
 def test_recall_measures_each_selection_stage():

@@ -1,6 +1,7 @@
 """Run the real indexer_topk source on the CPU (tests/topk_shim over tests/reader_shim): render the top-k of a
-readable variant, build the launch emulator around it, launch it through the kernel ABI (kgen.abi: the packed
-Params and pointer map a GPU launch hands the driver) and return the indices it wrote."""
+readable variant, build the launch emulator around it (tests/topk_shim/run_topk.cc: a cluster's CTAs at once),
+launch it through the kernel ABI (kgen.abi: the packed Params and pointer map a GPU launch hands the driver) and
+return the indices it wrote."""
 
 from __future__ import annotations
 
@@ -28,26 +29,29 @@ def build(spec: Spec, work: Path, *, sanitize: bool = True) -> Path:
                         "-include", str(READER_SHIM / "reader_shim.h"), "-include", str(SHIM / "topk_shim.h"),
                         "-I", str(READER_SHIM), "-I", str(WRITER_SHIM), "-I", str(include_dirs()[0]),
                         f'-DKGEN_KERNEL_CU="{work / "indexer_topk.cu"}"', f"-DKGEN_KERNEL={rv.name_expression}",
-                        str(READER_SHIM / "run_reader.cc"), "-o", str(exe)], capture_output=True, text=True)
+                        str(SHIM / "run_topk.cc"), "-o", str(exe)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     return exe
 
 
-def launch(spec: Spec, exe: Path, work: Path, logits, seq_lens, k: int):
-    """The kernel's int32 [rows, k] indices for fp32 `logits` [B * next_n, max_seq_len] (CPU tensors)."""
+def launch(spec: Spec, exe: Path, work: Path, logits, seq_lens, k: int, cluster: int | None = None):
+    """The kernel's int32 [rows, k] indices for fp32 `logits` [B * next_n, max_seq_len] (CPU tensors), on
+    `cluster` CTAs per row (default: the plan's for the row length, kgen.topk_plan.topk_cluster)."""
     import torch
 
     from kgen.abi import INDEXER_TOPK, write_launch_files
+    from kgen.topk_plan import topk_grid, topk_shared_bytes
 
     indices = torch.empty((logits.shape[0], k), dtype=torch.int32)
     a = INDEXER_TOPK.check(spec, {"logits": logits, "seq_lens": seq_lens, "indices": indices}, require_cuda=False)
-    blocks, threads = a.grid()
-    grid = (blocks, 1, 1)
+    msl = int(logits.shape[1])
+    grid, threads = topk_grid(int(logits.shape[0]), msl, cluster)
+    shared = topk_shared_bytes(msl, grid[0])
     data = {n: t.contiguous().view(torch.uint8).numpy().tobytes() for n, t in a.tensors.items() if t is not None}
     d = work / "launch"
     write_launch_files(a, d, data)
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1")
-    r = subprocess.run([str(exe), str(d), *map(str, grid), str(threads), str(INDEXER_TOPK.shared_bytes(a))],
+    r = subprocess.run([str(exe), str(d), *map(str, grid), str(threads), str(shared)],
                        capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, f"{spec.name}: exit {r.returncode}\n{r.stderr[-6000:]}"
     return torch.frombuffer(bytearray((d / "indices.out").read_bytes()), dtype=torch.int32).reshape(indices.shape)

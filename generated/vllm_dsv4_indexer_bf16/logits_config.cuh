@@ -42,6 +42,8 @@ struct vllm_dsv4_indexer_bf16 : kgen_cfg::vllm_dsv4_indexer_bf16 {
   static constexpr long long kReaderSmRegisters = 65536;
   static constexpr long long kReaderWgTmaRegisters = 80;
   static constexpr long long kReaderWgRegisters = 96;
+  static constexpr long long kReaderWgTmaPairRegisters = 168;
+  static constexpr long long kReaderWgPairRegisters = 224;
   static constexpr long long kReaderPrefetch = 0;
   static constexpr long long kReaderMinBlocks = 0;
   static constexpr long long kReaderHeadPasses = 2;
@@ -52,6 +54,7 @@ struct vllm_dsv4_indexer_bf16 : kgen_cfg::vllm_dsv4_indexer_bf16 {
   static constexpr long long kReaderWgTmaStages = 4;
   static constexpr long long kReaderWgConsumers = 2;
   static constexpr long long kReaderWgEvictFirst = 0;
+  static constexpr long long kReaderWgPairs = 0;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
   // describes it (ABI version 2) and packs the same bytes for every launch.

@@ -16,10 +16,15 @@ struct vllm_dsv4_indexer_fp8 : kgen_cfg::vllm_dsv4_indexer_fp8 {
   static constexpr long long kTopkCandidates = 6144;
   static constexpr long long kTopkBins = 4096;
   static constexpr long long kTopkUnroll = 2;
-  static constexpr long long kTopkSharedBytes = 65536;
+  static constexpr long long kTopkStateBytes = 256;
+  static constexpr long long kTopkSharedBytes = 65792;
+  static constexpr long long kTopkClusterBits = 11;
+  static constexpr long long kTopkClusterBins = 2048;
+  static constexpr long long kTopkSliceCap = 32768;
+  static constexpr long long kTopkClusterMax = 8;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
-  // describes it (ABI version 1) and packs the same bytes for every launch.
+  // describes it (ABI version 2) and packs the same bytes for every launch.
   struct Params {
     const float* logits;            // [B * next_n, max_seq_len] the reader's fp32 logits
     const kgen::int32_t* seq_lens;  // [B]
@@ -29,19 +34,19 @@ struct vllm_dsv4_indexer_fp8 : kgen_cfg::vllm_dsv4_indexer_fp8 {
     kgen::int32_t max_seq_len;      // logits columns
     kgen::int32_t k;                // keys selected per row
   };
-  static constexpr int kAbiVersion = 1;
+  static constexpr int kAbiVersion = 2;
   // the struct kgen/abi.py packs, checked at compile time: member sizes in the table's order, with natural
   // alignment (a kgen::TensorMap's is 64), fix every offset (NVRTC 13.0, the H200 image's, has no
   // __builtin_offsetof)
-  static_assert(sizeof(Params) == 40, "kgen ABI v1: sizeof(Params)");
-  static_assert(alignof(Params) == 8, "kgen ABI v1: alignof(Params)");
-  static_assert(sizeof(Params::logits) == 8, "kgen ABI v1: size of logits (at offset 0)");
-  static_assert(sizeof(Params::seq_lens) == 8, "kgen ABI v1: size of seq_lens (at offset 8)");
-  static_assert(sizeof(Params::indices) == 8, "kgen ABI v1: size of indices (at offset 16)");
-  static_assert(sizeof(Params::batch) == 4, "kgen ABI v1: size of batch (at offset 24)");
-  static_assert(sizeof(Params::next_n) == 4, "kgen ABI v1: size of next_n (at offset 28)");
-  static_assert(sizeof(Params::max_seq_len) == 4, "kgen ABI v1: size of max_seq_len (at offset 32)");
-  static_assert(sizeof(Params::k) == 4, "kgen ABI v1: size of k (at offset 36)");
+  static_assert(sizeof(Params) == 40, "kgen ABI v2: sizeof(Params)");
+  static_assert(alignof(Params) == 8, "kgen ABI v2: alignof(Params)");
+  static_assert(sizeof(Params::logits) == 8, "kgen ABI v2: size of logits (at offset 0)");
+  static_assert(sizeof(Params::seq_lens) == 8, "kgen ABI v2: size of seq_lens (at offset 8)");
+  static_assert(sizeof(Params::indices) == 8, "kgen ABI v2: size of indices (at offset 16)");
+  static_assert(sizeof(Params::batch) == 4, "kgen ABI v2: size of batch (at offset 24)");
+  static_assert(sizeof(Params::next_n) == 4, "kgen ABI v2: size of next_n (at offset 28)");
+  static_assert(sizeof(Params::max_seq_len) == 4, "kgen ABI v2: size of max_seq_len (at offset 32)");
+  static_assert(sizeof(Params::k) == 4, "kgen ABI v2: size of k (at offset 36)");
 };
 
 }  // namespace kgen_topk

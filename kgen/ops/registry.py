@@ -183,7 +183,7 @@ class KernelOp:
                             tune=tune, device=args.device)
             _, threads = targeted.grid()
             pdl = _pdl(self.spec, arch)
-            prepared = launcher.PreparedLaunch(self.abi.struct_format, threads, pdl=pdl)
+            prepared = launcher.PreparedLaunch(self.abi.struct_format, threads, pdl=pdl, cluster=self.abi.cluster_x)
             run = launcher.launcher(kernel, prepared, name=ck.uri)
             info = {"arch": arch, "uri": ck.uri, "tune": tkey, "block": threads, "pdl": pdl, "kernel": kernel,
                     "backend": getattr(run, "backend", None), "prepared": prepared,
@@ -214,6 +214,8 @@ class KernelOp:
                 map_source=names.index(maps[0][1]) if maps else -1)
             if self._native is None:
                 return
+            if self.abi.cluster_x:
+                nat.set_cluster(self._native, True)
         nat.set_device(self._native, dev, kernel.function, kernel.context, (threads, 1, 1), pdl)
 
     def _native_table(self) -> list[dict]:

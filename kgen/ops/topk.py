@@ -12,8 +12,10 @@ first among equal logits; a row with L <= k visible keys holds 0..L-1 then -1; t
 CUDA: indexer_topk runs torch.ops.kgen.indexer_logits (the reader, its own fast path) into a logits tensor of
 the call, then indexer_topk_logits: the top-k kernel's KernelOp (kgen.ops.registry; its table is
 kgen.abi.INDEXER_TOPK), launched with programmatic stream serialization where the spec asks for PDL, so it
-starts while the reader drains. CPU: kgen.score's Torch paths (the reader's reference logits, then the
-reference top-k). Fake: the shape.
+starts while the reader drains. Once both have native kernels (kgen.native), the first call installs their
+chain at indexer_topk's CUDA key: one dispatch checks and launches both from C++ (k checked first), and
+whatever it declines goes to `_indexer_topk_checked`, this Python implementation. CPU: kgen.score's Torch
+paths (the reader's reference logits, then the reference top-k). Fake: the shape.
 """
 
 from __future__ import annotations
@@ -23,13 +25,16 @@ from collections.abc import Callable
 
 import torch
 
+from .. import native
 from ..abi import INDEXER_TOPK, Args, ArgumentError
 from ..score import _expect as expect
 from ..score import check_topk_k, topk_reference
 from ..spec import Spec
+from ..topk_plan import TOPK_MAX_K
+from .reader import KERNEL as READER_KERNEL
 from .reader import _indexer_logits_cpu, _indexer_logits_fake, _readable, indexer_logits_op
 from .reader import prepare as prepare_logits
-from .registry import _kernel_ops, define_op, kernel_op, resolve, same_device, variant_name
+from .registry import NAMESPACE, _kernel_ops, define_op, kernel_op, resolve, same_device, variant_name
 
 __all__ = ["check_logits", "indexer_topk", "indexer_topk_logits", "indexer_topk_logits_op", "indexer_topk_op",
            "prepare"]
@@ -149,10 +154,23 @@ define_op(f"_{SELECT}_checked", SELECT_SCHEMA, fake=_select_fake, cuda=_select_d
 # ---- the fused op ----------------------------------------------------------------------------------
 
 
+# the chain's arguments: the reader's are the op's first seven; the select's the variant, the reader's result
+# (-1), seq_lens and k; k is checked against [1, TOPK_MAX_K] before the reader launches
+CHAIN_READER_ARGS = [0, 1, 2, 3, 4, 5, 6]
+CHAIN_SELECT_ARGS = [0, -1, 5, 7]
+CHAIN_K = (7, 1, TOPK_MAX_K)
+_chain_tried: list[bool] = []
+
+
 def _topk_cuda(variant, q, weights, cache, block_table, seq_lens, max_seq_len, k):
     check_topk_k(k)  # before the reader runs: a bad k launches nothing
     logits = indexer_logits_op(variant, q, weights, cache, block_table, seq_lens, max_seq_len)
-    return indexer_topk_logits_op(variant, logits, seq_lens, k)
+    out = indexer_topk_logits_op(variant, logits, seq_lens, k)
+    if not _chain_tried:  # both ops have loaded (and their native kernels installed, where there are any)
+        _chain_tried.append(True)
+        native.install_chain(NAMESPACE, KERNEL, f"_{KERNEL}_checked", READER_KERNEL, SELECT, CHAIN_READER_ARGS,
+                             CHAIN_SELECT_ARGS, CHAIN_K)
+    return out
 
 
 def _topk_cpu(variant, q, weights, cache, block_table, seq_lens, max_seq_len, k):
@@ -170,6 +188,8 @@ def _topk_fake(variant, q, weights, cache, block_table, seq_lens, max_seq_len, k
 TOPK_SCHEMA = ("(str variant, Tensor q, Tensor weights, Tensor cache, Tensor block_table, Tensor seq_lens, "
                "int max_seq_len, int k) -> Tensor")
 indexer_topk_op = define_op(KERNEL, TOPK_SCHEMA, fake=_topk_fake, cpu=_topk_cpu, cuda=_topk_cuda)
+# the Python CUDA implementation under its own name: the native chain, once installed, hands it what it declines
+define_op(f"_{KERNEL}_checked", TOPK_SCHEMA, fake=_topk_fake, cuda=_topk_cuda)
 
 
 def indexer_topk(variant: Spec | str | os.PathLike, q, weights, cache, block_table, seq_lens, max_seq_len: int,

@@ -138,8 +138,8 @@ inline float2 operator*(float2 a, float b) { return {a.x * b, a.y * b}; }
 
 // The sm_90a path's primitives (kgen::detail::wg, compiled in with KGEN_CPU_SHIM_WGMMA). A shared address is
 // the offset into the CTA's buffer; cp.async copies at once (zeros past `bytes`), so commit / wait and the
-// fences have nothing left to order. wgmma m64n64 (one warpgroup, A and B K-major in shared memory, 128-B
-// swizzle) is computed by each thread for its own 32 accumulators, from the PTX ISA's layouts: D element
+// fences have nothing left to order. wgmma m64n64 and m64n128 (one warpgroup, A and B K-major in shared memory, 128-B
+// swizzle) is computed by each thread for its own 32 (64) accumulators, from the PTX ISA's layouts: D element
 // d[4j + 2i + c] of thread (warp w, lane = 4 gid + tig) is row 16w + gid + 8i, column 8j + 2tig + c;
 // operand row r, byte b of a k-step lies at start + (r / 8) * stride + (r % 8) * 128 + b, with address
 // bits [4, 7) XORed with bits [7, 10) (the swizzle); fp32 sums of the k-step's products.
@@ -174,10 +174,10 @@ inline const unsigned char* operand_byte(unsigned long long desc, int row, int b
   if (a >= tl_cta->smem_bytes) std::abort();
   return tl_cta->smem + a;
 }
-template <int ElemBytes, class Value>
-inline void mma(float (&d)[32], unsigned long long da, unsigned long long db, uint32_t accumulate, Value value) {
+template <int ElemBytes, int N, class Value>
+inline void mma(float (&d)[N], unsigned long long da, unsigned long long db, uint32_t accumulate, Value value) {
   const int tid = static_cast<int>(tl_thread.x & 127u), warp = tid / 32, gid = tid % 32 / 4, tig = tid % 4;
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < N / 4; ++j)
     for (int i = 0; i < 2; ++i)
       for (int c = 0; c < 2; ++c) {
         const int m = 16 * warp + gid + 8 * i, n = 8 * j + 2 * tig + c;
@@ -186,10 +186,15 @@ inline void mma(float (&d)[32], unsigned long long da, unsigned long long db, ui
         d[4 * j + 2 * i + c] = sum;
       }
 }
-inline void mma_bf16(float (&d)[32], unsigned long long da, unsigned long long db, uint32_t accumulate) {
+// m64n64 (d[32]) and m64n128 (d[64]: B's 128 rows, columns 64 .. 127 in d[32, 64))
+template <int N>
+inline void mma_bf16(float (&d)[N], unsigned long long da, unsigned long long db, uint32_t accumulate) {
+  static_assert(N == 32 || N == 64, "m64n64 or m64n128");
   mma<2>(d, da, db, accumulate, [](const unsigned char* p) { return bf16_value(p[0] | (p[1] << 8)); });
 }
-inline void mma_e4m3(float (&d)[32], unsigned long long da, unsigned long long db, uint32_t accumulate) {
+template <int N>
+inline void mma_e4m3(float (&d)[N], unsigned long long da, unsigned long long db, uint32_t accumulate) {
+  static_assert(N == 32 || N == 64, "m64n64 or m64n128");
   mma<1>(d, da, db, accumulate, [](const unsigned char* p) { return e4m3_value(p[0]); });
 }
 }  // namespace kgen_cpu::wg_emulation

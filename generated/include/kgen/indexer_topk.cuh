@@ -12,7 +12,15 @@
 //   * the candidates are refined in shared memory: the value's remaining bits, then, among the keys equal to
 //     the k-th value, the indices (the lower index wins: ~index is the key).
 // A row of at most kTopkCandidates keys is copied into shared memory by its one read and refined there from
-// the first bit. A bin that still overflows after all 32 bits (more than kTopkCandidates keys equal to the k-th value) is
+// the first bit.
+//
+// A long row runs on a cluster of C = gridDim.x CTAs (the launch's cluster dimension is (gridDim.x, 1, 1); rank =
+// blockIdx.x, kgen.topk_plan.topk_cluster picks C from max_seq_len). CTA r holds keys [r * s, (r + 1) * s) of the
+// row (s = ceil(L / C) rounded up to four) in shared memory; every digit (kTopkClusterBits bits) is a local
+// histogram, a cluster barrier, and a merge: each CTA sums the C histograms through distributed shared memory and
+// finds the same threshold. Winners go to the row's output at positions counted by an atomic in rank 0's shared
+// memory; keys equal to the k-th value are taken in index order across the ranks (rank r takes its first
+// min(eq_r, need - sum of eq below r), eq_r read from the ranks' last histograms). No global workspace. A bin that still overflows after all 32 bits (more than kTopkCandidates keys equal to the k-th value) is
 // emitted by one ordered read of the row (a block scan per chunk), the same rule.
 //
 // Output: indices [B * next_n, k] int32. A row with L > k holds k distinct indices < L in no particular order;
@@ -26,8 +34,32 @@
 #ifndef KGEN_DYNAMIC_SMEM
 #define KGEN_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
-#ifndef KGEN_STATIC_SMEM
-#define KGEN_STATIC_SMEM __shared__
+
+// distributed shared memory and the cluster barrier (sm_90+); the CPU emulation (tests/topk_shim) defines its own
+#ifndef KGEN_CLUSTER_SHIM
+namespace kgen {
+namespace cluster {
+// the generic address of `p` (this CTA's shared memory) in the shared memory of the cluster's CTA `rank`
+template <class T>
+__device__ __forceinline__ T* map(T* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned long long out;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<unsigned long long>(p)), "r"(rank));
+  return reinterpret_cast<T*>(out);
+#else
+  return p;  // no clusters before sm_90: every launch has one CTA per row
+#endif
+}
+// every thread of every CTA of the cluster arrives; shared-memory writes before it are visible after it
+__device__ __forceinline__ void sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __syncthreads();
+#endif
+}
+}  // namespace cluster
+}  // namespace kgen
 #endif
 
 namespace kgen {
@@ -217,6 +249,105 @@ __device__ void break_ties(uint32_t* keys, const int* idx, const int n, const ui
   refine<Threads, RefineBits>(keys, idx, n, prefix, shift, need, eq, hist, sh, out);
 }
 
+// The row on a cluster of gridDim.x CTAs, this one rank blockIdx.x (the header comment; L > k): its slice's keys
+// in shared memory, a digit per pass (a local histogram, a cluster barrier, the merged histogram's threshold),
+// then one emitting read of the slice (and, for keys equal to the k-th value, an ordered one).
+template <class C>
+__device__ void cluster_select(const float* x, const int L, const int k, int* out, unsigned char* smem, Shared& sh) {
+  constexpr int T = static_cast<int>(C::kTopkThreads);
+  constexpr int kBits = static_cast<int>(C::kTopkClusterBits);
+  constexpr int kBins = static_cast<int>(C::kTopkClusterBins);
+  int* hists = reinterpret_cast<int*>(smem + C::kTopkStateBytes);  // two digits' histograms, alternating
+  int* merged = hists + 2 * kBins;
+  uint32_t* keys = reinterpret_cast<uint32_t*>(merged + kBins);
+  const int t = static_cast<int>(threadIdx.x);
+  const int rank = static_cast<int>(blockIdx.x), ranks = static_cast<int>(gridDim.x);
+  const int s = ((L + ranks - 1) / ranks + 3) & ~3;
+  const int lo = min(L, rank * s), n = min(L, lo + s) - lo;
+  if (t == 0) sh.emitted = 0;  // rank 0's is the row's output counter (used after the first cluster barrier)
+  for_each_key<T, static_cast<int>(C::kTopkUnroll)>(
+      x + lo, n, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          if (v[c]) keys[contiguous ? first + c : first] = key[c];
+        }
+      });
+  uint32_t prefix = 0;
+  int shift = 32, need = k, eq = L, digit = 0;
+  int* h = hists;
+  for (int pass = 0;; ++pass) {
+    const int bits = min(kBits, shift), next = shift - bits;
+    const uint32_t mask = (1u << bits) - 1u, p = high(prefix, shift);
+    // this buffer's remote readers (two passes ago) passed the last cluster barrier after reading it
+    h = hists + (pass & 1) * kBins;
+    clear<T>(h, 1 << bits);
+    __syncthreads();  // the slice is loaded, every thread has read sh
+    // a row's logits crowd into few digits (one exponent): the lanes of a warp with one digit add once
+    for (int base = 0; base < n; base += T) {
+      const int i = base + t;
+      const uint32_t key = i < n ? keys[i] : 0u;
+      const bool in = i < n && high(key, shift) == p;
+      const uint32_t d = in ? (key >> next) & mask : ~0u;
+      const unsigned same = __match_any_sync(kFullMask, d);
+      if (in && lane_id() == __ffs(same) - 1) atomicAdd(&h[d], __popc(same));
+    }
+    cluster::sync();  // every CTA's histogram is complete
+    for (int b = t; b < (1 << bits); b += T) {
+      int sum = 0;
+      for (int r = 0; r < ranks; ++r) sum += cluster::map(h, static_cast<unsigned>(r))[b];
+      merged[b] = sum;
+    }
+    __syncthreads();
+    find_threshold<T>(merged, 1 << bits, need, sh);
+    digit = sh.digit;
+    prefix |= static_cast<uint32_t>(digit) << next;
+    shift = next;
+    need -= sh.above;
+    eq = sh.equal;
+    if (need == eq || shift == 0) break;
+  }
+  // every key above the k-th value's digits is taken, and of those equal to it all (need == eq) or, the lower
+  // index first, this rank's share: its first min(eq_r, need - eq below r)
+  int mine = 0, take = 0;
+  if (need < eq) {
+    int below = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const int e = cluster::map(h, static_cast<unsigned>(r))[digit];
+      below += r < rank ? e : 0;
+      mine = r == rank ? e : mine;
+    }
+    take = max(0, min(mine, need - below));
+  }
+  const bool all = need == eq || take == mine;
+  const uint32_t p = high(prefix, shift);
+  int* counter = cluster::map(&sh.emitted, 0u);
+  for (int base = 0; base < n; base += T) {
+    const int i = base + t;
+    const uint32_t hk = i < n ? high(keys[i], shift) : 0u;
+    emit(i < n && (hk > p || (all && hk == p)), lo + i, counter, out);
+  }
+  if (!all) {  // shift == 0: the ties are the keys equal to prefix; a block-wide count per chunk of T keys
+    int taken = 0;
+    for (int base = 0; base < n && taken < take; base += T) {
+      const int i = base + t;
+      const bool tie = i < n && keys[i] == prefix;
+      const unsigned ballot = __ballot_sync(kFullMask, tie);
+      __syncthreads();  // the last chunk's readers of warp_sum are done
+      if (lane_id() == 0) sh.warp_sum[t >> 5] = __popc(ballot);
+      __syncthreads();
+      int before = __popc(ballot & ((1u << lane_id()) - 1u)), total = 0;
+      for (int w = 0; w < T / 32; ++w) {
+        const int c = sh.warp_sum[w];
+        before += w < (t >> 5) ? c : 0;
+        total += c;
+      }
+      emit(tie && taken + before < take, lo + i, counter, out);
+      taken += total;
+    }
+  }
+  cluster::sync();  // rank 0's counter and every CTA's histograms outlive their last remote reader
+}
+
 }  // namespace topk
 
 template <class C>
@@ -229,18 +360,22 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
   static_assert((1 << C::kTopkFirstBits) <= C::kTopkBins && (1 << C::kTopkNextBits) <= C::kTopkBins &&
                     (1 << C::kTopkRefineBits) <= C::kTopkBins,
                 "every digit's histogram fits kTopkBins");
-  static_assert(C::kTopkSharedBytes == 4 * C::kTopkBins + 8 * C::kTopkCandidates, "kgen/topk_plan.py's bytes");
+  static_assert(C::kTopkClusterBins == (1 << C::kTopkClusterBits), "the cluster path's histogram");
+  static_assert(sizeof(topk::Shared) <= C::kTopkStateBytes && C::kTopkStateBytes % 16 == 0, "the state's bytes");
+  static_assert(C::kTopkSharedBytes == C::kTopkStateBytes + 4 * C::kTopkBins + 8 * C::kTopkCandidates,
+                "kgen/topk_plan.py's bytes");
   KGEN_DYNAMIC_SMEM(topk_smem);
-  int* hist = reinterpret_cast<int*>(topk_smem);
+  topk::Shared& sh = *reinterpret_cast<topk::Shared*>(topk_smem);
+  int* hist = reinterpret_cast<int*>(topk_smem + C::kTopkStateBytes);
   uint32_t* ckey = reinterpret_cast<uint32_t*>(hist + C::kTopkBins);
   int* cidx = reinterpret_cast<int*>(ckey + C::kTopkCandidates);
-  KGEN_STATIC_SMEM topk::Shared sh;
 
   if constexpr (C::kPdl != 0) {  // the reader writing these logits may still run (kgen.layout.uses_pdl)
     mem::pdl_wait();
     mem::pdl_launch_dependents();
   }
-  const int row = static_cast<int>(blockIdx.x);
+  const int row = static_cast<int>(blockIdx.y + gridDim.y * blockIdx.z);
+  if (row >= p.batch * p.next_n) return;  // the z dimension's last slab
   const int b = row / p.next_n, j = row - b * p.next_n;
   long long visible = static_cast<long long>(p.seq_lens[b]) - p.next_n + 1 + j;
   visible = visible < 0 ? 0 : (visible > p.max_seq_len ? p.max_seq_len : visible);
@@ -248,9 +383,17 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
   int* out = p.indices + static_cast<long long>(row) * k;
   const float* x = p.logits + static_cast<long long>(row) * p.max_seq_len;
   const int t = static_cast<int>(threadIdx.x);
+  const int rank = static_cast<int>(blockIdx.x), ranks = static_cast<int>(gridDim.x);
   if (L <= k) {
-    for (int i = t; i < k; i += T) out[i] = i < L ? i : -1;
+    for (int i = rank * T + t; i < k; i += ranks * T) out[i] = i < L ? i : -1;
     return;
+  }
+  if (ranks > 1) {
+    if (((L + ranks - 1) / ranks + 3) / 4 * 4 <= static_cast<int>(C::kTopkSliceCap)) {
+      topk::cluster_select<C>(x, L, k, out, topk_smem, sh);
+      return;
+    }
+    if (rank != 0) return;  // a slice would not fit (the plan sized the launch for shorter rows): rank 0 alone
   }
 
   if (t == 0) sh.emitted = sh.collected = 0;

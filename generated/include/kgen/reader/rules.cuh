@@ -137,10 +137,14 @@ KGEN_HD constexpr long long wg_threads() {
 template <class C>
 KGEN_HD constexpr long long wg_ctas_per_sm() {
   const long long n = C::kReaderSmSharedBytes / (wg_smem<C>(1) + C::kReaderCtaReservedBytes);
+  const bool pairs = C::kReaderWgPairs != 0;
   const long long most =
-      C::kReaderWgTma ? C::kReaderSmRegisters / (wg_threads<C>() * C::kReaderWgTmaRegisters)
-                      : min2(C::kReaderWgMaxCtas, C::kReaderSmRegisters / (wg_threads<C>() * C::kReaderWgRegisters));
-  return n < 1 ? 1 : min2(n, most);
+      C::kReaderWgTma
+          ? C::kReaderSmRegisters /
+                (wg_threads<C>() * (pairs ? C::kReaderWgTmaPairRegisters : C::kReaderWgTmaRegisters))
+          : min2(C::kReaderWgMaxCtas, C::kReaderSmRegisters / (wg_threads<C>() * (pairs ? C::kReaderWgPairRegisters
+                                                                                        : C::kReaderWgRegisters)));
+  return n < 1 || most < 1 ? 1 : min2(n, most);
 }
 // kReaderWgmma 0 on a layout the path reads: the mma.sync path on sm_90a too (the bench compares them)
 template <class C>
@@ -155,6 +159,10 @@ KGEN_HD constexpr bool wg_constants_agree() {
                                    C::kReaderWgStages <= 32)) &&
          C::kReaderWgConsumers >= 1 && C::kReaderWgConsumers <= C::kReaderWgTmaMaxConsumers &&
          (C::kReaderWgEvictFirst == 0 || C::kReaderWgEvictFirst == 1) &&
+         (C::kReaderWgPairs == 0 ||
+          (C::kReaderWgPairs == 1 && wg && wg_tokens<C>() >= 2 &&
+           wg_threads<C>() * (C::kReaderWgTma ? C::kReaderWgTmaPairRegisters : C::kReaderWgPairRegisters) <=
+               C::kReaderSmRegisters)) &&
          C::kReaderWgTmaBarrierBytes == kWgTmaBarrierBytes && C::kReaderWgTmaProducerThreads == kWgTmaProducerThreads;
 }
 

@@ -160,19 +160,25 @@ __device__ __forceinline__ unsigned long long desc_sw128_of(uint32_t lo) {
 }
 
 #if !defined(KGEN_CPU_SHIM)
-// The operands of one m64n64 wgmma with fp32 accumulators d[32] (%0-%31), descriptors a, b (%32, %33) and
-// the accumulate flag (%34): both instructions below take the same list.
-#define KGEN_WGMMA_M64N64_OPERANDS                                                                              \
-  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),  \
-    "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),        \
-    "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),       \
-    "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                      \
-  : "l"(a), "l"(b), "r"(accumulate)
+// The operands of one m64nN wgmma with fp32 accumulators d[N / 2] (%0 .. %(N / 2 - 1)), descriptors a, b
+// and the accumulate flag (the three after them): both instructions of each N take the same list.
+#define KGEN_WGMMA_D16(o)                                                                                     \
+  "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), \
+      "+f"(d[o + 7]), "+f"(d[o + 8]), "+f"(d[o + 9]), "+f"(d[o + 10]), "+f"(d[o + 11]), "+f"(d[o + 12]),      \
+      "+f"(d[o + 13]), "+f"(d[o + 14]), "+f"(d[o + 15])
+#define KGEN_WGMMA_M64N64_OPERANDS : KGEN_WGMMA_D16(0), KGEN_WGMMA_D16(16) : "l"(a), "l"(b), "r"(accumulate)
+#define KGEN_WGMMA_M64N128_OPERANDS \
+  : KGEN_WGMMA_D16(0), KGEN_WGMMA_D16(16), KGEN_WGMMA_D16(32), KGEN_WGMMA_D16(48) : "l"(a), "l"(b), "r"(accumulate)
 #define KGEN_WGMMA_ACCUMULATORS                                                                                     \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31}"
+#define KGEN_WGMMA_ACCUMULATORS_N128                                                                                \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "  \
+  "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-// d (+)= A * B for one 32-B k-step: accumulate = 0 overwrites d
+// d (+)= A * B for one 32-B k-step: accumulate = 0 overwrites d. m64n64: one token's 64 heads; m64n128: two
+// tokens' (their q rows consecutive, one B operand of 128 rows), d[0, 32) the first's, d[32, 64) the second's
 __device__ __forceinline__ void mma_e4m3(float (&d)[32], unsigned long long a, unsigned long long b,
                                          uint32_t accumulate) {
   asm volatile(
@@ -187,8 +193,25 @@ __device__ __forceinline__ void mma_bf16(float (&d)[32], unsigned long long a, u
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " KGEN_WGMMA_ACCUMULATORS
       ", %32, %33, p, 1, 1, 0, 0;\n}\n" KGEN_WGMMA_M64N64_OPERANDS);
 }
+__device__ __forceinline__ void mma_e4m3(float (&d)[64], unsigned long long a, unsigned long long b,
+                                         uint32_t accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " KGEN_WGMMA_ACCUMULATORS_N128
+      ", %64, %65, p, 1, 1;\n}\n" KGEN_WGMMA_M64N128_OPERANDS);
+}
+__device__ __forceinline__ void mma_bf16(float (&d)[64], unsigned long long a, unsigned long long b,
+                                         uint32_t accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KGEN_WGMMA_ACCUMULATORS_N128
+      ", %64, %65, p, 1, 1, 0, 0;\n}\n" KGEN_WGMMA_M64N128_OPERANDS);
+}
+#undef KGEN_WGMMA_D16
 #undef KGEN_WGMMA_M64N64_OPERANDS
+#undef KGEN_WGMMA_M64N128_OPERANDS
 #undef KGEN_WGMMA_ACCUMULATORS
+#undef KGEN_WGMMA_ACCUMULATORS_N128
 #endif
 
 // byte offset of 16-B column c of row r in a 128-B swizzled chunk (8 rows x 128 B repeat)
@@ -197,18 +220,20 @@ __device__ __forceinline__ uint32_t swizzled128(int r, int c) {
 }
 
 // the accumulators are read only after the wait: no instruction may move above it
-__device__ __forceinline__ void keep(float (&d)[32]) {
+template <int N>
+__device__ __forceinline__ void keep(float (&d)[N]) {
 #if !defined(KGEN_CPU_SHIM)
 #pragma unroll
-  for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 #endif
 }
 
 // acc (+)= a 64-key tile's A operand times q's B operand, over `Chunks` 128-B chunks of their rows (the A
 // chunks `a_step`, q's `b_step` descriptor units apart from `a_lo`, `b_lo`), four wgmma k-steps of 32 B each
 // (k32 e4m3 for `Fp8`, else k16 bf16); `add` false: the first k-step overwrites acc. Waits for the group.
-template <bool Fp8, int Chunks>
-__device__ __forceinline__ void tile_mma(float (&acc)[32], uint32_t a_lo, uint32_t a_step, uint32_t b_lo,
+// `N` accumulators per thread: 32 (m64n64, one token), 64 (m64n128, two tokens' q rows from b_lo on).
+template <bool Fp8, int Chunks, int N = 32>
+__device__ __forceinline__ void tile_mma(float (&acc)[N], uint32_t a_lo, uint32_t a_step, uint32_t b_lo,
                                          uint32_t b_step, bool add) {
   constexpr int kSteps{reader::kWgChunkBytes / 32};
   mma_fence();

@@ -3,7 +3,9 @@
 //
 // Accumulator layout (PTX wgmma, f32 D of m64nN): thread (warp w, gid = lane / 4, tig = lane % 4) holds
 // d[4j + 2i + c] = row 16w + gid + 8i, column (head) 8j + 2tig + c. The sum over heads is per thread
-// (relu, * w), then over the quad's 4 lanes; lanes tig 0 and 1 store rows gid and gid + 8.
+// (relu, * w), then over the quad's 4 lanes; lanes tig 0 and 1 store rows gid and gid + 8. Of m64n128 (two
+// tokens' 64 heads each) d[0, 32) are the first token's columns, d[32, 64) the second's: each half is
+// one m64n64's accumulators, and goes through the same epilogue.
 #pragma once
 
 #include "launch.cuh"
@@ -49,6 +51,10 @@ __device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, co
       out[key] = logit;
     }
   }
+}
+// token u's (0 or 1) accumulators of an m64n128 group
+__device__ __forceinline__ const float (&token_half(const float (&acc)[64], int u))[32] {
+  return *reinterpret_cast<const float (*)[32]>(acc + 32 * u);
 }
 __device__ __forceinline__ void finish(const float (&acc)[32], bool any, const float* wt, const float* info, float* out,
                                        int k0, int key_end, int visible_t, int warp, int gid, int tig) {

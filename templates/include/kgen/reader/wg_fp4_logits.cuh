@@ -15,7 +15,8 @@ namespace detail {
 // fp4 keys on the sm_90a path: the rows are staged as stored (packed e2m1 and their ue8m0 scale bytes, a
 // ring of kReaderWgStages tiles by cp.async), each tile converted by the CTA into one bf16 A operand in
 // the 128-B swizzled layout the bf16 keys are staged in (e2m1x8_bf16: exact), then the same m64n64k16 bf16
-// wgmma against q (bf16, the B operand) and the same epilogue (wg::finish). One pipeline step is one
+// wgmma against q (bf16, the B operand; kReaderWgPairs: m64n128 for two MTP tokens) and the same epilogue
+// (wg::finish). One pipeline step is one
 // tile: its copies land (barrier), it is converted (barrier), multiplied.
 template <class C>
 struct WgFp4Logits {
@@ -44,6 +45,9 @@ struct WgFp4Logits {
   static constexpr int kConvertRounds = kTile * kChunks * kColumns / kThreads;  // operand columns per thread
   static constexpr int kPackedStageBytes = kTile * kRowBytes;
   static constexpr int kStageBytes{reader::wg_fp4_stage<C>()};
+  // two MTP tokens per m64n128 group (kReaderWgPairs): q chunk-major, so that two tokens' chunk is one operand
+  static constexpr bool kPairs = C::kReaderWgPairs != 0 && kTokens > 1;
+  static constexpr int kQTokenUnits = (kPairs ? 1 : kChunks) * (kQChunkBytes / 16);  // a token's q, in units
 
   static_assert(C::kStoreDtype == Dtype::fp4_e2m1 && C::kScaleKind == ScaleKind::ue8m0 && C::kScaleUnit == 1,
                 "[wgmma-fp4] e2m1 keys, one ue8m0 byte per block");
@@ -68,7 +72,7 @@ struct WgFp4Logits {
 
   struct Smem {
     unsigned char* operand;  // kChunks x kOperandChunkBytes: the converted tile
-    unsigned char* q;        // ntok x kChunks x kQChunkBytes
+    unsigned char* q;        // ntok x kChunks x kQChunkBytes (kPairs: chunk-major, wg::q_chunk_index)
     unsigned char* stages;   // kStages x kStageBytes: packed rows, then their scale bytes
     float* row_info;         // kStages x kTile: 1, NaN for a row whose page is bad
     float* w;                // ntok x H
@@ -188,6 +192,8 @@ struct WgFp4Logits {
 
     const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.operand)),
                    q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
+    // q's token and chunk strides in descriptor units (wg::q_chunk_index)
+    const uint32_t q_step = kPairs ? static_cast<uint32_t>(ntok_max) * (kQChunkBytes / 16) : kQChunkBytes / 16;
     typename Work::Cursor at(p, share);  // the tile scored; q and the weights are those of `qpair`
     int qpair = -1;
     float acc[32];
@@ -205,7 +211,7 @@ struct WgFp4Logits {
       convert(sm, s, tid);
       if (at.pair != qpair) {  // a new pair's first tile: its q (bf16, swizzled as the B operand) and weights
         const long long q_token0 = reader::token_row(p, at.at.b, at.at.t0);
-        wg::load_q<H, kChunks, kThreads, kChunks * kChunkBytes>(p.q, sm.q, q_token0, at.at.ntok, tid);
+        wg::load_q<H, kChunks, kThreads, kChunks * kChunkBytes, kPairs>(p.q, sm.q, q_token0, at.at.ntok, ntok_max, tid);
         for (int i = tid; i < at.at.ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
         qpair = at.pair;
       }
@@ -216,9 +222,26 @@ struct WgFp4Logits {
       for (int t = 0; t < at.at.ntok; ++t) {
         const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
         const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
-        if (any) {                               // the converted tile (bf16) times q
-          wg::tile_mma<false, kChunks>(acc, keys_lo, kOperandChunkBytes / 16, q_lo + t * kChunks * (kQChunkBytes / 16),
-                                       kQChunkBytes / 16, false);
+        if constexpr (kPairs) {
+          if (t + 1 < at.at.ntok) {  // tokens t and t + 1 in one m64n128 group: the second sees one key more
+            const int visible_u = at.visible(p, t + 1);
+            const bool any_u = k0 < visible_u;
+            float pair[64];
+            if (any_u) {
+              wg::tile_mma<false, kChunks, 64>(pair, keys_lo, kOperandChunkBytes / 16, q_lo + t * kQTokenUnits, q_step,
+                                               false);
+            }
+            const float* info = sm.row_info + s * kTile;
+            wg::finish(wg::token_half(pair, 0), any, sm.w + t * H, info, at.row(p, t), k0, p.max_seq_len, visible_t,
+                       warp, gid, tig);
+            wg::finish(wg::token_half(pair, 1), any_u, sm.w + (t + 1) * H, info, at.row(p, t + 1), k0, p.max_seq_len,
+                       visible_u, warp, gid, tig);
+            ++t;
+            continue;
+          }
+        }
+        if (any) {  // the converted tile (bf16) times q
+          wg::tile_mma<false, kChunks>(acc, keys_lo, kOperandChunkBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
         }
         wg::finish(acc, any, sm.w + t * H, sm.row_info + s * kTile, at.row(p, t), k0, p.max_seq_len, visible_t, warp,
                    gid, tig);

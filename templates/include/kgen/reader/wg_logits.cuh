@@ -4,7 +4,8 @@
 // The sm_90a path. A CTA is one warpgroup. Per tile of 64 consecutive keys (wgmma M = 64: the key rows,
 // K-major, the A operand) and query token (N = 64 heads: q, K-major, the B operand, staged once), the
 // q.k products of one 128-B chunk of the rows are 4 wgmma k-steps of 32 B (m64n64k32 e4m3 for fp8,
-// m64n64k16 bf16 for bf16) into 32 fp32 accumulators per thread. The rows' chunks are staged by
+// m64n64k16 bf16 for bf16) into 32 fp32 accumulators per thread; with kReaderWgPairs two MTP tokens share
+// one m64n128 group (N = their 2 x 64 heads, 64 accumulators). The rows' chunks are staged by
 // cp.async (16 B per thread and row, zero-filled for keys not read) into a ring of kReaderWgStages
 // shared-memory stages; one pipeline step (one barrier pair, one cp.async group) covers kStepLoads of
 // them: two tiles of 128-B rows, or a whole tile of longer rows, when the ring holds two such steps
@@ -49,6 +50,8 @@ struct WgLogits {
                                                  : (kStages % kChunks == 0 && kStages >= 2 * kChunks ? kChunks : 1);
   static constexpr int kStepTiles = kChunks == 1 ? kStepLoads : 1;  // tiles whose pages are looked up ahead
   static constexpr int kRingSteps = kStages / kStepLoads;
+  // two MTP tokens per m64n128 group (kReaderWgPairs; one chunk per row, so q's tokens are consecutive)
+  static constexpr bool kPairs = C::kReaderWgPairs != 0 && kTokens > 1;
 
   static_assert(kThreads == 128, "[wgmma] one warpgroup per CTA");
   static_assert(H == 64 && kTile == 64, "[wgmma] m64n64: 64 keys x 64 heads per instruction");
@@ -200,7 +203,7 @@ struct WgLogits {
         if (kc == 0 && at.pair != qpair) {  // a new pair's first tile: its q and weights
           if (qpair >= 0) __syncthreads();  // every warp's wgmma is done with the last pair's q
           const long long q_token0 = reader::token_row(p, at.at.b, at.at.t0);
-          wg::load_q<H, kChunks, kThreads, kRowBytes>(p.q, sm.q, q_token0, at.at.ntok, tid);
+          wg::load_q<H, kChunks, kThreads, kRowBytes>(p.q, sm.q, q_token0, at.at.ntok, ntok_max, tid);
           for (int i = tid; i < at.at.ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
           wg::fence_async_proxy();  // q, written by st.shared, is read by wgmma
           __syncthreads();
@@ -212,7 +215,22 @@ struct WgLogits {
         for (int t = 0; t < at.at.ntok; ++t) {
           const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
           const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
-          if (any) {                               // this load's chunk kc (the tile's first: acc overwritten)
+          if constexpr (kPairs) {                  // (one chunk per row: a load is a whole tile)
+            if (t + 1 < at.at.ntok) {  // tokens t and t + 1 in one m64n128 group: the second sees one key more
+              const int visible_u = at.visible(p, t + 1);
+              const bool any_u = k0 < visible_u;
+              float pair[64];
+              if (any_u) wg::tile_mma<kFp8, 1, 64>(pair, a_lo, 0, q_lo + t * (kQChunkBytes / 16), 0, false);
+              const float* info = sm.row_info + s * kTile;
+              wg::finish(wg::token_half(pair, 0), any, sm.w + t * H, info, at.row(p, t), k0, p.max_seq_len, visible_t,
+                         warp, gid, tig);
+              wg::finish(wg::token_half(pair, 1), any_u, sm.w + (t + 1) * H, info, at.row(p, t + 1), k0, p.max_seq_len,
+                         visible_u, warp, gid, tig);
+              ++t;
+              continue;
+            }
+          }
+          if (any) {  // this load's chunk kc (the tile's first: acc overwritten)
             wg::tile_mma<kFp8, 1>(acc, a_lo, 0, q_lo + (t * kChunks + kc) * (kQChunkBytes / 16), 0, kc > 0);
           }
           if (kc == kChunks - 1) {

@@ -23,21 +23,31 @@ __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* smem, int 
 
 // q of the CTA's ntok tokens (rows of kQRowBytes per head in global memory) into shared memory as the
 // swizzled B operand, chunk by chunk (kQChunkBytes = H x 128 B each), in the caller's open copy group.
-template <int H, int kChunks, int kThreads, long long kQRowBytes>
-__device__ __forceinline__ void stage_q(const uint8_t* q, unsigned char* sq, long long q_token0, int ntok, int tid) {
+// Token-major (chunk kc of token t at (t x kChunks + kc) x kQChunkBytes), or `ChunkMajor` ((kc x qtok + t) x
+// kQChunkBytes, qtok the tokens the buffer holds): then a chunk's consecutive tokens are one B operand of
+// 128 rows (m64n128 for two tokens), 1024-B aligned; the same for one chunk per row.
+template <int kChunks, bool ChunkMajor>
+__device__ __forceinline__ int q_chunk_index(int t, int kc, int qtok) {
+  return ChunkMajor ? kc * qtok + t : t * kChunks + kc;
+}
+template <int H, int kChunks, int kThreads, long long kQRowBytes, bool ChunkMajor = false>
+__device__ __forceinline__ void stage_q(const uint8_t* q, unsigned char* sq, long long q_token0, int ntok, int qtok,
+                                        int tid) {
   constexpr int kColumns = 128 / 16, kQChunkBytes = H * 128;
   for (int i = tid; i < ntok * kChunks * H * kColumns; i += kThreads) {
     const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
     const int t = i / (kColumns * H * kChunks);
     const uint8_t* src = q + ((q_token0 + t) * H + h) * kQRowBytes + kc * 128 + col * 16;
-    cp16(smem_addr(sq + (t * kChunks + kc) * kQChunkBytes) + swizzled128(h, col), src, 16u);
+    cp16(smem_addr(sq + q_chunk_index<kChunks, ChunkMajor>(t, kc, qtok) * kQChunkBytes) + swizzled128(h, col), src,
+         16u);
   }
 }
 
 // The same by plain loads and shared stores (no copy group: for a CTA whose copy groups count its key
 // stages), four in flight per thread.
-template <int H, int kChunks, int kThreads, long long kQRowBytes>
-__device__ __forceinline__ void load_q(const uint8_t* q, unsigned char* sq, long long q_token0, int ntok, int tid) {
+template <int H, int kChunks, int kThreads, long long kQRowBytes, bool ChunkMajor = false>
+__device__ __forceinline__ void load_q(const uint8_t* q, unsigned char* sq, long long q_token0, int ntok, int qtok,
+                                       int tid) {
   constexpr int kColumns = 128 / 16, kQChunkBytes = H * 128, kBatch = 4;
   const int n = ntok * kChunks * H * kColumns;
   for (int i0 = tid; i0 < n; i0 += kBatch * kThreads) {
@@ -55,7 +65,9 @@ __device__ __forceinline__ void load_q(const uint8_t* q, unsigned char* sq, long
       const int i = i0 + u * kThreads;
       const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
       const int t = i / (kColumns * H * kChunks);
-      if (i < n) *reinterpret_cast<uint4*>(sq + (t * kChunks + kc) * kQChunkBytes + swizzled128(h, col)) = v[u];
+      if (i < n)
+        *reinterpret_cast<uint4*>(sq + q_chunk_index<kChunks, ChunkMajor>(t, kc, qtok) * kQChunkBytes +
+                                  swizzled128(h, col)) = v[u];
     }
   }
 }

@@ -22,8 +22,8 @@ namespace detail {
 //   writes the rows' factors (bf16: 1; NaN for a visible tile whose page is bad) and arrives. The table is
 //   read 32 columns at a time, one entry per lane, ahead of the copies that need it.
 // - warpgroup g scores tiles g, g + kConsumers, ...: it waits for the stage's `full` phase, multiplies
-//   (the same wgmma and epilogue as WgLogits), and its four warps arrive on the stage's `empty` barrier, which
-//   the producer waits for before it refills the stage.
+//   (the same wgmma and epilogue as WgLogits; kReaderWgPairs: two tokens per m64n128 group), and its four warps arrive
+//   on the stage's `empty` barrier, which the producer waits for before it refills the stage.
 // q and the weights are staged once per CTA by the consumers (cp.async, as WgLogits).
 template <class C>
 struct WgTmaLogits {
@@ -44,6 +44,9 @@ struct WgTmaLogits {
   static constexpr int kScaleTileBytes = kTile * 4;        // fp8: the tile's scales
   static constexpr uint32_t kTxBytes = kStageBytes + (kScaled ? kScaleTileBytes : 0);
   static constexpr int kPageShift{C::kPageShift};
+  // two MTP tokens per m64n128 group (kReaderWgPairs): q chunk-major, so that two tokens' chunk is one operand
+  static constexpr bool kPairs = C::kReaderWgPairs != 0 && kTokens > 1;
+  static constexpr int kQTokenUnits = (kPairs ? 1 : kChunks) * (kQChunkBytes / 16);  // a token's q, in units
 
   static_assert(reader::wg_readable<C>() && reader::wg_tma_readable<C>() && C::kReaderWgTma == 1,
                 "[wgmma-tma] a layout the variant reads");
@@ -63,7 +66,7 @@ struct WgTmaLogits {
 
   struct Smem {           // the carve-up (reader::wg_smem): the stages' rows and q first (1024-B aligned)
     unsigned char* keys;  // kStages x kStageBytes
-    unsigned char* q;     // ntok x kChunks x kQChunkBytes
+    unsigned char* q;     // ntok x kChunks x kQChunkBytes (kPairs: chunk-major, wg::q_chunk_index)
     float* row_info;      // kStages x kTile: scale (or 1), NaN for the rows of a bad page
     float* w;             // ntok x H
     uint32_t bars;        // kStages x (full, empty): shared address
@@ -185,7 +188,7 @@ struct WgTmaLogits {
     const auto stage_pair = [&](int pair) {  // q and the weights by cp.async: no thread waits for them here
       const typename Work::Pair q = Work::tokens_of(p, pair);
       const long long q_token0 = reader::token_row(p, q.b, q.t0);
-      wg::stage_q<H, kChunks, kConsumerThreads, C::kRowBytes>(p.q, sm.q, q_token0, q.ntok, tid);
+      wg::stage_q<H, kChunks, kConsumerThreads, C::kRowBytes, kPairs>(p.q, sm.q, q_token0, q.ntok, ntok_max, tid);
       for (int j = tid; j < q.ntok * H; j += kConsumerThreads)
         wg::cp4(wg::smem_addr(sm.w + j), p.weights + q_token0 * H + j);
       wg::commit();
@@ -198,7 +201,13 @@ struct WgTmaLogits {
     const int group = warp / 4, gwarp = warp % 4;
     const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.keys)), q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
     const int row = wg::finish_row(gwarp, gid, tig);
-    float acc[32];
+    // q's token and chunk strides in descriptor units (wg::q_chunk_index)
+    const uint32_t q_step = kPairs ? static_cast<uint32_t>(ntok_max) * (kQChunkBytes / 16) : kQChunkBytes / 16;
+    // the stage's last read is done (its rows' factors are in registers): back to the producer
+    const auto release = [&](int s) {
+      __syncwarp();
+      if (lane == 0) wg::bar_arrive(sm.empty(s));
+    };
     // Every warpgroup walks every tile of the share (warpgroup g scores tiles g, g + kConsumers, ...) and
     // takes part in each change of pair alike: all consumers are done with the last pair's q (their tiles
     // before the change), then restage the pair's q and weights together.
@@ -230,14 +239,25 @@ struct WgTmaLogits {
       for (int t = 0; t < ntok; ++t) {
         const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
         const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
-        if (any) {
-          wg::tile_mma<kFp8, kChunks>(acc, a_lo, kBoxBytes / 16, q_lo + t * kChunks * (kQChunkBytes / 16),
-                                      kQChunkBytes / 16, false);
+        if constexpr (kPairs) {
+          if (t + 1 < ntok) {  // tokens t and t + 1 in one m64n128 group: the second sees one key more
+            const int visible_u = at.visible(p, t + 1);
+            const bool any_u = k0 < visible_u;
+            float pair[64];
+            if (any_u)
+              wg::tile_mma<kFp8, kChunks, 64>(pair, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
+            if (t + 2 == ntok) release(s);
+            wg::finish_with(wg::token_half(pair, 0), any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len,
+                            visible_t, gwarp, gid, tig);
+            wg::finish_with(wg::token_half(pair, 1), any_u, sm.w + (t + 1) * H, factor, at.row(p, t + 1), k0,
+                            p.max_seq_len, visible_u, gwarp, gid, tig);
+            ++t;
+            continue;
+          }
         }
-        if (t == ntok - 1) {  // the stage's last read (its rows' factors are in registers): back to the producer
-          __syncwarp();
-          if (lane == 0) wg::bar_arrive(sm.empty(s));
-        }
+        float acc[32];
+        if (any) wg::tile_mma<kFp8, kChunks>(acc, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
+        if (t == ntok - 1) release(s);
         wg::finish_with(acc, any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid, tig);
       }
     }

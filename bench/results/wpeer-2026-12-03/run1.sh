@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The writer beside SGLang's store kernels on the H200 (issue 20, item 4). From /work/main, after
 #   PYTHONPATH=<wpeer> python <wpeer>/scripts/sglang_peer.py prepare .peers/sglang
-#   run(command="cd .xfer/wpeer && ln -sfn ../../.whl .whl && ln -sfn ../../.peers .peers && bash bench/results/wpeer-2026-12-03/run.sh",
+#   run(command="cd .xfer/wpeer && ln -sfn ../../.whl .whl && ln -sfn ../../.peers .peers && bash bench/results/wpeer-2026-12-03/run1.sh",
 #       carry=[".xfer/wpeer", ".whl", ".peers"], timeout_s=200)
 # 1. the peer's launcher built with the machine's nvcc, 2. its GPU test, 3. kgen bench on the two indexer
 # variants SGLang writes (N = 1 ... 1M, the peer beside each case; torch.compile off, the reader at one shape).

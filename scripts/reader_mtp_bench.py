@@ -1,0 +1,116 @@
+"""The reader's MTP cost on the GPU: next_n 1, 2, 4 on the same keys, the shipped cubin beside the pair cubin
+(two tokens per m64n128 wgmma group, kgen.reader_plan.reader_wg_pair_tuning), the one-token cubin on the
+pair cubin's ring (kReaderWgPairs 0: which part of a difference is the ring, which the m64n128 groups) and,
+where it reads the layout and next_n, DeepGEMM's fp8_paged_mqa_logits, all in one process on the same
+tensors (cold: L2 flushed before each call; graph: replays), each shape's launches timed in order and in
+reverse order (order effects cancel).
+
+    python scripts/reader_mtp_bench.py OUT.json [SPEC.yaml ...]
+
+MTP_SHAPES overrides the shapes: "B:keys:lengths:next_n,..." (lengths equal, pm30 or uniform)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from kgen import layout as L
+from kgen import reader_check as rc
+from kgen import reader_plan as RP
+from kgen.timing import Timer, _with_bw, copy_bandwidth
+from kgen.validate import validate_paths
+
+SHAPES = [(32, 65536, "equal", n) for n in (1, 2, 4)] + [(128, 16384, "uniform", n) for n in (1, 2, 4)] + [
+    (1, 65536, "equal", n) for n in (1, 2)]
+ONE_TOKEN = {"kReaderWgPairs": 0}
+
+
+def shapes_of(text: str | None) -> list[tuple[int, int, str, int]]:
+    if not text:
+        return SHAPES
+    out = []
+    for item in text.split(","):
+        b, k, d, n = item.split(":")
+        out.append((int(b), int(k), d, int(n)))
+    return out
+
+
+def main() -> None:
+    import torch
+
+    out = Path(sys.argv[1])
+    paths = [Path(p) for p in sys.argv[2:]] or [Path("specs/dsv4/indexer_fp8.yaml"), Path("specs/indexer_bf16.yaml")]
+    specs = validate_paths(paths).specs()
+    timer = Timer(torch)
+    copy = copy_bandwidth(torch, timer)
+    dg, why = rc.peer_module()
+    data: dict = {"copy": copy, "peer": rc.peer_info(), "results": []}
+    print(f"copy {copy['gbps']:.0f} GB/s; peer: {'present' if dg else why}", flush=True)
+    for spec in specs:
+        lay = L.compute(spec)
+        for b, k, dist, n in shapes_of(os.environ.get("MTP_SHAPES")):
+            lens = rc.batch_lens(b, k, dist, 0, n)
+            msl = max(lens)
+            args = rc.make_case(spec, lens, next_n=n, seed=0, extra_pages=0, max_seq_len=msl)
+            q, weights, cache, table, seq_lens, _ = args
+            nbytes = sum(lens) * lay.bytes_per_token + b * n * msl * 4
+            runs: dict = {}
+            logits: dict = {}
+            tunes = {"shipped": None}
+            if n > 1:
+                tunes["pairs"] = RP.reader_wg_pair_tuning(lay)
+                ring = RP.READER_WG_PAIR_RING.get(spec.store.dtype)
+                if ring and os.environ.get("MTP_CONTROL", "1") == "1" and b * k >= 32 * 65536:
+                    tunes["one_token_ring"] = {**ONE_TOKEN, "kReaderWgTmaStages": ring}
+            for name, tune in tunes.items():
+                launch, lg = rc.launcher(spec, args, tune)
+                runs[name], logits[name] = launch, lg
+            peer_why = rc.peer_reads(spec) or (None if n <= rc.PEER_MAX_NEXT_N else "next_n > 2")
+            if dg is not None and peer_why is None:
+                pos = torch.arange(n, device=q.device, dtype=torch.int32)
+                ctx = (seq_lens[:, None] - n + 1 + pos[None, :]).clamp_min(0).to(torch.int32).contiguous()
+                sms = int(dg.get_num_sms())
+                kv = cache.view(cache.shape[0], lay.page_size, 1, lay.page_bytes // lay.page_size)
+                meta = dg.get_paged_mqa_logits_metadata(ctx, lay.page_size, sms)
+
+                def run_peer(q=q, kv=kv, weights=weights, ctx=ctx, table=table, meta=meta, msl=msl):
+                    return dg.fp8_paged_mqa_logits(q, kv, weights, ctx, table, meta, msl, False)
+
+                runs["peer"] = run_peer
+            order = list(runs)
+            times: dict = {name: {"cold": [], "graph": []} for name in order}
+            for seq in (order, order[::-1]):
+                for name in seq:
+                    times[name]["cold"].append(timer.cold(runs[name], lo=15, hi=40)["ms"])
+                    times[name]["graph"].append(timer.warm(runs[name], lo=8, hi=20)["ms"])
+            e = {"variant": spec.name, "batch": b, "keys": k, "lengths": dist, "next_n": n, "max_seq_len": msl,
+                 "total_keys": sum(lens), "bytes": nbytes, "tunes": {k2: v for k2, v in tunes.items()},
+                 "peer_absent": peer_why if "peer" not in runs else None}
+            for name in order:
+                for how in ("cold", "graph"):
+                    ms = sum(times[name][how]) / 2
+                    e.setdefault(name, {})[how] = {**_with_bw({"ms": ms}, nbytes, copy["gbps"]),
+                                                   "orders_ms": times[name][how]}
+            # agreement: every kgen launch against the shipped one (bitwise expected: same sums per token)
+            for name in logits:
+                runs[name]()
+            torch.cuda.synchronize()
+            ref = logits["shipped"]
+            e["max_abs_difference_vs_shipped"] = {
+                name: float((lg.nan_to_num(0, 0, 0) - ref.nan_to_num(0, 0, 0)).abs().max())
+                for name, lg in logits.items()}
+            data["results"].append(e)
+            line = f"{spec.name:18s} {b:4d} x {k:6d} {dist:7s} n={n}"
+            for name in order:
+                line += f" | {name} {e[name]['cold']['us']:.1f} / {e[name]['graph']['us']:.1f} us"
+            print(line + f" | diff {e['max_abs_difference_vs_shipped']}", flush=True)
+            out.write_text(json.dumps(data, indent=1))
+            del runs, logits, args
+            torch.cuda.empty_cache()
+    out.write_text(json.dumps(data, indent=1))
+
+
+if __name__ == "__main__":
+    main()
