@@ -25,6 +25,7 @@ import ctypes
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -209,7 +210,8 @@ def _compile(name: str, text: str, kit: Path, arch: str, defines: dict[str, int]
     if why:
         raise PeerAbsent(why)
     cc, version = _toolchain()
-    command = compile_command(cc, Path("KIT"), Path("SRC"), Path("OUT"), arch, defines)
+    # the kit's place is in the key: the library's rpath names it
+    command = compile_command(cc, kit.resolve(), Path("SRC"), Path("OUT"), arch, defines)
     key = hashlib.sha256(json.dumps([text, S._tree_digest(kit), version, command]).encode()).hexdigest()
     out_dir = out_dir or cache_root() / "_peers"
     target = out_dir / f"{name}-{arch}-{key[:16]}.so"
@@ -231,8 +233,6 @@ def _compile(name: str, text: str, kit: Path, arch: str, defines: dict[str, int]
             raise PeerAbsent("nvcc failed: " + (r.stderr or r.stdout).strip()[-1500:])
         os.replace(so, target)
     finally:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     return target
 
