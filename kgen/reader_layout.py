@@ -154,7 +154,7 @@ def reader_wg_smem_bytes(lay: Layout, ntok: int, stages: int, tma: bool = False)
     stage = reader_wg_chunks(lay) * tile * READER_WG_CHUNK_BYTES + tile * READER_WG_ROW_INFO_BYTES
     if tma:
         stage += READER_WG_TMA_BARRIER_BYTES
-    return READER_WG_ALIGN + stages * stage + ntok * token
+    return READER_WG_ALIGN + stages * stage + ntok * token + (READER_WG_TMA_SHARE_BYTES if tma else 0)
 
 
 def reader_wg_tokens_per_cta(lay: Layout, stages: int, tma: bool = False) -> int:
@@ -208,14 +208,12 @@ def reader_wg_ctas_per_sm(lay: Layout, ntok: int, stages: int, tma: bool = False
     count, so registers do not bind first). `pairs`: the cubin of two tokens per m64n128 group
     (reader_wg_pairs), planned at its own registers."""
     per = reader_wg_smem_bytes(lay, ntok, stages, tma) + READER_CTA_RESERVED_BYTES
-    # the TMA variant's CTAs are large: its threads' registers (planned at READER_WG_TMA_REGISTERS each)
-    # bind before the SM's thread count does
+    # the TMA variant's CTAs are large: its threads' registers bind before the SM's thread count does
+    regs = reader_wg_plan_registers(lay.spec.store.dtype, tma, pairs)
     if tma:
-        most = READER_SM_REGISTERS // (reader_wg_tma_threads(consumers) * (READER_WG_TMA_PAIR_REGISTERS if pairs
-                                                                           else READER_WG_TMA_REGISTERS))
+        most = READER_SM_REGISTERS // (reader_wg_tma_threads(consumers) * regs)
     else:
-        most = min(READER_WG_MAX_CTAS,
-                   READER_SM_REGISTERS // (4 * WARP * (READER_WG_PAIR_REGISTERS if pairs else READER_WG_REGISTERS)))
+        most = min(READER_WG_MAX_CTAS, READER_SM_REGISTERS // (4 * WARP * regs))
     return max(1, min(most, READER_SM_SHARED_BYTES // per))
 
 
@@ -245,6 +243,9 @@ def reader_wg_enabled(lay: Layout, tune: dict[str, int] | None = None) -> bool:
 # (one 4-B scale per token, consecutive, at a 16-B aligned offset); else the cp.async variant runs.
 READER_WG_TMA_BARRIER_BYTES = 16  # per stage: the full and the empty mbarrier, 8 B each
 READER_WG_TMA_PRODUCER_THREADS = 32  # one warp, after the consumers' warpgroups
+# after the barriers: the share of the work the producer computes and publishes (wg::Work::Share, 32 B) behind
+# its own 8-B mbarrier, which the consumers wait for
+READER_WG_TMA_SHARE_BYTES = 40
 READER_WG_TMA_MAX_CONSUMERS = 4
 READER_WG_TMA_MAX_STAGES = 32
 READER_WG_TMA_MAP_BYTES = 128  # a CUtensorMap (64-B aligned)
@@ -265,6 +266,31 @@ READER_WG_REGISTERS = 96
 # at 96 serializes the wgmma). So such a TMA CTA has an SM to itself, and a cp.async one shares it with one.
 READER_WG_TMA_PAIR_REGISTERS = 168
 READER_WG_PAIR_REGISTERS = 224
+# What ptxas (NVRTC 13.0, sm_90a) uses where __launch_bounds__ does not bind (scripts/reader_ptxas.py
+# --uncapped: the shipped readable specs and 20 sampled ones, every tuning a launch may load), by (TMA variant,
+# pairs, key dtype), where it exceeds the floor above: the one-token TMA cubins 100 (fp8) / 104-109 (bf16);
+# the cp.async ones 121-128 (fp8), 118-124 (bf16). Capped at 5 CTAs of 128 threads (102 registers, 96 as
+# allocated) the cp.async fp8 and bf16 cubins of 64- and 256-key pages spill 224-252 B, so they are planned
+# at 128 (4 CTAs). fp4 uses 152-168 uncapped but 128 at 4 CTAs without a spill (and shared memory holds its
+# larger rows to 2 CTAs, 255 registers): planned at 128. The pair cubins' floors are what they use.
+READER_WG_REGISTER_NEEDS: dict[tuple[bool, bool, str], int] = {
+    (True, False, "fp8_e4m3"): 100, (True, False, "bf16"): 109,
+    (False, False, "fp8_e4m3"): 128, (False, False, "bf16"): 128, (False, False, "fp4_e2m1"): 128,
+}
+
+
+def reader_wg_plan_registers(dtype: str, tma: bool, pairs: bool) -> int:
+    """Registers per thread the plan gives a wgmma-path cubin (TMA or cp.async variant, pairs or one token,
+    by key dtype): the variant's floor, or what ptxas needs (READER_WG_REGISTER_NEEDS) where that is more.
+    The CTAs per SM (reader_wg_ctas_per_sm) are planned at it, so __launch_bounds__ never caps a cubin below."""
+    floor = (READER_WG_TMA_PAIR_REGISTERS if pairs else READER_WG_TMA_REGISTERS) if tma else (
+        READER_WG_PAIR_REGISTERS if pairs else READER_WG_REGISTERS)
+    return max(floor, READER_WG_REGISTER_NEEDS.get((tma, pairs, dtype), 0))
+
+
+def reader_wg_planned_registers(lay: Layout, tune: dict[str, int] | None = None) -> int:
+    """reader_wg_plan_registers of the cubin rendered with `tune`."""
+    return reader_wg_plan_registers(lay.spec.store.dtype, reader_wg_tma(lay, tune), reader_wg_pairs(lay, tune))
 
 
 def reader_wg_pairs(lay: Layout, tune: dict[str, int] | None = None) -> bool:
@@ -357,6 +383,7 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         "kReaderWgMinBlocks": reader_wg_ctas_per_sm(lay, 1, stages, tma, consumers, pairs) if wg else 0,
         "kReaderWgTmaBarrierBytes": READER_WG_TMA_BARRIER_BYTES,
         "kReaderWgTmaProducerThreads": READER_WG_TMA_PRODUCER_THREADS,
+        "kReaderWgTmaShareBytes": READER_WG_TMA_SHARE_BYTES,
         # the capacities and limits the twins compare against: rendered, never typed in the header
         "kReaderSmemBytes": READER_SMEM_BYTES,
         "kReaderMaxGroupsInFlight": READER_MAX_GROUPS_IN_FLIGHT,
@@ -371,6 +398,7 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         "kReaderWgRegisters": READER_WG_REGISTERS,
         "kReaderWgTmaPairRegisters": READER_WG_TMA_PAIR_REGISTERS,
         "kReaderWgPairRegisters": READER_WG_PAIR_REGISTERS,
+        "kReaderWgPlanRegisters": reader_wg_plan_registers(spec.store.dtype, tma, pairs),
         **_tuning(spec),
         **(tune or {}),
         "kReaderWgmma": int(wg),  # the tuning's wish, where the path reads the layout

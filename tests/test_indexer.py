@@ -339,17 +339,22 @@ def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
     assert RL.reader_constants(L.compute(fp8), {**TMA, "kReaderWgmma": 0})["kReaderWgTma"] == 0
 
     lay = L.compute(fp8)
-    # per stage: 64 rows of 128 B, 64 scale words, two 8-B mbarriers; per token q (64 x 128 B) and weights
-    assert RL.reader_wg_smem_bytes(lay, 1, 8, tma=True) == 1024 + 8 * (8192 + 256 + 16) + (8192 + 256)
+    # per stage: 64 rows of 128 B, 64 scale words, two 8-B mbarriers; per token q (64 x 128 B) and weights;
+    # the producer's published share (32 B) and its mbarrier
+    assert RL.reader_wg_smem_bytes(lay, 1, 8, tma=True) == 1024 + 8 * (8192 + 256 + 16) + (8192 + 256) + 40
     assert RL.reader_wg_tma_threads(2) == 2 * 128 + 32
-    # large CTAs: registers bind (planned at READER_WG_TMA_REGISTERS each) before shared memory does
-    assert RL.reader_wg_ctas_per_sm(lay, 1, 4, tma=True, consumers=2) == 65536 // (288 * RL.READER_WG_TMA_REGISTERS)
+    # large CTAs: registers bind (planned at what ptxas uses, reader_wg_plan_registers) before shared memory does
+    tma_regs = RL.reader_wg_plan_registers("fp8_e4m3", True, False)
+    assert tma_regs >= RL.READER_WG_TMA_REGISTERS
+    assert RL.reader_wg_ctas_per_sm(lay, 1, 4, tma=True, consumers=2) == 65536 // (288 * tma_regs) == 2
     assert RL.reader_wg_ctas_per_sm(lay, 1, 16, tma=True, consumers=2) == 1  # 144.9 KB of shared memory
-    # small cp.async CTAs: never so many that __launch_bounds__ leaves a thread fewer than
-    # READER_WG_REGISTERS (32-key pages, a 2-stage ring: 8 CTAs fit by shared memory, 5 by registers)
+    # small cp.async CTAs: never so many that __launch_bounds__ leaves a thread fewer than the registers
+    # ptxas uses (32-key pages, a 2-stage ring: 8 CTAs fit by shared memory, 4 by registers at 128)
     small = L.compute(with_(fp8, layout={"page_size": 32}))
     assert RL.reader_wg_smem_bytes(small, 1, 2) * 8 < RL.READER_SM_SHARED_BYTES
-    assert RL.reader_wg_ctas_per_sm(small, 1, 2) == 65536 // (128 * RL.READER_WG_REGISTERS) == 5
+    cp_regs = RL.reader_wg_plan_registers("fp8_e4m3", False, False)
+    assert cp_regs >= RL.READER_WG_REGISTERS
+    assert RL.reader_wg_ctas_per_sm(small, 1, 2) == 65536 // (128 * cp_regs) == 4
     c = RL.reader_constants(lay, TMA)
     assert c["kReaderWgTma"] == 1 and c["kReaderWgMinBlocks"] == 2 and c["kReaderWgTokensPerCta"] == 4
     (gx, gy, gz), threads, smem, per = RP.reader_launch(fp8, 128, 1, 65536, 132, wgmma=True, tune=TMA)

@@ -31,6 +31,7 @@ struct vllm_dsv4_indexer_bf16 : kgen_cfg::vllm_dsv4_indexer_bf16 {
   static constexpr long long kReaderWgMinBlocks = 2;
   static constexpr long long kReaderWgTmaBarrierBytes = 16;
   static constexpr long long kReaderWgTmaProducerThreads = 32;
+  static constexpr long long kReaderWgTmaShareBytes = 40;
   static constexpr long long kReaderSmemBytes = 49152;
   static constexpr long long kReaderMaxGroupsInFlight = 4;
   static constexpr long long kReaderWgMaxTokens = 4;
@@ -44,6 +45,7 @@ struct vllm_dsv4_indexer_bf16 : kgen_cfg::vllm_dsv4_indexer_bf16 {
   static constexpr long long kReaderWgRegisters = 96;
   static constexpr long long kReaderWgTmaPairRegisters = 168;
   static constexpr long long kReaderWgPairRegisters = 224;
+  static constexpr long long kReaderWgPlanRegisters = 109;
   static constexpr long long kReaderPrefetch = 0;
   static constexpr long long kReaderMinBlocks = 0;
   static constexpr long long kReaderHeadPasses = 2;
