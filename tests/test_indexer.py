@@ -493,6 +493,31 @@ def test_pair_cubin_plan_and_its_shape_rule(monkeypatch):
     assert RL.reader_wg_ctas_per_sm(fp4, 1, 3, pairs=True) == 2
 
 
+def test_register_split_plan():
+    fp8, bf16, fp4 = (L.compute(spec_of(k)) for k in ("fp8", "bf16", "fp4"))
+    for lay in (fp8, bf16):
+        split = RP.reader_wg_split_tuning(lay)
+        assert split["kReaderWgSplit"] == 1 and split["kReaderWgPairs"] == 1 and split["kReaderWgConsumers"] == 3
+        assert RL.reader_wg_split(lay, split) and RL.reader_wg_pairs(lay, split) and not RL.reader_wg_split(lay)
+        stages = RL.reader_wg_stages(lay, split)
+        assert stages % 3 == 0 and RL.reader_wg_tokens_per_cta(lay, stages, tma=True) == 4
+        # a producer warpgroup and three consumer warpgroups, one CTA per SM, within the SM's registers
+        assert RL.reader_wg_threads(lay, split) == 4 * 128
+        assert RL.reader_wg_ctas_per_sm(lay, 1, stages, True, 3, True, True) == 1
+        assert (3 * 128 * RL.READER_WG_SPLIT_CONSUMER_REGISTERS + 128 * RL.READER_WG_SPLIT_PRODUCER_REGISTERS
+                <= RL.READER_SM_REGISTERS)
+        assert RL.reader_wg_planned_registers(lay, split) == RL.READER_WG_SPLIT_CONSUMER_REGISTERS
+        (gx, _, _), threads, _, _ = RP.reader_launch(lay.spec, 32, 2, 65536, 132, wgmma=True, tune=split, lay=lay)
+        assert threads == 512 and gx == 132
+        rv = render_reader(lay.spec, tune=split).files[f"{lay.spec.name}/logits_config.cuh"]
+        assert "kReaderWgSplit = 1;" in rv and "kReaderWgMinBlocks = 1;" in rv
+        # four consumer warpgroups do not fit at the split's registers; no split without pairs or the TMA variant
+        assert not RL.reader_wg_split(lay, {**split, "kReaderWgConsumers": 4, "kReaderWgTmaStages": 16})
+        assert not RL.reader_wg_split(lay, {**split, "kReaderWgPairs": 0})
+        assert RP.reader_wg_split_tuning(lay) not in rc.ring_tunes(lay.spec, None)  # no launch loads it by shape
+    assert not RL.reader_wg_split(fp4, RP.reader_wg_split_tuning(fp4))  # the cp.async variant: no producer
+
+
 def test_launch_tune_follows_the_arch_and_the_shape():
     spec, args = _case("fp8", lens=(5, 70))
     a = dataclasses.replace(ops_reader.check(spec, *args, require_cuda=False), device=H200)

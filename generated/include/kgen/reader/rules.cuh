@@ -88,6 +88,8 @@ KGEN_HD constexpr long long wg_fp4_stage() {
 // the TMA variant's per-stage mbarriers (full, empty), its producer warp, and the share the producer publishes
 // with its mbarrier (kgen/reader_layout.py READER_WG_TMA_*)
 constexpr long long kWgTmaBarrierBytes = 16, kWgTmaProducerThreads = 32, kWgTmaShareBytes = 40;
+// the register split's producer warpgroup (kReaderWgSplit, kgen/reader_layout.py READER_WG_SPLIT_PRODUCER_THREADS)
+constexpr long long kWgSplitProducerThreads = 128;
 template <class C>
 KGEN_HD constexpr long long wg_smem(long long ntok) {
   const long long token = ntok * (wg_chunks<C>() * C::kReaderHeads * kWgChunkBytes + 4 * C::kReaderHeads);
@@ -133,7 +135,9 @@ KGEN_HD constexpr bool wg_tma_readable() {
 }
 template <class C>
 KGEN_HD constexpr long long wg_threads() {
-  return C::kReaderWgTma ? C::kReaderWgConsumers * 128 + kWgTmaProducerThreads : C::kReaderWarps * 32;
+  return C::kReaderWgTma
+             ? C::kReaderWgConsumers * 128 + (C::kReaderWgSplit ? kWgSplitProducerThreads : kWgTmaProducerThreads)
+             : C::kReaderWarps * 32;
 }
 template <class C>
 KGEN_HD constexpr long long wg_ctas_per_sm() {
@@ -150,7 +154,16 @@ KGEN_HD constexpr bool wg_plan_registers_agree() {
   const bool pairs = C::kReaderWgPairs != 0;
   const long long floor = C::kReaderWgTma ? (pairs ? C::kReaderWgTmaPairRegisters : C::kReaderWgTmaRegisters)
                                           : (pairs ? C::kReaderWgPairRegisters : C::kReaderWgRegisters);
-  return C::kReaderWgPlanRegisters >= floor;
+  return C::kReaderWgSplit ? C::kReaderWgPlanRegisters == C::kReaderWgSplitConsumerRegisters
+                           : C::kReaderWgPlanRegisters >= floor;
+}
+// the register split's warpgroups fit the SM: the consumers raised, the producer lowered (setmaxnreg takes
+// multiples of 8 in [24, 256])
+template <class C>
+KGEN_HD constexpr bool wg_split_fits() {
+  const long long lo = C::kReaderWgSplitProducerRegisters, hi = C::kReaderWgSplitConsumerRegisters;
+  return lo % 8 == 0 && hi % 8 == 0 && lo >= 24 && hi <= 256 && lo < hi &&
+         C::kReaderWgConsumers * 128 * hi + kWgSplitProducerThreads * lo <= C::kReaderSmRegisters;
 }
 // kReaderWgmma 0 on a layout the path reads: the mma.sync path on sm_90a too (the bench compares them)
 template <class C>
@@ -167,8 +180,11 @@ KGEN_HD constexpr bool wg_constants_agree() {
          (C::kReaderWgEvictFirst == 0 || C::kReaderWgEvictFirst == 1) &&
          (C::kReaderWgPairs == 0 ||
           (C::kReaderWgPairs == 1 && wg && wg_tokens<C>() >= 2 &&
-           wg_threads<C>() * (C::kReaderWgTma ? C::kReaderWgTmaPairRegisters : C::kReaderWgPairRegisters) <=
-               C::kReaderSmRegisters)) &&
+           (C::kReaderWgSplit
+                ? wg_split_fits<C>()
+                : wg_threads<C>() * (C::kReaderWgTma ? C::kReaderWgTmaPairRegisters : C::kReaderWgPairRegisters) <=
+                      C::kReaderSmRegisters))) &&
+         (C::kReaderWgSplit == 0 || (C::kReaderWgSplit == 1 && C::kReaderWgTma == 1 && C::kReaderWgPairs == 1)) &&
          C::kReaderWgTmaBarrierBytes == kWgTmaBarrierBytes && C::kReaderWgTmaProducerThreads == kWgTmaProducerThreads &&
          C::kReaderWgTmaShareBytes == kWgTmaShareBytes;
 }

@@ -49,10 +49,14 @@ struct WgTmaLogits {
   // two MTP tokens per m64n128 group (kReaderWgPairs): q chunk-major, so that two tokens' chunk is one operand
   static constexpr bool kPairs = C::kReaderWgPairs != 0 && kTokens > 1;
   static constexpr int kQTokenUnits = (kPairs ? 1 : kChunks) * (kQChunkBytes / 16);  // a token's q, in units
+  // the register split (kReaderWgSplit): the producer a warpgroup that lowers its registers, the consumers raise
+  static constexpr bool kSplit = C::kReaderWgSplit != 0;
+  static constexpr int kProducerThreads = kSplit ? reader::kWgSplitProducerThreads : reader::kWgTmaProducerThreads;
 
   static_assert(reader::wg_readable<C>() && reader::wg_tma_readable<C>() && C::kReaderWgTma == 1,
                 "[wgmma-tma] a layout the variant reads");
-  static_assert(kThreads == kConsumerThreads + reader::kWgTmaProducerThreads, "[wgmma-tma] warpgroups + a warp");
+  static_assert(kThreads == kConsumerThreads + kProducerThreads, "[wgmma-tma] warpgroups + a warp (or warpgroup)");
+  static_assert(!kSplit || (kPairs && reader::wg_split_fits<C>()), "[wgmma-tma] the split's registers fit the SM");
   static_assert(H == 64 && kTile == 64, "[wgmma] m64n64: 64 keys x 64 heads per instruction");
   static_assert(kChunkBytes == 128 && C::kRowBytes == kChunks * kChunkBytes, "[wgmma] rows of whole 128-B atoms");
   static_assert(reader::q_bytes(C::kStoreDtype) * C::kHeadDim == C::kRowBytes, "q rows are key rows' width");
@@ -178,6 +182,10 @@ struct WgTmaLogits {
     const int guess_pair = guess.pair;
     const bool guessed = guess_pair < Work::pairs(p);
     if (warp >= kConsumers * 4) {
+      if constexpr (kSplit) {  // the whole warpgroup gives registers back; its first warp produces
+        wg::setmaxnreg_dec<C::kReaderWgSplitProducerRegisters>();
+        if (warp != kConsumers * 4) return;
+      }
       const typename Work::Lens lens = Work::load_lens(p, 0, lane);  // first: its trip overlaps what follows
       const int col = (guess.tile * kTile) >> kPageShift;
       // (the row spelled out, not reader::table_row: through the helper the address's two 64-bit addends
@@ -196,6 +204,7 @@ struct WgTmaLogits {
       Work::fill(p, share, lane, 32);  // the columns past the pairs' tiles, while the consumers score
       return;
     }
+    if constexpr (kSplit) wg::setmaxnreg_inc<C::kReaderWgSplitConsumerRegisters>();
     int qpair = -1;                          // the pair whose q and weights are staged (or on their way: q_pending)
     bool q_pending = false;                  // its copy group not yet waited for
     const auto stage_pair = [&](int pair) {  // q and the weights by cp.async: no thread waits for them here
