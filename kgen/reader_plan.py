@@ -44,6 +44,9 @@ from .spec import Spec
 # CTAs, one tile per pipeline step), a large one from deeper rings (4 stages: 5 CTAs, two tiles per step).
 # The threshold sits between the fp8 shapes where each wins (both rings in one process on the H200:
 # bench/results/h200-2026-11-30/reader4/README.md); bf16 has none (4 stages win at every shape: reader3).
+# Those CTA counts were shared memory's. The cp.async fp8 cubin is now planned at the 128 registers it uses
+# (reader_layout.READER_WG_REGISTER_NEEDS), so registers hold both rings to 4 CTAs. The rule's gain at small
+# launches has not been measured since then.
 READER_WG_SHAPE_STAGES: dict[str, tuple[int, int]] = {"fp8_e4m3": (2, 49152)}
 
 
