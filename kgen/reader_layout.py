@@ -376,8 +376,17 @@ def reader_wg_threads(lay: Layout, tune: dict[str, int] | None = None) -> int:
     return reader_wg_tma_threads(reader_wg_consumers(lay, tune), reader_wg_split(lay, tune))
 
 
+# The mma.sync path's head passes where the default's cubin spills: fp8 keys of 64-B rows (head_dim 64; the
+# wgmma path never reads them). With 2 passes ptxas itself settles on 96 registers and spills 16 B for some of
+# their layouts (16-, 2- and 64-key pages among 40 sampled specs); with 4 passes every sampled one compiles to
+# 96-127 registers without a spill (NVRTC 13.0, sm_90a; scripts/reader_ptxas.py --sample 40). Not timed.
+READER_HEAD_PASSES_BY_ROW: dict[tuple[str, int], int] = {("fp8_e4m3", 64): 4}
+
+
 def _tuning(spec: Spec) -> dict[str, int]:
-    return READER_TUNING_DEFAULTS.get(spec.store.dtype, READER_TUNING_DEFAULTS["bf16"])
+    base = READER_TUNING_DEFAULTS.get(spec.store.dtype, READER_TUNING_DEFAULTS["bf16"])
+    passes = READER_HEAD_PASSES_BY_ROW.get((spec.store.dtype, spec.head_dim))
+    return {**base, "kReaderHeadPasses": passes} if passes else base
 
 
 def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[str, object]:

@@ -71,3 +71,17 @@ def test_the_cp_async_cubins_are_planned_at_what_they_use():
     assert RL.reader_wg_ctas_per_sm(lay, 1, RL.reader_wg_stages(lay, tune)) == 4
     k = compile_rendered(render_reader(spec, tune=tune), "sm_90a", progress=None)
     assert k.spill_bytes == 0 and k.registers <= 128
+
+
+def test_fp8_keys_of_64_byte_rows_take_four_head_passes_and_do_not_spill():
+    from kgen.reader_check import sample_readable
+
+    # the mma.sync path (the wgmma path reads no 64-B rows): at 2 passes ptxas spilled 16 B for these layouts
+    specs = [s for s in sample_readable(20) if s.store.dtype == "fp8_e4m3" and s.head_dim == 64][:3]
+    assert specs
+    for spec in specs:
+        assert RL.reader_constants(compute(spec))["kReaderHeadPasses"] == RL.READER_HEAD_PASSES_BY_ROW[
+            ("fp8_e4m3", 64)]
+        for tune in ring_tunes(spec, None):
+            k = compile_rendered(render_reader(spec, tune=tune), "sm_90a", progress=None)
+            assert k.spill_bytes == 0, f"{spec.name} {tune} spills {k.spill_bytes} B"
