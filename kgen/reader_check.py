@@ -511,8 +511,10 @@ def test_readers(specs: list[Spec], sampled: list[Spec], *, seed: int = 0, say=p
     alternatives = [t for t in tunes if t]
     # the pair cubin (two MTP tokens per m64n128 group) where a variant has one: no launch shape loads it by
     # default, so its MTP cases run here
-    pairs = [(s, RP.reader_wg_pair_tuning(L.compute(s))) for s in mine]
-    pairs = [(s, t) for s, t in pairs if RL.reader_wg_pairs(L.compute(s), t)]
+    # and its register split (a producer warpgroup at few registers, three consumer warpgroups at many)
+    pairs = [(s, f(L.compute(s))) for s in mine for f in (RP.reader_wg_pair_tuning, RP.reader_wg_split_tuning)]
+    pairs = [(s, t) for s, t in pairs if RL.reader_wg_pairs(L.compute(s), t)
+             and (not t.get("kReaderWgSplit") or RL.reader_wg_split(L.compute(s), t))]
     say(f"kgen test: indexer_logits on {len(mine)} variant(s) and {len(samples)} sampled spec(s)"
         + (f", {len(alternatives)} alternative tuning(s)" if alternatives else ""))
     precompile([(s, None) for s in mine + samples] + [(s, t) for s in mine for t in alternatives] + pairs, say=say)

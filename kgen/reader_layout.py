@@ -87,15 +87,15 @@ READER_TUNING_DEFAULTS = {
     "bf16": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
              "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0,
              "kReaderWgTma": 1, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0,
-             "kReaderWgPairs": 0},
+             "kReaderWgPairs": 0, "kReaderWgSplit": 0},
     "fp8_e4m3": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
                  "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0,
                  "kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0,
-                 "kReaderWgPairs": 0},
+                 "kReaderWgPairs": 0, "kReaderWgSplit": 0},
     "fp4_e2m1": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
                  "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0,
                  "kReaderWgTma": 0, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0,
-                 "kReaderWgPairs": 0},
+                 "kReaderWgPairs": 0, "kReaderWgSplit": 0},
 }
 
 # The sm_90a path (wgmma, kgen.arch.has_wgmma): a tile of READER_WG_TILE_KEYS consecutive keys is the
@@ -154,7 +154,7 @@ def reader_wg_smem_bytes(lay: Layout, ntok: int, stages: int, tma: bool = False)
     stage = reader_wg_chunks(lay) * tile * READER_WG_CHUNK_BYTES + tile * READER_WG_ROW_INFO_BYTES
     if tma:
         stage += READER_WG_TMA_BARRIER_BYTES
-    return READER_WG_ALIGN + stages * stage + ntok * token
+    return READER_WG_ALIGN + stages * stage + ntok * token + (READER_WG_TMA_SHARE_BYTES if tma else 0)
 
 
 def reader_wg_tokens_per_cta(lay: Layout, stages: int, tma: bool = False) -> int:
@@ -202,20 +202,18 @@ def reader_wgmma(lay: Layout, stages: int) -> bool:
 
 
 def reader_wg_ctas_per_sm(lay: Layout, ntok: int, stages: int, tma: bool = False, consumers: int = 0,
-                          pairs: bool = False) -> int:
+                          pairs: bool = False, split: bool = False) -> int:
     """CTAs of the wgmma path one SM holds (shared memory bound, and register bound at the registers per
     thread each variant is planned at; the kernel's __launch_bounds__ caps its registers for the one-token
     count, so registers do not bind first). `pairs`: the cubin of two tokens per m64n128 group
     (reader_wg_pairs), planned at its own registers."""
     per = reader_wg_smem_bytes(lay, ntok, stages, tma) + READER_CTA_RESERVED_BYTES
-    # the TMA variant's CTAs are large: its threads' registers (planned at READER_WG_TMA_REGISTERS each)
-    # bind before the SM's thread count does
+    # the TMA variant's CTAs are large: its threads' registers bind before the SM's thread count does
+    regs = reader_wg_plan_registers(lay.spec.store.dtype, tma, pairs, split)
     if tma:
-        most = READER_SM_REGISTERS // (reader_wg_tma_threads(consumers) * (READER_WG_TMA_PAIR_REGISTERS if pairs
-                                                                           else READER_WG_TMA_REGISTERS))
+        most = READER_SM_REGISTERS // (reader_wg_tma_threads(consumers, split) * regs)
     else:
-        most = min(READER_WG_MAX_CTAS,
-                   READER_SM_REGISTERS // (4 * WARP * (READER_WG_PAIR_REGISTERS if pairs else READER_WG_REGISTERS)))
+        most = min(READER_WG_MAX_CTAS, READER_SM_REGISTERS // (4 * WARP * regs))
     return max(1, min(most, READER_SM_SHARED_BYTES // per))
 
 
@@ -245,6 +243,9 @@ def reader_wg_enabled(lay: Layout, tune: dict[str, int] | None = None) -> bool:
 # (one 4-B scale per token, consecutive, at a 16-B aligned offset); else the cp.async variant runs.
 READER_WG_TMA_BARRIER_BYTES = 16  # per stage: the full and the empty mbarrier, 8 B each
 READER_WG_TMA_PRODUCER_THREADS = 32  # one warp, after the consumers' warpgroups
+# after the barriers: the share of the work the producer computes and publishes (wg::Work::Share, 32 B) behind
+# its own 8-B mbarrier, which the consumers wait for
+READER_WG_TMA_SHARE_BYTES = 40
 READER_WG_TMA_MAX_CONSUMERS = 4
 READER_WG_TMA_MAX_STAGES = 32
 READER_WG_TMA_MAP_BYTES = 128  # a CUtensorMap (64-B aligned)
@@ -265,6 +266,57 @@ READER_WG_REGISTERS = 96
 # at 96 serializes the wgmma). So such a TMA CTA has an SM to itself, and a cp.async one shares it with one.
 READER_WG_TMA_PAIR_REGISTERS = 168
 READER_WG_PAIR_REGISTERS = 224
+# The TMA pair cubin's register split (kReaderWgSplit 1): the producer a whole warpgroup (one warp of it works),
+# which gives registers back by setmaxnreg.dec to READER_WG_SPLIT_PRODUCER_REGISTERS, and the consumer warpgroups
+# take them by setmaxnreg.inc to READER_WG_SPLIT_CONSUMER_REGISTERS; one CTA per SM. Compiled at 152, the pair
+# cubin of 3 consumer warpgroups does not spill (at 128 it spills 372-400 B: bench/results/mtp-2026-12-03):
+# 3 x 128 x 152 + 128 x 40 = 63488 of the SM's 65536.
+READER_WG_SPLIT_PRODUCER_REGISTERS = 40
+READER_WG_SPLIT_CONSUMER_REGISTERS = 152
+READER_WG_SPLIT_PRODUCER_THREADS = 128
+# What ptxas (NVRTC 13.0, sm_90a) uses where __launch_bounds__ does not bind (scripts/reader_ptxas.py
+# --uncapped: the shipped readable specs and 20 sampled ones, every tuning a launch may load), by (TMA variant,
+# pairs, key dtype), where it exceeds the floor above: the one-token TMA cubins 100 (fp8) / 104-109 (bf16);
+# the cp.async ones 121-128 (fp8), 118-124 (bf16). Capped at 5 CTAs of 128 threads (102 registers, 96 as
+# allocated) the cp.async fp8 and bf16 cubins of 64- and 256-key pages spill 224-252 B, so they are planned
+# at 128 (4 CTAs). fp4 uses 152-168 uncapped but 128 at 4 CTAs without a spill (and shared memory holds its
+# larger rows to 2 CTAs, 255 registers): planned at 128. The pair cubins' floors are what they use.
+READER_WG_REGISTER_NEEDS: dict[tuple[bool, bool, str], int] = {
+    (True, False, "fp8_e4m3"): 100, (True, False, "bf16"): 109,
+    (False, False, "fp8_e4m3"): 128, (False, False, "bf16"): 128, (False, False, "fp4_e2m1"): 128,
+}
+
+
+def reader_wg_plan_registers(dtype: str, tma: bool, pairs: bool, split: bool = False) -> int:
+    """Registers per thread the plan gives a wgmma-path cubin (TMA or cp.async variant, pairs or one token,
+    by key dtype): the variant's floor, or what ptxas needs (READER_WG_REGISTER_NEEDS) where that is more.
+    The CTAs per SM (reader_wg_ctas_per_sm) are planned at it, so __launch_bounds__ never caps a cubin below."""
+    if split:  # the consumers' (one CTA per SM)
+        return READER_WG_SPLIT_CONSUMER_REGISTERS
+    floor = (READER_WG_TMA_PAIR_REGISTERS if pairs else READER_WG_TMA_REGISTERS) if tma else (
+        READER_WG_PAIR_REGISTERS if pairs else READER_WG_REGISTERS)
+    return max(floor, READER_WG_REGISTER_NEEDS.get((tma, pairs, dtype), 0))
+
+
+def reader_wg_planned_registers(lay: Layout, tune: dict[str, int] | None = None) -> int:
+    """reader_wg_plan_registers of the cubin rendered with `tune`."""
+    return reader_wg_plan_registers(lay.spec.store.dtype, reader_wg_tma(lay, tune), reader_wg_pairs(lay, tune),
+                                    reader_wg_split(lay, tune))
+
+
+def reader_wg_split_fits(consumers: int) -> bool:
+    """Do `consumers` warpgroups at READER_WG_SPLIT_CONSUMER_REGISTERS and the producer warpgroup at
+    READER_WG_SPLIT_PRODUCER_REGISTERS fit an SM's registers?"""
+    return (consumers * 4 * WARP * READER_WG_SPLIT_CONSUMER_REGISTERS
+            + READER_WG_SPLIT_PRODUCER_THREADS * READER_WG_SPLIT_PRODUCER_REGISTERS) <= READER_SM_REGISTERS
+
+
+def reader_wg_split(lay: Layout, tune: dict[str, int] | None = None) -> bool:
+    """Does the reader rendered with `tune` run the TMA pair cubin with the register split (kReaderWgSplit 1,
+    where the TMA variant runs pairs and its warpgroups fit at the split's registers)?"""
+    merged = {**_tuning(lay.spec), **(tune or {})}
+    return (bool(merged["kReaderWgSplit"]) and reader_wg_tma(lay, tune) and reader_wg_pairs(lay, tune)
+            and reader_wg_split_fits(reader_wg_consumers(lay, tune)))
 
 
 def reader_wg_pairs(lay: Layout, tune: dict[str, int] | None = None) -> bool:
@@ -276,8 +328,11 @@ def reader_wg_pairs(lay: Layout, tune: dict[str, int] | None = None) -> bool:
     if not merged["kReaderWgPairs"] or not reader_wg_enabled(lay, tune):
         return False
     tma = reader_wg_tma(lay, tune)
-    threads = reader_wg_tma_threads(reader_wg_consumers(lay, tune)) if tma else reader_threads()
+    consumers = reader_wg_consumers(lay, tune)
+    threads = reader_wg_tma_threads(consumers) if tma else reader_threads()
     fits = threads * (READER_WG_TMA_PAIR_REGISTERS if tma else READER_WG_PAIR_REGISTERS) <= READER_SM_REGISTERS
+    if tma and merged["kReaderWgSplit"]:  # the split's registers instead
+        fits = reader_wg_split_fits(consumers)
     return fits and reader_wg_tokens_per_cta(lay, reader_wg_stages(lay, tune), tma) >= 2
 
 
@@ -309,18 +364,29 @@ def reader_wg_consumers(lay: Layout, tune: dict[str, int] | None = None) -> int:
     return int({**_tuning(lay.spec), **(tune or {})}["kReaderWgConsumers"])
 
 
-def reader_wg_tma_threads(consumers: int) -> int:
-    """Threads of a TMA-variant CTA: its consumer warpgroups and the producer warp."""
-    return consumers * 4 * WARP + READER_WG_TMA_PRODUCER_THREADS
+def reader_wg_tma_threads(consumers: int, split: bool = False) -> int:
+    """Threads of a TMA-variant CTA: its consumer warpgroups and the producer warp (`split`: warpgroup)."""
+    return consumers * 4 * WARP + (READER_WG_SPLIT_PRODUCER_THREADS if split else READER_WG_TMA_PRODUCER_THREADS)
 
 
 def reader_wg_threads(lay: Layout, tune: dict[str, int] | None = None) -> int:
     """Threads of a wgmma-path CTA (one warpgroup; the TMA variant's consumers and producer)."""
-    return reader_wg_tma_threads(reader_wg_consumers(lay, tune)) if reader_wg_tma(lay, tune) else reader_threads()
+    if not reader_wg_tma(lay, tune):
+        return reader_threads()
+    return reader_wg_tma_threads(reader_wg_consumers(lay, tune), reader_wg_split(lay, tune))
+
+
+# The mma.sync path's head passes where the default's cubin spills: fp8 keys of 64-B rows (head_dim 64; the
+# wgmma path never reads them). With 2 passes ptxas itself settles on 96 registers and spills 16 B for some of
+# their layouts (16-, 2- and 64-key pages among 40 sampled specs); with 4 passes every sampled one compiles to
+# 96-127 registers without a spill (NVRTC 13.0, sm_90a; scripts/reader_ptxas.py --sample 40). Not timed.
+READER_HEAD_PASSES_BY_ROW: dict[tuple[str, int], int] = {("fp8_e4m3", 64): 4}
 
 
 def _tuning(spec: Spec) -> dict[str, int]:
-    return READER_TUNING_DEFAULTS.get(spec.store.dtype, READER_TUNING_DEFAULTS["bf16"])
+    base = READER_TUNING_DEFAULTS.get(spec.store.dtype, READER_TUNING_DEFAULTS["bf16"])
+    passes = READER_HEAD_PASSES_BY_ROW.get((spec.store.dtype, spec.head_dim))
+    return {**base, "kReaderHeadPasses": passes} if passes else base
 
 
 def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[str, object]:
@@ -335,6 +401,7 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
     tma = reader_wg_tma(lay, tune)
     consumers = reader_wg_consumers(lay, tune)
     pairs = reader_wg_pairs(lay, tune)
+    split = reader_wg_split(lay, tune)
     return {
         "kReaderHeads": READER_HEADS,
         "kReaderWarps": READER_WARPS,
@@ -354,9 +421,10 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         "kReaderWgChunks": reader_wg_chunks(lay) if wg else 0,
         "kReaderWgAlign": READER_WG_ALIGN,
         "kReaderWgTokensPerCta": reader_wg_tokens_per_cta(lay, stages, tma) if wg else 0,
-        "kReaderWgMinBlocks": reader_wg_ctas_per_sm(lay, 1, stages, tma, consumers, pairs) if wg else 0,
+        "kReaderWgMinBlocks": reader_wg_ctas_per_sm(lay, 1, stages, tma, consumers, pairs, split) if wg else 0,
         "kReaderWgTmaBarrierBytes": READER_WG_TMA_BARRIER_BYTES,
         "kReaderWgTmaProducerThreads": READER_WG_TMA_PRODUCER_THREADS,
+        "kReaderWgTmaShareBytes": READER_WG_TMA_SHARE_BYTES,
         # the capacities and limits the twins compare against: rendered, never typed in the header
         "kReaderSmemBytes": READER_SMEM_BYTES,
         "kReaderMaxGroupsInFlight": READER_MAX_GROUPS_IN_FLIGHT,
@@ -371,12 +439,16 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         "kReaderWgRegisters": READER_WG_REGISTERS,
         "kReaderWgTmaPairRegisters": READER_WG_TMA_PAIR_REGISTERS,
         "kReaderWgPairRegisters": READER_WG_PAIR_REGISTERS,
+        "kReaderWgPlanRegisters": reader_wg_plan_registers(spec.store.dtype, tma, pairs, split),
+        "kReaderWgSplitProducerRegisters": READER_WG_SPLIT_PRODUCER_REGISTERS,
+        "kReaderWgSplitConsumerRegisters": READER_WG_SPLIT_CONSUMER_REGISTERS,
         **_tuning(spec),
         **(tune or {}),
         "kReaderWgmma": int(wg),  # the tuning's wish, where the path reads the layout
         "kReaderWgTma": int(tma),  # likewise
         "kReaderWgStages": stages,  # the ring of the variant that runs
         "kReaderWgPairs": int(pairs),  # the tuning's wish, where the CTA holds two tokens
+        "kReaderWgSplit": int(split),  # likewise, where the TMA variant runs pairs
     }
 
 

@@ -27,6 +27,7 @@ from .reader_layout import (
     reader_wg_enabled,
     reader_wg_pairs,
     reader_wg_smem_bytes,
+    reader_wg_split,
     reader_wg_stages,
     reader_wg_threads,
     reader_wg_tma,
@@ -43,6 +44,9 @@ from .spec import Spec
 # CTAs, one tile per pipeline step), a large one from deeper rings (4 stages: 5 CTAs, two tiles per step).
 # The threshold sits between the fp8 shapes where each wins (both rings in one process on the H200:
 # bench/results/h200-2026-11-30/reader4/README.md); bf16 has none (4 stages win at every shape: reader3).
+# Those CTA counts were shared memory's. The cp.async fp8 cubin is now planned at the 128 registers it uses
+# (reader_layout.READER_WG_REGISTER_NEEDS), so registers hold both rings to 4 CTAs. The rule's gain at small
+# launches has not been measured since then.
 READER_WG_SHAPE_STAGES: dict[str, tuple[int, int]] = {"fp8_e4m3": (2, 49152)}
 
 
@@ -62,6 +66,22 @@ def reader_wg_pair_tuning(lay: Layout, tune: dict[str, int] | None = None) -> di
     """`tune` as the pair cubin (kReaderWgPairs 1 on READER_WG_PAIR_RING's ring unless `tune` fixes one)."""
     ring = READER_WG_PAIR_RING.get(lay.spec.store.dtype)
     return {**({"kReaderWgTmaStages": ring} if ring else {}), **(tune or {}), "kReaderWgPairs": 1}
+
+
+# The pair cubin with the register split (kReaderWgSplit: a producer warpgroup at few registers, 3 consumer
+# warpgroups at many, one CTA per SM, DeepGEMM's shape), on a ring of whole rounds of its 3 warpgroups that keeps
+# about as many key bytes in flight per SM as READER_WG_PAIR_RING. No launch loads it by shape: not measured yet.
+READER_WG_SPLIT_TUNING: dict[str, dict[str, int]] = {
+    "fp8_e4m3": {"kReaderWgTmaStages": 18, "kReaderWgConsumers": 3},
+    "bf16": {"kReaderWgTmaStages": 9, "kReaderWgConsumers": 3},
+}
+
+
+def reader_wg_split_tuning(lay: Layout, tune: dict[str, int] | None = None) -> dict[str, int]:
+    """`tune` as the pair cubin with the register split (READER_WG_SPLIT_TUNING's ring and warpgroups unless
+    `tune` fixes them)."""
+    return {**READER_WG_SPLIT_TUNING.get(lay.spec.store.dtype, {}), **(tune or {}), "kReaderWgPairs": 1,
+            "kReaderWgSplit": 1}
 
 
 def reader_wg_pair_tune(lay: Layout, tune: dict[str, int] | None, next_n: int) -> dict[str, int] | None:
@@ -157,7 +177,8 @@ def reader_wg_launch(spec: Spec, batch: int, next_n: int, max_seq_len: int, sm_c
     tpc = reader_wg_tokens_per_cta(lay, stages, tma)
     ntok = min(tpc, next_n)
     groups = -(-next_n // tpc)
-    slots = max(1, sm_count) * reader_wg_ctas_per_sm(lay, ntok, stages, tma, consumers, reader_wg_pairs(lay, tune))
+    slots = max(1, sm_count) * reader_wg_ctas_per_sm(lay, ntok, stages, tma, consumers, reader_wg_pairs(lay, tune),
+                                                     reader_wg_split(lay, tune))
     tiles = max(1, batch * groups * -(-max_seq_len // READER_WG_TILE_KEYS))
     ctas = max(1, min(slots, tiles))
     per = -(-tiles // ctas) * READER_WG_TILE_KEYS

@@ -1,5 +1,6 @@
 """The reader's MTP cost on the GPU: next_n 1, 2, 4 on the same keys, the shipped cubin beside the pair cubin
-(two tokens per m64n128 wgmma group, kgen.reader_plan.reader_wg_pair_tuning), the one-token cubin on the
+(two tokens per m64n128 wgmma group, kgen.reader_plan.reader_wg_pair_tuning) and its register split
+(reader_wg_split_tuning: a producer warpgroup, 3 consumer warpgroups, one CTA per SM), the one-token cubin on the
 pair cubin's ring (kReaderWgPairs 0: which part of a difference is the ring, which the m64n128 groups) and,
 where it reads the layout and next_n, DeepGEMM's fp8_paged_mqa_logits, all in one process on the same
 tensors (cold: L2 flushed before each call; graph: replays), each shape's launches timed in order and in
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from kgen import layout as L
 from kgen import reader_check as rc
+from kgen import reader_layout as RL
 from kgen import reader_plan as RP
 from kgen.timing import Timer, _with_bw, copy_bandwidth
 from kgen.validate import validate_paths
@@ -61,6 +63,10 @@ def main() -> None:
             tunes = {"shipped": None}
             if n > 1:
                 tunes["pairs"] = RP.reader_wg_pair_tuning(lay)
+                # (absent from trees older than the split: the bench runs in those too)
+                split_of, is_split = getattr(RP, "reader_wg_split_tuning", None), getattr(RL, "reader_wg_split", None)
+                if split_of and is_split and is_split(lay, split_of(lay)):
+                    tunes["split"] = split_of(lay)
                 ring = RP.READER_WG_PAIR_RING.get(spec.store.dtype)
                 if ring and os.environ.get("MTP_CONTROL", "1") == "1" and b * k >= 32 * 65536:
                     tunes["one_token_ring"] = {**ONE_TOKEN, "kReaderWgTmaStages": ring}

@@ -339,17 +339,22 @@ def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
     assert RL.reader_constants(L.compute(fp8), {**TMA, "kReaderWgmma": 0})["kReaderWgTma"] == 0
 
     lay = L.compute(fp8)
-    # per stage: 64 rows of 128 B, 64 scale words, two 8-B mbarriers; per token q (64 x 128 B) and weights
-    assert RL.reader_wg_smem_bytes(lay, 1, 8, tma=True) == 1024 + 8 * (8192 + 256 + 16) + (8192 + 256)
+    # per stage: 64 rows of 128 B, 64 scale words, two 8-B mbarriers; per token q (64 x 128 B) and weights;
+    # the producer's published share (32 B) and its mbarrier
+    assert RL.reader_wg_smem_bytes(lay, 1, 8, tma=True) == 1024 + 8 * (8192 + 256 + 16) + (8192 + 256) + 40
     assert RL.reader_wg_tma_threads(2) == 2 * 128 + 32
-    # large CTAs: registers bind (planned at READER_WG_TMA_REGISTERS each) before shared memory does
-    assert RL.reader_wg_ctas_per_sm(lay, 1, 4, tma=True, consumers=2) == 65536 // (288 * RL.READER_WG_TMA_REGISTERS)
+    # large CTAs: registers bind (planned at what ptxas uses, reader_wg_plan_registers) before shared memory does
+    tma_regs = RL.reader_wg_plan_registers("fp8_e4m3", True, False)
+    assert tma_regs >= RL.READER_WG_TMA_REGISTERS
+    assert RL.reader_wg_ctas_per_sm(lay, 1, 4, tma=True, consumers=2) == 65536 // (288 * tma_regs) == 2
     assert RL.reader_wg_ctas_per_sm(lay, 1, 16, tma=True, consumers=2) == 1  # 144.9 KB of shared memory
-    # small cp.async CTAs: never so many that __launch_bounds__ leaves a thread fewer than
-    # READER_WG_REGISTERS (32-key pages, a 2-stage ring: 8 CTAs fit by shared memory, 5 by registers)
+    # small cp.async CTAs: never so many that __launch_bounds__ leaves a thread fewer than the registers
+    # ptxas uses (32-key pages, a 2-stage ring: 8 CTAs fit by shared memory, 4 by registers at 128)
     small = L.compute(with_(fp8, layout={"page_size": 32}))
     assert RL.reader_wg_smem_bytes(small, 1, 2) * 8 < RL.READER_SM_SHARED_BYTES
-    assert RL.reader_wg_ctas_per_sm(small, 1, 2) == 65536 // (128 * RL.READER_WG_REGISTERS) == 5
+    cp_regs = RL.reader_wg_plan_registers("fp8_e4m3", False, False)
+    assert cp_regs >= RL.READER_WG_REGISTERS
+    assert RL.reader_wg_ctas_per_sm(small, 1, 2) == 65536 // (128 * cp_regs) == 4
     c = RL.reader_constants(lay, TMA)
     assert c["kReaderWgTma"] == 1 and c["kReaderWgMinBlocks"] == 2 and c["kReaderWgTokensPerCta"] == 4
     (gx, gy, gz), threads, smem, per = RP.reader_launch(fp8, 128, 1, 65536, 132, wgmma=True, tune=TMA)
@@ -486,6 +491,31 @@ def test_pair_cubin_plan_and_its_shape_rule(monkeypatch):
     assert RL.reader_wg_pairs(fp4, {"kReaderWgPairs": 1}) and RL.reader_wg_pairs(fp8, {**CP, "kReaderWgPairs": 1})
     assert not RL.reader_wg_pairs(bf16, {**CP, "kReaderWgPairs": 1})  # one token per CTA (two chunks per row)
     assert RL.reader_wg_ctas_per_sm(fp4, 1, 3, pairs=True) == 2
+
+
+def test_register_split_plan():
+    fp8, bf16, fp4 = (L.compute(spec_of(k)) for k in ("fp8", "bf16", "fp4"))
+    for lay in (fp8, bf16):
+        split = RP.reader_wg_split_tuning(lay)
+        assert split["kReaderWgSplit"] == 1 and split["kReaderWgPairs"] == 1 and split["kReaderWgConsumers"] == 3
+        assert RL.reader_wg_split(lay, split) and RL.reader_wg_pairs(lay, split) and not RL.reader_wg_split(lay)
+        stages = RL.reader_wg_stages(lay, split)
+        assert stages % 3 == 0 and RL.reader_wg_tokens_per_cta(lay, stages, tma=True) == 4
+        # a producer warpgroup and three consumer warpgroups, one CTA per SM, within the SM's registers
+        assert RL.reader_wg_threads(lay, split) == 4 * 128
+        assert RL.reader_wg_ctas_per_sm(lay, 1, stages, True, 3, True, True) == 1
+        assert (3 * 128 * RL.READER_WG_SPLIT_CONSUMER_REGISTERS + 128 * RL.READER_WG_SPLIT_PRODUCER_REGISTERS
+                <= RL.READER_SM_REGISTERS)
+        assert RL.reader_wg_planned_registers(lay, split) == RL.READER_WG_SPLIT_CONSUMER_REGISTERS
+        (gx, _, _), threads, _, _ = RP.reader_launch(lay.spec, 32, 2, 65536, 132, wgmma=True, tune=split, lay=lay)
+        assert threads == 512 and gx == 132
+        rv = render_reader(lay.spec, tune=split).files[f"{lay.spec.name}/logits_config.cuh"]
+        assert "kReaderWgSplit = 1;" in rv and "kReaderWgMinBlocks = 1;" in rv
+        # four consumer warpgroups do not fit at the split's registers; no split without pairs or the TMA variant
+        assert not RL.reader_wg_split(lay, {**split, "kReaderWgConsumers": 4, "kReaderWgTmaStages": 16})
+        assert not RL.reader_wg_split(lay, {**split, "kReaderWgPairs": 0})
+        assert RP.reader_wg_split_tuning(lay) not in rc.ring_tunes(lay.spec, None)  # no launch loads it by shape
+    assert not RL.reader_wg_split(fp4, RP.reader_wg_split_tuning(fp4))  # the cp.async variant: no producer
 
 
 def test_launch_tune_follows_the_arch_and_the_shape():

@@ -31,6 +31,7 @@ struct vllm_dsv4_indexer_fp8 : kgen_cfg::vllm_dsv4_indexer_fp8 {
   static constexpr long long kReaderWgMinBlocks = 2;
   static constexpr long long kReaderWgTmaBarrierBytes = 16;
   static constexpr long long kReaderWgTmaProducerThreads = 32;
+  static constexpr long long kReaderWgTmaShareBytes = 40;
   static constexpr long long kReaderSmemBytes = 49152;
   static constexpr long long kReaderMaxGroupsInFlight = 4;
   static constexpr long long kReaderWgMaxTokens = 4;
@@ -44,6 +45,9 @@ struct vllm_dsv4_indexer_fp8 : kgen_cfg::vllm_dsv4_indexer_fp8 {
   static constexpr long long kReaderWgRegisters = 96;
   static constexpr long long kReaderWgTmaPairRegisters = 168;
   static constexpr long long kReaderWgPairRegisters = 224;
+  static constexpr long long kReaderWgPlanRegisters = 100;
+  static constexpr long long kReaderWgSplitProducerRegisters = 40;
+  static constexpr long long kReaderWgSplitConsumerRegisters = 152;
   static constexpr long long kReaderPrefetch = 0;
   static constexpr long long kReaderMinBlocks = 0;
   static constexpr long long kReaderHeadPasses = 2;
@@ -55,6 +59,7 @@ struct vllm_dsv4_indexer_fp8 : kgen_cfg::vllm_dsv4_indexer_fp8 {
   static constexpr long long kReaderWgConsumers = 2;
   static constexpr long long kReaderWgEvictFirst = 0;
   static constexpr long long kReaderWgPairs = 0;
+  static constexpr long long kReaderWgSplit = 0;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
   // describes it (ABI version 2) and packs the same bytes for every launch.

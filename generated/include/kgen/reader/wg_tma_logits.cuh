@@ -24,7 +24,9 @@ namespace detail {
 // - warpgroup g scores tiles g, g + kConsumers, ...: it waits for the stage's `full` phase, multiplies
 //   (the same wgmma and epilogue as WgLogits; kReaderWgPairs: two tokens per m64n128 group), and its four warps arrive
 //   on the stage's `empty` barrier, which the producer waits for before it refills the stage.
-// q and the weights are staged once per CTA by the consumers (cp.async, as WgLogits).
+// q and the weights are staged once per CTA by the consumers (cp.async, as WgLogits). The CTA's share of the
+// work (wg::Work) is the producer's alone to compute: it publishes it in shared memory behind an mbarrier, which
+// the consumers wait for after they started staging the guess's q (the share where every length is the longest).
 template <class C>
 struct WgTmaLogits {
   static constexpr int H{C::kReaderHeads};
@@ -47,10 +49,14 @@ struct WgTmaLogits {
   // two MTP tokens per m64n128 group (kReaderWgPairs): q chunk-major, so that two tokens' chunk is one operand
   static constexpr bool kPairs = C::kReaderWgPairs != 0 && kTokens > 1;
   static constexpr int kQTokenUnits = (kPairs ? 1 : kChunks) * (kQChunkBytes / 16);  // a token's q, in units
+  // the register split (kReaderWgSplit): the producer a warpgroup that lowers its registers, the consumers raise
+  static constexpr bool kSplit = C::kReaderWgSplit != 0;
+  static constexpr int kProducerThreads = kSplit ? reader::kWgSplitProducerThreads : reader::kWgTmaProducerThreads;
 
   static_assert(reader::wg_readable<C>() && reader::wg_tma_readable<C>() && C::kReaderWgTma == 1,
                 "[wgmma-tma] a layout the variant reads");
-  static_assert(kThreads == kConsumerThreads + reader::kWgTmaProducerThreads, "[wgmma-tma] warpgroups + a warp");
+  static_assert(kThreads == kConsumerThreads + kProducerThreads, "[wgmma-tma] warpgroups + a warp (or warpgroup)");
+  static_assert(!kSplit || (kPairs && reader::wg_split_fits<C>()), "[wgmma-tma] the split's registers fit the SM");
   static_assert(H == 64 && kTile == 64, "[wgmma] m64n64: 64 keys x 64 heads per instruction");
   static_assert(kChunkBytes == 128 && C::kRowBytes == kChunks * kChunkBytes, "[wgmma] rows of whole 128-B atoms");
   static_assert(reader::q_bytes(C::kStoreDtype) * C::kHeadDim == C::kRowBytes, "q rows are key rows' width");
@@ -69,10 +75,14 @@ struct WgTmaLogits {
     unsigned char* q;     // ntok x kChunks x kQChunkBytes (kPairs: chunk-major, wg::q_chunk_index)
     float* row_info;      // kStages x kTile: scale (or 1), NaN for the rows of a bad page
     float* w;             // ntok x H
-    uint32_t bars;        // kStages x (full, empty): shared address
+    uint32_t bars;        // kStages x (full, empty), then the share's barrier: shared address
+    typename wg::Work<C, kTokens, kTile>::Share* share;  // the producer's share (after its barrier)
     __device__ uint32_t full(int s) const { return bars + 16u * s; }
     __device__ uint32_t empty(int s) const { return bars + 16u * s + 8u; }
+    __device__ uint32_t shared() const { return bars + 16u * kStages; }
   };
+  static_assert(sizeof(typename wg::Work<C, kTokens, kTile>::Share) + 8 == reader::kWgTmaShareBytes,
+                "[wgmma-tma] the published share and its mbarrier (kgen/reader_layout.py READER_WG_TMA_SHARE_BYTES)");
 
   // lane l's table entry of column window + l (-1 past the table's columns)
   __device__ static __forceinline__ int table_entry(const typename C::Params& p, const int* table, int window,
@@ -152,25 +162,32 @@ struct WgTmaLogits {
     sm.row_info = reinterpret_cast<float*>(sm.q + ntok_max * kChunks * kQChunkBytes);
     sm.w = sm.row_info + kStages * kTile;
     sm.bars = wg::smem_addr(sm.w + ntok_max * H);
+    sm.share = reinterpret_cast<typename Work::Share*>(reinterpret_cast<unsigned char*>(sm.w + ntok_max * H) +
+                                                       16 * kStages + 8);
     if (tid == kConsumerThreads) {
       for (int s = 0; s < kStages; ++s) {
         wg::bar_init(sm.full(s), 1);   // the producer's lane 0 (its copies add their bytes)
         wg::bar_init(sm.empty(s), 4);  // the consuming warpgroup's four warps
       }
+      wg::bar_init(sm.shared(), 1);  // the producer's lane 0, once the share is written
       wg::bar_init_fence();
       wg::prefetch_map(&p.cache_map);  // a parameter, not an input: before the predecessor completes
     }
     __syncthreads();
 
-    reader::wait_for_predecessor<C>();                             // before the first read of an input
-    const typename Work::Lens lens = Work::load_lens(p, 0, lane);  // first: its trip overlaps what follows
+    reader::wait_for_predecessor<C>();  // before the first read of an input
     // the share of equal lengths, while seq_lens is on its way: the producer loads its first table entries,
     // the consumers its q (used where it is the share)
-    int guess_pair, guess_tile;
-    Work::guess(p, guess_pair, guess_tile);
+    const typename Work::Guess guess = Work::guess(p);
+    const int guess_pair = guess.pair;
     const bool guessed = guess_pair < Work::pairs(p);
     if (warp >= kConsumers * 4) {
-      const int col = (guess_tile * kTile) >> kPageShift;
+      if constexpr (kSplit) {  // the whole warpgroup gives registers back; its first warp produces
+        wg::setmaxnreg_dec<C::kReaderWgSplitProducerRegisters>();
+        if (warp != kConsumers * 4) return;
+      }
+      const typename Work::Lens lens = Work::load_lens(p, 0, lane);  // first: its trip overlaps what follows
+      const int col = (guess.tile * kTile) >> kPageShift;
       // (the row spelled out, not reader::table_row: through the helper the address's two 64-bit addends
       // swap registers in two instructions, so the machine code would not stay as it was)
       const int entry =
@@ -178,11 +195,16 @@ struct WgTmaLogits {
               ? table_entry(p, p.block_table + static_cast<long long>(Work::tokens_of(p, guess_pair).b) * p.max_pages,
                             col, lane)
               : -1;
-      const typename Work::Share share = Work::share(p, lane, lens);  // this CTA's tiles (every warp alike)
+      const typename Work::Share share = Work::share(p, lane, lens, &guess);  // this CTA's tiles
+      if (lane == 0) {
+        *sm.share = share;
+        wg::bar_arrive(sm.shared());  // (release: the share's stores before the arrival)
+      }
       produce(p, sm, share, lane, guessed ? guess_pair : -1, col, entry);
       Work::fill(p, share, lane, 32);  // the columns past the pairs' tiles, while the consumers score
       return;
     }
+    if constexpr (kSplit) wg::setmaxnreg_inc<C::kReaderWgSplitConsumerRegisters>();
     int qpair = -1;                          // the pair whose q and weights are staged (or on their way: q_pending)
     bool q_pending = false;                  // its copy group not yet waited for
     const auto stage_pair = [&](int pair) {  // q and the weights by cp.async: no thread waits for them here
@@ -196,7 +218,8 @@ struct WgTmaLogits {
       q_pending = true;
     };
     if (guessed) stage_pair(guess_pair);
-    const typename Work::Share share = Work::share(p, lane, lens);  // this CTA's tiles (every warp alike)
+    wg::bar_wait(sm.shared(), 0);  // (acquire: the producer's share)
+    const typename Work::Share share = *sm.share;
 
     const int group = warp / 4, gwarp = warp % 4;
     const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.keys)), q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));

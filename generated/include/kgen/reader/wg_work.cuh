@@ -22,7 +22,8 @@ namespace wg {
 // tiles. Each CTA derives its share from seq_lens itself (every warp alike: a sum and a scan over
 // B x groups lengths, no schedule kernel and nothing on the host that depends on the lengths, so a captured
 // CUDA graph replays it for any lengths). `guess` is the share where every pair has tm tiles (equal
-// lengths): known before seq_lens is read, so the first table entries and q can be loaded meanwhile.
+// lengths): known before seq_lens is read, so the first table entries and q can be loaded meanwhile, and
+// the share itself where the lengths say F = 0 (no division after they land).
 template <class C, int kTokens, int kTile>
 struct Work {
   struct Pair {
@@ -31,7 +32,14 @@ struct Work {
   struct Share {
     int pair, tile, count;     // where the CTA's first tile is, and how many it scores
     int fill_pair, fill_tile;  // where its share of the fill tiles starts (fill tile fill_tile of that pair)
+    int seq_len;               // the first pair's sequence length (a Cursor starts there without a load)
     long long fill_count;
+  };
+  // the share where every pair has tiles_max tiles: (pair, tile) of its first tile (pair = pairs(p) if none),
+  // the list's index of that tile before clamping, and the tiles per CTA
+  struct Guess {
+    int pair, tile;
+    long long t_lo, k;
   };
 
   __device__ static __forceinline__ int groups(const typename C::Params& p) {
@@ -132,18 +140,33 @@ struct Work {
     }
   }
 
-  // the share where every pair has tiles_max tiles: (pair, tile) of its first tile, pair = pairs(p) if none
-  __device__ static __forceinline__ void guess(const typename C::Params& p, int& pair, int& tile) {
+  __device__ static __forceinline__ Guess guess(const typename C::Params& p) {
     const long long tm = tiles_max(p), T = pairs(p) * tm;
-    const long long t_lo = blockIdx.x * ceil_div(T, gridDim.x);
-    pair = pairs(p);
-    tile = 0;
-    if (t_lo < T) full_at(t_lo, tm, pair, tile);
+    Guess g;
+    g.k = ceil_div(T, gridDim.x);
+    g.t_lo = blockIdx.x * g.k;
+    g.pair = pairs(p);
+    g.tile = 0;
+    if (g.t_lo < T) full_at(g.t_lo, tm, g.pair, g.tile);
+    return g;
+  }
+  // the length of `pair` (warp-uniform) of the first round `first` (load_lens(p, 0, lane)) where it holds it,
+  // by a shuffle; else loaded
+  __device__ static __forceinline__ int first_len(const typename C::Params& p, const Lens& first, int pair) {
+    if (pair < 128) {
+      const int u = pair >> 5;
+      const int v = u == 0 ? first.v[0] : u == 1 ? first.v[1] : u == 2 ? first.v[2] : first.v[3];
+      return static_cast<int>(__shfl_sync(num::kFullMask, static_cast<unsigned>(v), pair & 31));
+    }
+    return __ldg(p.seq_lens + tokens_of(p, pair).b);
   }
 
-  // this CTA's share (every lane of the calling warp gets it); `first`: load_lens(p, 0, lane)
-  __device__ static Share share(const typename C::Params& p, int lane) { return share(p, lane, load_lens(p, 0, lane)); }
-  __device__ static Share share(const typename C::Params& p, int lane, const Lens& first) {
+  // this CTA's share (every lane of the calling warp gets it); `first`: load_lens(p, 0, lane), `known`: guess(p)
+  // where the caller has it (else computed where the share is the guess)
+  __device__ static Share share(const typename C::Params& p, int lane) {
+    return share(p, lane, load_lens(p, 0, lane), nullptr);
+  }
+  __device__ static Share share(const typename C::Params& p, int lane, const Lens& first, const Guess* known) {
     const int np = pairs(p), tm = tiles_max(p);
     long long T = 0;
     // pass 1: the tiles' count, a round of 128 pairs at a time, each sum over 64 pairs (< 2^31: a pair has
@@ -155,25 +178,32 @@ struct Work {
       T += static_cast<long long>(warp_sum(n01)) + warp_sum(n23);
     }
     const long long F = static_cast<long long>(np) * tm - T;
-    const long long G = gridDim.x, c = blockIdx.x, kt = ceil_div(T, G), kf = F == 0 ? 0 : ceil_div(F, G);
-    const long long t_lo = c * kt < T ? c * kt : T, t_hi = (c + 1) * kt < T ? (c + 1) * kt : T;
-    const long long f_lo = c * kf < F ? c * kf : F, f_hi = (c + 1) * kf < F ? (c + 1) * kf : F;
     Share s;
-    s.count = static_cast<int>(t_hi - t_lo);
-    s.fill_count = f_hi - f_lo;
-    s.pair = s.fill_pair = np;
-    s.tile = s.fill_tile = 0;
-    if (F == 0) {  // every pair has tm tiles (equal lengths): the share is guess's, no scan
-      if (s.count > 0) full_at(t_lo, tm, s.pair, s.tile);
-      s.fill_count = 0;
-      if (s.pair == np) s.count = 0;
+    s.fill_pair = np;
+    s.fill_tile = 0;
+    s.fill_count = 0;
+    s.seq_len = 0;
+    if (F == 0) {  // every pair has tm tiles (equal lengths): the share is the guess
+      const Guess g = known ? *known : guess(p);
+      s.pair = g.pair;
+      s.tile = g.tile;
+      s.count = g.t_lo < T ? static_cast<int>(g.k < T - g.t_lo ? g.k : T - g.t_lo) : 0;
+      if (s.pair < np) s.seq_len = first_len(p, first, s.pair);
       return s;
     }
+    const long long G = gridDim.x, c = blockIdx.x, kt = ceil_div(T, G), kf = ceil_div(F, G);
+    const long long t_lo = c * kt < T ? c * kt : T, t_hi = (c + 1) * kt < T ? (c + 1) * kt : T;
+    const long long f_lo = c * kf < F ? c * kf : F, f_hi = (c + 1) * kf < F ? (c + 1) * kf : F;
+    s.count = static_cast<int>(t_hi - t_lo);
+    s.fill_count = f_hi - f_lo;
+    s.pair = np;
+    s.tile = 0;
     long long tb = 0;  // tiles before this chunk of pairs
     for (int base = 0; base < np && ((s.count && s.pair == np) || (s.fill_count && s.fill_pair == np));
          base += 32) {  // pass 2: where the shares start
       const int pair = base + lane;
-      const unsigned nt = pair < np ? static_cast<unsigned>(pair_of(p, pair).ntiles) : 0u;
+      const Pair q = pair < np ? pair_of(p, pair) : Pair{};
+      const unsigned nt = pair < np ? static_cast<unsigned>(q.ntiles) : 0u;
       const unsigned nf = pair < np ? static_cast<unsigned>(tm) - nt : 0u;
       const long long it = tb + scan32(nt, lane), t_ex = it - nt;  // tiles through / before this pair
       const long long f_in = static_cast<long long>(pair + 1) * tm - it, f_ex = f_in - nf;  // fill tiles likewise
@@ -183,6 +213,7 @@ struct Work {
       if (s.pair == np && at_t) {
         s.pair = base + at_t - 1;
         s.tile = static_cast<int>(t_lo - shfl64(t_ex, at_t - 1));
+        s.seq_len = static_cast<int>(__shfl_sync(num::kFullMask, static_cast<unsigned>(q.seq_len), at_t - 1));
       }
       if (s.fill_pair == np && at_f) {
         s.fill_pair = base + at_f - 1;
@@ -196,14 +227,19 @@ struct Work {
   }
 
   // Walks the list from a share's first tile: `pair`, `tile` and the pair's facts `at` (pairs without
-  // tiles skipped). Past the last pair, `pair` is pairs(p) and nothing more is read.
+  // tiles skipped). Past the last pair, `pair` is pairs(p) and nothing more is read; the first pair's length
+  // is the share's.
   struct Cursor {
     int pair, tile, np;
     Pair at;
     __device__ __forceinline__ Cursor(const typename C::Params& p, const Share& s)
         : pair(s.pair), tile(s.tile), np(pairs(p)) {
       at.ntiles = 0;
-      if (pair < np) at = pair_of(p, pair);
+      if (pair < np) {
+        at = tokens_of(p, pair);
+        at.seq_len = s.seq_len;
+        at.ntiles = tiles_of(p, at.t0, at.ntok, at.seq_len);
+      }
     }
     __device__ __forceinline__ void advance(const typename C::Params& p) {
       if (++tile < at.ntiles) return;

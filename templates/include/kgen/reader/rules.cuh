@@ -85,8 +85,11 @@ template <class C>
 KGEN_HD constexpr long long wg_fp4_stage() {
   return kWgTileKeys * (C::kRowBytes + C::kScaleBytes);
 }
-// the TMA variant's per-stage mbarriers (full, empty) and its producer warp (kgen/reader_layout.py READER_WG_TMA_*)
-constexpr long long kWgTmaBarrierBytes = 16, kWgTmaProducerThreads = 32;
+// the TMA variant's per-stage mbarriers (full, empty), its producer warp, and the share the producer publishes
+// with its mbarrier (kgen/reader_layout.py READER_WG_TMA_*)
+constexpr long long kWgTmaBarrierBytes = 16, kWgTmaProducerThreads = 32, kWgTmaShareBytes = 40;
+// the register split's producer warpgroup (kReaderWgSplit, kgen/reader_layout.py READER_WG_SPLIT_PRODUCER_THREADS)
+constexpr long long kWgSplitProducerThreads = 128;
 template <class C>
 KGEN_HD constexpr long long wg_smem(long long ntok) {
   const long long token = ntok * (wg_chunks<C>() * C::kReaderHeads * kWgChunkBytes + 4 * C::kReaderHeads);
@@ -96,7 +99,7 @@ KGEN_HD constexpr long long wg_smem(long long ntok) {
   }
   const long long stage = wg_chunks<C>() * kWgTileKeys * kWgChunkBytes + kWgTileKeys * kWgRowInfoBytes +
                           (C::kReaderWgTma ? kWgTmaBarrierBytes : 0);
-  return kWgAlign + C::kReaderWgStages * stage + token;
+  return kWgAlign + C::kReaderWgStages * stage + token + (C::kReaderWgTma ? kWgTmaShareBytes : 0);
 }
 template <class C>
 KGEN_HD constexpr long long wg_tokens() {
@@ -132,19 +135,35 @@ KGEN_HD constexpr bool wg_tma_readable() {
 }
 template <class C>
 KGEN_HD constexpr long long wg_threads() {
-  return C::kReaderWgTma ? C::kReaderWgConsumers * 128 + kWgTmaProducerThreads : C::kReaderWarps * 32;
+  return C::kReaderWgTma
+             ? C::kReaderWgConsumers * 128 + (C::kReaderWgSplit ? kWgSplitProducerThreads : kWgTmaProducerThreads)
+             : C::kReaderWarps * 32;
 }
 template <class C>
 KGEN_HD constexpr long long wg_ctas_per_sm() {
   const long long n = C::kReaderSmSharedBytes / (wg_smem<C>(1) + C::kReaderCtaReservedBytes);
-  const bool pairs = C::kReaderWgPairs != 0;
-  const long long most =
-      C::kReaderWgTma
-          ? C::kReaderSmRegisters /
-                (wg_threads<C>() * (pairs ? C::kReaderWgTmaPairRegisters : C::kReaderWgTmaRegisters))
-          : min2(C::kReaderWgMaxCtas, C::kReaderSmRegisters / (wg_threads<C>() * (pairs ? C::kReaderWgPairRegisters
-                                                                                        : C::kReaderWgRegisters)));
+  // at the cubin's planned registers per thread (kgen.reader_layout.reader_wg_plan_registers)
+  const long long regs = C::kReaderWgPlanRegisters;
+  const long long most = C::kReaderWgTma ? C::kReaderSmRegisters / (wg_threads<C>() * regs)
+                                         : min2(C::kReaderWgMaxCtas, C::kReaderSmRegisters / (wg_threads<C>() * regs));
   return n < 1 || most < 1 ? 1 : min2(n, most);
+}
+// the planned registers are at least the variant's floor
+template <class C>
+KGEN_HD constexpr bool wg_plan_registers_agree() {
+  const bool pairs = C::kReaderWgPairs != 0;
+  const long long floor = C::kReaderWgTma ? (pairs ? C::kReaderWgTmaPairRegisters : C::kReaderWgTmaRegisters)
+                                          : (pairs ? C::kReaderWgPairRegisters : C::kReaderWgRegisters);
+  return C::kReaderWgSplit ? C::kReaderWgPlanRegisters == C::kReaderWgSplitConsumerRegisters
+                           : C::kReaderWgPlanRegisters >= floor;
+}
+// the register split's warpgroups fit the SM: the consumers raised, the producer lowered (setmaxnreg takes
+// multiples of 8 in [24, 256])
+template <class C>
+KGEN_HD constexpr bool wg_split_fits() {
+  const long long lo = C::kReaderWgSplitProducerRegisters, hi = C::kReaderWgSplitConsumerRegisters;
+  return lo % 8 == 0 && hi % 8 == 0 && lo >= 24 && hi <= 256 && lo < hi &&
+         C::kReaderWgConsumers * 128 * hi + kWgSplitProducerThreads * lo <= C::kReaderSmRegisters;
 }
 // kReaderWgmma 0 on a layout the path reads: the mma.sync path on sm_90a too (the bench compares them)
 template <class C>
@@ -153,7 +172,7 @@ KGEN_HD constexpr bool wg_constants_agree() {
   return (C::kReaderWgmma == 0 || (wg && wg_readable<C>())) && C::kReaderWgTileKeys == kWgTileKeys &&
          C::kReaderWgChunkBytes == kWgChunkBytes && C::kReaderWgAlign == kWgAlign && C::kReaderWgStages >= 2 &&
          C::kReaderWgChunks == (wg ? wg_chunks<C>() : 0) && C::kReaderWgTokensPerCta == (wg ? wg_tokens<C>() : 0) &&
-         C::kReaderWgMinBlocks == (wg ? wg_ctas_per_sm<C>() : 0) &&
+         C::kReaderWgMinBlocks == (wg ? wg_ctas_per_sm<C>() : 0) && (!wg || wg_plan_registers_agree<C>()) &&
          (C::kReaderWgL2Prefetch == 0 || C::kReaderWgL2Prefetch == 128 || C::kReaderWgL2Prefetch == 256) &&
          (C::kReaderWgTma == 0 || (wg && wg_tma_readable<C>() && C::kReaderWgStages % C::kReaderWgConsumers == 0 &&
                                    C::kReaderWgStages <= 32)) &&
@@ -161,9 +180,13 @@ KGEN_HD constexpr bool wg_constants_agree() {
          (C::kReaderWgEvictFirst == 0 || C::kReaderWgEvictFirst == 1) &&
          (C::kReaderWgPairs == 0 ||
           (C::kReaderWgPairs == 1 && wg && wg_tokens<C>() >= 2 &&
-           wg_threads<C>() * (C::kReaderWgTma ? C::kReaderWgTmaPairRegisters : C::kReaderWgPairRegisters) <=
-               C::kReaderSmRegisters)) &&
-         C::kReaderWgTmaBarrierBytes == kWgTmaBarrierBytes && C::kReaderWgTmaProducerThreads == kWgTmaProducerThreads;
+           (C::kReaderWgSplit
+                ? wg_split_fits<C>()
+                : wg_threads<C>() * (C::kReaderWgTma ? C::kReaderWgTmaPairRegisters : C::kReaderWgPairRegisters) <=
+                      C::kReaderSmRegisters))) &&
+         (C::kReaderWgSplit == 0 || (C::kReaderWgSplit == 1 && C::kReaderWgTma == 1 && C::kReaderWgPairs == 1)) &&
+         C::kReaderWgTmaBarrierBytes == kWgTmaBarrierBytes && C::kReaderWgTmaProducerThreads == kWgTmaProducerThreads &&
+         C::kReaderWgTmaShareBytes == kWgTmaShareBytes;
 }
 
 // The reader's own constants, re-derived.
