@@ -667,6 +667,7 @@ INDEXER_LOGITS = KernelAbi(
     prefers_shared=launch_wgmma,
 )
 
+
 def _topk_sms(a) -> int | None:
     """The SMs a top-k launch's clusters must fit (None: arguments checked for no GPU, no such limit)."""
     return a.device.sm_count if a.device is not None else None
