@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from .resources import cache_root
@@ -119,13 +120,18 @@ def kernel_for(spec: Spec) -> tuple[str | None, str]:
     return None, "SGLang's indexer store writes fp8 e4m3 + fp32 scale per 128 or fp4 e2m1 + ue8m0 per 32"
 
 
+def find_kit(env: str, default: Path) -> Path:
+    """$`env`, else `default` under the working directory, else under the checkout (every peer's kit)."""
+    given = os.environ.get(env)
+    if given:
+        return Path(given)
+    here = Path.cwd() / default
+    return here if here.is_dir() else Path(__file__).resolve().parents[1] / default
+
+
 def kit_dir() -> Path:
     """$KGEN_SGLANG_KIT, else .peers/sglang in the working directory, else in the checkout."""
-    env = os.environ.get(KIT_ENV)
-    if env:
-        return Path(env)
-    here = Path.cwd() / KIT_DEFAULT
-    return here if here.is_dir() else Path(__file__).resolve().parents[1] / KIT_DEFAULT
+    return find_kit(KIT_ENV, KIT_DEFAULT)
 
 
 def kit_problem(kit: Path) -> str | None:
@@ -162,13 +168,8 @@ def compile_command(compiler: str, kit: Path, source: Path, target: Path, arch: 
             f"-I{kit / KIT_INCLUDE}", "--cudart=static", str(source), "-o", str(target)]
 
 
-def build(kit: Path | None = None, *, arch: str = ARCH, out_dir: Path | None = None) -> Path:
-    """The launcher compiled against the kit (cached by the kit's, the launcher's and nvcc's content).
-    Raises PeerAbsent with the reason."""
-    kit = Path(kit) if kit is not None else kit_dir()
-    why = kit_problem(kit)
-    if why:
-        raise PeerAbsent(why)
+def toolchain() -> tuple[str, str]:
+    """(nvcc, its --version text), or PeerAbsent."""
     cc = nvcc()
     if cc is None:
         raise PeerAbsent("no nvcc (set CUDA_HOME or put nvcc on PATH)")
@@ -176,22 +177,31 @@ def build(kit: Path | None = None, *, arch: str = ARCH, out_dir: Path | None = N
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
     except (OSError, subprocess.TimeoutExpired) as e:
         raise PeerAbsent(f"nvcc --version failed: {e}") from e
-    command = compile_command(cc, Path("KIT"), Path("SRC"), Path("OUT"), arch)
-    key = hashlib.sha256(json.dumps([LAUNCHER, _tree_digest(kit), version, command]).encode()).hexdigest()
+    return cc, version
+
+
+def compile_cached(name: str, text: str, kit: Path, argv: Callable[[str, Path, Path, Path], list[str]], *,
+                   key_kit: Path, arch: str, out_dir: Path | None, timeout: float) -> Path:
+    """`text` compiled by `argv(nvcc, kit, source, target)` into `out_dir` (default the cache's _peers/), as
+    `<name>-<arch>-<hash16>.so`; the hash covers the text, the kit's files, nvcc and the command as
+    `argv(nvcc, key_kit, SRC, OUT)` spells it (key_kit: a placeholder, or the kit's place where the command
+    bakes it in). Built beside its place and renamed into it. Raises PeerAbsent with nvcc's words."""
+    cc, version = toolchain()
+    command = argv(cc, key_kit, Path("SRC"), Path("OUT"))
+    key = hashlib.sha256(json.dumps([text, _tree_digest(kit), version, command]).encode()).hexdigest()
     out_dir = out_dir or cache_root() / "_peers"
-    target = out_dir / f"sglang-{arch}-{key[:16]}.so"
+    target = out_dir / f"{name}-{arch}-{key[:16]}.so"
     if target.is_file():
         return target
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".tmp-{os.getpid()}-{key[:16]}"
     tmp.mkdir(exist_ok=True)
     try:
-        src = tmp / "kgen_sglang_launcher.cu"
-        src.write_text(LAUNCHER, encoding="utf-8")
+        src = tmp / f"kgen_{name}.cu"
+        src.write_text(text, encoding="utf-8")
         so = tmp / target.name
         try:
-            r = subprocess.run(compile_command(cc, kit, src, so, arch), capture_output=True, text=True,
-                               timeout=BUILD_TIMEOUT_S)
+            r = subprocess.run(argv(cc, kit, src, so), capture_output=True, text=True, timeout=timeout)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise PeerAbsent(f"nvcc failed: {e}") from e
         if r.returncode != 0:
@@ -200,6 +210,32 @@ def build(kit: Path | None = None, *, arch: str = ARCH, out_dir: Path | None = N
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def build(kit: Path | None = None, *, arch: str = ARCH, out_dir: Path | None = None) -> Path:
+    """The launcher compiled against the kit (cached by the kit's, the launcher's and nvcc's content).
+    Raises PeerAbsent with the reason."""
+    kit = Path(kit) if kit is not None else kit_dir()
+    why = kit_problem(kit)
+    if why:
+        raise PeerAbsent(why)
+    return compile_cached("sglang", LAUNCHER, kit, lambda cc, k, src, so: compile_command(cc, k, src, so, arch),
+                          key_kit=Path("KIT"), arch=arch, out_dir=out_dir, timeout=BUILD_TIMEOUT_S)
+
+
+def sm90_torch():
+    """torch, where a CUDA device of compute capability 9 is current (the peers are built for ARCH), else
+    PeerAbsent."""
+    try:
+        import torch
+    except ImportError as e:
+        raise PeerAbsent(f"torch does not import ({e})") from e
+    if not torch.cuda.is_available():
+        raise PeerAbsent("no CUDA device")
+    major, _ = torch.cuda.get_device_capability()
+    if major != 9:
+        raise PeerAbsent(f"the peer is built for {ARCH} (this device is sm_{major}x)")
+    return torch
 
 
 class Peer:
@@ -217,15 +253,7 @@ class Peer:
 
     @classmethod
     def load(cls, kit: Path | None = None) -> Peer:
-        try:
-            import torch
-        except ImportError as e:
-            raise PeerAbsent(f"torch does not import ({e})") from e
-        if not torch.cuda.is_available():
-            raise PeerAbsent("no CUDA device")
-        major, _ = torch.cuda.get_device_capability()
-        if major != 9:
-            raise PeerAbsent(f"the peer is built for {ARCH} (this device is sm_{major}x)")
+        sm90_torch()
         path = build(kit)
         try:
             return cls(path)

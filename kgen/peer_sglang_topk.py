@@ -22,16 +22,10 @@ failed): the bench records `absent: reason` then.
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 from . import peer_sglang as S
 from .peer_sglang import PeerAbsent
-from .resources import cache_root
 
 __all__ = ["Peer", "PeerAbsent", "build", "kit_dir", "kit_problem", "probe"]
 
@@ -160,11 +154,7 @@ extern "C" const char* kgen_sglang_topk_error() { return g_error.c_str(); }
 
 def kit_dir() -> Path:
     """$KGEN_SGLANG_TOPK_KIT, else .peers/sglang_topk in the working directory, else in the checkout."""
-    env = os.environ.get(KIT_ENV)
-    if env:
-        return Path(env)
-    here = Path.cwd() / KIT_DEFAULT
-    return here if here.is_dir() else Path(__file__).resolve().parents[1] / KIT_DEFAULT
+    return S.find_kit(KIT_ENV, KIT_DEFAULT)
 
 
 def kit_problem(kit: Path) -> str | None:
@@ -193,48 +183,14 @@ def compile_command(compiler: str, kit: Path, source: Path, target: Path, arch: 
     return base[:cut] + extra + [str(source)] + link + base[cut + 1:]
 
 
-def _toolchain() -> tuple[str, str]:
-    cc = S.nvcc()
-    if cc is None:
-        raise PeerAbsent("no nvcc (set CUDA_HOME or put nvcc on PATH)")
-    try:
-        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise PeerAbsent(f"nvcc --version failed: {e}") from e
-    return cc, version
-
-
 def _compile(name: str, text: str, kit: Path, arch: str, defines: dict[str, int], out_dir: Path | None) -> Path:
-    """`text` compiled against `kit` into the cache (keyed by the kit's, the source's and nvcc's content)."""
+    """`text` compiled against `kit` into the cache (kgen.peer_sglang.compile_cached)."""
     why = kit_problem(kit)
     if why:
         raise PeerAbsent(why)
-    cc, version = _toolchain()
-    # the kit's place is in the key: the library's rpath names it
-    command = compile_command(cc, kit.resolve(), Path("SRC"), Path("OUT"), arch, defines)
-    key = hashlib.sha256(json.dumps([text, S._tree_digest(kit), version, command]).encode()).hexdigest()
-    out_dir = out_dir or cache_root() / "_peers"
-    target = out_dir / f"{name}-{arch}-{key[:16]}.so"
-    if target.is_file():
-        return target
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / f".tmp-{os.getpid()}-{key[:16]}"
-    tmp.mkdir(exist_ok=True)
-    try:
-        src = tmp / f"kgen_{name}.cu"
-        src.write_text(text, encoding="utf-8")
-        so = tmp / target.name
-        try:
-            r = subprocess.run(compile_command(cc, kit, src, so, arch, defines), capture_output=True, text=True,
-                               timeout=BUILD_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise PeerAbsent(f"nvcc failed: {e}") from e
-        if r.returncode != 0:
-            raise PeerAbsent("nvcc failed: " + (r.stderr or r.stdout).strip()[-1500:])
-        os.replace(so, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return S.compile_cached(name, text, kit, lambda cc, k, src, so: compile_command(cc, k, src, so, arch, defines),
+                            key_kit=kit.resolve(),  # the library's rpath names the kit's place
+                            arch=arch, out_dir=out_dir, timeout=BUILD_TIMEOUT_S)
 
 
 def build_probe(kit: Path | None = None, *, arch: str = ARCH, out_dir: Path | None = None) -> Path:
@@ -296,15 +252,7 @@ class Peer:
 
     @classmethod
     def load(cls, kit: Path | None = None, *, out_dir: Path | None = None) -> Peer:
-        try:
-            import torch
-        except ImportError as e:
-            raise PeerAbsent(f"torch does not import ({e})") from e
-        if not torch.cuda.is_available():
-            raise PeerAbsent("no CUDA device")
-        major, _ = torch.cuda.get_device_capability()
-        if major != 9:
-            raise PeerAbsent(f"the peer is built for {ARCH} (this device is sm_{major}x)")
+        torch = S.sm90_torch()
         kit = Path(kit) if kit else kit_dir()
         why = kit_problem(kit)
         if why:
