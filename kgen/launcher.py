@@ -290,6 +290,15 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
         # the pack inlined (one Python call less per launch): config fields, then the struct's
         pack_into, buf, (block, _, _), (attrs_at, num_attrs) = (launch._pack, launch.buffer, launch._static,
                                                                  launch._attrs)
+        def failed(err: int, grid: tuple[int, int, int], shared: int, stream: int, values: tuple) -> None:
+            if err == CUDA_ERROR_INVALID_CONTEXT:  # no current context on this thread: set it, once
+                kernel.make_current()
+                with lock:
+                    pack(grid, shared, stream, *values)
+                    err = call(cfg, fn, params, None)
+            if err:
+                _raise_launch(name, err, grid, launch.block)
+
         if launch.cluster:
             head, pdl_n = launch._head, int(launch.pdl)
 
@@ -300,13 +309,7 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
                               CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, grid[0], 1, 1, *values)
                     err = call(cfg, fn, params, None)
                 if err:
-                    if err == CUDA_ERROR_INVALID_CONTEXT:
-                        kernel.make_current()
-                        with lock:
-                            pack(grid, shared, stream, *values)
-                            err = call(cfg, fn, params, None)
-                    if err:
-                        _raise_launch(name, err, grid, launch.block)
+                    failed(err, grid, shared, stream, values)
 
             run_cluster.backend = "ctypes"  # type: ignore[attr-defined]
             return run_cluster
@@ -316,13 +319,7 @@ def launcher(kernel: DriverKernel, launch: PreparedLaunch, *, backend: str | Non
                 pack_into(buf, 0, *grid, block, 1, 1, shared, stream, attrs_at, num_attrs, *values)
                 err = call(cfg, fn, params, None)
             if err:
-                if err == CUDA_ERROR_INVALID_CONTEXT:  # no current context on this thread: set it, once
-                    kernel.make_current()
-                    with lock:
-                        pack(grid, shared, stream, *values)
-                        err = call(cfg, fn, params, None)
-                if err:
-                    _raise_launch(name, err, grid, launch.block)
+                failed(err, grid, shared, stream, values)
 
         run.backend = "ctypes"  # type: ignore[attr-defined]
         return run
