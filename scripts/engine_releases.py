@@ -63,7 +63,8 @@ def tree_ready(rel: dict) -> bool:
     return stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == entry_digest(rel)
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The file's sha256, read 1 MiB at a time (the releases' wheels and the peers' kit records)."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -76,7 +77,7 @@ def wheel(rel: dict) -> Path:
     cache = releases_dir() / "wheels"
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / rel["wheel"]
-    if path.is_file() and _sha256(path) == rel["sha256"]:
+    if path.is_file() and sha256_file(path) == rel["sha256"]:
         return path
     # the wheel's own tags, so that pip picks the same file whatever this host's Python is; a stable-ABI
     # wheel (cp38-abi3) runs on every later CPython, and its Requires-Python (vLLM: >=3.11) decides:
@@ -98,7 +99,7 @@ def wheel(rel: dict) -> Path:
         got = Path(tmp) / rel["wheel"]
         if not got.is_file():
             raise SystemExit(f"releases: pip did not fetch {rel['wheel']} (got {os.listdir(tmp)})")
-        digest = _sha256(got)
+        digest = sha256_file(got)
         if digest != rel["sha256"]:
             raise SystemExit(f"releases: {rel['wheel']} has sha256 {digest}, the manifest says {rel['sha256']}")
         os.replace(got, path)

@@ -17,7 +17,6 @@ the project.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -29,8 +28,11 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (str(ROOT), str(ROOT / "scripts")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from engine_releases import releases_dir, sha256_file  # noqa: E402 - the wheel cache make releases fills
 
 from kgen import peer_sglang as P  # noqa: E402
 
@@ -40,24 +42,25 @@ TVM_INCLUDE = "tvm_ffi/include/"
 _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def find_sglang_wheel() -> Path | None:
-    """The cached SGLang wheel of P.SGLANG_VERSION (KGEN_RELEASES_DIR, this checkout's or the working
-    directory's .releases/wheels)."""
-    dirs = [Path(d) / "wheels" for d in (os.environ.get("KGEN_RELEASES_DIR"), ROOT / ".releases",
-                                          Path.cwd() / ".releases") if d]
-    for d in dirs:
-        hits = sorted(d.glob(f"sglang-{P.SGLANG_VERSION}-*.whl"))
+def find_cached_wheel(pattern: str) -> Path | None:
+    """The first cached wheel matching `pattern` in the releases' wheel cache (engine_releases.releases_dir:
+    KGEN_RELEASES_DIR or this checkout's .releases), else the working directory's .releases/wheels."""
+    for d in (releases_dir() / "wheels", Path.cwd() / ".releases" / "wheels"):
+        hits = sorted(d.glob(pattern))
         if hits:
             return hits[0]
     return None
+
+
+def find_sglang_wheel() -> Path | None:
+    """The cached SGLang wheel of P.SGLANG_VERSION."""
+    return find_cached_wheel(f"sglang-{P.SGLANG_VERSION}-*.whl")
+
+
+def wheels_record(sglang_wheel: Path, tvm_wheel: Path) -> dict:
+    """What a kit's KIT.json says of the wheels it came from: version, file name and sha256 of each."""
+    return {"sglang": {"version": P.SGLANG_VERSION, "wheel": sglang_wheel.name, "sha256": sha256_file(sglang_wheel)},
+            "tvm_ffi": {"version": P.TVM_FFI_VERSION, "wheel": tvm_wheel.name, "sha256": sha256_file(tvm_wheel)}}
 
 
 def fetch_tvm_ffi_wheel(into: Path) -> Path:
@@ -117,9 +120,7 @@ def prepare(dest: Path, sglang_wheel: Path | None, tvm_wheel: Path | None) -> di
                 target = dest / kit_path
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(archives[ai][0].read(member))
-        record = {"sglang": {"version": P.SGLANG_VERSION, "wheel": sglang_wheel.name, "sha256": _sha256(sglang_wheel)},
-                  "tvm_ffi": {"version": P.TVM_FFI_VERSION, "wheel": tvm_wheel.name, "sha256": _sha256(tvm_wheel)},
-                  "files": sorted(files)}
+        record = {**wheels_record(sglang_wheel, tvm_wheel), "files": sorted(files)}
     (dest / P.KIT_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
 

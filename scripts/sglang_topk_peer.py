@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -34,18 +33,8 @@ from kgen import peer_sglang_topk as P  # noqa: E402
 
 
 def find_tvm_ffi_wheel() -> Path | None:
-    """A cached apache-tvm-ffi wheel of the pinned version (where find_sglang_wheel looks, and beside the
-    SGLang wheel found)."""
-    dirs = [Path(d) / "wheels" for d in (os.environ.get("KGEN_RELEASES_DIR"), ROOT / ".releases",
-                                          Path.cwd() / ".releases") if d]
-    sg = W.find_sglang_wheel()
-    if sg is not None:
-        dirs.append(sg.parent)
-    for d in dirs:
-        hits = sorted(d.glob(f"apache_tvm_ffi-{S.TVM_FFI_VERSION}-*.whl"))
-        if hits:
-            return hits[0]
-    return None
+    """A cached apache-tvm-ffi wheel of the pinned version (`make releases` caches it)."""
+    return W.find_cached_wheel(f"apache_tvm_ffi-{S.TVM_FFI_VERSION}-*.whl")
 
 
 def prepare(dest: Path, sglang_wheel: Path | None, tvm_wheel: Path | None) -> dict:
@@ -74,10 +63,7 @@ def prepare(dest: Path, sglang_wheel: Path | None, tvm_wheel: Path | None) -> di
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(archives[ai][0].read(member))
             (dest / P.KIT_LIB).chmod(0o755)
-        record = {"sglang": {"version": S.SGLANG_VERSION, "wheel": sglang_wheel.name,
-                             "sha256": W._sha256(sglang_wheel)},
-                  "tvm_ffi": {"version": S.TVM_FFI_VERSION, "wheel": tvm_wheel.name, "sha256": W._sha256(tvm_wheel)},
-                  "sources": list(P.KIT_SOURCES), "files": sorted(files)}
+        record = {**W.wheels_record(sglang_wheel, tvm_wheel), "sources": list(P.KIT_SOURCES), "files": sorted(files)}
     (dest / P.KIT_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
 
