@@ -8,12 +8,13 @@ reader's do through kgen.reader_layout.reader_constants:
 
 * TOPK_THREADS threads per CTA; the grid is (cluster, rows, 1) (more than 65535 rows: (cluster, 65535, z)) and
   a launch's cluster dimension is (grid.x, 1, 1), so `blockIdx.x` is a CTA's rank in its row's cluster;
-* one CTA per row (`topk_cluster` = 1, short rows, or rows too long for the cluster's shared memory): the
-  global digits, TOPK_FIRST_BITS bits first (the histogram the row's first read builds), then TOPK_NEXT_BITS
-  bits per further read while the threshold bin holds more than TOPK_CANDIDATES keys; the TOPK_CANDIDATES
-  (key, index) pairs of the threshold bin kept in shared memory once they fit, refined there TOPK_REFINE_BITS
-  bits at a time (the values' low bits, then, among keys of the k-th value, the indices: the lower index wins);
-* a cluster of C CTAs per row (sm_90+): each CTA holds its slice of at most TOPK_SLICE_CAP keys in shared
+* every row first: a histogram of TOPK_COARSE_BITS-bit coarse bins (the top bits of each logit's fp16 order
+  key), whose threshold bin's keys, when at most TOPK_CANDIDATES (one CTA) or TOPK_CLUSTER_CANDIDATES (a
+  cluster, gathered in rank 0) of them, are refined in shared memory TOPK_REFINE_BITS bits at a time (the
+  values' bits, then, among keys of the k-th value, the indices: the lower index wins);
+* else, one CTA per row (`topk_cluster` = 1): the global digits, TOPK_FIRST_BITS bits first, then
+  TOPK_NEXT_BITS bits per further read of the row while the threshold bin holds more than TOPK_CANDIDATES keys;
+* else, a cluster of C CTAs per row (sm_90+): each CTA holds its slice of at most TOPK_SLICE_CAP keys in shared
   memory, TOPK_CLUSTER_BITS bits per digit, histograms merged through distributed shared memory;
 * the histogram holds 2 ** max(digit bits) counters; TOPK_STATE_BYTES of scalars ahead of it.
 """
@@ -21,6 +22,7 @@ reader's do through kgen.reader_layout.reader_constants:
 from __future__ import annotations
 
 TOPK_THREADS = 1024
+TOPK_COARSE_BITS = 11  # fp16's sign, exponent and 5 mantissa bits: 32 bins per octave
 TOPK_FIRST_BITS = 12
 TOPK_NEXT_BITS = 10
 TOPK_REFINE_BITS = 11
@@ -35,6 +37,7 @@ TOPK_CLUSTER_BITS = 11
 TOPK_CLUSTER_BINS = 1 << TOPK_CLUSTER_BITS
 TOPK_SLICE_KEYS = 8192
 TOPK_SLICE_CAP = 32768
+TOPK_CLUSTER_CANDIDATES = 4096  # the coarse threshold bin's (key, index) pairs rank 0 gathers from the cluster
 TOPK_CLUSTER_MAX = 8
 TOPK_MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (and z)
 
@@ -47,6 +50,7 @@ def topk_constants() -> dict[str, int]:
     """What the top-k's config adds to the writer's constants (kgen.render substitutes them)."""
     return {
         "kTopkThreads": TOPK_THREADS,
+        "kTopkCoarseBits": TOPK_COARSE_BITS,
         "kTopkFirstBits": TOPK_FIRST_BITS,
         "kTopkNextBits": TOPK_NEXT_BITS,
         "kTopkRefineBits": TOPK_REFINE_BITS,
@@ -58,6 +62,7 @@ def topk_constants() -> dict[str, int]:
         "kTopkClusterBits": TOPK_CLUSTER_BITS,
         "kTopkClusterBins": TOPK_CLUSTER_BINS,
         "kTopkSliceCap": TOPK_SLICE_CAP,
+        "kTopkClusterCandidates": TOPK_CLUSTER_CANDIDATES,
         "kTopkClusterMax": TOPK_CLUSTER_MAX,
     }
 
@@ -70,30 +75,30 @@ def topk_slice(max_seq_len: int, cluster: int) -> int:
 
 
 def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None) -> int:
-    """CTAs per row: the smallest power of two giving each at most TOPK_SLICE_KEYS keys, at most TOPK_CLUSTER_MAX;
-    1 (the one-CTA path) for rows of at most TOPK_SLICE_KEYS keys or too long for the cluster's slices, and where
-    the rows' clusters would not all run at once on the device's `sm_count` SMs (one 1024-thread CTA per SM): a
-    CTA of the cluster path scores its slice more slowly than the one-CTA path scores as many keys, so a cluster
-    pays only where it brings idle SMs in (H200, 64K keys: 8 rows 23.1 us on clusters of 8 against 31.4 on one
-    CTA each; 32 rows, two waves of clusters, 55.9 against 32.6; bench/results/topk2-2026-12-03/run1)."""
+    """CTAs per row: the smallest power of two giving each at most TOPK_SLICE_KEYS keys, at most TOPK_CLUSTER_MAX,
+    halved until the rows' clusters all run at once on the device's `sm_count` SMs (one 1024-thread CTA per SM;
+    a second wave of clusters costs more than the split saves); 1 (the one-CTA path) for rows of at most
+    TOPK_SLICE_KEYS keys, or where a slice would pass TOPK_SLICE_CAP keys."""
     cluster = 1
     while cluster < TOPK_CLUSTER_MAX and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
         cluster *= 2
+    if sm_count is not None:
+        while cluster > 1 and int(rows) * cluster > int(sm_count):
+            cluster //= 2
     if cluster > 1 and topk_slice(max_seq_len, cluster) > TOPK_SLICE_CAP:
-        return 1
-    if sm_count is not None and int(rows) * cluster > int(sm_count):
         return 1
     return cluster
 
 
 def topk_shared_bytes(max_seq_len: int, cluster: int | None = None) -> int:
     """Dynamic shared memory of a launch: the one-CTA path's, or the cluster path's (the state, three
-    histograms: two a digit's and the merged one, then the slice's keys), whichever is larger (a CTA of a
-    cluster runs the one-CTA path where its row's slice would not fit)."""
+    histograms: two a digit's and the merged one, rank 0's coarse candidates, then the slice's keys), whichever is
+    larger (a CTA of a cluster runs the one-CTA path where its row's slice would not fit)."""
     cluster = topk_cluster(max_seq_len) if cluster is None else int(cluster)
     if cluster <= 1:
         return TOPK_SHARED_BYTES
-    sliced = TOPK_STATE_BYTES + 3 * 4 * TOPK_CLUSTER_BINS + 4 * min(TOPK_SLICE_CAP, topk_slice(max_seq_len, cluster))
+    sliced = (TOPK_STATE_BYTES + 3 * 4 * TOPK_CLUSTER_BINS + 8 * TOPK_CLUSTER_CANDIDATES
+              + 4 * min(TOPK_SLICE_CAP, topk_slice(max_seq_len, cluster)))
     return max(TOPK_SHARED_BYTES, sliced)
 
 

@@ -156,16 +156,38 @@ def emulator(tmp_path_factory):
     return spec, build(spec, work), work
 
 
-@pytest.mark.parametrize("kind", ["randn", "ties", "one_value"])
+# values the coarse fp16 bins must order as the fp32 keys do: signed zeros and what rounds to them, fp16's
+# overflow threshold (65520 rounds to inf), subnormals, infinities and NaN
+SPECIALS = (-0.0, 0.0, -1e-30, 1e-30, 6e-8, -6e-8, 3e-8, 65504.0, 65519.0, 65520.0, 1e30, -1e30, float("inf"),
+            -float("inf"), float("nan"), 1.0, 1.0009765625, 1.00048828125, -1.0, 2.5)
+
+
+def logits_of(kind: str, rows: int, width: int, g: torch.Generator) -> torch.Tensor:
+    """Rows of one of the value mixes the kernel's paths split on."""
+    if kind == "specials":
+        return torch.tensor(SPECIALS)[torch.randint(0, len(SPECIALS), (rows, width), generator=g)]
+    if kind == "zero_threshold":  # < 500 positive keys, then thousands of -0 and +0: the k-th value is a zero
+        pick = torch.randint(0, 100, (rows, width), generator=g)
+        low = torch.tensor((-1e-30, -6e-8, -3e-8, -1.0, -float("inf")))[pick % 5]
+        zero = torch.where(pick % 2 == 0, -0.0, 0.0)
+        return torch.where(pick < 3, 1.0 + torch.rand(rows, width, generator=g),
+                           torch.where(pick < 50, zero, low))
+    return {"randn": lambda: torch.randn(rows, width, generator=g),
+            "ties": lambda: torch.randint(0, 3, (rows, width), generator=g).float(),
+            "one_value": lambda: torch.full((rows, width), -0.0),
+            # distinct values inside one or two coarse bins: the digit-by-digit fallback
+            "one_bin": lambda: 1.0 + 1e-4 * torch.randn(rows, width, generator=g),
+            "randn_ties": lambda: torch.randn(rows, width, generator=g).clamp(min=0.5)}[kind]()
+
+
+@pytest.mark.parametrize("kind", ["randn", "ties", "one_value", "one_bin", "specials", "zero_threshold"])
 def test_kernel_source_on_the_cpu_matches_the_reference(emulator, kind):
     from topk_emulate import launch
 
     spec, exe, work = emulator
     g = torch.Generator().manual_seed(7)
     width = 9001  # odd: rows start unaligned, the scalar head and tail run
-    x = {"randn": lambda: torch.randn(4, width, generator=g),
-         "ties": lambda: torch.randint(0, 3, (4, width), generator=g).float(),
-         "one_value": lambda: torch.zeros(4, width)}[kind]()
+    x = logits_of(kind, 4, width, g)
     lens = torch.tensor([width, 300], dtype=torch.int32)
     got = launch(spec, exe, work, x, lens, 500)
     want = score.topk_reference(x, lens, 2, 500)
@@ -181,15 +203,18 @@ def test_the_plan_splits_long_rows_over_a_cluster():
                                                                                                8, 8]
     assert TP.topk_cluster(8 * TP.TOPK_SLICE_CAP + 1) == 1  # no slice would fit: the one-CTA path reads global
     assert TP.topk_grid(6, 65536) == ((8, 6, 1), TP.TOPK_THREADS)
-    # on a device, clusters only where every row's cluster runs at once (one CTA per SM): 16 rows of 8 CTAs fit
-    # 132 SMs, 17 do not (then every row takes the one-CTA path)
+    # on a device, clusters halved until every row's cluster runs at once (one CTA per SM): 16 rows of 8 CTAs
+    # fit 132 SMs; 17 take 4 each, 34 two, 67 one (the one-CTA path); a halving that leaves slices past
+    # TOPK_SLICE_CAP keys gives the one-CTA path too
     assert TP.topk_grid(16, 65536, sm_count=132) == ((8, 16, 1), TP.TOPK_THREADS)
-    assert TP.topk_grid(17, 65536, sm_count=132) == ((1, 17, 1), TP.TOPK_THREADS)
+    assert TP.topk_grid(17, 65536, sm_count=132) == ((4, 17, 1), TP.TOPK_THREADS)
+    assert [TP.topk_cluster(65536, rows, 132) for rows in (32, 34, 66, 67)] == [4, 2, 2, 1]
     assert TP.topk_cluster(16384, rows=66, sm_count=132) == 2 and TP.topk_cluster(16384, rows=67, sm_count=132) == 1
+    assert TP.topk_cluster(262144, rows=8, sm_count=132) == 8 and TP.topk_cluster(262144, rows=32, sm_count=132) == 1
     assert TP.topk_shared_bytes(262144, 1) == TP.TOPK_SHARED_BYTES  # the one-CTA path asks for its own
     assert TP.topk_grid(70000, 4096) == ((1, 65535, 2), TP.TOPK_THREADS)  # row = y + 65535 z
     assert TP.topk_shared_bytes(4096) == TP.TOPK_SHARED_BYTES
-    big = TP.TOPK_STATE_BYTES + 12 * TP.TOPK_CLUSTER_BINS + 4 * 32768
+    big = TP.TOPK_STATE_BYTES + 12 * TP.TOPK_CLUSTER_BINS + 8 * TP.TOPK_CLUSTER_CANDIDATES + 4 * 32768
     assert TP.topk_shared_bytes(262144) == big and big <= 227 * 1024  # sm_90's opt-in limit per block
     assert INDEXER_TOPK.cluster_x
 
@@ -242,6 +267,9 @@ def test_a_cluster_launch_packs_its_cluster_dimension_per_call(pdl):
     (4, "ties", 4, 2048),  # three values: thousands of keys equal to the k-th, across the ranks
     (3, "one_value", 1, 512),  # one value: rank r takes its ties only after the ranks below it
     (8, "randn_ties", 2, 512),
+    (2, "one_bin", 1, 512),  # the coarse bin overflows rank 0's candidates: the digit loop
+    (4, "specials", 2, 2048),
+    (2, "zero_threshold", 1, 512),
 ])
 def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, next_n, k):
     from topk_emulate import launch
@@ -250,10 +278,7 @@ def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, 
     g = torch.Generator().manual_seed(11 + cluster)
     width = 9001 if cluster < 8 else 4099  # odd: every slice but the first starts unaligned
     rows = 2 * next_n
-    x = {"randn": lambda: torch.randn(rows, width, generator=g),
-         "ties": lambda: torch.randint(0, 3, (rows, width), generator=g).float(),
-         "one_value": lambda: torch.full((rows, width), -0.0),
-         "randn_ties": lambda: torch.randn(rows, width, generator=g).clamp(min=0.5)}[kind]()
+    x = logits_of(kind, rows, width, g)
     lens = torch.tensor([width - 17, k], dtype=torch.int32)  # ragged; the second sequence's rows see <= k keys
     got = launch(spec, exe, work, x, lens, k, cluster=cluster)
     want = score.topk_reference(x, lens, next_n, k)

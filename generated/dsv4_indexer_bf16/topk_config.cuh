@@ -10,6 +10,7 @@ namespace kgen_topk {
 
 struct dsv4_indexer_bf16 : kgen_cfg::dsv4_indexer_bf16 {
   static constexpr long long kTopkThreads = 1024;
+  static constexpr long long kTopkCoarseBits = 11;
   static constexpr long long kTopkFirstBits = 12;
   static constexpr long long kTopkNextBits = 10;
   static constexpr long long kTopkRefineBits = 11;
@@ -21,6 +22,7 @@ struct dsv4_indexer_bf16 : kgen_cfg::dsv4_indexer_bf16 {
   static constexpr long long kTopkClusterBits = 11;
   static constexpr long long kTopkClusterBins = 2048;
   static constexpr long long kTopkSliceCap = 32768;
+  static constexpr long long kTopkClusterCandidates = 4096;
   static constexpr long long kTopkClusterMax = 8;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py

@@ -2,26 +2,31 @@
 //
 // One CTA per row r = b * next_n + j of the reader's fp32 logits [B * next_n, max_seq_len]. The row sees its
 // first L = clamp(seq_lens[b] - next_n + 1 + j, 0, max_seq_len) keys (kgen.score's visibility rule). Each
-// logit maps to an order-preserving uint32 (larger float -> larger key; -0 and +0 one key) and the k largest
-// keys are selected digit by digit, most significant first:
-//   * a read of the row builds a shared-memory histogram of the current digit among the keys that match
-//     the digits fixed so far; a suffix scan finds the threshold bin (fewer than `need` keys above it, at
-//     least `need` in it and above);
-//   * the next read emits the keys above the threshold bin and, when the bin holds at most kTopkCandidates
-//     keys, copies them (key, index) into shared memory; otherwise it builds the next digit's histogram;
-//   * the candidates are refined in shared memory: the value's remaining bits, then, among the keys equal to
-//     the k-th value, the indices (the lower index wins: ~index is the key).
-// A row of at most kTopkCandidates keys is copied into shared memory by its one read and refined there from
-// the first bit.
+// logit maps to an order-preserving uint32 (larger float -> larger key; -0 and +0 one key) and to a coarse bin
+// (coarse_bin: the top bits of its fp16 value's order key, a monotone map):
+//   * a read of the row builds the coarse bins' shared-memory histogram; a suffix scan finds the threshold bin
+//     (fewer than k keys above it, at least k in it and above);
+//   * when that bin holds at most kTopkCandidates keys (every row of at most kTopkCandidates keys), a second
+//     read emits the keys above it and copies the bin's (key, index) pairs into shared memory, where they are
+//     refined: the value's bits, kTopkRefineBits at a time, then, among the keys equal to the k-th value, the
+//     indices (the lower index wins: ~index is the key);
+//   * else (a row of few distinct values) the k largest keys are selected digit by digit, most significant
+//     first: a read builds the histogram of the current digit among the keys that match the digits fixed so
+//     far, the next read emits the keys above the threshold bin and, once the bin fits, copies it into shared
+//     memory for the refinement; otherwise it builds the next digit's histogram.
 //
 // A long row runs on a cluster of C = gridDim.x CTAs (the launch's cluster dimension is (gridDim.x, 1, 1); rank =
 // blockIdx.x, kgen.topk_plan.topk_cluster picks C from max_seq_len). CTA r holds keys [r * s, (r + 1) * s) of the
 // row (s = ceil(L / C) rounded up to four) in shared memory; every digit (kTopkClusterBits bits) is a local
 // histogram, a cluster barrier, and a merge: each CTA sums the C histograms through distributed shared memory and
-// finds the same threshold. Winners go to the row's output at positions counted by an atomic in rank 0's shared
-// memory; keys equal to the k-th value are taken in index order across the ranks (rank r takes its first
-// min(eq_r, need - sum of eq below r), eq_r read from the ranks' last histograms). No global workspace. A bin that still overflows after all 32 bits (more than kTopkCandidates keys equal to the k-th value) is
-// emitted by one ordered read of the row (a block scan per chunk), the same rule.
+// finds the same threshold. The coarse bins come first, as on one CTA: when the merged threshold bin holds at
+// most kTopkClusterCandidates keys, one read of each slice emits its winners and sends its share of the bin's
+// (key, index) pairs into rank 0's shared memory (offsets from atomics on rank 0's counters), and rank 0 refines
+// them alone. Else the digit loop: winners go to the row's output at positions counted by an atomic in rank 0's
+// shared memory; keys equal to the k-th value are taken in index order across the ranks (rank r takes its first
+// min(eq_r, need - sum of eq below r), eq_r read from the ranks' last histograms). No global workspace.
+// On one CTA, a bin that still overflows after all 32 bits (more than kTopkCandidates keys equal to the k-th
+// value) is emitted by one ordered read of the row (a block scan per chunk), the same rule.
 //
 // Output: indices [B * next_n, k] int32. A row with L > k holds k distinct indices < L in no particular order;
 // a row with L <= k holds 0..L-1 ascending, then -1 (SGLang's and vLLM's padding). Every number the kernel
@@ -75,15 +80,35 @@ __device__ __forceinline__ uint32_t order_key(float f) {
   return f != f ? 0xffffffffu : u ^ flip;
 }
 
+// the logit an order key came from (NaN: a NaN)
+__device__ __forceinline__ float key_value(uint32_t key) {
+  return __uint_as_float(key & kSignBit ? key ^ kSignBit : ~key);
+}
+
+// The coarse bin of a logit: the top Bits bits of the order key of its fp16 value (round to nearest; -0 as +0,
+// every NaN above +inf, as order_key). Rounding to fp16 never reverses an order and maps equal logits to one
+// value, so a larger logit never lands in a lower bin: one histogram splits a row into the keys above, in and
+// below a threshold bin, though the bins are no prefix of order_key. At 11 bits fp16 gives 32 bins per octave
+// where fp32's top bits give 4: a row's logits, a few octaves wide, spread over many more bins (fewer
+// candidates in the threshold bin, fewer shared-memory atomics on one counter).
+template <int Bits>
+__device__ __forceinline__ uint32_t coarse_bin(float f) {
+  const uint32_t h = num::fp16_bits(__fadd_rn(f, 0.0f));
+  const uint32_t key = (h & 0x8000u) ? (h ^ 0xffffu) : (h | 0x8000u);
+  return (f != f ? 0xffffu : key) >> (16 - Bits);
+}
+
 // `key >> shift` for shift in [0, 32] (32: nothing, every key matches an empty prefix)
 __device__ __forceinline__ uint32_t high(uint32_t key, int shift) {
   return static_cast<uint32_t>(static_cast<unsigned long long>(key) >> shift);
 }
 
 struct Shared {
-  int emitted;              // indices written to the row's output
-  int collected;            // candidates copied into shared memory
+  int emitted;              // indices written to the row's output (of a cluster: rank 0's counts the row's)
+  int collected;            // candidates copied into shared memory (of a cluster: into rank 0's)
   int digit, above, equal;  // find_threshold's answer
+  int mine_out, mine_in;    // a cluster rank's own winners and candidates, counted as it writes them
+  int base_out, base_in;    // where they go: this rank's offsets in the row's output and rank 0's candidates
   int warp_sum[32];
 };
 
@@ -153,22 +178,36 @@ __device__ __forceinline__ void clear(int* hist, int bins) {
   for (int i = static_cast<int>(threadIdx.x); i < bins; i += Threads) hist[i] = 0;
 }
 
-// f(valid, first, keys) over x[0, n), four keys per call (keys[c] is element first + c, valid[c] whether it
-// lies in [0, n)), each call warp-uniform (every lane calls it the same number of times): a scalar head and tail
-// around 16-B aligned float4 loads, Unroll of them in flight per thread.
+// the sum of every thread's `v` (block-wide; every thread gets it)
+template <int Threads>
+__device__ __forceinline__ int block_sum(int v, Shared& sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(kFullMask, v, o);
+  __syncthreads();  // earlier readers of warp_sum are done
+  if (lane_id() == 0) sh.warp_sum[threadIdx.x >> 5] = v;
+  __syncthreads();
+  int total = 0;
+  for (int w = 0; w < Threads / 32; ++w) total += sh.warp_sum[w];
+  return total;
+}
+
+// f(valid, first, values) over x[0, n), four values per call (values[c] is element first + c when `contiguous`,
+// else element first alone; valid[c] whether it lies in [0, n)), each call warp-uniform (every lane calls it the
+// same number of times): a scalar head and tail around 16-B aligned float4 loads, Unroll of them in flight per
+// thread.
 template <int Threads, int Unroll, class F>
-__device__ __forceinline__ void for_each_key(const float* x, int n, F&& f) {
+__device__ __forceinline__ void for_each_value(const float* x, int n, F&& f) {
   const int t = static_cast<int>(threadIdx.x);
   const int mis = static_cast<int>((reinterpret_cast<unsigned long long>(x) >> 2) & 3);
   const int head = min(n, (4 - mis) & 3);
   const int vecs = (n - head) >> 2;
   const int tail = head + 4 * vecs;
-  {  // the head (< 4 keys before the first aligned float4) and the tail (< 4 after the last), one call
+  {  // the head (< 4 values before the first aligned float4) and the tail (< 4 after the last), one call
     const int at = t < 4 ? t : tail + t - 4;
     const bool v = t < 4 ? t < head : at < n && t < 8;
     bool ok[4] = {v, false, false, false};
-    uint32_t keys[4] = {v ? order_key(x[at]) : 0u, 0u, 0u, 0u};
-    f(ok, at, keys, false);
+    float values[4] = {v ? x[at] : 0.f, 0.f, 0.f, 0.f};
+    f(ok, at, values, false);
   }
   const float4* xv = reinterpret_cast<const float4*>(x + head);
   for (int base = 0; base < vecs; base += Threads * Unroll) {
@@ -183,10 +222,19 @@ __device__ __forceinline__ void for_each_key(const float* x, int n, F&& f) {
       const int v = base + u * Threads + t;
       const bool in = v < vecs;
       bool ok[4] = {in, in, in, in};
-      uint32_t keys[4] = {order_key(r[u].x), order_key(r[u].y), order_key(r[u].z), order_key(r[u].w)};
-      f(ok, head + 4 * v, keys, true);
+      float values[4] = {r[u].x, r[u].y, r[u].z, r[u].w};
+      f(ok, head + 4 * v, values, true);
     }
   }
+}
+
+// for_each_value with each value's order key
+template <int Threads, int Unroll, class F>
+__device__ __forceinline__ void for_each_key(const float* x, int n, F&& f) {
+  for_each_value<Threads, Unroll>(x, n, [&](const bool* ok, int first, const float* value, bool contiguous) {
+    uint32_t keys[4] = {order_key(value[0]), order_key(value[1]), order_key(value[2]), order_key(value[3])};
+    f(ok, first, keys, contiguous);
+  });
 }
 
 // the bits at and above `shift` (shift in [0, 32]; 32: none)
@@ -249,6 +297,57 @@ __device__ void break_ties(uint32_t* keys, const int* idx, const int n, const ui
   refine<Threads, RefineBits>(keys, idx, n, prefix, shift, need, eq, hist, sh, out);
 }
 
+// The one-CTA path (L > k): the coarse histogram of the row and its threshold bin (need = k), then one read that
+// emits the keys above the bin and copies the bin's (key, index) pairs into shared memory, refined there from the
+// first bit. Returns false, having emitted nothing, when the bin holds more than kTopkCandidates keys (the
+// digit-by-digit reads take the row).
+template <class C>
+__device__ bool coarse_select(const float* x, const int L, const int k, int* out, int* hist, uint32_t* ckey, int* cidx,
+                              Shared& sh) {
+  constexpr int T = static_cast<int>(C::kTopkThreads);
+  constexpr int kBits = static_cast<int>(C::kTopkCoarseBits);
+  constexpr int kUnroll = static_cast<int>(C::kTopkUnroll);
+  clear<T>(hist, 1 << kBits);
+  if (threadIdx.x == 0) sh.emitted = sh.collected = 0;
+  __syncthreads();
+  for_each_value<T, kUnroll>(x, L, [&](const bool* v, int, const float* value, bool) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      if (v[c]) atomicAdd(&hist[coarse_bin<kBits>(value[c])], 1);
+    }
+  });
+  __syncthreads();
+  find_threshold<T>(hist, 1 << kBits, k, sh);
+  const uint32_t bin = static_cast<uint32_t>(sh.digit);
+  const int above = sh.above, eq = sh.equal;
+  if (eq > static_cast<int>(C::kTopkCandidates)) return false;
+  for_each_value<T, kUnroll>(x, L, [&](const bool* v, int first, const float* value, bool contiguous) {
+    bool take[4], in_bin[4], any = false;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint32_t b = coarse_bin<kBits>(value[c]);
+      take[c] = v[c] && b > bin;
+      in_bin[c] = v[c] && b == bin;
+      any = any || take[c] || in_bin[c];
+    }
+    // most keys lie below the threshold bin: one vote skips four of them per lane, warp by warp
+    if (!__any_sync(kFullMask, any)) return;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int i = contiguous ? first + c : first;
+      emit(take[c], i, &sh.emitted, out);
+      push(in_bin[c], order_key(value[c]), i, &sh.collected, ckey, cidx);
+    }
+  });
+  __syncthreads();
+  uint32_t prefix = 0;
+  int shift = 32, need = k - above, left = eq;
+  if (!refine<T, C::kTopkRefineBits>(ckey, cidx, eq, prefix, shift, need, left, hist, sh, out)) {
+    break_ties<T, C::kTopkRefineBits>(ckey, cidx, eq, prefix, need, left, hist, sh, out);
+  }
+  return true;
+}
+
 // The row on a cluster of gridDim.x CTAs, this one rank blockIdx.x (the header comment; L > k): its slice's keys
 // in shared memory, a digit per pass (a local histogram, a cluster barrier, the merged histogram's threshold),
 // then one emitting read of the slice (and, for keys equal to the k-th value, an ordered one).
@@ -257,21 +356,76 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kBits = static_cast<int>(C::kTopkClusterBits);
   constexpr int kBins = static_cast<int>(C::kTopkClusterBins);
+  constexpr int kCoarse = static_cast<int>(C::kTopkCoarseBits);
+  constexpr int kCap = static_cast<int>(C::kTopkClusterCandidates);
+  static_assert(kCoarse <= kBits && C::kTopkRefineBits <= kBits, "the coarse and refining histograms fit a digit's");
   int* hists = reinterpret_cast<int*>(smem + C::kTopkStateBytes);  // two digits' histograms, alternating
   int* merged = hists + 2 * kBins;
-  uint32_t* keys = reinterpret_cast<uint32_t*>(merged + kBins);
+  uint32_t* ckey = reinterpret_cast<uint32_t*>(merged + kBins);  // rank 0's: the row's coarse candidates
+  int* cidx = reinterpret_cast<int*>(ckey + kCap);
+  uint32_t* keys = reinterpret_cast<uint32_t*>(cidx + kCap);  // this rank's slice
   const int t = static_cast<int>(threadIdx.x);
   const int rank = static_cast<int>(blockIdx.x), ranks = static_cast<int>(gridDim.x);
   const int s = ((L + ranks - 1) / ranks + 3) & ~3;
   const int lo = min(L, rank * s), n = min(L, lo + s) - lo;
-  if (t == 0) sh.emitted = 0;  // rank 0's is the row's output counter (used after the first cluster barrier)
-  for_each_key<T, static_cast<int>(C::kTopkUnroll)>(
-      x + lo, n, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
+  // the coarse pass's histogram: the second buffer, which the digit loop's pass 1 reuses after two cluster barriers
+  int* coarse = hists + kBins;
+  clear<T>(coarse, 1 << kCoarse);
+  if (t == 0) sh.emitted = sh.collected = sh.mine_out = sh.mine_in = 0;  // rank 0's are the row's counters
+  __syncthreads();
+  for_each_value<T, static_cast<int>(C::kTopkUnroll)>(
+      x + lo, n, [&](const bool* v, int first, const float* value, bool contiguous) {
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          if (v[c]) keys[contiguous ? first + c : first] = key[c];
+          if (v[c]) {
+            keys[contiguous ? first + c : first] = order_key(value[c]);
+            atomicAdd(&coarse[coarse_bin<kCoarse>(value[c])], 1);
+          }
         }
       });
+  cluster::sync();  // every rank's coarse histogram is complete, rank 0's counters are zero
+  for (int b = t; b < (1 << kCoarse); b += T) {
+    int sum = 0;
+#pragma unroll
+    for (int r = 0; r < static_cast<int>(C::kTopkClusterMax); ++r) {
+      sum += r < ranks ? cluster::map(coarse, static_cast<unsigned>(r))[b] : 0;
+    }
+    merged[b] = sum;
+  }
+  __syncthreads();
+  find_threshold<T>(merged, 1 << kCoarse, k, sh);
+  if (sh.equal <= kCap) {  // the row's threshold bin fits rank 0's candidates: one emitting read, rank 0 refines
+    const uint32_t bin = static_cast<uint32_t>(sh.digit);
+    const int above = sh.above, eq = sh.equal;
+    int mine = 0;
+    for (int b = t; b < (1 << kCoarse); b += T) mine += b > static_cast<int>(bin) ? coarse[b] : 0;
+    mine = block_sum<T>(mine, sh);
+    if (t == 0) {
+      sh.base_out = atomicAdd(cluster::map(&sh.emitted, 0u), mine);
+      sh.base_in = atomicAdd(cluster::map(&sh.collected, 0u), coarse[bin]);
+    }
+    __syncthreads();
+    int* const my_out = out + sh.base_out;
+    uint32_t* const in_key = cluster::map(ckey, 0u) + sh.base_in;
+    int* const in_idx = cluster::map(cidx, 0u) + sh.base_in;
+    for (int base = 0; base < n; base += T) {
+      const int i = base + t;
+      const uint32_t key = i < n ? keys[i] : 0u;
+      const uint32_t b = coarse_bin<kCoarse>(key_value(key));
+      emit(i < n && b > bin, lo + i, &sh.mine_out, my_out);
+      push(i < n && b == bin, key, lo + i, &sh.mine_in, in_key, in_idx);
+    }
+    cluster::sync();  // every rank's winners and candidates are written; no rank reads another's memory after it
+    if (rank != 0) return;
+    uint32_t prefix = 0;
+    int shift = 32, need = k - above, left = eq;
+    if (!refine<T, C::kTopkRefineBits>(ckey, cidx, eq, prefix, shift, need, left, hists, sh, out)) {
+      break_ties<T, C::kTopkRefineBits>(ckey, cidx, eq, prefix, need, left, hists, sh, out);
+    }
+    return;
+  }
+  // more than kCap keys in the coarse threshold bin (a row of few distinct values): the slice's digits, one at a
+  // time, from the top
   uint32_t prefix = 0;
   int shift = 32, need = k, eq = L, digit = 0;
   int* h = hists;
@@ -358,6 +512,7 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
   constexpr int kFirst = static_cast<int>(C::kTopkFirstBits);
   static_assert(T % 32 == 0 && T / 32 <= 32, "the block scan keeps one sum per warp, at most 32 warps");
   static_assert((1 << C::kTopkFirstBits) <= C::kTopkBins && (1 << C::kTopkNextBits) <= C::kTopkBins &&
+                    (1 << C::kTopkCoarseBits) <= C::kTopkBins && C::kTopkCoarseBits <= 16 &&
                     (1 << C::kTopkRefineBits) <= C::kTopkBins,
                 "every digit's histogram fits kTopkBins");
   static_assert(C::kTopkClusterBins == (1 << C::kTopkClusterBits), "the cluster path's histogram");
@@ -396,25 +551,8 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
     if (rank != 0) return;  // a slice would not fit (the plan sized the launch for shorter rows): rank 0 alone
   }
 
-  if (t == 0) sh.emitted = sh.collected = 0;
-  if (L <= kCap) {  // a short row: one read copies it into shared memory, every digit is refined there
-    __syncthreads();
-    topk::for_each_key<T, kUnroll>(x, L, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        if (v[c]) {
-          const int i = contiguous ? first + c : first;
-          ckey[i] = key[c];
-          cidx[i] = i;
-        }
-      }
-    });
-    uint32_t prefix = 0;
-    int shift = 32, need = k, eq = L;
-    if (topk::refine<T, C::kTopkRefineBits>(ckey, cidx, L, prefix, shift, need, eq, hist, sh, out)) return;
-    topk::break_ties<T, C::kTopkRefineBits>(ckey, cidx, L, prefix, need, eq, hist, sh, out);
-    return;
-  }
+  // the coarse pass takes every row whose threshold bin fits the candidates (every row of at most kCap keys)
+  if (topk::coarse_select<C>(x, L, k, out, hist, ckey, cidx, sh)) return;
 
   // the first digit's histogram over the whole row
   topk::clear<T>(hist, 1 << kFirst);
