@@ -11,7 +11,8 @@ reader's do through kgen.reader_layout.reader_constants:
 * every row first: a histogram of TOPK_COARSE_BITS-bit coarse bins (the top bits of each logit's fp16 order
   key), whose threshold bin's keys, when at most TOPK_CANDIDATES (one CTA) or TOPK_CLUSTER_CANDIDATES (a
   cluster, gathered in rank 0) of them, are refined in shared memory TOPK_REFINE_BITS bits at a time (the
-  values' bits, then, among keys of the k-th value, the indices: the lower index wins);
+  values' bits, then, among keys of the k-th value, the indices: the lower index wins), or, when at most
+  TOPK_RANK_CAP, ranked by a thread each (the same order);
 * else, one CTA per row (`topk_cluster` = 1): the global digits, TOPK_FIRST_BITS bits first, then
   TOPK_NEXT_BITS bits per further read of the row while the threshold bin holds more than TOPK_CANDIDATES keys;
 * else, a cluster of C CTAs per row (sm_90+): each CTA holds its slice of at most TOPK_SLICE_CAP keys in shared
@@ -27,7 +28,8 @@ TOPK_FIRST_BITS = 12
 TOPK_NEXT_BITS = 10
 TOPK_REFINE_BITS = 11
 TOPK_CANDIDATES = 6144
-TOPK_VECTOR_UNROLL = 2  # float4 loads in flight per thread in a row read
+TOPK_RANK_CAP = 256  # at most this many candidates: a thread each counts those ahead of it (n^2 comparisons)
+TOPK_VECTOR_UNROLL = 4  # float4 loads in flight per thread in a row read
 TOPK_BINS = 1 << max(TOPK_FIRST_BITS, TOPK_NEXT_BITS, TOPK_REFINE_BITS)
 TOPK_MAX_K = 1 << 16  # the largest k the op takes (the engines' are 512 and 2048)
 TOPK_STATE_BYTES = 256  # kgen::topk::Shared (counters, the threshold, one sum per warp), at offset 0
@@ -36,8 +38,10 @@ TOPK_STATE_BYTES = 256  # kgen::topk::Shared (counters, the threshold, one sum p
 TOPK_CLUSTER_BITS = 11
 TOPK_CLUSTER_BINS = 1 << TOPK_CLUSTER_BITS
 TOPK_SLICE_KEYS = 8192
-TOPK_SLICE_CAP = 32768
 TOPK_CLUSTER_CANDIDATES = 4096  # the coarse threshold bin's (key, index) pairs rank 0 gathers from the cluster
+TOPK_SHARED_LIMIT = 227 * 1024  # sm_90's and sm_100's opt-in dynamic shared memory per block
+# the most keys a slice holds: what the limit leaves beside the state, three histograms and the candidates
+TOPK_SLICE_CAP = (TOPK_SHARED_LIMIT - TOPK_STATE_BYTES - 12 * TOPK_CLUSTER_BINS - 8 * TOPK_CLUSTER_CANDIDATES) // 16 * 4
 TOPK_CLUSTER_MAX = 8
 TOPK_MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (and z)
 
@@ -55,6 +59,7 @@ def topk_constants() -> dict[str, int]:
         "kTopkNextBits": TOPK_NEXT_BITS,
         "kTopkRefineBits": TOPK_REFINE_BITS,
         "kTopkCandidates": TOPK_CANDIDATES,
+        "kTopkRankCap": TOPK_RANK_CAP,
         "kTopkBins": TOPK_BINS,
         "kTopkUnroll": TOPK_VECTOR_UNROLL,
         "kTopkStateBytes": TOPK_STATE_BYTES,

@@ -177,10 +177,13 @@ def logits_of(kind: str, rows: int, width: int, g: torch.Generator) -> torch.Ten
             "one_value": lambda: torch.full((rows, width), -0.0),
             # distinct values inside one or two coarse bins: the digit-by-digit fallback
             "one_bin": lambda: 1.0 + 1e-4 * torch.randn(rows, width, generator=g),
+            # a few dozen keys in the threshold bin, ties among them: the rank count's order
+            "rounded": lambda: torch.round(100 * torch.randn(rows, width, generator=g)) / 100,
             "randn_ties": lambda: torch.randn(rows, width, generator=g).clamp(min=0.5)}[kind]()
 
 
-@pytest.mark.parametrize("kind", ["randn", "ties", "one_value", "one_bin", "specials", "zero_threshold"])
+@pytest.mark.parametrize("kind", ["randn", "ties", "one_value", "one_bin", "specials", "zero_threshold",
+                                  "rounded"])
 def test_kernel_source_on_the_cpu_matches_the_reference(emulator, kind):
     from topk_emulate import launch
 
@@ -270,6 +273,7 @@ def test_a_cluster_launch_packs_its_cluster_dimension_per_call(pdl):
     (2, "one_bin", 1, 512),  # the coarse bin overflows rank 0's candidates: the digit loop
     (4, "specials", 2, 2048),
     (2, "zero_threshold", 1, 512),
+    (4, "rounded", 2, 512),
 ])
 def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, next_n, k):
     from topk_emulate import launch

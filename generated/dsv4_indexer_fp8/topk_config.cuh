@@ -15,13 +15,14 @@ struct dsv4_indexer_fp8 : kgen_cfg::dsv4_indexer_fp8 {
   static constexpr long long kTopkNextBits = 10;
   static constexpr long long kTopkRefineBits = 11;
   static constexpr long long kTopkCandidates = 6144;
+  static constexpr long long kTopkRankCap = 256;
   static constexpr long long kTopkBins = 4096;
-  static constexpr long long kTopkUnroll = 2;
+  static constexpr long long kTopkUnroll = 4;
   static constexpr long long kTopkStateBytes = 256;
   static constexpr long long kTopkSharedBytes = 65792;
   static constexpr long long kTopkClusterBits = 11;
   static constexpr long long kTopkClusterBins = 2048;
-  static constexpr long long kTopkSliceCap = 32768;
+  static constexpr long long kTopkSliceCap = 43712;
   static constexpr long long kTopkClusterCandidates = 4096;
   static constexpr long long kTopkClusterMax = 8;
 

@@ -7,7 +7,8 @@
 //   * a read of the row builds the coarse bins' shared-memory histogram; a suffix scan finds the threshold bin
 //     (fewer than k keys above it, at least k in it and above);
 //   * when that bin holds at most kTopkCandidates keys (every row of at most kTopkCandidates keys), a second
-//     read emits the keys above it and copies the bin's (key, index) pairs into shared memory, where they are
+//     read emits the keys above it and copies the bin's (key, index) pairs into shared memory, where a thread
+//     per candidate counts the candidates ahead of its own (at most kTopkRankCap of them), or they are
 //     refined: the value's bits, kTopkRefineBits at a time, then, among the keys equal to the k-th value, the
 //     indices (the lower index wins: ~index is the key);
 //   * else (a row of few distinct values) the k largest keys are selected digit by digit, most significant
@@ -297,6 +298,29 @@ __device__ void break_ties(uint32_t* keys, const int* idx, const int n, const ui
   refine<Threads, RefineBits>(keys, idx, n, prefix, shift, need, eq, hist, sh, out);
 }
 
+// Exact selection among a few candidates (n <= Threads; keys, idx in shared memory, complete): `need` of them, the
+// larger key first and, among equal keys, the lower index. Thread c counts the candidates ahead of its own in
+// that order (every thread reads the same candidate at once: a broadcast); it takes its own when fewer than
+// `need` are. n^2 comparisons against the refinement's dozen barriers: the plan's kTopkRankCap says where.
+template <int Threads>
+__device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx, const int n, const int need,
+                                            Shared& sh, int* out) {
+  const int t = static_cast<int>(threadIdx.x);
+  bool take = false;
+  int mine = 0;
+  if (t < n) {
+    const uint32_t key = keys[t];
+    mine = idx[t];
+    int ahead = 0;
+    for (int c = 0; c < n; ++c) {
+      const uint32_t other = keys[c];
+      ahead += (other > key || (other == key && idx[c] < mine)) ? 1 : 0;
+    }
+    take = ahead < need;
+  }
+  emit(take, mine, &sh.emitted, out);
+}
+
 // The one-CTA path (L > k): the coarse histogram of the row and its threshold bin (need = k), then one read that
 // emits the keys above the bin and copies the bin's (key, index) pairs into shared memory, refined there from the
 // first bit. Returns false, having emitted nothing, when the bin holds more than kTopkCandidates keys (the
@@ -340,6 +364,10 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
     }
   });
   __syncthreads();
+  if (eq <= static_cast<int>(C::kTopkRankCap)) {
+    rank_select<T>(ckey, cidx, eq, k - above, sh, out);
+    return true;
+  }
   uint32_t prefix = 0;
   int shift = 32, need = k - above, left = eq;
   if (!refine<T, C::kTopkRefineBits>(ckey, cidx, eq, prefix, shift, need, left, hist, sh, out)) {
@@ -417,6 +445,10 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
     }
     cluster::sync();  // every rank's winners and candidates are written; no rank reads another's memory after it
     if (rank != 0) return;
+    if (eq <= static_cast<int>(C::kTopkRankCap)) {
+      rank_select<T>(ckey, cidx, eq, k - above, sh, out);
+      return;
+    }
     uint32_t prefix = 0;
     int shift = 32, need = k - above, left = eq;
     if (!refine<T, C::kTopkRefineBits>(ckey, cidx, eq, prefix, shift, need, left, hists, sh, out)) {
@@ -516,6 +548,7 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
                     (1 << C::kTopkRefineBits) <= C::kTopkBins,
                 "every digit's histogram fits kTopkBins");
   static_assert(C::kTopkClusterBins == (1 << C::kTopkClusterBits), "the cluster path's histogram");
+  static_assert(C::kTopkRankCap <= T, "rank_select: a thread per candidate");
   static_assert(sizeof(topk::Shared) <= C::kTopkStateBytes && C::kTopkStateBytes % 16 == 0, "the state's bytes");
   static_assert(C::kTopkSharedBytes == C::kTopkStateBytes + 4 * C::kTopkBins + 8 * C::kTopkCandidates,
                 "kgen/topk_plan.py's bytes");
