@@ -299,26 +299,32 @@ __device__ void break_ties(uint32_t* keys, const int* idx, const int n, const ui
 }
 
 // Exact selection among a few candidates (n <= Threads; keys, idx in shared memory, complete): `need` of them, the
-// larger key first and, among equal keys, the lower index. Thread c counts the candidates ahead of its own in
-// that order (every thread reads the same candidate at once: a broadcast); it takes its own when fewer than
-// `need` are. n^2 comparisons against the refinement's dozen barriers: the plan's kTopkRankCap says where.
+// larger key first and, among equal keys, the lower index. Each candidate becomes one 64-bit word, key above ~index,
+// so that the order is the words' order; thread c counts the words above its own (every thread reads the same word
+// at once: a broadcast, eight loads in flight) and takes its candidate when fewer than `need` are. `scratch` holds
+// the n words (free shared memory: a histogram's). n^2 comparisons against the refinement's dozen barriers: the
+// plan's kTopkRankCap says where.
 template <int Threads>
 __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx, const int n, const int need,
-                                            Shared& sh, int* out) {
+                                            unsigned long long* scratch, Shared& sh, int* out) {
   const int t = static_cast<int>(threadIdx.x);
-  bool take = false;
-  int mine = 0;
+  unsigned long long word = 0;
   if (t < n) {
-    const uint32_t key = keys[t];
-    mine = idx[t];
-    int ahead = 0;
-    for (int c = 0; c < n; ++c) {
-      const uint32_t other = keys[c];
-      ahead += (other > key || (other == key && idx[c] < mine)) ? 1 : 0;
-    }
-    take = ahead < need;
+    word = static_cast<unsigned long long>(keys[t]) << 32 | static_cast<uint32_t>(~idx[t]);
+    scratch[t] = word;
   }
-  emit(take, mine, &sh.emitted, out);
+  __syncthreads();
+  int ahead = 0;
+  if (t < n) {
+    constexpr int kInFlight = 8;
+    int c = 0;
+    for (; c + kInFlight <= n; c += kInFlight) {
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) ahead += scratch[c + u] > word ? 1 : 0;
+    }
+    for (; c < n; ++c) ahead += scratch[c] > word ? 1 : 0;
+  }
+  emit(t < n && ahead < need, t < n ? idx[t] : 0, &sh.emitted, out);
 }
 
 // The one-CTA path (L > k): the coarse histogram of the row and its threshold bin (need = k), then one read that
@@ -365,7 +371,7 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
   });
   __syncthreads();
   if (eq <= static_cast<int>(C::kTopkRankCap)) {
-    rank_select<T>(ckey, cidx, eq, k - above, sh, out);
+    rank_select<T>(ckey, cidx, eq, k - above, reinterpret_cast<unsigned long long*>(hist), sh, out);
     return true;
   }
   uint32_t prefix = 0;
@@ -446,7 +452,7 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
     cluster::sync();  // every rank's winners and candidates are written; no rank reads another's memory after it
     if (rank != 0) return;
     if (eq <= static_cast<int>(C::kTopkRankCap)) {
-      rank_select<T>(ckey, cidx, eq, k - above, sh, out);
+      rank_select<T>(ckey, cidx, eq, k - above, reinterpret_cast<unsigned long long*>(hists), sh, out);
       return;
     }
     uint32_t prefix = 0;
@@ -548,7 +554,8 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
                     (1 << C::kTopkRefineBits) <= C::kTopkBins,
                 "every digit's histogram fits kTopkBins");
   static_assert(C::kTopkClusterBins == (1 << C::kTopkClusterBits), "the cluster path's histogram");
-  static_assert(C::kTopkRankCap <= T, "rank_select: a thread per candidate");
+  static_assert(C::kTopkRankCap <= T && 8 * C::kTopkRankCap <= 4 * C::kTopkClusterBins,
+                "rank_select: a thread per candidate, their words in a histogram's memory");
   static_assert(sizeof(topk::Shared) <= C::kTopkStateBytes && C::kTopkStateBytes % 16 == 0, "the state's bytes");
   static_assert(C::kTopkSharedBytes == C::kTopkStateBytes + 4 * C::kTopkBins + 8 * C::kTopkCandidates,
                 "kgen/topk_plan.py's bytes");
