@@ -328,9 +328,9 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
 }
 
 // The one-CTA path (L > k): the coarse histogram of the row and its threshold bin (need = k), then one read that
-// emits the keys above the bin and copies the bin's (key, index) pairs into shared memory, refined there from the
-// first bit. Returns false, having emitted nothing, when the bin holds more than kTopkCandidates keys (the
-// digit-by-digit reads take the row).
+// emits the keys above the bin and copies the bin's (key, index) pairs into shared memory, ranked there (at most
+// kTopkRankCap) or refined from the first bit. Returns false, having emitted nothing, when the bin holds more than
+// kTopkCandidates keys (the digit-by-digit reads take the row).
 template <class C>
 __device__ bool coarse_select(const float* x, const int L, const int k, int* out, int* hist, uint32_t* ckey, int* cidx,
                               Shared& sh) {
@@ -383,7 +383,9 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
 }
 
 // The row on a cluster of gridDim.x CTAs, this one rank blockIdx.x (the header comment; L > k): its slice's keys
-// in shared memory, a digit per pass (a local histogram, a cluster barrier, the merged histogram's threshold),
+// in shared memory and its coarse histogram, a cluster barrier, the merged histogram's threshold bin; then either
+// one sweep of the slice (winners out, the bin's pairs to rank 0, which ranks or refines them) or, when the bin
+// overflows rank 0's candidates, a digit per pass (a local histogram, a cluster barrier, the merged threshold),
 // then one emitting read of the slice (and, for keys equal to the k-th value, an ordered one).
 template <class C>
 __device__ void cluster_select(const float* x, const int L, const int k, int* out, unsigned char* smem, Shared& sh) {
