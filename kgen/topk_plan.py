@@ -82,8 +82,10 @@ def topk_slice(max_seq_len: int, cluster: int) -> int:
 def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None) -> int:
     """CTAs per row: the smallest power of two giving each at most TOPK_SLICE_KEYS keys, at most TOPK_CLUSTER_MAX,
     halved until the rows' clusters all run at once on the device's `sm_count` SMs (one 1024-thread CTA per SM;
-    a second wave of clusters costs more than the split saves); 1 (the one-CTA path) for rows of at most
-    TOPK_SLICE_KEYS keys, or where a slice would pass TOPK_SLICE_CAP keys."""
+    a second wave of clusters costs more than the split saves: H200, 32 rows of 64K keys, 55.9 us on clusters of 8
+    against 32.6 on one CTA each, bench/results/topk2-2026-12-03/run1; where they fit, they pay: 64 rows of 64K,
+    27.5 on clusters of 2 against 32.8, bench/results/h200-2026-12-03-s8/callB); 1 (the one-CTA path) for rows of
+    at most TOPK_SLICE_KEYS keys, or where a slice would pass TOPK_SLICE_CAP keys."""
     cluster = 1
     while cluster < TOPK_CLUSTER_MAX and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
         cluster *= 2
