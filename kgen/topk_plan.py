@@ -40,8 +40,10 @@ TOPK_CLUSTER_BINS = 1 << TOPK_CLUSTER_BITS
 TOPK_SLICE_KEYS = 8192
 TOPK_CLUSTER_CANDIDATES = 4096  # the coarse threshold bin's (key, index) pairs rank 0 gathers from the cluster
 TOPK_SHARED_LIMIT = 227 * 1024  # sm_90's and sm_100's opt-in dynamic shared memory per block
-# the most keys a slice holds: what the limit leaves beside the state, three histograms and the candidates
-TOPK_SLICE_CAP = (TOPK_SHARED_LIMIT - TOPK_STATE_BYTES - 12 * TOPK_CLUSTER_BINS - 8 * TOPK_CLUSTER_CANDIDATES) // 16 * 4
+# a cluster CTA's shared memory ahead of its slice: the state, three histograms (two a digit's, the merged one)
+# and rank 0's coarse candidates (uint32 key, int32 index)
+TOPK_CLUSTER_FIXED_BYTES = TOPK_STATE_BYTES + 3 * 4 * TOPK_CLUSTER_BINS + 8 * TOPK_CLUSTER_CANDIDATES
+TOPK_SLICE_CAP = (TOPK_SHARED_LIMIT - TOPK_CLUSTER_FIXED_BYTES) // 16 * 4  # the most keys a slice holds
 TOPK_CLUSTER_MAX = 8
 TOPK_MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (and z)
 
@@ -104,8 +106,7 @@ def topk_shared_bytes(max_seq_len: int, cluster: int | None = None) -> int:
     cluster = topk_cluster(max_seq_len) if cluster is None else int(cluster)
     if cluster <= 1:
         return TOPK_SHARED_BYTES
-    sliced = (TOPK_STATE_BYTES + 3 * 4 * TOPK_CLUSTER_BINS + 8 * TOPK_CLUSTER_CANDIDATES
-              + 4 * min(TOPK_SLICE_CAP, topk_slice(max_seq_len, cluster)))
+    sliced = TOPK_CLUSTER_FIXED_BYTES + 4 * min(TOPK_SLICE_CAP, topk_slice(max_seq_len, cluster))
     return max(TOPK_SHARED_BYTES, sliced)
 
 

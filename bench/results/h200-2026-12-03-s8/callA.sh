@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # callA of session 8 (2026-12-03): main 6449175 as session 7 left it, the whole GPU suite at last (session 7's
 # call2 was cut after 126 tests), from the repository root, the kits prepared and packed (git-ignored):
-#   make install releases wheels; the peers as ../../../../shared/peers/README.md says, then
+#   make install releases wheels; the peers as docs/gpu.md says, then
 #   tar -cJf .xfer/pk/peers.tar.xz .peers; tar -cJf .xfer/pk/trees.tar.xz .releases/trees
 #   run(command="bash bench/results/h200-2026-12-03-s8/callA.sh", carry=[".whl", ".xfer/pk"], timeout_s=420)
 # 1. pytest -m gpu, every GPU test (the engine loops and both peers' tests included), 2. kgen test
