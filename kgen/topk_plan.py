@@ -8,11 +8,12 @@ reader's do through kgen.reader_layout.reader_constants:
 
 * TOPK_THREADS threads per CTA; the grid is (cluster, rows, 1) (more than 65535 rows: (cluster, 65535, z)) and
   a launch's cluster dimension is (grid.x, 1, 1), so `blockIdx.x` is a CTA's rank in its row's cluster;
-* every row first: a histogram of TOPK_COARSE_BITS-bit coarse bins (the top bits of each logit's fp16 order
-  key), whose threshold bin's keys, when at most TOPK_CANDIDATES (one CTA) or TOPK_CLUSTER_CANDIDATES (a
-  cluster, gathered in rank 0) of them, are refined in shared memory TOPK_REFINE_BITS bits at a time (the
-  values' bits, then, among keys of the k-th value, the indices: the lower index wins), or, when at most
-  TOPK_RANK_CAP, ranked by a thread each (the same order);
+* every row first: a histogram of TOPK_COARSE_BITS-bit coarse bins (a logit's sign, its octave within a window
+  of 2 ** (TOPK_COARSE_BITS - 1 - TOPK_COARSE_MANTISSA_BITS) octaves from 2 ** TOPK_COARSE_LOW_EXPONENT, and its
+  top TOPK_COARSE_MANTISSA_BITS mantissa bits), whose threshold bin's keys, when at most TOPK_CANDIDATES (one
+  CTA) or TOPK_CLUSTER_CANDIDATES (a cluster, gathered in rank 0) of them, are refined in shared memory
+  TOPK_REFINE_BITS bits at a time (the values' bits, then, among keys of the k-th value, the indices: the lower
+  index wins), or, when at most TOPK_RANK_CAP, ranked by a thread each (the same order);
 * else, one CTA per row (`topk_cluster` = 1): the global digits, TOPK_FIRST_BITS bits first, then
   TOPK_NEXT_BITS bits per further read of the row while the threshold bin holds more than TOPK_CANDIDATES keys;
 * else, a cluster of C CTAs per row (sm_90+): each CTA holds its slice of at most TOPK_SLICE_CAP keys in shared
@@ -23,7 +24,9 @@ reader's do through kgen.reader_layout.reader_constants:
 from __future__ import annotations
 
 TOPK_THREADS = 1024
-TOPK_COARSE_BITS = 11  # fp16's sign, exponent and 5 mantissa bits: 32 bins per octave
+TOPK_COARSE_BITS = 11  # the sign and 10 bits of magnitude
+TOPK_COARSE_MANTISSA_BITS = 5  # 32 bins per octave
+TOPK_COARSE_LOW_EXPONENT = -16  # the window of 32 octaves: [2^-16, 2^16), smaller and larger magnitudes clamped
 TOPK_FIRST_BITS = 12
 TOPK_NEXT_BITS = 10
 TOPK_REFINE_BITS = 11
@@ -57,6 +60,8 @@ def topk_constants() -> dict[str, int]:
     return {
         "kTopkThreads": TOPK_THREADS,
         "kTopkCoarseBits": TOPK_COARSE_BITS,
+        "kTopkCoarseMantissaBits": TOPK_COARSE_MANTISSA_BITS,
+        "kTopkCoarseLowExponent": TOPK_COARSE_LOW_EXPONENT,
         "kTopkFirstBits": TOPK_FIRST_BITS,
         "kTopkNextBits": TOPK_NEXT_BITS,
         "kTopkRefineBits": TOPK_REFINE_BITS,
@@ -69,6 +74,7 @@ def topk_constants() -> dict[str, int]:
         "kTopkClusterBits": TOPK_CLUSTER_BITS,
         "kTopkClusterBins": TOPK_CLUSTER_BINS,
         "kTopkSliceCap": TOPK_SLICE_CAP,
+        "kTopkClusterFixedBytes": TOPK_CLUSTER_FIXED_BYTES,
         "kTopkClusterCandidates": TOPK_CLUSTER_CANDIDATES,
         "kTopkClusterMax": TOPK_CLUSTER_MAX,
     }

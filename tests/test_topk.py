@@ -4,12 +4,15 @@ checks, the kernel's rendered numbers, and the real kernel source on the CPU emu
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kgen import score
+from kgen import topk_plan as TP
 from kgen.abi import INDEXER_TOPK, KERNELS, ArgumentError
 
 FP8 = "specs/dsv4.yaml::dsv4_indexer_fp8"
@@ -129,7 +132,6 @@ def test_select_argument_checks(logits, seq_lens, message):
 
 def test_the_table_is_in_the_registry_and_renders_the_plans_numbers():
     from kgen import render
-    from kgen import topk_plan as TP
     from kgen.resolve import resolve_spec
 
     assert KERNELS["indexer_topk"] is INDEXER_TOPK and INDEXER_TOPK.output == "indices"
@@ -156,10 +158,15 @@ def emulator(tmp_path_factory):
     return spec, build(spec, work), work
 
 
-# values the coarse fp16 bins must order as the fp32 keys do: signed zeros and what rounds to them, fp16's
-# overflow threshold (65520 rounds to inf), subnormals, infinities and NaN
+# values the coarse bins must order as the fp32 keys do: signed zeros, the edges of the bins' octave window
+# (kgen.topk_plan: [2^-16, 2^16), each side of both edges, both signs), magnitudes clamped below and above it,
+# subnormals, infinities, NaN, and values a bin apart and inside one bin
+_OCTAVES = 2 ** (TP.TOPK_COARSE_BITS - 1 - TP.TOPK_COARSE_MANTISSA_BITS)
+_LOW, _HIGH = 2.0 ** TP.TOPK_COARSE_LOW_EXPONENT, 2.0 ** (TP.TOPK_COARSE_LOW_EXPONENT + _OCTAVES)
 SPECIALS = (-0.0, 0.0, -1e-30, 1e-30, 6e-8, -6e-8, 3e-8, 65504.0, 65519.0, 65520.0, 1e30, -1e30, float("inf"),
-            -float("inf"), float("nan"), 1.0, 1.0009765625, 1.00048828125, -1.0, 2.5)
+            -float("inf"), float("nan"), 1.0, 1.0009765625, 1.00048828125, -1.0, 2.5, 1e-45,
+            _LOW, -_LOW, math.nextafter(_LOW, 0.0), -math.nextafter(_LOW, 0.0),
+            _HIGH, -_HIGH, math.nextafter(_HIGH, 0.0), -math.nextafter(_HIGH, 0.0))
 
 
 def logits_of(kind: str, rows: int, width: int, g: torch.Generator) -> torch.Tensor:
@@ -199,7 +206,7 @@ def test_kernel_source_on_the_cpu_matches_the_reference(emulator, kind):
 
 
 def test_the_plan_splits_long_rows_over_a_cluster():
-    from kgen import topk_plan as TP
+
 
     # short rows stay on one CTA; a power of two of CTAs holds at most TOPK_SLICE_KEYS keys each, up to 8
     assert [TP.topk_cluster(n) for n in (1, 4096, 8192, 8193, 16384, 32768, 65536, 262144)] == [1, 1, 1, 2, 2, 4,
@@ -225,7 +232,6 @@ def test_the_plan_splits_long_rows_over_a_cluster():
 def test_the_launch_takes_the_devices_sm_count():
     from types import SimpleNamespace
 
-    from kgen import topk_plan as TP
     from kgen.arch import DeviceFacts
 
     h200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0)
@@ -295,7 +301,7 @@ def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, 
 def test_a_row_too_long_for_its_slices_runs_on_rank_0_alone(emulator):
     from topk_emulate import launch
 
-    from kgen import topk_plan as TP
+
 
     spec, exe, work = emulator
     width = 2 * TP.TOPK_SLICE_CAP + 8  # two CTAs would each need more than TOPK_SLICE_CAP keys

@@ -11,6 +11,8 @@ namespace kgen_topk {
 struct dsv32_indexer_fp8 : kgen_cfg::dsv32_indexer_fp8 {
   static constexpr long long kTopkThreads = 1024;
   static constexpr long long kTopkCoarseBits = 11;
+  static constexpr long long kTopkCoarseMantissaBits = 5;
+  static constexpr long long kTopkCoarseLowExponent = -16;
   static constexpr long long kTopkFirstBits = 12;
   static constexpr long long kTopkNextBits = 10;
   static constexpr long long kTopkRefineBits = 11;
@@ -23,6 +25,7 @@ struct dsv32_indexer_fp8 : kgen_cfg::dsv32_indexer_fp8 {
   static constexpr long long kTopkClusterBits = 11;
   static constexpr long long kTopkClusterBins = 2048;
   static constexpr long long kTopkSliceCap = 43712;
+  static constexpr long long kTopkClusterFixedBytes = 57600;
   static constexpr long long kTopkClusterCandidates = 4096;
   static constexpr long long kTopkClusterMax = 8;
 

@@ -2,8 +2,8 @@
 //
 // One CTA per row r = b * next_n + j of the reader's fp32 logits [B * next_n, max_seq_len]. The row sees its
 // first L = clamp(seq_lens[b] - next_n + 1 + j, 0, max_seq_len) keys (kgen.score's visibility rule). Each
-// logit maps to an order-preserving uint32 (larger float -> larger key; -0 and +0 one key) and to a coarse bin
-// (coarse_bin: the top bits of its fp16 value's order key, a monotone map):
+// logit maps to an order-preserving uint32 (larger float -> larger key; -0 and +0 one key) and that key to a coarse
+// bin (coarse_bin: the sign, the octave within a window and the top mantissa bits; a monotone map):
 //   * a read of the row builds the coarse bins' shared-memory histogram; a suffix scan finds the threshold bin
 //     (fewer than k keys above it, at least k in it and above);
 //   * when that bin holds at most kTopkCandidates keys (every row of at most kTopkCandidates keys), a second
@@ -81,22 +81,25 @@ __device__ __forceinline__ uint32_t order_key(float f) {
   return f != f ? 0xffffffffu : u ^ flip;
 }
 
-// the logit an order key came from (NaN: a NaN)
-__device__ __forceinline__ float key_value(uint32_t key) {
-  return __uint_as_float(key & kSignBit ? key ^ kSignBit : ~key);
-}
-
-// The coarse bin of a logit: the top Bits bits of the order key of its fp16 value (round to nearest; -0 as +0,
-// every NaN above +inf, as order_key). Rounding to fp16 never reverses an order and maps equal logits to one
-// value, so a larger logit never lands in a lower bin: one histogram splits a row into the keys above, in and
-// below a threshold bin, though the bins are no prefix of order_key. At 11 bits fp16 gives 32 bins per octave
-// where fp32's top bits give 4: a row's logits, a few octaves wide, spread over many more bins (fewer
+// The coarse bin of an order key (so -0 is +0's bin and NaN the top one): below kCodes for a negative value, from
+// kCodes for the others, then the magnitude's code: its octave within the window [2^Low, 2^(Low + octaves)) and its
+// top Mantissa bits, clamped to the window (smaller magnitudes share the lowest code, larger and inf and NaN the
+// highest). The map is monotone (a larger key never has a lower bin) and integer-only: one histogram splits a row
+// into the keys above, in and below a threshold bin, though the bins are no prefix of the key. 32 bins per octave
+// where the key's own top 11 bits give 4: a row's logits, a few octaves wide, spread over many more bins (fewer
 // candidates in the threshold bin, fewer shared-memory atomics on one counter).
-template <int Bits>
-__device__ __forceinline__ uint32_t coarse_bin(float f) {
-  const uint32_t h = num::fp16_bits(__fadd_rn(f, 0.0f));
-  const uint32_t key = (h & 0x8000u) ? (h ^ 0xffffu) : (h | 0x8000u);
-  return (f != f ? 0xffffu : key) >> (16 - Bits);
+template <class C>
+__device__ __forceinline__ uint32_t coarse_bin(uint32_t key) {
+  constexpr int kMantissa{C::kTopkCoarseMantissaBits};
+  constexpr int kCodes = 1 << (C::kTopkCoarseBits - 1);                 // magnitude codes per sign
+  constexpr int kLow = (127 + C::kTopkCoarseLowExponent) << kMantissa;  // the window's lowest code, unclamped
+  static_assert(C::kTopkCoarseBits - 1 > kMantissa && kMantissa <= 23, "a window of whole octaves");
+  static_assert(C::kTopkCoarseLowExponent >= -126 && C::kTopkCoarseLowExponent + (kCodes >> kMantissa) <= 128,
+                "the window lies within fp32's normal exponents");
+  const bool negative = (key & kSignBit) == 0;
+  const uint32_t magnitude = (negative ? ~key : key) & ~kSignBit;  // the value's bits, less its sign
+  const int code = min(max(static_cast<int>(magnitude >> (23 - kMantissa)) - kLow, 0), kCodes - 1);
+  return static_cast<uint32_t>(negative ? kCodes - 1 - code : kCodes + code);
 }
 
 // `key >> shift` for shift in [0, 32] (32: nothing, every key matches an empty prefix)
@@ -115,6 +118,15 @@ struct Shared {
 
 __device__ __forceinline__ int lane_id() {
   return static_cast<int>(threadIdx.x & 31);
+}
+
+// sum(sh.warp_sum[lo, hi)) for every lane of the calling warp: lane w reads warp w's sum, one redux.sync (sm_80+)
+// adds them (where a loop over the warps would be up to 32 dependent adds of shared loads)
+template <int Threads>
+__device__ __forceinline__ int warp_sums(const Shared& sh, int lo, int hi) {
+  static_assert(Threads / 32 <= 32, "a lane per warp");
+  const int w = lane_id();
+  return __reduce_add_sync(kFullMask, w >= lo && w < hi && w < Threads / 32 ? sh.warp_sum[w] : 0);
 }
 
 // a warp-uniform call: each lane with `take` writes `value` at the next free position of `out`
@@ -160,8 +172,7 @@ __device__ __forceinline__ void find_threshold(const int* hist, int bins, int ne
   const int warp = static_cast<int>(threadIdx.x >> 5);
   if (lane_id() == 0) sh.warp_sum[warp] = suffix;
   __syncthreads();
-  int run = suffix - local;
-  for (int w = warp + 1; w < Threads / 32; ++w) run += sh.warp_sum[w];
+  int run = suffix - local + warp_sums<Threads>(sh, warp + 1, Threads / 32);
   for (int b = hi - 1; b >= lo; --b) {
     const int h = hist[b];
     if (run < need && run + h >= need) {
@@ -187,15 +198,14 @@ __device__ __forceinline__ int block_sum(int v, Shared& sh) {
   __syncthreads();  // earlier readers of warp_sum are done
   if (lane_id() == 0) sh.warp_sum[threadIdx.x >> 5] = v;
   __syncthreads();
-  int total = 0;
-  for (int w = 0; w < Threads / 32; ++w) total += sh.warp_sum[w];
-  return total;
+  return warp_sums<Threads>(sh, 0, Threads / 32);
 }
 
 // f(valid, first, values) over x[0, n), four values per call (values[c] is element first + c when `contiguous`,
-// else element first alone; valid[c] whether it lies in [0, n)), each call warp-uniform (every lane calls it the
-// same number of times): a scalar head and tail around 16-B aligned float4 loads, Unroll of them in flight per
-// thread.
+// else element first alone; valid[c] whether it lies in [0, n)), each call block-uniform (every thread calls it
+// the same number of times): a scalar head and tail (only where the row has them) around 16-B aligned float4
+// loads, Unroll of them in flight per thread (a slot no thread loads is not visited: short rows pay for their
+// keys, not for the unroll).
 template <int Threads, int Unroll, class F>
 __device__ __forceinline__ void for_each_value(const float* x, int n, F&& f) {
   const int t = static_cast<int>(threadIdx.x);
@@ -203,7 +213,8 @@ __device__ __forceinline__ void for_each_value(const float* x, int n, F&& f) {
   const int head = min(n, (4 - mis) & 3);
   const int vecs = (n - head) >> 2;
   const int tail = head + 4 * vecs;
-  {  // the head (< 4 values before the first aligned float4) and the tail (< 4 after the last), one call
+  // the head (< 4 values before the first aligned float4) and the tail (< 4 after the last), one call
+  if (head > 0 || tail < n) {
     const int at = t < 4 ? t : tail + t - 4;
     const bool v = t < 4 ? t < head : at < n && t < 8;
     bool ok[4] = {v, false, false, false};
@@ -220,6 +231,7 @@ __device__ __forceinline__ void for_each_value(const float* x, int n, F&& f) {
     }
 #pragma unroll
     for (int u = 0; u < Unroll; ++u) {
+      if (base + u * Threads >= vecs) break;  // no thread has this load (the same for the whole block)
       const int v = base + u * Threads + t;
       const bool in = v < vecs;
       bool ok[4] = {in, in, in, in};
@@ -327,6 +339,26 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
   emit(t < n && ahead < need, t < n ? idx[t] : 0, &sh.emitted, out);
 }
 
+// The `eq` candidates keys[0, eq) (complete, in shared memory), `need` of them to take (1 <= need <= eq), the
+// larger key first and, among equal keys, the lower index: ranked by a thread each (at most kTopkRankCap), else
+// refined from the first bit and, when the bits run out, by index. `hist` is free shared memory of kTopkBins
+// counters (the rank count's words, the refinement's histograms).
+template <class C>
+__device__ __forceinline__ void select_candidates(uint32_t* keys, const int* idx, const int eq, int need, int* hist,
+                                                  Shared& sh, int* out) {
+  constexpr int T = static_cast<int>(C::kTopkThreads);
+  constexpr int kRefine = static_cast<int>(C::kTopkRefineBits);
+  if (eq <= static_cast<int>(C::kTopkRankCap)) {
+    rank_select<T>(keys, idx, eq, need, reinterpret_cast<unsigned long long*>(hist), sh, out);
+    return;
+  }
+  uint32_t prefix = 0;
+  int shift = 32, left = eq;
+  if (!refine<T, kRefine>(keys, idx, eq, prefix, shift, need, left, hist, sh, out)) {
+    break_ties<T, kRefine>(keys, idx, eq, prefix, need, left, hist, sh, out);
+  }
+}
+
 // The one-CTA path (L > k): the coarse histogram of the row and its threshold bin (need = k), then one read that
 // emits the keys above the bin and copies the bin's (key, index) pairs into shared memory, ranked there (at most
 // kTopkRankCap) or refined from the first bit. Returns false, having emitted nothing, when the bin holds more than
@@ -340,10 +372,10 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
   clear<T>(hist, 1 << kBits);
   if (threadIdx.x == 0) sh.emitted = sh.collected = 0;
   __syncthreads();
-  for_each_value<T, kUnroll>(x, L, [&](const bool* v, int, const float* value, bool) {
+  for_each_key<T, kUnroll>(x, L, [&](const bool* v, int, const uint32_t* key, bool) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      if (v[c]) atomicAdd(&hist[coarse_bin<kBits>(value[c])], 1);
+      if (v[c]) atomicAdd(&hist[coarse_bin<C>(key[c])], 1);
     }
   });
   __syncthreads();
@@ -351,11 +383,11 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
   const uint32_t bin = static_cast<uint32_t>(sh.digit);
   const int above = sh.above, eq = sh.equal;
   if (eq > static_cast<int>(C::kTopkCandidates)) return false;
-  for_each_value<T, kUnroll>(x, L, [&](const bool* v, int first, const float* value, bool contiguous) {
+  for_each_key<T, kUnroll>(x, L, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
     bool take[4], in_bin[4], any = false;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const uint32_t b = coarse_bin<kBits>(value[c]);
+      const uint32_t b = coarse_bin<C>(key[c]);
       take[c] = v[c] && b > bin;
       in_bin[c] = v[c] && b == bin;
       any = any || take[c] || in_bin[c];
@@ -366,19 +398,11 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
     for (int c = 0; c < 4; ++c) {
       const int i = contiguous ? first + c : first;
       emit(take[c], i, &sh.emitted, out);
-      push(in_bin[c], order_key(value[c]), i, &sh.collected, ckey, cidx);
+      push(in_bin[c], key[c], i, &sh.collected, ckey, cidx);
     }
   });
   __syncthreads();
-  if (eq <= static_cast<int>(C::kTopkRankCap)) {
-    rank_select<T>(ckey, cidx, eq, k - above, reinterpret_cast<unsigned long long*>(hist), sh, out);
-    return true;
-  }
-  uint32_t prefix = 0;
-  int shift = 32, need = k - above, left = eq;
-  if (!refine<T, C::kTopkRefineBits>(ckey, cidx, eq, prefix, shift, need, left, hist, sh, out)) {
-    break_ties<T, C::kTopkRefineBits>(ckey, cidx, eq, prefix, need, left, hist, sh, out);
-  }
+  select_candidates<C>(ckey, cidx, eq, k - above, hist, sh, out);
   return true;
 }
 
@@ -395,11 +419,14 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   constexpr int kCoarse = static_cast<int>(C::kTopkCoarseBits);
   constexpr int kCap = static_cast<int>(C::kTopkClusterCandidates);
   static_assert(kCoarse <= kBits && C::kTopkRefineBits <= kBits, "the coarse and refining histograms fit a digit's");
+  static_assert(C::kTopkClusterFixedBytes == C::kTopkStateBytes + 3 * 4 * kBins + 8 * kCap && 2 * kBins >= C::kTopkBins,
+                "kgen/topk_plan.py's TOPK_CLUSTER_FIXED_BYTES: the state, three histograms, rank 0's candidates (and "
+                "select_candidates' scratch: two histograms' memory)");
   int* hists = reinterpret_cast<int*>(smem + C::kTopkStateBytes);  // two digits' histograms, alternating
   int* merged = hists + 2 * kBins;
   uint32_t* ckey = reinterpret_cast<uint32_t*>(merged + kBins);  // rank 0's: the row's coarse candidates
   int* cidx = reinterpret_cast<int*>(ckey + kCap);
-  uint32_t* keys = reinterpret_cast<uint32_t*>(cidx + kCap);  // this rank's slice
+  uint32_t* keys = reinterpret_cast<uint32_t*>(smem + C::kTopkClusterFixedBytes);  // this rank's slice
   const int t = static_cast<int>(threadIdx.x);
   const int rank = static_cast<int>(blockIdx.x), ranks = static_cast<int>(gridDim.x);
   const int s = ((L + ranks - 1) / ranks + 3) & ~3;
@@ -414,8 +441,9 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           if (v[c]) {
-            keys[contiguous ? first + c : first] = order_key(value[c]);
-            atomicAdd(&coarse[coarse_bin<kCoarse>(value[c])], 1);
+            const uint32_t key = order_key(value[c]);
+            keys[contiguous ? first + c : first] = key;
+            atomicAdd(&coarse[coarse_bin<C>(key)], 1);
           }
         }
       });
@@ -447,21 +475,12 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
     for (int base = 0; base < n; base += T) {
       const int i = base + t;
       const uint32_t key = i < n ? keys[i] : 0u;
-      const uint32_t b = coarse_bin<kCoarse>(key_value(key));
+      const uint32_t b = coarse_bin<C>(key);
       emit(i < n && b > bin, lo + i, &sh.mine_out, my_out);
       push(i < n && b == bin, key, lo + i, &sh.mine_in, in_key, in_idx);
     }
     cluster::sync();  // every rank's winners and candidates are written; no rank reads another's memory after it
-    if (rank != 0) return;
-    if (eq <= static_cast<int>(C::kTopkRankCap)) {
-      rank_select<T>(ckey, cidx, eq, k - above, reinterpret_cast<unsigned long long*>(hists), sh, out);
-      return;
-    }
-    uint32_t prefix = 0;
-    int shift = 32, need = k - above, left = eq;
-    if (!refine<T, C::kTopkRefineBits>(ckey, cidx, eq, prefix, shift, need, left, hists, sh, out)) {
-      break_ties<T, C::kTopkRefineBits>(ckey, cidx, eq, prefix, need, left, hists, sh, out);
-    }
+    if (rank == 0) select_candidates<C>(ckey, cidx, eq, k - above, hists, sh, out);
     return;
   }
   // more than kCap keys in the coarse threshold bin (a row of few distinct values): the slice's digits, one at a
@@ -529,12 +548,8 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
       __syncthreads();  // the last chunk's readers of warp_sum are done
       if (lane_id() == 0) sh.warp_sum[t >> 5] = __popc(ballot);
       __syncthreads();
-      int before = __popc(ballot & ((1u << lane_id()) - 1u)), total = 0;
-      for (int w = 0; w < T / 32; ++w) {
-        const int c = sh.warp_sum[w];
-        before += w < (t >> 5) ? c : 0;
-        total += c;
-      }
+      const int before = __popc(ballot & ((1u << lane_id()) - 1u)) + warp_sums<T>(sh, 0, t >> 5);
+      const int total = warp_sums<T>(sh, 0, T / 32);
       emit(tie && taken + before < take, lo + i, counter, out);
       taken += total;
     }
@@ -678,12 +693,8 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
     __syncthreads();  // the last chunk's readers of warp_sum are done
     if (topk::lane_id() == 0) sh.warp_sum[t >> 5] = __popc(ballot);
     __syncthreads();
-    int rank = __popc(ballot & ((1u << topk::lane_id()) - 1u)), total = 0;
-    for (int w = 0; w < T / 32; ++w) {
-      const int s = sh.warp_sum[w];
-      rank += w < (t >> 5) ? s : 0;
-      total += s;
-    }
+    const int rank = __popc(ballot & ((1u << topk::lane_id()) - 1u)) + topk::warp_sums<T>(sh, 0, t >> 5);
+    const int total = topk::warp_sums<T>(sh, 0, T / 32);
     topk::emit(tie && taken + rank < need, i, &sh.emitted, out);
     taken += total;
   }
