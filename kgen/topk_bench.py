@@ -307,8 +307,11 @@ def bench_topk(specs: list[Spec], shapes=TOPK_BENCH_SHAPES, *, ks=RC.TOPK_KS, sa
     if cases is None:
         cases = topk_cases(specs, shapes, ks)
     results: list[dict] = []
-    out: dict[str, Any] = {"what": TOPK_BENCH_WHAT, "peer": {"deepgemm": deepgemm_record(dg, why),
-                                                           "sglang": state.record()}, "results": results}
+    dg_rec = deepgemm_record(dg, why)
+    # name / present / why at the top: DeepGEMM's, the keys of the JSON before SGLang's rows joined
+    peers = {**{n: dg_rec[n] for n in ("name", "present") + (("why",) if "why" in dg_rec else ())},
+             "deepgemm": dg_rec, "sglang": state.record()}
+    out: dict[str, Any] = {"what": TOPK_BENCH_WHAT, "peer": peers, "results": results}
     for spec, batch, keys, dist, next_n, k in cases:
         try:
             e = bench_topk_case(torch, timer, spec, batch, keys, dist, next_n, k, peer=dg, sglang=state.peer)

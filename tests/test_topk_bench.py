@@ -295,7 +295,8 @@ def test_bench_topk_records_both_peers_and_stops_on_a_lost_context(cpu_rows, fp8
     out = TB.bench_topk([fp8], cases=cases, timer=GivenTimes([1.0] * 80), say=seen.append,
                         sglang=TB.PeerState(peer=FakeSGLang()), deepgemm=None, on_result=lambda o: None)
     assert out["peer"]["sglang"]["present"] is True
-    assert out["peer"]["deepgemm"] == {"name": "deep_gemm.fp8_paged_mqa_logits", "present": False, "why": "not asked"}
+    dg = {"name": "deep_gemm.fp8_paged_mqa_logits", "present": False, "why": "not asked"}
+    assert out["peer"]["deepgemm"] == dg and {n: out["peer"][n] for n in dg} == dg  # the keys from before kept
     assert [e["batch"] for e in out["results"]] == [1, 2] and "stopped" not in out
     assert seen[0].startswith(f"top-k peer {TB.P.NAME}: present")
 
