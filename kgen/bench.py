@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import launcher, peer_sglang
+from . import launcher, peer_sglang, topk_bench
 from .diagnostics import KgenError
 from .diagnostics import err as _say
 from .files import write_atomic
@@ -49,6 +49,7 @@ from .gpurun import precompile, start_gpu_command, sticky, usage_error
 from .host_cost import host_cost
 from .layout import Layout, compute, launch_shape, tokens_per_warp
 from .reader_check import bench_readers, profile_readers
+from .reader_layout import readable
 from .runtime import current_stream_handle, device_info, load
 from .spec import Spec
 from .timing import (
@@ -431,6 +432,19 @@ def write_json_atomic(path: Path, data: dict) -> None:
     write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
+def read_side(specs: list[Spec], timer: Timer, copy: dict, *, tunes: tuple = (None,),
+              shapes: tuple | None = None) -> dict:
+    """The read side (kgen.reader_check.bench_readers) and, with its default batches, the top-k's rows beside
+    the engines' top-ks (`topk`: kgen.topk_bench.bench_topk; SGLang's top-k loaded once here, unless
+    KGEN_BENCH_PEER=0). Alternative tunings and shapes compare the reader alone."""
+    reader = bench_readers(specs, timer, copy, say=_say, tunes=tunes, shapes=shapes)
+    mine = [s for s in specs if readable(s)]
+    if mine and shapes is None and tuple(tunes) == (None,):
+        sglang = topk_bench.PeerState(topk_bench.peer_enabled())
+        reader["topk"] = topk_bench.bench_topk(mine, timer=timer, say=_say, sglang=sglang)
+    return reader
+
+
 def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path | None, *,
                   use_compile: bool | None = None, compile_budget_s: float | None = None,
                   positions: str = "random", readers_only: bool = False, reader_tunes: tuple = (None,),
@@ -454,7 +468,7 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     if readers_only:  # the read side alone (what `python -m kgen.reader_check bench` was)
         timer = Timer(torch)
         copy = copy_bandwidth(torch, timer)
-        reader = bench_readers(specs, timer, copy, say=_say, tunes=reader_tunes, shapes=reader_shapes)
+        reader = read_side(specs, timer, copy, tunes=reader_tunes, shapes=reader_shapes)
         if json_file is not None:
             write_json_atomic(json_file, {**environment(torch), "copy": copy, "reader": reader})
         return 1 if any("error" in e for e in reader["results"]) else 0
@@ -487,7 +501,7 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
     copy_gbps = data["copy"]["gbps"]
     _say(f"kgen bench: copy {copy_gbps:.0f} GB/s (read + write)")
     cstate = CompileState(use_compile, compile_budget_s)
-    peer = PeerState(os.environ.get("KGEN_BENCH_PEER", "1") not in ("0", "false", "no", ""), specs)
+    peer = PeerState(topk_bench.peer_enabled(), specs)
     data["peer"] = peer.record()
     _say(f"kgen bench: peer {peer_sglang.NAME}: " + ("present" if peer.peer else f"absent: {peer.why}"))
     budget = float(os.environ.get("KGEN_BENCH_BUDGET_S", "0") or 0)  # 0 = no limit
@@ -502,7 +516,7 @@ def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path |
         _say("kgen bench: interrupted")
     data["compile_seconds_spent"] = round(cstate.spent, 1)
     if not data.get("interrupted"):  # the read side: indexer_logits on every variant it reads
-        data["reader"] = bench_readers(specs, timer, data["copy"], say=_say, tunes=reader_tunes, shapes=reader_shapes)
+        data["reader"] = read_side(specs, timer, data["copy"], tunes=reader_tunes, shapes=reader_shapes)
         failed = failed or any("error" in e for e in data["reader"]["results"])
     if json_file is not None:
         write_json_atomic(json_file, data)

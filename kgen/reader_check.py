@@ -540,9 +540,7 @@ def bench_readers(specs: list[Spec], timer, copy: dict, *, say=print, tunes: tup
         return {"results": []}
     precompile([(s, t) for s in mine for t in tunes], say=say)
     if shapes is None and tuple(tunes) == (None,):
-        out = bench_batches(mine, timer=timer, copy=copy, say=say)
-        out["topk"] = bench_topk(mine, timer=timer, say=say)
-        return out
+        return bench_batches(mine, timer=timer, copy=copy, say=say)
     return bench_specs(mine, shapes or BENCH_SHAPES, timer=timer, copy=copy, say=say, tunes=tunes)
 
 
@@ -634,8 +632,8 @@ def precompile(jobs: list[tuple[Spec, dict | None]], say=print) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# the top-k (torch.ops.kgen.indexer_topk): correctness against kgen.score.topk_reference, speed beside
-# the reader + torch.topk and DeepGEMM's logits + torch.topk
+# the top-k (torch.ops.kgen.indexer_topk): correctness against kgen.score.topk_reference (its speed beside the
+# engines' top-ks: kgen.topk_bench)
 
 TOPK_KS = (512, 2048)
 
@@ -717,119 +715,3 @@ def test_topk(specs: list[Spec], *, seed: int = 0, say=print) -> list[TopkResult
             if not r.ok and "CUDA" in r.reason:
                 return out
     return out
-
-
-TOPK_BENCH_SHAPES = tuple((b, keys) for b in (1, 8, 32, 64) for keys in (4096, 65536, 262144))
-TOPK_BENCH_WHAT = ("kgen: torch.ops.kgen.indexer_topk's two kernels (reader, then top-k with PDL); kgen_select: "
-                   "the top-k kernel alone on the reader's logits; kgen_reader+torch.topk: the reader then "
-                   "torch.topk(logits, k); deepgemm+torch.topk: deep_gemm.fp8_paged_mqa_logits then torch.topk on "
-                   "its logits (fp8 keys, next_n <= 2, where deep_gemm imports); every row on the same tensors in "
-                   "this process; ratios only between rows of one entry")
-
-
-def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, next_n: int, k: int, *,
-                    seed: int = 0, peer=None) -> dict:
-    """One shape: every row of TOPK_BENCH_WHAT, cold and graph, and the agreement of kgen's sets with
-    torch.topk's on the same logits."""
-    from .ops.topk import prepare, prepare_select
-
-    lens = batch_lens(batch, keys, dist, seed, next_n)
-    msl = max(lens)
-    args = make_case(spec, lens, next_n=next_n, seed=seed, extra_pages=0, max_seq_len=msl)
-    q, weights, cache, table, seq_lens, _ = args
-    fused, indices = prepare(spec, q, weights, cache, table, seq_lens, msl, k)
-    reader, logits = launcher(spec, args)
-    select, _ = prepare_select(spec, logits, seq_lens, k)
-    kk = min(k, msl)
-
-    def reader_topk():
-        reader()
-        torch.topk(logits, kk, dim=1)
-
-    rows: dict[str, Any] = {"kgen": fused, "kgen_select": select, "kgen_reader+torch.topk": reader_topk}
-    why = peer_reads(spec) or (None if next_n <= PEER_MAX_NEXT_N else f"the peer takes next_n <= {PEER_MAX_NEXT_N}")
-    if peer is not None and not why:
-        dg = peer
-        lay = L.compute(spec)
-        pos = torch.arange(next_n, device=q.device, dtype=torch.int32)
-        ctx = (seq_lens[:, None] - next_n + 1 + pos[None, :]).clamp_min(0).to(torch.int32).contiguous()
-        kv = cache.view(cache.shape[0], lay.page_size, 1, lay.page_bytes // lay.page_size)
-        meta = dg.get_paged_mqa_logits_metadata(ctx, lay.page_size, int(dg.get_num_sms()))
-
-        def peer_topk():
-            out = dg.fp8_paged_mqa_logits(q, kv, weights, ctx, table, meta, msl, False)
-            torch.topk(out[:, :msl], kk, dim=1)
-
-        rows["deepgemm+torch.topk"] = peer_topk
-    e: dict[str, Any] = {"variant": spec.name, "store": spec.store.dtype, "batch": batch, "keys": keys,
-                         "lengths": dist, "next_n": next_n, "k": k, "max_seq_len": msl, "total_keys": sum(lens),
-                         "peer": {"name": PEER_NAME, "present": "deepgemm+torch.topk" in rows}}
-    if "deepgemm+torch.topk" not in rows:
-        e["peer"]["why"] = why or "deep_gemm does not import"
-    for how, kw in (("cold", {"lo": 10, "hi": 30}), ("graph", {"lo": 10, "hi": 20})):
-        m = timer.cold if how == "cold" else timer.warm
-        e[how] = {name: m(fn, **kw)["ms"] * 1e3 for name, fn in rows.items()}  # us
-        others = {n: v for n, v in e[how].items() if n not in ("kgen", "kgen_select")}
-        best = min(others, key=lambda n: others[n])
-        e[how]["ratio_kgen_to_fastest_peer"] = e[how]["kgen"] / others[best]
-        e[how]["fastest_peer"] = best
-    fused()
-    torch.cuda.synchronize()
-    from .score import same_sets, visible_lengths
-
-    vis = visible_lengths(seq_lens.cpu(), next_n)
-    want = torch.topk(logits, kk, dim=1).indices.cpu().to(torch.int32)
-    got = indices.cpu()
-    long_rows = [r for r in range(got.shape[0]) if int(vis[r]) > k]
-    e["rows_checked"] = len(long_rows)
-    e["rows_differing_from_torch_topk"] = len(same_sets(got[long_rows], want[long_rows])) if long_rows else 0
-    return e
-
-
-def bench_topk(specs: list[Spec], shapes=TOPK_BENCH_SHAPES, *, ks=TOPK_KS, say=print, timer=None,
-               cases: list | None = None, on_result=None) -> dict:
-    """`kgen bench`'s top-k rows: for the first fp8 variant (the peer's layout) every shape x k at next_n = 1
-    (equal lengths) and next_n = 2 (lengths +-30 %), the other readable variants at B 1 and 32 x 64K keys;
-    `cases` overrides the list ((spec, batch, keys, dist, next_n, k) tuples); `on_result(out)` runs after each
-    shape (a partial file)."""
-    torch = _torch()
-    timer = timer or Timer(torch)
-    dg, why = peer_module()
-    mine = [s for s in specs if readable(s)]
-    if cases is None:
-        cases = []
-        full = next((s for s in mine if s.store.dtype == "fp8_e4m3"), mine[0] if mine else None)
-        for spec in mine:
-            picked = shapes if spec is full else ((1, 65536), (32, 65536))
-            for batch, keys in picked:
-                for k in ks:
-                    cases.append((spec, batch, keys, "equal", 1, k))
-                    cases.append((spec, batch, keys, "pm30", 2, k))
-    results: list[dict] = []
-    out = {"what": TOPK_BENCH_WHAT, "peer": {"name": PEER_NAME, "present": dg is not None, "why": why},
-           "results": results}
-    for spec, batch, keys, dist, next_n, k in cases:
-        try:
-            e = bench_topk_case(torch, timer, spec, batch, keys, dist, next_n, k, peer=dg)
-        except Exception as ex:  # noqa: BLE001 - recorded per shape
-            e = {"variant": spec.name, "batch": batch, "keys": keys, "lengths": dist, "next_n": next_n, "k": k,
-                 "error": f"{type(ex).__name__}: {ex}"[:1000]}
-            torch.cuda.synchronize()
-        results.append(e)
-        say(topk_line(e))
-        if on_result is not None:
-            on_result(out)
-    return out
-
-
-def topk_line(e: dict) -> str:
-    head = (f"{e['variant']:20s} B={e['batch']:<3d} keys={e['keys']:<7d} {e['lengths']:6s} n={e['next_n']} "
-            f"k={e['k']:<5d}")
-    if "error" in e:
-        return f"{head} ERROR {e['error']}"
-    parts = []
-    for how in ("cold", "graph"):
-        t = e[how]
-        rows = " ".join(f"{n} {v:.1f}" for n, v in t.items() if isinstance(v, float) and not n.startswith("ratio"))
-        parts.append(f"{how}: {rows} us (kgen/{t['fastest_peer']} {t['ratio_kgen_to_fastest_peer']:.2f})")
-    return f"{head} " + " | ".join(parts) + f" | diff rows {e['rows_differing_from_torch_topk']}/{e['rows_checked']}"

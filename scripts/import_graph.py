@@ -49,7 +49,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ops: torch.ops.kgen.*", ("ops", "ops.registry", "ops.writer", "ops.reader", "ops.topk")),
     ("checks and measurements: kgen test / bench / recall, engines", (
         "compare", "gpurun", "reader_check", "gputest", "timing", "host_cost", "peer_sglang", "peer_sglang_topk",
-        "bench", "recall", "engines", "engines.diff", "engines.pyedit", "engines.tree", "engines.sites",
+        "topk_bench", "bench", "recall", "engines", "engines.diff", "engines.pyedit", "engines.tree", "engines.sites",
         "engines.installed", "engines.sglang", "engines.vllm", "engines.vllm_patch", "engines.vllm_bundle",
         "engines.bundle", "engines.commands")),
     ("command line", ("cli", "__main__", "")),  # "" is the package itself (kgen/__init__.py: lazy API)

@@ -1,7 +1,7 @@
 """SGLang's DeepSeek-V4 top-k peer (kgen.peer_sglang_topk) without a GPU: its absence said cleanly (no kit, no
 nvcc, no GPU), the kit taken from the cached wheels holding topk_v2.cuh's include closure and tvm-ffi's library,
 the launcher compiled by nvcc for sm_90a, its errors returned as text rather than thrown across the C boundary,
-and the bench script's run without a device."""
+and the bench script's run without a device (the bench's rows themselves: tests/test_topk_bench.py)."""
 
 from __future__ import annotations
 
@@ -221,131 +221,16 @@ def test_bench_cases_cover_the_matrix_mode_by_mode():
     assert {c[2:4] for c in cs[:24]} == {("equal", 1)}  # a run cut after the first mode keeps it whole
 
 
-def test_bench_set_check_counts_ties_apart():
-    torch = pytest.importorskip("torch")
+def test_bench_script_is_a_caller_of_kgens_topk_bench(monkeypatch):
+    from kgen import topk_bench as TB
+
     spec = importlib.util.spec_from_file_location("bench_topk_peer", BENCH)
     assert spec is not None and spec.loader is not None
     b = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(b)
-    logits = torch.tensor([[5.0, 4.0, 3.0, 3.0, 1.0, -1.0], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
-                           [9.0, 8.0, 0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
-    vis = torch.tensor([6, 6, 6, 2])
-    want = torch.topk(logits, 3, dim=1)
-    got = want.indices.clone().to(torch.int32)
-    got[0] = torch.tensor([3, 0, 1], dtype=torch.int32) if int(want.indices[0, 2]) == 2 else torch.tensor([2, 0, 1])
-    got[1] = torch.tensor([5, 4, 0], dtype=torch.int32)  # 0 is not among the top 3 and no tie
-    got[3] = torch.tensor([1, -1, 0], dtype=torch.int32)  # a short row: 0..L-1 then -1, in any order
-    c = b._set_check(torch, got, want.values, want.indices.to(torch.int32), logits, vis, 3)
-    assert c["rows_checked"] == 3 and c["rows_differing"] == 2 and c["rows_differing_beyond_ties"] == 1
-    assert c["keys_swapped"] == 2 and c["short_rows"] == 1 and c["short_rows_wrong"] == 0
-    got[3] = torch.tensor([1, 0, 0], dtype=torch.int32)
-    assert b._set_check(torch, got, want.values, want.indices.to(torch.int32), logits, vis, 3)["short_rows_wrong"] == 1
-
-
-class _FakePeer:
-    """A peer whose kernels are torch.topk on the CPU (the bench's flow without a device)."""
-
-    def __init__(self, torch):
-        self.torch = torch
-
-    def _select(self, scores, vis, out):
-        t = self.torch
-        out.fill_(-1)
-        for r in range(scores.shape[0]):
-            n = int(vis[r])
-            idx = t.topk(scores[r, :n], min(n, out.shape[1])).indices
-            out[r, :idx.numel()] = idx.to(t.int32)
-
-    def prepare(self, scores, vis, k):
-        out = self.torch.empty((scores.shape[0], k), dtype=self.torch.int32)
-        meta = self.torch.zeros((scores.shape[0] + 1, 2), dtype=self.torch.int32)
-        return (lambda: None), (lambda: self._select(scores, vis, out)), out, meta
-
-    def launch(self, scores, vis, out, meta):
-        self._select(scores, vis, out)
-
-
-class _FakeDeepGEMM:
-    def __init__(self, logits):
-        self.logits = logits
-
-    def get_num_sms(self):
-        return 132
-
-    def get_paged_mqa_logits_metadata(self, ctx, page, sms):
-        return None
-
-    def fp8_paged_mqa_logits(self, *args):
-        rows, width = self.logits.shape
-        out = self.logits.new_full((rows, width + 61), float("-inf"))  # DeepGEMM's aligned, wider rows
-        out[:, :width] = self.logits
-        return out
-
-
-def test_bench_case_flow_on_cpu_stand_ins(monkeypatch):
-    torch = pytest.importorskip("torch")
-    import functools
-
-    from kgen import reader_check as RC
-    from kgen.ops import topk as T
-    from kgen.resolve import resolve_spec
-    from kgen.score import indexer_logits_torch, topk_reference
-
-    spec_ = importlib.util.spec_from_file_location("bench_topk_peer", BENCH)
-    assert spec_ is not None and spec_.loader is not None
-    b = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(b)
-    spec = resolve_spec(f"specs/dsv4.yaml::{b.VARIANT}")
-    made: dict = {}
-
-    def make_case(*a, **kw):
-        made["args"] = RC.make_case.__wrapped__(*a, **kw, device="cpu")
-        return made["args"]
-
-    def launcher(spec, args):
-        logits = indexer_logits_torch(spec, *args)
-        made["logits"] = logits
-        return (lambda: None), logits
-
-    def prepare_select(spec, logits, seq_lens, k):
-        out = topk_reference(logits, seq_lens, logits.shape[0] // seq_lens.shape[0], k).to(torch.int32)
-        return (lambda: None), out
-
-    def prepare(spec, q, w, cache, table, seq_lens, msl, k):
-        return prepare_select(spec, indexer_logits_torch(spec, q, w, cache, table, seq_lens, msl), seq_lens, k)
-
-    class Timer:
-        def cold(self, fn, **kw):
-            fn()
-            return {"ms": 0.002}
-
-        def warm(self, fn, **kw):
-            fn()
-            return {"ms": 0.001, "graph_error": "none here"}
-
-    orig = RC.make_case
-    monkeypatch.setattr(RC, "make_case", functools.wraps(orig)(make_case))
-    monkeypatch.setattr(RC, "launcher", launcher)
-    monkeypatch.setattr(T, "prepare", prepare)
-    monkeypatch.setattr(T, "prepare_select", prepare_select)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    class LazyDG(_FakeDeepGEMM):
-        def fp8_paged_mqa_logits(self, *args):
-            self.logits = made["logits"]
-            return super().fp8_paged_mqa_logits(*args)
-
-    dg = LazyDG(None)
-    e = b.bench_case(torch, Timer(), _FakePeer(torch), dg, spec, 2, 4096, "pm30", 2, 512)
-    assert e["rows"] == 4 and e["max_seq_len"] % 4 and e["sglang_scores"].startswith("a copy, rows padded to")
-    assert set(e["absent"]) == {"sglang_plan", "kgen_reader+sglang_topk"}
-    for how in ("cold", "graph"):
-        assert {"kgen", "kgen_select", "torch.topk", "sglang_topk", "deepgemm+torch.topk",
-                "deepgemm+sglang_topk"} <= set(e[how])
-        assert e[how]["deepgemm_fastest"] in ("deepgemm+torch.topk", "deepgemm+sglang_topk")
-    for c in ("check_kgen", "check_kgen_select", "check_sglang"):
-        assert e[c]["rows_checked"] == 4 and e[c]["rows_differing_beyond_ties"] == 0, (c, e[c])
-    assert "B=2" in b.line(e)
-    e = b.bench_case(torch, Timer(), _FakePeer(torch), None, spec, 1, 4096, "equal", 1, 2048)
-    assert e["sglang_scores"] == "the logits" and set(e["absent"]) == {"sglang_plan", "deepgemm"}
-    assert e["graph"]["reader_fastest"] in ("kgen_reader+torch.topk", "kgen_reader+sglang_topk")
-    assert e["check_sglang"]["rows_checked"] == 1 and e["check_sglang"]["rows_differing"] == 0
+    seen = {}
+    monkeypatch.setattr(TB, "bench_topk_case", lambda *a, **kw: seen.update(args=a, kw=kw) or {"ok": 1})
+    peer, dg = object(), object()
+    assert b.bench_case("torch", "timer", peer, dg, "spec", 8, 4096, "pm30", 2, 512) == {"ok": 1}
+    assert seen["args"] == ("torch", "timer", "spec", 8, 4096, "pm30", 2, 512)
+    assert seen["kw"] == {"seed": 0, "peer": dg, "sglang": peer}  # the flow itself: tests/test_topk_bench.py

@@ -13,6 +13,7 @@ import torch
 import kgen.ops  # noqa: F401 - registers the ops
 from kgen import native
 from kgen import reader_check as RC
+from kgen import topk_bench as TB
 from kgen.bench import environment, write_json_atomic
 from kgen.resolve import resolve_spec
 from kgen.timing import Timer
@@ -82,7 +83,7 @@ def main() -> None:
         data["cases_planned"] = len(cases)
         write_json_atomic(Path(a.json), data)
 
-    RC.bench_topk(specs, cases=cases, timer=Timer(torch), say=lambda s: print(s, flush=True), on_result=save)
+    TB.bench_topk(specs, cases=cases, timer=Timer(torch), say=lambda s: print(s, flush=True), on_result=save)
 
 
 if __name__ == "__main__":

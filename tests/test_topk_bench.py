@@ -1,0 +1,335 @@
+"""`kgen bench`'s top-k rows (kgen.topk_bench) without a GPU: the ratios from given timings, the set checks
+against torch.topk (ties apart, wrong sets caught, short rows), and one shape's whole flow on CPU stand-ins (SGLang's
+top-k and DeepGEMM as torch on the CPU, a timer that hands out given times): which rows run, which are absent and
+why, a row failing its first call recorded rather than fatal, and the run's top-level peer records."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from kgen import topk_bench as TB
+
+torch = pytest.importorskip("torch")
+
+
+def test_ratios_from_given_timings():
+    t = {"kgen": 10.0, "kgen_select": 4.0, "torch.topk": 8.0, "sglang_topk": 2.0, "kgen_reader+torch.topk": 20.0,
+         "kgen_reader+sglang_topk": 16.0, "deepgemm+torch.topk": 25.0, "deepgemm+sglang_topk": 12.5}
+    r = TB.ratios(t)
+    assert r["fastest_peer"] == "deepgemm+sglang_topk" and r["ratio_kgen_to_fastest_peer"] == pytest.approx(0.8)
+    assert r["deepgemm_fastest"] == "deepgemm+sglang_topk" and r["ratio_kgen_to_deepgemm_fastest"] == 0.8
+    assert r["reader_fastest"] == "kgen_reader+sglang_topk" and r["ratio_kgen_to_reader_fastest"] == 10 / 16
+    assert r["select_fastest_peer"] == "sglang_topk" and r["ratio_kgen_select_to_fastest"] == 2.0
+    # the standalone top-ks never count as a whole step, however fast
+    assert TB.ratios({"kgen": 10.0, "sglang_topk": 1.0, "kgen_reader+torch.topk": 20.0})["fastest_peer"] == \
+        "kgen_reader+torch.topk"
+    # a ratio whose rows are absent is left out (a bf16 variant: no DeepGEMM; kgen's own row failed: none)
+    r = TB.ratios({"kgen": 6.0, "kgen_select": 3.0, "torch.topk": 9.0, "kgen_reader+torch.topk": 12.0})
+    assert set(r) == {"fastest_peer", "ratio_kgen_to_fastest_peer", "reader_fastest", "ratio_kgen_to_reader_fastest",
+                      "select_fastest_peer", "ratio_kgen_select_to_fastest"}
+    assert r["ratio_kgen_to_reader_fastest"] == 0.5 and r["ratio_kgen_select_to_fastest"] == 3 / 9
+    assert TB.ratios({"kgen_select": 3.0, "kgen_reader+torch.topk": 12.0, "graph_errors": {}}) == {}
+
+
+def _check(logits, vis, got):
+    got = torch.tensor(got, dtype=torch.int32)
+    want = torch.topk(logits, min(got.shape[1], logits.shape[1]), dim=1)
+    return TB.set_check(got, want.values, want.indices.to(torch.int32), logits, torch.tensor(vis))
+
+
+def test_set_check_counts_ties_apart_and_catches_wrong_sets():
+    logits = torch.tensor([[5.0, 4.0, 3.0, 3.0, 1.0, -1.0], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+                           [9.0, 8.0, 0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    vis = [6, 6, 6, 2]
+    tie = [3, 0, 1] if int(torch.topk(logits[0], 3).indices[2]) == 2 else [2, 0, 1]  # the other of the tied keys
+    same = torch.topk(logits[2], 3).indices.tolist()  # torch.topk's own pick among the tied zeros
+    c = _check(logits, vis, [tie, [5, 4, 0], same, [1, -1, 0]])
+    assert c["rows_checked"] == 3 and c["rows_differing"] == 2 and c["rows_differing_beyond_ties"] == 1
+    assert c["keys_swapped"] == 2 and c["short_rows"] == 1 and c["short_rows_wrong"] == 0
+    assert c["examples"] == [{"row": 1, "only_here": [0], "only_torch": [3], "kth": 4.0}]
+    # a short row must be exactly 0..L-1 then -1
+    assert _check(logits, vis, [tie, [5, 4, 3], same, [1, 0, 0]])["short_rows_wrong"] == 1
+    assert _check(logits, vis, [tie, [5, 4, 3], same, [1, 5, -1]])["short_rows_wrong"] == 1
+
+
+def test_set_check_a_tie_key_does_not_excuse_a_dropped_larger_one():
+    logits = torch.tensor([[5.0, 4.0, 4.0, 3.0, 0.0]])
+    # torch.topk's two are 0 and one of the 4.0s; selecting both 4.0s drops the 5.0: wrong, not a tie
+    c = _check(logits, [5], [[1, 2]])
+    assert c["rows_differing"] == 1 and c["rows_differing_beyond_ties"] == 1
+    # a repeated index or one past the row's length is wrong even where the logit matches
+    logits = torch.tensor([[5.0, 4.0, 3.0, 4.0, float("-inf")]])
+    assert _check(logits, [4], [[0, 0]])["rows_differing_beyond_ties"] == 1
+    assert _check(logits, [4], [[0, 4]])["rows_differing_beyond_ties"] == 1
+    for other in (1, 3):  # keys 1 and 3 tie at the k-th value: either is right
+        assert _check(logits, [4], [[0, other]])["rows_differing_beyond_ties"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# one shape on CPU stand-ins
+
+
+class FakeSGLang:
+    """SGLang's top-k as Peer presents it (prepare / launch / record), its kernels torch.topk on the CPU.
+    `plans`: the plan writes its metadata (SGLang plans only beyond its cluster pool); `wrong`: the top-k picks
+    each row's smallest keys (a set check must catch it); `launch_fails`: launch() raises (SGLang's host check)."""
+
+    def __init__(self, plans: bool = False, wrong: bool = False, launch_fails: bool = False):
+        self.plans, self.wrong, self.launch_fails = plans, wrong, launch_fails
+
+    def record(self):
+        return {"name": "fake sglang", "present": True, "sglang": "0.5.23"}
+
+    def _select(self, scores, vis, out):
+        out.fill_(-1)
+        for r in range(scores.shape[0]):
+            n = int(vis[r])
+            idx = torch.topk(scores[r, :n], min(n, out.shape[1]), largest=not self.wrong).indices
+            out[r, :idx.numel()] = idx.to(torch.int32)
+
+    def prepare(self, scores, vis, k):
+        out = torch.empty((scores.shape[0], k), dtype=torch.int32)
+        meta = torch.zeros((scores.shape[0] + 1, 2), dtype=torch.int32)
+
+        def plan():
+            if self.plans:
+                meta[0] = torch.tensor([0, scores.shape[0]])
+
+        return plan, (lambda: self._select(scores, vis, out)), out, meta
+
+    def launch(self, scores, vis, out, meta):
+        if self.launch_fails:
+            raise RuntimeError("SGLang's top-k failed: scores' row stride must be a multiple of 4")
+        self._select(scores, vis, out)
+
+
+class FakeDeepGEMM:
+    """fp8_paged_mqa_logits as the reader's logits (the stand-ins' own) in DeepGEMM's wider, aligned rows."""
+
+    def __init__(self, made):
+        self.made = made
+
+    def get_num_sms(self):
+        return 132
+
+    def get_paged_mqa_logits_metadata(self, ctx, page, sms):
+        return None
+
+    def fp8_paged_mqa_logits(self, *args):
+        logits = self.made["logits"]
+        rows, width = logits.shape
+        out = logits.new_full((rows, width + 61), float("-inf"))
+        out[:, :width] = logits
+        return out
+
+
+class GivenTimes:
+    """A timer that calls each row once and hands out the given times (ms) in turn, recording them."""
+
+    def __init__(self, ms):
+        self.ms, self.given = list(ms), []
+
+    def _next(self, fn):
+        fn()
+        self.given.append(self.ms.pop(0))
+        return {"ms": self.given[-1]}
+
+    def cold(self, fn, **kw):
+        return self._next(fn)
+
+    def warm(self, fn, **kw):
+        r = self._next(fn)
+        r["graph_error"] = "no capture here"
+        return r
+
+
+@pytest.fixture
+def cpu_rows(monkeypatch):
+    """kgen's reader, top-k and fused op as the Torch path and the reference on the CPU; returns what was made."""
+    from kgen import reader_check as RC
+    from kgen.ops import topk as T
+    from kgen.score import indexer_logits_torch, topk_reference
+
+    made: dict = {}
+    orig = RC.make_case
+
+    def make_case(*a, **kw):
+        made["args"] = orig(*a, **kw, device="cpu")
+        return made["args"]
+
+    def launcher(spec, args):
+        made["logits"] = indexer_logits_torch(spec, *args)
+        return (lambda: None), made["logits"]
+
+    def prepare_select(spec, logits, seq_lens, k):
+        out = topk_reference(logits, seq_lens, logits.shape[0] // seq_lens.shape[0], k).to(torch.int32)
+        return (lambda: None), out
+
+    def prepare(spec, q, w, cache, table, seq_lens, msl, k):
+        return prepare_select(spec, indexer_logits_torch(spec, q, w, cache, table, seq_lens, msl), seq_lens, k)
+
+    monkeypatch.setattr(RC, "make_case", functools.wraps(orig)(make_case))
+    monkeypatch.setattr(RC, "launcher", launcher)
+    monkeypatch.setattr(T, "prepare", prepare)
+    monkeypatch.setattr(T, "prepare_select", prepare_select)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    return made
+
+
+@pytest.fixture(scope="module")
+def fp8():
+    from kgen.resolve import resolve_spec
+
+    return resolve_spec("specs/dsv4.yaml::dsv4_indexer_fp8")
+
+
+def _case(spec, batch, keys, dist, next_n, k, *, sglang=None, dg=None, ms=None):
+    timer = GivenTimes(ms or [float(i + 1) for i in range(40)])
+    return TB.bench_topk_case(torch, timer, spec, batch, keys, dist, next_n, k, peer=dg, sglang=sglang), timer
+
+
+def _every_row_said(e):
+    for how in ("cold", "graph"):
+        timed = {n for n in e[how] if n in TB.ROWS}
+        assert timed.isdisjoint(e["absent"]) and timed | set(e["absent"]) == set(TB.ROWS), (how, timed, e["absent"])
+
+
+def test_every_row_beside_both_peers(cpu_rows, fp8):
+    # cold ms in row order: kgen, kgen_select, torch.topk, kgen_reader+torch.topk, sglang_plan, sglang_topk,
+    # kgen_reader+sglang_topk, deepgemm+torch.topk, deepgemm+sglang_topk; then graph, the same rows reversed
+    cold = [0.007, 0.003, 0.009, 0.002, 0.008, 0.001, 0.006, 0.005, 0.004]
+    e, timer = _case(fp8, 2, 4096, "equal", 1, 512, sglang=FakeSGLang(plans=True), dg=FakeDeepGEMM(cpu_rows),
+                     ms=cold + cold[::-1])
+    assert e["sglang_scores"] == "the logits" and e["sglang_plan_written"] and e["absent"] == {}
+    _every_row_said(e)
+    assert e["peer"] == {"name": "deep_gemm.fp8_paged_mqa_logits", "present": True}
+    c, g = e["cold"], e["graph"]
+    assert [round(c[n], 6) for n in c if n in TB.ROWS] == [1e3 * v for v in cold]
+    assert c["fastest_peer"] == c["reader_fastest"] == "kgen_reader+torch.topk"
+    assert c["ratio_kgen_to_fastest_peer"] == pytest.approx(3.5) == c["ratio_kgen_to_reader_fastest"]
+    assert c["deepgemm_fastest"] == "deepgemm+sglang_topk"
+    assert c["ratio_kgen_to_deepgemm_fastest"] == pytest.approx(1.75)
+    assert c["select_fastest_peer"] == "sglang_topk" and c["ratio_kgen_select_to_fastest"] == pytest.approx(3.0)
+    # graph (the reversed list): kgen 4, kgen_select 5, torch.topk 6, kgen_reader+torch.topk 1, sglang_topk 2,
+    # kgen_reader+sglang_topk 9, deepgemm+torch.topk 3, deepgemm+sglang_topk 7
+    assert g["fastest_peer"] == g["reader_fastest"] == "kgen_reader+torch.topk"
+    assert g["ratio_kgen_to_fastest_peer"] == pytest.approx(4.0) == g["ratio_kgen_to_reader_fastest"]
+    assert g["deepgemm_fastest"] == "deepgemm+torch.topk"
+    assert g["ratio_kgen_to_deepgemm_fastest"] == pytest.approx(4 / 3)
+    assert g["select_fastest_peer"] == "sglang_topk" and g["ratio_kgen_select_to_fastest"] == pytest.approx(2.5)
+    assert set(g["graph_errors"]) == set(TB.ROWS)
+    for name in ("check_kgen", "check_kgen_select", "check_sglang"):
+        assert e[name]["rows_checked"] == 2 and e[name]["rows_differing_beyond_ties"] == 0, (name, e[name])
+    assert e["rows_checked"] == 2 and e["rows_differing_from_torch_topk"] == 0  # the keys kept from before
+    line = TB.topk_line(e)
+    assert "B=2" in line and "kgen_to_reader_fastest 3.50" in line and "sglang 0/2+0/0" in line
+
+
+def test_sglang_rows_absent_without_the_peer_and_deepgemm_past_next_n_2(cpu_rows, fp8):
+    e, _ = _case(fp8, 1, 4096, "pm30", 4, 2048, dg=FakeDeepGEMM(cpu_rows))
+    _every_row_said(e)
+    assert set(e["absent"]) == set(TB.SGLANG_ROWS) | set(TB.DEEPGEMM_ROWS)
+    assert "SGLang top-k peer is absent" in e["absent"]["sglang_topk"]
+    assert e["absent"]["deepgemm+torch.topk"] == "DeepGEMM takes next_n <= 2" == e["peer"]["why"]
+    assert "check_sglang" not in e and e["check_kgen"]["short_rows"] + e["check_kgen"]["rows_checked"] == 4
+    assert set(e["cold"]) >= {"reader_fastest", "select_fastest_peer"} and "deepgemm_fastest" not in e["cold"]
+
+
+def test_ragged_rows_sglang_reads_a_padded_copy(cpu_rows, fp8):
+    e, _ = _case(fp8, 2, 4096, "pm30", 2, 512, sglang=FakeSGLang(), dg=FakeDeepGEMM(cpu_rows))
+    assert e["max_seq_len"] % 4 and e["sglang_scores"].startswith("a copy, rows padded to")
+    assert set(e["absent"]) == {"sglang_plan", "kgen_reader+sglang_topk"}
+    assert e["cold"]["reader_fastest"] == "kgen_reader+torch.topk"
+    assert e["check_sglang"]["rows_checked"] == 4 and e["check_sglang"]["rows_differing_beyond_ties"] == 0
+
+
+def test_a_row_failing_its_first_call_is_absent_not_fatal(cpu_rows, fp8):
+    e, _ = _case(fp8, 2, 4096, "equal", 1, 512, sglang=FakeSGLang(launch_fails=True), dg=FakeDeepGEMM(cpu_rows))
+    _every_row_said(e)
+    assert set(e["absent"]) == {"sglang_plan", "deepgemm+sglang_topk"}
+    assert e["absent"]["deepgemm+sglang_topk"].startswith("RuntimeError: SGLang's top-k failed")
+    assert e["cold"]["deepgemm_fastest"] == "deepgemm+torch.topk"
+
+
+def test_the_set_check_catches_a_wrong_peer(cpu_rows, fp8):
+    e, _ = _case(fp8, 2, 4096, "equal", 1, 512, sglang=FakeSGLang(wrong=True))
+    assert e["check_sglang"]["rows_differing_beyond_ties"] == 2 and e["check_sglang"]["examples"]
+    assert e["check_kgen"]["rows_differing_beyond_ties"] == 0
+    assert "sglang 2/2" in TB.topk_line(e)
+
+
+def test_a_bf16_variant_gets_the_reader_ratio(cpu_rows):
+    from kgen.resolve import resolve_spec
+
+    bf16 = resolve_spec("specs/dsv4.yaml::dsv4_indexer_bf16")
+    e, _ = _case(bf16, 1, 4096, "equal", 1, 512, sglang=FakeSGLang(), dg=FakeDeepGEMM(cpu_rows))
+    assert e["store"] == "bf16" and "deepgemm+torch.topk" in e["absent"] and "kgen_reader+sglang_topk" not in \
+        e["absent"]
+    assert e["graph"]["reader_fastest"] in TB.READER_ROWS and "ratio_kgen_to_reader_fastest" in e["graph"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+
+
+def test_peer_state_records_why_it_is_absent(monkeypatch):
+    off = TB.PeerState(False)
+    assert off.peer is None and off.record()["why"] == "disabled (KGEN_BENCH_PEER=0)"
+    assert off.record()["present"] is False and off.record()["name"] == TB.P.NAME
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    on = TB.PeerState(True)
+    assert on.peer is None and "no CUDA device" in on.why and on.load_s is not None
+    given = TB.PeerState(True, peer=FakeSGLang()).record()
+    assert given["present"] is True and given["name"] == "fake sglang" and given["why"] is None
+    monkeypatch.setenv("KGEN_BENCH_PEER", "0")
+    assert not TB.peer_enabled()
+    monkeypatch.setenv("KGEN_BENCH_PEER", "1")
+    assert TB.peer_enabled()
+
+
+def test_bench_topk_records_both_peers_and_stops_on_a_lost_context(cpu_rows, fp8, monkeypatch):
+    cases = [(fp8, 1, 4096, "equal", 1, 512), (fp8, 2, 4096, "pm30", 2, 512)]
+    seen = []
+    out = TB.bench_topk([fp8], cases=cases, timer=GivenTimes([1.0] * 80), say=seen.append,
+                        sglang=TB.PeerState(peer=FakeSGLang()), deepgemm=None, on_result=lambda o: None)
+    assert out["peer"]["sglang"]["present"] is True
+    dg = {"name": "deep_gemm.fp8_paged_mqa_logits", "present": False, "why": "not asked"}
+    assert out["peer"]["deepgemm"] == dg and {n: out["peer"][n] for n in dg} == dg  # the keys from before kept
+    assert [e["batch"] for e in out["results"]] == [1, 2] and "stopped" not in out
+    assert seen[0].startswith(f"top-k peer {TB.P.NAME}: present")
+
+    def lost(*a, **kw):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(TB, "bench_topk_case", lost)
+    out = TB.bench_topk([fp8], cases=cases, timer=GivenTimes([]), say=seen.append,
+                        sglang=TB.PeerState(False), deepgemm=None)
+    assert len(out["results"]) == 1 and "illegal memory access" in out["results"][0]["error"]
+    assert out["stopped"].startswith("the CUDA context is lost after 1 of 2")
+
+
+def test_topk_cases_cover_fp8_fully_and_the_others_at_two_shapes():
+    from kgen.resolve import resolve_spec
+
+    fp8, bf16 = (resolve_spec(f"specs/dsv4.yaml::dsv4_indexer_{s}") for s in ("fp8", "bf16"))
+    cs = TB.topk_cases([bf16, fp8])
+    assert len([c for c in cs if c[0] is fp8]) == len(TB.TOPK_BENCH_SHAPES) * 2 * 2
+    assert {c[1:3] for c in cs if c[0] is bf16} == {(1, 65536), (32, 65536)}
+    assert {c[3:5] for c in cs} == {("equal", 1), ("pm30", 2)}
+
+
+def test_kgen_bench_read_side_runs_the_topk_with_the_default_batches_only(monkeypatch, fp8):
+    from kgen import bench
+
+    calls = []
+    monkeypatch.setattr(bench, "bench_readers", lambda specs, timer, copy, **kw: {"results": []})
+    monkeypatch.setattr(TB, "bench_topk", lambda specs, **kw: calls.append((specs, kw)) or {"results": ["t"]})
+    monkeypatch.setenv("KGEN_BENCH_PEER", "0")
+    out = bench.read_side([fp8], None, {})
+    assert out["topk"] == {"results": ["t"]} and calls[0][0] == [fp8]
+    assert calls[0][1]["sglang"].peer is None and "KGEN_BENCH_PEER=0" in calls[0][1]["sglang"].why
+    assert "topk" not in bench.read_side([fp8], None, {}, shapes=((1, 4096),))
+    assert "topk" not in bench.read_side([fp8], None, {}, tunes=(None, {"kReaderWgStages": 3}))
+    assert len(calls) == 1
