@@ -305,10 +305,14 @@ class Peer:
         sp, lp, op, mp = scores.data_ptr(), seq_lens.data_ptr(), out.data_ptr(), meta.data_ptr()
         stride = scores.stride(0)
 
-        def plan() -> None:
+        # the closures hold the tensors whose addresses they pass: a caller that keeps only them (a padded copy of
+        # the scores made for this call) must not have that memory freed and reused under SGLang's kernels
+        held = (scores, seq_lens, out, meta)
+
+        def plan(_held=held) -> None:
             self._check(lib.kgen_sglang_topk_plan(lp, rows, mp, threshold, dev, stream()), "top-k plan")
 
-        def select() -> None:
+        def select(_held=held) -> None:
             self._check(lib.kgen_sglang_topk(sp, rows, cols, stride, lp, op, k, mp, dev, stream()), "top-k")
 
         return plan, select, out, meta

@@ -234,3 +234,42 @@ def test_bench_script_is_a_caller_of_kgens_topk_bench(monkeypatch):
     assert b.bench_case("torch", "timer", peer, dg, "spec", 8, 4096, "pm30", 2, 512) == {"ok": 1}
     assert seen["args"] == ("torch", "timer", "spec", 8, 4096, "pm30", 2, 512)
     assert seen["kw"] == {"seed": 0, "peer": dg, "sglang": peer}  # the flow itself: tests/test_topk_bench.py
+
+
+def test_the_launch_closures_hold_the_tensors_they_point_at():
+    """prepare's plan / select pass raw addresses: a caller that keeps only them (and drops the padded copy of the
+    scores it made) must not see that memory freed under SGLang's kernel (the copy was freed and reused once,
+    and SGLang read another tensor's bytes)."""
+    import gc
+    import weakref
+
+    import torch
+
+    calls = []
+
+    class Lib:  # the launcher's two entry points, recording the addresses they are given
+        def kgen_sglang_topk_plan(self, lens, rows, meta, threshold, dev, stream):
+            calls.append(("plan", lens, meta))
+            return 0
+
+        def kgen_sglang_topk(self, scores, rows, cols, stride, lens, out, k, meta, dev, stream):
+            calls.append(("topk", scores, stride))
+            return 0
+
+    peer = object.__new__(P.Peer)
+    peer.lib, peer.device = Lib(), 0
+    peer.metadata = lambda rows: torch.zeros((rows + 1, P.PLAN_COLS), dtype=torch.int32)
+    peer._stream = lambda: 0
+    scores = P.padded_scores(torch, torch.randn(3, 4097))  # a copy: 4097 columns are not 16-B strided
+    gone = weakref.ref(scores.untyped_storage())
+    plan, select, _, _ = peer.prepare(scores, torch.full((3,), 4097, dtype=torch.int32), 8)
+    address = scores.data_ptr()
+    del scores
+    gc.collect()
+    assert gone() is not None  # still held: by the closures
+    plan()
+    select()
+    assert calls[1] == ("topk", address, 4100)
+    del plan, select
+    gc.collect()
+    assert gone() is None
