@@ -8,7 +8,8 @@ reverse order (order effects cancel).
 
     python scripts/reader_mtp_bench.py OUT.json [SPEC.yaml ...]
 
-MTP_SHAPES overrides the shapes: "B:keys:lengths:next_n,..." (lengths equal, pm30 or uniform)."""
+MTP_SHAPES overrides the shapes: "B:keys:lengths:next_n,..." (lengths equal, pm30 or uniform); MTP_ALTERNATIVES=0
+leaves the pair and split cubins out."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def main() -> None:
     import torch
 
     out = Path(sys.argv[1])
-    paths = [Path(p) for p in sys.argv[2:]] or [Path("specs/dsv4/indexer_fp8.yaml"), Path("specs/indexer_bf16.yaml")]
+    paths = [Path(p) for p in sys.argv[2:]] or [Path("specs/dsv4.yaml")]
     specs = validate_paths(paths).specs()
     timer = Timer(torch)
     copy = copy_bandwidth(torch, timer)
@@ -61,7 +62,7 @@ def main() -> None:
             runs: dict = {}
             logits: dict = {}
             tunes = {"shipped": None}
-            if n > 1:
+            if n > 1 and os.environ.get("MTP_ALTERNATIVES", "1") == "1":  # 0: the shipped cubin (and the peer) only
                 tunes["pairs"] = RP.reader_wg_pair_tuning(lay)
                 # (absent from trees older than the split: the bench runs in those too)
                 split_of, is_split = getattr(RP, "reader_wg_split_tuning", None), getattr(RL, "reader_wg_split", None)
