@@ -258,11 +258,11 @@ struct WgTmaLogits {
       const uint32_t a_lo = keys_lo + s * (kStageBytes / 16);
       const float factor = tig < 2 ? sm.row_info[s * kTile + row] : 0.0f;  // the row's scale, 1, or NaN
       const int ntok = at.at.ntok;
-      if constexpr (kPairs) {
 #pragma unroll 1
-        for (int t = 0; t < ntok; ++t) {
-          const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
-          const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
+      for (int t = 0; t < ntok; ++t) {
+        const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
+        const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
+        if constexpr (kPairs) {
           if (t + 1 < ntok) {  // tokens t and t + 1 in one m64n128 group: the second sees one key more
             const int visible_u = at.visible(p, t + 1);
             const bool any_u = k0 < visible_u;
@@ -277,37 +277,11 @@ struct WgTmaLogits {
             ++t;
             continue;
           }
-          float acc[32];
-          if (any) wg::tile_mma<kFp8, kChunks>(acc, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
-          release(s);
-          wg::finish_with(acc, any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid, tig);
         }
-      } else {
-        // One token at a time through one set of accumulators, the next token's product issued as soon as
-        // head_sums has read them: it runs while this token's sums cross the quad and are stored, so that a
-        // warpgroup's chain per token is about the longer of the wgmma and the epilogue, not their sum. Every
-        // token's product is issued (a token that sees none of the tile's keys stores -inf and reads no sum), and
-        // unconditionally inside the loop: ptxas keeps a wgmma in flight across the loop's edge only so.
         float acc[32];
-        const auto issue = [&](int t) {
-          wg::tile_mma_issue<kFp8, kChunks>(acc, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
-        };
-        const auto finish = [&](int t, bool next) {  // token t's product has landed; `next`: t + 1 < ntok
-          const int visible_t = at.visible(p, t);    // keys [0, visible_t) are token t's
-          const bool any = k0 < visible_t;
-          const float2 sums = wg::head_sums(acc, sm.w + t * H, tig);
-          if (next) issue(t + 1);
-          wg::finish_sums(sums, any, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid, tig);
-        };
-        issue(0);
-#pragma unroll 1
-        for (int t = 0; t + 1 < ntok; ++t) {
-          wg::tile_mma_wait(acc);
-          finish(t, true);
-        }
-        wg::tile_mma_wait(acc);
-        release(s);  // the tile's last product is done: its stage goes back to the producer
-        finish(ntok - 1, false);
+        if (any) wg::tile_mma<kFp8, kChunks>(acc, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
+        if (t == ntok - 1) release(s);
+        wg::finish_with(acc, any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid, tig);
       }
     }
   }

@@ -23,44 +23,34 @@ namespace wg {
 __device__ __forceinline__ int finish_row(int warp, int gid, int tig) {
   return 16 * warp + gid + 8 * tig;
 }
-// This thread's part of rows gid and gid + 8's sums over the heads (relu, * w; its 16 of the 64 heads): the
-// accumulators' last use, so that the next product may be issued into them before the sums cross the quad.
-__device__ __forceinline__ float2 head_sums(const float (&acc)[32], const float* wt, int tig) {
+// `factor`: this thread's row's (finish_row; its scale, 1, or NaN for a bad page)
+__device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, const float* wt, float factor, float* out,
+                                            int k0, int key_end, int visible_t, int warp, int gid, int tig) {
   float v0 = 0.0f, v1 = 0.0f;  // rows gid and gid + 8 of the warp's 16
-  float u0 = 0.0f, u1 = 0.0f;  // the odd heads' sums: two chains per row, half as deep
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const float2 w = *reinterpret_cast<const float2*>(wt + 8 * j + 2 * tig);
-    v0 = fmaf(w.x, fmaxf(acc[4 * j], 0.0f), v0);
-    u0 = fmaf(w.y, fmaxf(acc[4 * j + 1], 0.0f), u0);
-    v1 = fmaf(w.x, fmaxf(acc[4 * j + 2], 0.0f), v1);
-    u1 = fmaf(w.y, fmaxf(acc[4 * j + 3], 0.0f), u1);
-  }
-  return make_float2(v0 + u0, v1 + u1);
-}
-// head_sums' over the quad's 4 lanes (every lane calls it; `any` false: the tile's keys are past the token's
-// visible ones, and the sums are not read), scaled by `factor` (this thread's row's, finish_row: its scale, 1, or
-// NaN for a bad page) and stored by lanes tig 0 and 1 (-inf for keys the token does not see)
-__device__ __forceinline__ void finish_sums(float2 v, bool any, float factor, float* out, int k0, int key_end,
-                                            int visible_t, int warp, int gid, int tig) {
   if (any) {
-    v.x += __shfl_xor_sync(num::kFullMask, v.x, 1);
-    v.x += __shfl_xor_sync(num::kFullMask, v.x, 2);
-    v.y += __shfl_xor_sync(num::kFullMask, v.y, 1);
-    v.y += __shfl_xor_sync(num::kFullMask, v.y, 2);
+    float u0 = 0.0f, u1 = 0.0f;  // the odd heads' sums: two chains per row, half as deep
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 w = *reinterpret_cast<const float2*>(wt + 8 * j + 2 * tig);
+      v0 = fmaf(w.x, fmaxf(acc[4 * j], 0.0f), v0);
+      u0 = fmaf(w.y, fmaxf(acc[4 * j + 1], 0.0f), u0);
+      v1 = fmaf(w.x, fmaxf(acc[4 * j + 2], 0.0f), v1);
+      u1 = fmaf(w.y, fmaxf(acc[4 * j + 3], 0.0f), u1);
+    }
+    v0 += u0;
+    v1 += u1;
+    v0 += __shfl_xor_sync(num::kFullMask, v0, 1);
+    v0 += __shfl_xor_sync(num::kFullMask, v0, 2);
+    v1 += __shfl_xor_sync(num::kFullMask, v1, 1);
+    v1 += __shfl_xor_sync(num::kFullMask, v1, 2);
   }
   if (tig < 2) {
     const int key = k0 + finish_row(warp, gid, tig);
     if (key < key_end) {
-      const float logit = key < visible_t ? (tig ? v.y : v.x) * factor : -__int_as_float(0x7f800000);
+      const float logit = key < visible_t ? (tig ? v1 : v0) * factor : -__int_as_float(0x7f800000);
       out[key] = logit;
     }
   }
-}
-__device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, const float* wt, float factor, float* out,
-                                            int k0, int key_end, int visible_t, int warp, int gid, int tig) {
-  finish_sums(any ? head_sums(acc, wt, tig) : make_float2(0.0f, 0.0f), any, factor, out, k0, key_end, visible_t, warp,
-              gid, tig);
 }
 // token u's (0 or 1) accumulators of an m64n128 group
 __device__ __forceinline__ const float (&token_half(const float (&acc)[64], int u))[32] {

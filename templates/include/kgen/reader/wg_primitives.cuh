@@ -239,12 +239,11 @@ __device__ __forceinline__ void keep(float (&d)[N]) {
 
 // acc (+)= a 64-key tile's A operand times q's B operand, over `Chunks` 128-B chunks of their rows (the A
 // chunks `a_step`, q's `b_step` descriptor units apart from `a_lo`, `b_lo`), four wgmma k-steps of 32 B each
-// (k32 e4m3 for `Fp8`, else k16 bf16); `add` false: the first k-step overwrites acc. Issued as one group and
-// not waited for: acc is written asynchronously until tile_mma_wait.
+// (k32 e4m3 for `Fp8`, else k16 bf16); `add` false: the first k-step overwrites acc. Waits for the group.
 // `N` accumulators per thread: 32 (m64n64, one token), 64 (m64n128, two tokens' q rows from b_lo on).
 template <bool Fp8, int Chunks, int N = 32>
-__device__ __forceinline__ void tile_mma_issue(float (&acc)[N], uint32_t a_lo, uint32_t a_step, uint32_t b_lo,
-                                               uint32_t b_step, bool add) {
+__device__ __forceinline__ void tile_mma(float (&acc)[N], uint32_t a_lo, uint32_t a_step, uint32_t b_lo,
+                                         uint32_t b_step, bool add) {
   constexpr int kSteps{reader::kWgChunkBytes / 32};
   mma_fence();
 #pragma unroll
@@ -262,19 +261,8 @@ __device__ __forceinline__ void tile_mma_issue(float (&acc)[N], uint32_t a_lo, u
     }
   }
   mma_commit();
-}
-// the group tile_mma_issue started is done: acc holds the product, the operands' shared memory is read
-template <int N>
-__device__ __forceinline__ void tile_mma_wait(float (&acc)[N]) {
   mma_wait();
   keep(acc);
-}
-// tile_mma_issue, then its wait
-template <bool Fp8, int Chunks, int N = 32>
-__device__ __forceinline__ void tile_mma(float (&acc)[N], uint32_t a_lo, uint32_t a_step, uint32_t b_lo,
-                                         uint32_t b_step, bool add) {
-  tile_mma_issue<Fp8, Chunks>(acc, a_lo, a_step, b_lo, b_step, add);
-  tile_mma_wait(acc);
 }
 
 }  // namespace wg
