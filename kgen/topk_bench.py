@@ -151,8 +151,9 @@ def set_check(got, want_values, want_indices, logits, vis) -> dict:
 
 
 def _sglang_rows(torch, peer, logits, vis, k: int, reader, rows: dict, absent: dict, e: dict):
-    """SGLang's rows on the reader's logits: (plan, select, indices, metadata), or None with every SGLang row
-    in `absent`. The plan is made here, outside every timing, as SGLang makes it once per step."""
+    """SGLang's rows on the reader's logits (`reader` writes `logits`, rows 16-B strided where it can:
+    aligned_reader): (plan, select, indices, metadata), or None with every SGLang row in `absent`. The plan is
+    made here, outside every timing, as SGLang makes it once per step."""
     scores = P.padded_scores(torch, logits)
     e["sglang_scores"] = "the logits" if scores is logits else f"a copy, rows padded to {scores.stride(0)}"
     plan, select, indices, meta = peer.prepare(scores, vis, k)
@@ -169,9 +170,19 @@ def _sglang_rows(torch, peer, logits, vis, k: int, reader, rows: dict, absent: d
     rows["sglang_topk"] = select
     if scores is logits:
         rows["kgen_reader+sglang_topk"] = lambda: (reader(), select())
-    else:  # a copy would add a pass the engine does not make; SGLang's own scorer writes aligned rows
+    else:  # (unreached from bench_topk_case, whose reader writes aligned rows) a copy would add a pass
         absent["kgen_reader+sglang_topk"] = "the reader's logits rows are not 16-byte strided"
     return plan, select, indices, meta
+
+
+def aligned_reader(spec: Spec, args: tuple):
+    """(launch, logits) of kgen's reader whose logits rows SGLang's top-k reads in place: max_seq_len rounded up
+    to P.SCORE_ALIGN columns (the columns past it hold -inf, as an engine's padded row does; the keys read are the
+    same), where the case's own max_seq_len is not a multiple of it; else None."""
+    msl = int(args[-1])
+    if msl % P.SCORE_ALIGN == 0:
+        return None
+    return RC.launcher(spec, (*args[:-1], -(-msl // P.SCORE_ALIGN) * P.SCORE_ALIGN))
 
 
 def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, next_n: int, k: int, *,
@@ -202,7 +213,12 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
         absent.update({n: "the SGLang top-k peer is absent (the run's topk.peer.sglang says why)" for n in SGLANG_ROWS})
     else:
         try:
-            sg = _sglang_rows(torch, sglang, logits, vis, k, reader, rows, absent, e)
+            wide = aligned_reader(spec, args)
+            if wide is not None:
+                e["sglang_reader_max_seq_len"] = int(wide[1].shape[1])
+                wide[0]()
+            sg_reader, sg_logits = wide if wide is not None else (reader, logits)
+            sg = _sglang_rows(torch, sglang, sg_logits[:, :msl], vis, k, sg_reader, rows, absent, e)
         except Exception as ex:  # noqa: BLE001 - recorded per row
             failed = f"SGLang's top-k did not prepare: {type(ex).__name__}: {ex}"[:400]
             absent.update({n: failed for n in SGLANG_ROWS if n not in rows and n not in absent})

@@ -6,6 +6,7 @@ why, a row failing its first call recorded rather than fatal, and the run's top-
 from __future__ import annotations
 
 import functools
+import math
 
 import pytest
 
@@ -159,9 +160,10 @@ def cpu_rows(monkeypatch):
         made["args"] = orig(*a, **kw, device="cpu")
         return made["args"]
 
-    def launcher(spec, args):
-        made["logits"] = indexer_logits_torch(spec, *args)
-        return (lambda: None), made["logits"]
+    def launcher(spec, args):  # the case's reader, or (a wider max_seq_len) the one whose rows SGLang reads
+        logits = indexer_logits_torch(spec, *args)
+        made["logits" if args[-1] == made["args"][-1] else "aligned_logits"] = logits
+        return (lambda: None), logits
 
     def prepare_select(spec, logits, seq_lens, k):
         out = topk_reference(logits, seq_lens, logits.shape[0] // seq_lens.shape[0], k).to(torch.int32)
@@ -237,11 +239,13 @@ def test_sglang_rows_absent_without_the_peer_and_deepgemm_past_next_n_2(cpu_rows
     assert set(e["cold"]) >= {"reader_fastest", "select_fastest_peer"} and "deepgemm_fastest" not in e["cold"]
 
 
-def test_ragged_rows_sglang_reads_a_padded_copy(cpu_rows, fp8):
+def test_ragged_rows_sglang_reads_a_reader_of_aligned_rows_in_place(cpu_rows, fp8):
     e, _ = _case(fp8, 2, 4096, "pm30", 2, 512, sglang=FakeSGLang(), dg=FakeDeepGEMM(cpu_rows))
-    assert e["max_seq_len"] % 4 and e["sglang_scores"].startswith("a copy, rows padded to")
-    assert set(e["absent"]) == {"sglang_plan", "kgen_reader+sglang_topk"}
-    assert e["cold"]["reader_fastest"] == "kgen_reader+torch.topk"
+    msl = e["max_seq_len"]
+    assert msl % 4 and e["sglang_reader_max_seq_len"] == -(-msl // 4) * 4 and e["sglang_scores"] == "the logits"
+    wide, logits = cpu_rows["aligned_logits"], cpu_rows["logits"]
+    assert torch.equal(wide[:, :msl], logits) and bool((wide[:, msl:] == -math.inf).all())  # the same scores
+    assert set(e["absent"]) == {"sglang_plan"} and "kgen_reader+sglang_topk" in e["cold"]
     assert e["check_sglang"]["rows_checked"] == 4 and e["check_sglang"]["rows_differing_beyond_ties"] == 0
 
 
