@@ -44,7 +44,7 @@ def main() -> None:
     import torch
 
     out = Path(sys.argv[1])
-    paths = [Path(p) for p in sys.argv[2:]] or [Path("specs/dsv4.yaml")]
+    paths = [Path(p) for p in sys.argv[2:]] or [Path("specs/dsv4/indexer_fp8.yaml"), Path("specs/indexer_bf16.yaml")]
     specs = validate_paths(paths).specs()
     timer = Timer(torch)
     copy = copy_bandwidth(torch, timer)
