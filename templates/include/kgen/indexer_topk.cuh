@@ -68,6 +68,15 @@ __device__ __forceinline__ void sync() {
 }  // namespace kgen
 #endif
 
+// each path's function is a call on the GPU, not inlined: the code a row runs lies together rather than between
+// the paths it skips (a row's first pass fetches each instruction it runs; ncu counts those waits as "no
+// instruction", the cluster path's largest stall)
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define KGEN_TOPK_OUT_OF_LINE __noinline__
+#else
+#define KGEN_TOPK_OUT_OF_LINE
+#endif
+
 namespace kgen {
 namespace topk {
 
@@ -229,14 +238,17 @@ __device__ __forceinline__ void for_each_value(const float* x, int n, F&& f) {
       const int v = base + u * Threads + t;
       r[u] = v < vecs ? xv[v] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-#pragma unroll
-    for (int u = 0; u < Unroll; ++u) {
-      if (base + u * Threads >= vecs) break;  // no thread has this load (the same for the whole block)
+    // f's code once (the loads above are in flight together): visit r[0], then shift the others down; a slot no
+    // thread loaded ends the visits (the same for the whole block)
+#pragma unroll 1
+    for (int u = 0; u < Unroll && base + u * Threads < vecs; ++u) {
       const int v = base + u * Threads + t;
       const bool in = v < vecs;
       bool ok[4] = {in, in, in, in};
-      float values[4] = {r[u].x, r[u].y, r[u].z, r[u].w};
+      float values[4] = {r[0].x, r[0].y, r[0].z, r[0].w};
       f(ok, head + 4 * v, values, true);
+#pragma unroll
+      for (int w = 0; w + 1 < Unroll; ++w) r[w] = r[w + 1];
     }
   }
 }
@@ -260,8 +272,8 @@ __device__ __forceinline__ uint32_t above_mask(int shift) {
 // emitted. Returns true when done (every selected candidate emitted), false when the bits ran out with
 // need < eq (ties on the full key: prefix, eq and need say which).
 template <int Threads, int RefineBits>
-__device__ bool refine(const uint32_t* keys, const int* idx, const int n, uint32_t& prefix, int& shift, int& need,
-                       int& eq, int* hist, Shared& sh, int* out) {
+__device__ KGEN_TOPK_OUT_OF_LINE bool refine(const uint32_t* keys, const int* idx, const int n, uint32_t& prefix,
+                                             int& shift, int& need, int& eq, int* hist, Shared& sh, int* out) {
   while (need < eq && shift > 0) {
     const int bits = min(RefineBits, shift), next = shift - bits;
     const uint32_t mask = (1u << bits) - 1u;
@@ -298,8 +310,8 @@ __device__ bool refine(const uint32_t* keys, const int* idx, const int n, uint32
 // After `refine` ran out of bits (more than `need` of the n candidates equal the k-th value `value`): the lower
 // index wins. ~index orders them (indices < 2^31: bit 31 set; the other candidates become 0, matching nothing).
 template <int Threads, int RefineBits>
-__device__ void break_ties(uint32_t* keys, const int* idx, const int n, const uint32_t value, int need, int eq,
-                           int* hist, Shared& sh, int* out) {
+__device__ KGEN_TOPK_OUT_OF_LINE void break_ties(uint32_t* keys, const int* idx, const int n, const uint32_t value,
+                                                 int need, int eq, int* hist, Shared& sh, int* out) {
   __syncthreads();  // refine's readers of keys are done
   for (int c = static_cast<int>(threadIdx.x); c < n; c += Threads) {
     keys[c] = keys[c] == value ? ~static_cast<uint32_t>(idx[c]) : 0u;
@@ -344,8 +356,8 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
 // refined from the first bit and, when the bits run out, by index. `hist` is free shared memory of kTopkBins
 // counters (the rank count's words, the refinement's histograms).
 template <class C>
-__device__ __forceinline__ void select_candidates(uint32_t* keys, const int* idx, const int eq, int need, int* hist,
-                                                  Shared& sh, int* out) {
+__device__ KGEN_TOPK_OUT_OF_LINE void select_candidates(uint32_t* keys, const int* idx, const int eq, int need,
+                                                        int* hist, Shared& sh, int* out) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kRefine = static_cast<int>(C::kTopkRefineBits);
   if (eq <= static_cast<int>(C::kTopkRankCap)) {
@@ -364,8 +376,8 @@ __device__ __forceinline__ void select_candidates(uint32_t* keys, const int* idx
 // kTopkRankCap) or refined from the first bit. Returns false, having emitted nothing, when the bin holds more than
 // kTopkCandidates keys (the digit-by-digit reads take the row).
 template <class C>
-__device__ bool coarse_select(const float* x, const int L, const int k, int* out, int* hist, uint32_t* ckey, int* cidx,
-                              Shared& sh) {
+__device__ KGEN_TOPK_OUT_OF_LINE bool coarse_select(const float* x, const int L, const int k, int* out, int* hist,
+                                                    uint32_t* ckey, int* cidx, Shared& sh) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kBits = static_cast<int>(C::kTopkCoarseBits);
   constexpr int kUnroll = static_cast<int>(C::kTopkUnroll);
@@ -406,85 +418,18 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
   return true;
 }
 
-// The row on a cluster of gridDim.x CTAs, this one rank blockIdx.x (the header comment; L > k): its slice's keys
-// in shared memory and its coarse histogram, a cluster barrier, the merged histogram's threshold bin; then either
-// one sweep of the slice (winners out, the bin's pairs to rank 0, which ranks or refines them) or, when the bin
-// overflows rank 0's candidates, a digit per pass (a local histogram, a cluster barrier, the merged threshold),
-// then one emitting read of the slice (and, for keys equal to the k-th value, an ordered one).
+// cluster_select's fallback (more than kTopkClusterCandidates keys in the row's coarse threshold bin: a row of few
+// distinct values): this rank's slice keys[0, n) (row keys [lo, lo + n)), its digits one at a time from the top (a
+// local histogram, a cluster barrier, the merged threshold), then one emitting read of the slice and, for keys equal
+// to the k-th value, an ordered one. Apart from the coarse path, so that the common path's code stays compact.
 template <class C>
-__device__ void cluster_select(const float* x, const int L, const int k, int* out, unsigned char* smem, Shared& sh) {
+__device__ KGEN_TOPK_OUT_OF_LINE void cluster_digits(const uint32_t* keys, const int n, const int lo, const int L,
+                                                     const int k, int* out, int* hists, int* merged, Shared& sh) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kBits = static_cast<int>(C::kTopkClusterBits);
   constexpr int kBins = static_cast<int>(C::kTopkClusterBins);
-  constexpr int kCoarse = static_cast<int>(C::kTopkCoarseBits);
-  constexpr int kCap = static_cast<int>(C::kTopkClusterCandidates);
-  static_assert(kCoarse <= kBits && C::kTopkRefineBits <= kBits, "the coarse and refining histograms fit a digit's");
-  static_assert(C::kTopkClusterFixedBytes == C::kTopkStateBytes + 3 * 4 * kBins + 8 * kCap && 2 * kBins >= C::kTopkBins,
-                "kgen/topk_plan.py's TOPK_CLUSTER_FIXED_BYTES: the state, three histograms, rank 0's candidates (and "
-                "select_candidates' scratch: two histograms' memory)");
-  int* hists = reinterpret_cast<int*>(smem + C::kTopkStateBytes);  // two digits' histograms, alternating
-  int* merged = hists + 2 * kBins;
-  uint32_t* ckey = reinterpret_cast<uint32_t*>(merged + kBins);  // rank 0's: the row's coarse candidates
-  int* cidx = reinterpret_cast<int*>(ckey + kCap);
-  uint32_t* keys = reinterpret_cast<uint32_t*>(smem + C::kTopkClusterFixedBytes);  // this rank's slice
   const int t = static_cast<int>(threadIdx.x);
   const int rank = static_cast<int>(blockIdx.x), ranks = static_cast<int>(gridDim.x);
-  const int s = ((L + ranks - 1) / ranks + 3) & ~3;
-  const int lo = min(L, rank * s), n = min(L, lo + s) - lo;
-  // the coarse pass's histogram: the second buffer, which the digit loop's pass 1 reuses after two cluster barriers
-  int* coarse = hists + kBins;
-  clear<T>(coarse, 1 << kCoarse);
-  if (t == 0) sh.emitted = sh.collected = sh.mine_out = sh.mine_in = 0;  // rank 0's are the row's counters
-  __syncthreads();
-  for_each_value<T, static_cast<int>(C::kTopkUnroll)>(
-      x + lo, n, [&](const bool* v, int first, const float* value, bool contiguous) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          if (v[c]) {
-            const uint32_t key = order_key(value[c]);
-            keys[contiguous ? first + c : first] = key;
-            atomicAdd(&coarse[coarse_bin<C>(key)], 1);
-          }
-        }
-      });
-  cluster::sync();  // every rank's coarse histogram is complete, rank 0's counters are zero
-  for (int b = t; b < (1 << kCoarse); b += T) {
-    int sum = 0;
-#pragma unroll
-    for (int r = 0; r < static_cast<int>(C::kTopkClusterMax); ++r) {
-      sum += r < ranks ? cluster::map(coarse, static_cast<unsigned>(r))[b] : 0;
-    }
-    merged[b] = sum;
-  }
-  __syncthreads();
-  find_threshold<T>(merged, 1 << kCoarse, k, sh);
-  if (sh.equal <= kCap) {  // the row's threshold bin fits rank 0's candidates: one emitting read, rank 0 refines
-    const uint32_t bin = static_cast<uint32_t>(sh.digit);
-    const int above = sh.above, eq = sh.equal;
-    int mine = 0;
-    for (int b = t; b < (1 << kCoarse); b += T) mine += b > static_cast<int>(bin) ? coarse[b] : 0;
-    mine = block_sum<T>(mine, sh);
-    if (t == 0) {
-      sh.base_out = atomicAdd(cluster::map(&sh.emitted, 0u), mine);
-      sh.base_in = atomicAdd(cluster::map(&sh.collected, 0u), coarse[bin]);
-    }
-    __syncthreads();
-    int* const my_out = out + sh.base_out;
-    uint32_t* const in_key = cluster::map(ckey, 0u) + sh.base_in;
-    int* const in_idx = cluster::map(cidx, 0u) + sh.base_in;
-    for (int base = 0; base < n; base += T) {
-      const int i = base + t;
-      const uint32_t key = i < n ? keys[i] : 0u;
-      const uint32_t b = coarse_bin<C>(key);
-      emit(i < n && b > bin, lo + i, &sh.mine_out, my_out);
-      push(i < n && b == bin, key, lo + i, &sh.mine_in, in_key, in_idx);
-    }
-    cluster::sync();  // every rank's winners and candidates are written; no rank reads another's memory after it
-    if (rank == 0) select_candidates<C>(ckey, cidx, eq, k - above, hists, sh, out);
-    return;
-  }
-  // more than kCap keys in the coarse threshold bin (a row of few distinct values): the slice's digits, one at a
-  // time, from the top
   uint32_t prefix = 0;
   int shift = 32, need = k, eq = L, digit = 0;
   int* h = hists;
@@ -555,6 +500,88 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
     }
   }
   cluster::sync();  // rank 0's counter and every CTA's histograms outlive their last remote reader
+}
+
+// The row on a cluster of gridDim.x CTAs, this one rank blockIdx.x (the header comment; L > k): its slice's keys
+// in shared memory and its coarse histogram, a cluster barrier, the merged histogram's threshold bin; then either
+// one sweep of the slice (winners out, the bin's pairs to rank 0, which ranks or refines them) or, when the bin
+// overflows rank 0's candidates, a digit per pass (a local histogram, a cluster barrier, the merged threshold),
+// then one emitting read of the slice (and, for keys equal to the k-th value, an ordered one).
+template <class C>
+__device__ KGEN_TOPK_OUT_OF_LINE void cluster_select(const float* x, const int L, const int k, int* out,
+                                                     unsigned char* smem, Shared& sh) {
+  constexpr int T = static_cast<int>(C::kTopkThreads);
+  constexpr int kBits = static_cast<int>(C::kTopkClusterBits);
+  constexpr int kBins = static_cast<int>(C::kTopkClusterBins);
+  constexpr int kCoarse = static_cast<int>(C::kTopkCoarseBits);
+  constexpr int kCap = static_cast<int>(C::kTopkClusterCandidates);
+  static_assert(kCoarse <= kBits && C::kTopkRefineBits <= kBits, "the coarse and refining histograms fit a digit's");
+  static_assert(C::kTopkClusterFixedBytes == C::kTopkStateBytes + 3 * 4 * kBins + 8 * kCap && 2 * kBins >= C::kTopkBins,
+                "kgen/topk_plan.py's TOPK_CLUSTER_FIXED_BYTES: the state, three histograms, rank 0's candidates (and "
+                "select_candidates' scratch: two histograms' memory)");
+  int* hists = reinterpret_cast<int*>(smem + C::kTopkStateBytes);  // two digits' histograms, alternating
+  int* merged = hists + 2 * kBins;
+  uint32_t* ckey = reinterpret_cast<uint32_t*>(merged + kBins);  // rank 0's: the row's coarse candidates
+  int* cidx = reinterpret_cast<int*>(ckey + kCap);
+  uint32_t* keys = reinterpret_cast<uint32_t*>(smem + C::kTopkClusterFixedBytes);  // this rank's slice
+  const int t = static_cast<int>(threadIdx.x);
+  const int rank = static_cast<int>(blockIdx.x), ranks = static_cast<int>(gridDim.x);
+  const int s = ((L + ranks - 1) / ranks + 3) & ~3;
+  const int lo = min(L, rank * s), n = min(L, lo + s) - lo;
+  // the coarse pass's histogram: the second buffer, which the digit loop's pass 1 reuses after two cluster barriers
+  int* coarse = hists + kBins;
+  clear<T>(coarse, 1 << kCoarse);
+  if (t == 0) sh.emitted = sh.collected = sh.mine_out = sh.mine_in = 0;  // rank 0's are the row's counters
+  __syncthreads();
+  for_each_value<T, static_cast<int>(C::kTopkUnroll)>(
+      x + lo, n, [&](const bool* v, int first, const float* value, bool contiguous) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          if (v[c]) {
+            const uint32_t key = order_key(value[c]);
+            keys[contiguous ? first + c : first] = key;
+            atomicAdd(&coarse[coarse_bin<C>(key)], 1);
+          }
+        }
+      });
+  cluster::sync();  // every rank's coarse histogram is complete, rank 0's counters are zero
+  for (int b = t; b < (1 << kCoarse); b += T) {
+    int sum = 0;
+#pragma unroll
+    for (int r = 0; r < static_cast<int>(C::kTopkClusterMax); ++r) {
+      sum += r < ranks ? cluster::map(coarse, static_cast<unsigned>(r))[b] : 0;
+    }
+    merged[b] = sum;
+  }
+  __syncthreads();
+  find_threshold<T>(merged, 1 << kCoarse, k, sh);
+  if (sh.equal <= kCap) {  // the row's threshold bin fits rank 0's candidates: one emitting read, rank 0 refines
+    const uint32_t bin = static_cast<uint32_t>(sh.digit);
+    const int above = sh.above, eq = sh.equal;
+    int mine = 0;
+    for (int b = t; b < (1 << kCoarse); b += T) mine += b > static_cast<int>(bin) ? coarse[b] : 0;
+    mine = block_sum<T>(mine, sh);
+    if (t == 0) {
+      sh.base_out = atomicAdd(cluster::map(&sh.emitted, 0u), mine);
+      sh.base_in = atomicAdd(cluster::map(&sh.collected, 0u), coarse[bin]);
+    }
+    __syncthreads();
+    int* const my_out = out + sh.base_out;
+    uint32_t* const in_key = cluster::map(ckey, 0u) + sh.base_in;
+    int* const in_idx = cluster::map(cidx, 0u) + sh.base_in;
+    for (int base = 0; base < n; base += T) {
+      const int i = base + t;
+      const uint32_t key = i < n ? keys[i] : 0u;
+      const uint32_t b = coarse_bin<C>(key);
+      emit(i < n && b > bin, lo + i, &sh.mine_out, my_out);
+      push(i < n && b == bin, key, lo + i, &sh.mine_in, in_key, in_idx);
+    }
+    cluster::sync();  // every rank's winners and candidates are written; no rank reads another's memory after it
+    if (rank == 0) select_candidates<C>(ckey, cidx, eq, k - above, hists, sh, out);
+    return;
+  }
+  // more than kCap keys in the coarse threshold bin (a row of few distinct values)
+  cluster_digits<C>(keys, n, lo, L, k, out, hists, merged, sh);
 }
 
 }  // namespace topk
