@@ -68,15 +68,6 @@ __device__ __forceinline__ void sync() {
 }  // namespace kgen
 #endif
 
-// each path's function is a call on the GPU, not inlined: the code a row runs lies together rather than between
-// the paths it skips (a row's first pass fetches each instruction it runs; ncu counts those waits as "no
-// instruction", the cluster path's largest stall)
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#define KGEN_TOPK_OUT_OF_LINE __noinline__
-#else
-#define KGEN_TOPK_OUT_OF_LINE
-#endif
-
 namespace kgen {
 namespace topk {
 
@@ -238,17 +229,14 @@ __device__ __forceinline__ void for_each_value(const float* x, int n, F&& f) {
       const int v = base + u * Threads + t;
       r[u] = v < vecs ? xv[v] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    // f's code once (the loads above are in flight together): visit r[0], then shift the others down; a slot no
-    // thread loaded ends the visits (the same for the whole block)
-#pragma unroll 1
-    for (int u = 0; u < Unroll && base + u * Threads < vecs; ++u) {
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+      if (base + u * Threads >= vecs) break;  // no thread has this load (the same for the whole block)
       const int v = base + u * Threads + t;
       const bool in = v < vecs;
       bool ok[4] = {in, in, in, in};
-      float values[4] = {r[0].x, r[0].y, r[0].z, r[0].w};
+      float values[4] = {r[u].x, r[u].y, r[u].z, r[u].w};
       f(ok, head + 4 * v, values, true);
-#pragma unroll
-      for (int w = 0; w + 1 < Unroll; ++w) r[w] = r[w + 1];
     }
   }
 }
@@ -272,8 +260,8 @@ __device__ __forceinline__ uint32_t above_mask(int shift) {
 // emitted. Returns true when done (every selected candidate emitted), false when the bits ran out with
 // need < eq (ties on the full key: prefix, eq and need say which).
 template <int Threads, int RefineBits>
-__device__ KGEN_TOPK_OUT_OF_LINE bool refine(const uint32_t* keys, const int* idx, const int n, uint32_t& prefix,
-                                             int& shift, int& need, int& eq, int* hist, Shared& sh, int* out) {
+__device__ bool refine(const uint32_t* keys, const int* idx, const int n, uint32_t& prefix, int& shift, int& need,
+                       int& eq, int* hist, Shared& sh, int* out) {
   while (need < eq && shift > 0) {
     const int bits = min(RefineBits, shift), next = shift - bits;
     const uint32_t mask = (1u << bits) - 1u;
@@ -310,8 +298,8 @@ __device__ KGEN_TOPK_OUT_OF_LINE bool refine(const uint32_t* keys, const int* id
 // After `refine` ran out of bits (more than `need` of the n candidates equal the k-th value `value`): the lower
 // index wins. ~index orders them (indices < 2^31: bit 31 set; the other candidates become 0, matching nothing).
 template <int Threads, int RefineBits>
-__device__ KGEN_TOPK_OUT_OF_LINE void break_ties(uint32_t* keys, const int* idx, const int n, const uint32_t value,
-                                                 int need, int eq, int* hist, Shared& sh, int* out) {
+__device__ void break_ties(uint32_t* keys, const int* idx, const int n, const uint32_t value, int need, int eq,
+                           int* hist, Shared& sh, int* out) {
   __syncthreads();  // refine's readers of keys are done
   for (int c = static_cast<int>(threadIdx.x); c < n; c += Threads) {
     keys[c] = keys[c] == value ? ~static_cast<uint32_t>(idx[c]) : 0u;
@@ -356,8 +344,8 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
 // refined from the first bit and, when the bits run out, by index. `hist` is free shared memory of kTopkBins
 // counters (the rank count's words, the refinement's histograms).
 template <class C>
-__device__ KGEN_TOPK_OUT_OF_LINE void select_candidates(uint32_t* keys, const int* idx, const int eq, int need,
-                                                        int* hist, Shared& sh, int* out) {
+__device__ __forceinline__ void select_candidates(uint32_t* keys, const int* idx, const int eq, int need, int* hist,
+                                                  Shared& sh, int* out) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kRefine = static_cast<int>(C::kTopkRefineBits);
   if (eq <= static_cast<int>(C::kTopkRankCap)) {
@@ -376,8 +364,8 @@ __device__ KGEN_TOPK_OUT_OF_LINE void select_candidates(uint32_t* keys, const in
 // kTopkRankCap) or refined from the first bit. Returns false, having emitted nothing, when the bin holds more than
 // kTopkCandidates keys (the digit-by-digit reads take the row).
 template <class C>
-__device__ KGEN_TOPK_OUT_OF_LINE bool coarse_select(const float* x, const int L, const int k, int* out, int* hist,
-                                                    uint32_t* ckey, int* cidx, Shared& sh) {
+__device__ bool coarse_select(const float* x, const int L, const int k, int* out, int* hist, uint32_t* ckey, int* cidx,
+                              Shared& sh) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kBits = static_cast<int>(C::kTopkCoarseBits);
   constexpr int kUnroll = static_cast<int>(C::kTopkUnroll);
@@ -418,98 +406,13 @@ __device__ KGEN_TOPK_OUT_OF_LINE bool coarse_select(const float* x, const int L,
   return true;
 }
 
-// cluster_select's fallback (more than kTopkClusterCandidates keys in the row's coarse threshold bin: a row of few
-// distinct values): this rank's slice keys[0, n) (row keys [lo, lo + n)), its digits one at a time from the top (a
-// local histogram, a cluster barrier, the merged threshold), then one emitting read of the slice and, for keys equal
-// to the k-th value, an ordered one. Apart from the coarse path, so that the common path's code stays compact.
-template <class C>
-__device__ KGEN_TOPK_OUT_OF_LINE void cluster_digits(const uint32_t* keys, const int n, const int lo, const int L,
-                                                     const int k, int* out, int* hists, int* merged, Shared& sh) {
-  constexpr int T = static_cast<int>(C::kTopkThreads);
-  constexpr int kBits = static_cast<int>(C::kTopkClusterBits);
-  constexpr int kBins = static_cast<int>(C::kTopkClusterBins);
-  const int t = static_cast<int>(threadIdx.x);
-  const int rank = static_cast<int>(blockIdx.x), ranks = static_cast<int>(gridDim.x);
-  uint32_t prefix = 0;
-  int shift = 32, need = k, eq = L, digit = 0;
-  int* h = hists;
-  for (int pass = 0;; ++pass) {
-    const int bits = min(kBits, shift), next = shift - bits;
-    const uint32_t mask = (1u << bits) - 1u, p = high(prefix, shift);
-    // this buffer's remote readers (two passes ago) passed the last cluster barrier after reading it
-    h = hists + (pass & 1) * kBins;
-    clear<T>(h, 1 << bits);
-    __syncthreads();  // the slice is loaded, every thread has read sh
-    // a row's logits crowd into few digits (one exponent): the lanes of a warp with one digit add once
-    for (int base = 0; base < n; base += T) {
-      const int i = base + t;
-      const uint32_t key = i < n ? keys[i] : 0u;
-      const bool in = i < n && high(key, shift) == p;
-      const uint32_t d = in ? (key >> next) & mask : ~0u;
-      const unsigned same = __match_any_sync(kFullMask, d);
-      if (in && lane_id() == __ffs(same) - 1) atomicAdd(&h[d], __popc(same));
-    }
-    cluster::sync();  // every CTA's histogram is complete
-    for (int b = t; b < (1 << bits); b += T) {
-      int sum = 0;
-      for (int r = 0; r < ranks; ++r) sum += cluster::map(h, static_cast<unsigned>(r))[b];
-      merged[b] = sum;
-    }
-    __syncthreads();
-    find_threshold<T>(merged, 1 << bits, need, sh);
-    digit = sh.digit;
-    prefix |= static_cast<uint32_t>(digit) << next;
-    shift = next;
-    need -= sh.above;
-    eq = sh.equal;
-    if (need == eq || shift == 0) break;
-  }
-  // every key above the k-th value's digits is taken, and of those equal to it all (need == eq) or, the lower
-  // index first, this rank's share: its first min(eq_r, need - eq below r)
-  int mine = 0, take = 0;
-  if (need < eq) {
-    int below = 0;
-    for (int r = 0; r < ranks; ++r) {
-      const int e = cluster::map(h, static_cast<unsigned>(r))[digit];
-      below += r < rank ? e : 0;
-      mine = r == rank ? e : mine;
-    }
-    take = max(0, min(mine, need - below));
-  }
-  const bool all = need == eq || take == mine;
-  const uint32_t p = high(prefix, shift);
-  int* counter = cluster::map(&sh.emitted, 0u);
-  for (int base = 0; base < n; base += T) {
-    const int i = base + t;
-    const uint32_t hk = i < n ? high(keys[i], shift) : 0u;
-    emit(i < n && (hk > p || (all && hk == p)), lo + i, counter, out);
-  }
-  if (!all) {  // shift == 0: the ties are the keys equal to prefix; a block-wide count per chunk of T keys
-    int taken = 0;
-    for (int base = 0; base < n && taken < take; base += T) {
-      const int i = base + t;
-      const bool tie = i < n && keys[i] == prefix;
-      const unsigned ballot = __ballot_sync(kFullMask, tie);
-      __syncthreads();  // the last chunk's readers of warp_sum are done
-      if (lane_id() == 0) sh.warp_sum[t >> 5] = __popc(ballot);
-      __syncthreads();
-      const int before = __popc(ballot & ((1u << lane_id()) - 1u)) + warp_sums<T>(sh, 0, t >> 5);
-      const int total = warp_sums<T>(sh, 0, T / 32);
-      emit(tie && taken + before < take, lo + i, counter, out);
-      taken += total;
-    }
-  }
-  cluster::sync();  // rank 0's counter and every CTA's histograms outlive their last remote reader
-}
-
 // The row on a cluster of gridDim.x CTAs, this one rank blockIdx.x (the header comment; L > k): its slice's keys
 // in shared memory and its coarse histogram, a cluster barrier, the merged histogram's threshold bin; then either
 // one sweep of the slice (winners out, the bin's pairs to rank 0, which ranks or refines them) or, when the bin
 // overflows rank 0's candidates, a digit per pass (a local histogram, a cluster barrier, the merged threshold),
 // then one emitting read of the slice (and, for keys equal to the k-th value, an ordered one).
 template <class C>
-__device__ KGEN_TOPK_OUT_OF_LINE void cluster_select(const float* x, const int L, const int k, int* out,
-                                                     unsigned char* smem, Shared& sh) {
+__device__ void cluster_select(const float* x, const int L, const int k, int* out, unsigned char* smem, Shared& sh) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kBits = static_cast<int>(C::kTopkClusterBits);
   constexpr int kBins = static_cast<int>(C::kTopkClusterBins);
@@ -580,8 +483,78 @@ __device__ KGEN_TOPK_OUT_OF_LINE void cluster_select(const float* x, const int L
     if (rank == 0) select_candidates<C>(ckey, cidx, eq, k - above, hists, sh, out);
     return;
   }
-  // more than kCap keys in the coarse threshold bin (a row of few distinct values)
-  cluster_digits<C>(keys, n, lo, L, k, out, hists, merged, sh);
+  // more than kCap keys in the coarse threshold bin (a row of few distinct values): the slice's digits, one at a
+  // time, from the top
+  uint32_t prefix = 0;
+  int shift = 32, need = k, eq = L, digit = 0;
+  int* h = hists;
+  for (int pass = 0;; ++pass) {
+    const int bits = min(kBits, shift), next = shift - bits;
+    const uint32_t mask = (1u << bits) - 1u, p = high(prefix, shift);
+    // this buffer's remote readers (two passes ago) passed the last cluster barrier after reading it
+    h = hists + (pass & 1) * kBins;
+    clear<T>(h, 1 << bits);
+    __syncthreads();  // the slice is loaded, every thread has read sh
+    // a row's logits crowd into few digits (one exponent): the lanes of a warp with one digit add once
+    for (int base = 0; base < n; base += T) {
+      const int i = base + t;
+      const uint32_t key = i < n ? keys[i] : 0u;
+      const bool in = i < n && high(key, shift) == p;
+      const uint32_t d = in ? (key >> next) & mask : ~0u;
+      const unsigned same = __match_any_sync(kFullMask, d);
+      if (in && lane_id() == __ffs(same) - 1) atomicAdd(&h[d], __popc(same));
+    }
+    cluster::sync();  // every CTA's histogram is complete
+    for (int b = t; b < (1 << bits); b += T) {
+      int sum = 0;
+      for (int r = 0; r < ranks; ++r) sum += cluster::map(h, static_cast<unsigned>(r))[b];
+      merged[b] = sum;
+    }
+    __syncthreads();
+    find_threshold<T>(merged, 1 << bits, need, sh);
+    digit = sh.digit;
+    prefix |= static_cast<uint32_t>(digit) << next;
+    shift = next;
+    need -= sh.above;
+    eq = sh.equal;
+    if (need == eq || shift == 0) break;
+  }
+  // every key above the k-th value's digits is taken, and of those equal to it all (need == eq) or, the lower
+  // index first, this rank's share: its first min(eq_r, need - eq below r)
+  int mine = 0, take = 0;
+  if (need < eq) {
+    int below = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const int e = cluster::map(h, static_cast<unsigned>(r))[digit];
+      below += r < rank ? e : 0;
+      mine = r == rank ? e : mine;
+    }
+    take = max(0, min(mine, need - below));
+  }
+  const bool all = need == eq || take == mine;
+  const uint32_t p = high(prefix, shift);
+  int* counter = cluster::map(&sh.emitted, 0u);
+  for (int base = 0; base < n; base += T) {
+    const int i = base + t;
+    const uint32_t hk = i < n ? high(keys[i], shift) : 0u;
+    emit(i < n && (hk > p || (all && hk == p)), lo + i, counter, out);
+  }
+  if (!all) {  // shift == 0: the ties are the keys equal to prefix; a block-wide count per chunk of T keys
+    int taken = 0;
+    for (int base = 0; base < n && taken < take; base += T) {
+      const int i = base + t;
+      const bool tie = i < n && keys[i] == prefix;
+      const unsigned ballot = __ballot_sync(kFullMask, tie);
+      __syncthreads();  // the last chunk's readers of warp_sum are done
+      if (lane_id() == 0) sh.warp_sum[t >> 5] = __popc(ballot);
+      __syncthreads();
+      const int before = __popc(ballot & ((1u << lane_id()) - 1u)) + warp_sums<T>(sh, 0, t >> 5);
+      const int total = warp_sums<T>(sh, 0, T / 32);
+      emit(tie && taken + before < take, lo + i, counter, out);
+      taken += total;
+    }
+  }
+  cluster::sync();  // rank 0's counter and every CTA's histograms outlive their last remote reader
 }
 
 }  // namespace topk
