@@ -31,30 +31,16 @@ inline T* map(T* p, unsigned rank) {
     std::abort();
   return reinterpret_cast<T*>(c->ctas[rank]->smem + at);
 }
-inline void sync() {
-  kgen_cpu::tl_cluster->bar.arrive_and_wait();
-}
+inline void sync() { kgen_cpu::tl_cluster->bar.arrive_and_wait(); }
 }  // namespace cluster
 }  // namespace kgen
 
-struct float4 {
-  float x, y, z, w;
-};
-inline float4 make_float4(float a, float b, float c, float d) {
-  return {a, b, c, d};
-}
-inline int __popc(unsigned v) {
-  return __builtin_popcount(v);
-}
-inline int __ffs(unsigned v) {
-  return __builtin_ffs(static_cast<int>(v));
-}
-inline int atomicAdd(int* p, int v) {
-  return std::atomic_ref<int>(*p).fetch_add(v);
-}
-inline int max(int a, int b) {
-  return a > b ? a : b;
-}
+struct float4 { float x, y, z, w; };
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __ffs(unsigned v) { return __builtin_ffs(static_cast<int>(v)); }
+inline int atomicAdd(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
+inline int max(int a, int b) { return a > b ? a : b; }
 inline unsigned __ballot_sync(unsigned, bool take) {
   kgen_cpu::Warp* w = kgen_cpu::tl_warp;
   w->slots[kgen_cpu::tl_thread.x & 31u] = take ? 1u : 0u;
@@ -76,9 +62,7 @@ inline int __reduce_add_sync(unsigned, int v) {  // every lane takes part, as th
   for (int src = 0; src < 32; ++src) sum += static_cast<int>(kgen_cpu::exchange(static_cast<uint32_t>(v), src));
   return sum;
 }
-inline bool __any_sync(unsigned mask, bool take) {
-  return __ballot_sync(mask, take) != 0;
-}
+inline bool __any_sync(unsigned mask, bool take) { return __ballot_sync(mask, take) != 0; }
 inline unsigned __match_any_sync(unsigned, unsigned v) {  // one publication round, as __ballot_sync's
   kgen_cpu::Warp* w = kgen_cpu::tl_warp;
   w->slots[kgen_cpu::tl_thread.x & 31u] = v;
