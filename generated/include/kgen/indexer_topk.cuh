@@ -567,8 +567,7 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
   constexpr int kFirst = static_cast<int>(C::kTopkFirstBits);
   static_assert(T % 32 == 0 && T / 32 <= 32, "the block scan keeps one sum per warp, at most 32 warps");
   static_assert((1 << C::kTopkFirstBits) <= C::kTopkBins && (1 << C::kTopkNextBits) <= C::kTopkBins &&
-                    (1 << C::kTopkCoarseBits) <= C::kTopkBins && C::kTopkCoarseBits <= 16 &&
-                    (1 << C::kTopkRefineBits) <= C::kTopkBins,
+                    (1 << C::kTopkCoarseBits) <= C::kTopkBins && (1 << C::kTopkRefineBits) <= C::kTopkBins,
                 "every digit's histogram fits kTopkBins");
   static_assert(C::kTopkClusterBins == (1 << C::kTopkClusterBits), "the cluster path's histogram");
   static_assert(C::kTopkRankCap <= T && 8 * C::kTopkRankCap <= 4 * C::kTopkClusterBins,
