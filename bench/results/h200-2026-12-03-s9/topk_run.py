@@ -39,6 +39,9 @@ def main() -> int:
     todo = iter(cases)
 
     class Until(list):  # bench_topk walks `cases`: stop handing out shapes once the time is spent
+        def __len__(self):  # the shapes planned (bench_topk's `stopped` message counts them)
+            return len(cases)
+
         def __iter__(self):
             for c in todo:
                 if time.time() - t0 > a.time_limit:
