@@ -335,13 +335,18 @@ class Peer:
         return out
 
 
+def aligned_width(cols: int) -> int:
+    """`cols` rounded up to a row stride SGLang's top-k reads (SCORE_ALIGN floats)."""
+    return -(-int(cols) // SCORE_ALIGN) * SCORE_ALIGN
+
+
 def padded_scores(torch, logits):
     """`logits` as SGLang reads them: itself where its row stride is a multiple of SCORE_ALIGN, else a copy
     into rows padded to it (a view [rows, L] of the same values; the pad holds -inf and is never read)."""
     rows, cols = logits.shape
     if logits.stride(1) == 1 and logits.stride(0) % SCORE_ALIGN == 0:
         return logits
-    width = -(-cols // SCORE_ALIGN) * SCORE_ALIGN
+    width = aligned_width(cols)
     buf = torch.full((rows, width), float("-inf"), dtype=torch.float32, device=logits.device)
     buf[:, :cols] = logits
     return buf[:, :cols]

@@ -335,6 +335,37 @@ def peer_reads(spec: Spec) -> str | None:
     return None
 
 
+def peer_takes(spec: Spec, next_n: int) -> str | None:
+    """Why DeepGEMM's reader does not take this variant at next_n (None: it does)."""
+    return peer_reads(spec) or (None if next_n <= PEER_MAX_NEXT_N else f"DeepGEMM takes next_n <= {PEER_MAX_NEXT_N}")
+
+
+def peer_call(dg, spec: Spec, args: tuple, next_n: int):
+    """(logits, schedule) for DeepGEMM's fp8_paged_mqa_logits on make_case's `args`: the cache viewed as its
+    [pages, page_size, 1, bytes per key], each query row's visible length as kgen.score.visible_lengths counts it,
+    its schedule made here once. logits() returns DeepGEMM's output as it is (its rows are wider than max_seq_len:
+    its alignment; a caller slices where it reads them, outside what it times); schedule() runs the schedule
+    kernel alone."""
+    import torch  # noqa: PLC0415 - the GPU side only
+
+    from .score import visible_lengths  # noqa: PLC0415
+
+    q, weights, cache, table, seq_lens, msl = args
+    lay = L.compute(spec)
+    ctx = visible_lengths(seq_lens, next_n).view(-1, next_n).to(torch.int32).contiguous()
+    kv = cache.view(cache.shape[0], lay.page_size, 1, lay.page_bytes // lay.page_size)
+    sms = int(dg.get_num_sms())
+    meta = dg.get_paged_mqa_logits_metadata(ctx, lay.page_size, sms)
+
+    def logits():
+        return dg.fp8_paged_mqa_logits(q, kv, weights, ctx, table, meta, msl, False)
+
+    def schedule():
+        return dg.get_paged_mqa_logits_metadata(ctx, lay.page_size, sms)
+
+    return logits, schedule
+
+
 def peer_info() -> dict:
     dg, why = peer_module()
     if dg is None:
@@ -362,31 +393,18 @@ def bench_batch(torch, timer, spec: Spec, batch: int, keys: int, dist: str, next
     lens = batch_lens(batch, keys, dist, seed, next_n)
     msl = max(lens)
     args = make_case(spec, lens, next_n=next_n, seed=seed, extra_pages=0, max_seq_len=msl)
-    q, weights, cache, table, seq_lens, _ = args
     lay = L.compute(spec)
     nbytes = sum(lens) * lay.bytes_per_token + batch * next_n * msl * 4
     launch, logits = launcher(spec, args)
     e: dict[str, Any] = {"variant": spec.name, "batch": batch, "keys": keys, "lengths": dist, "next_n": next_n,
                          "max_seq_len": msl, "total_keys": sum(lens), "bytes": nbytes}
-    why = peer_reads(spec) or (None if next_n <= PEER_MAX_NEXT_N else f"the peer takes next_n <= {PEER_MAX_NEXT_N}")
+    why = peer_takes(spec, next_n)
     if peer is None or why:
         e["peer"] = {"name": PEER_NAME, "present": False, "why": why or "deep_gemm does not import"}
         e["cold"] = _with_bw(timer.cold(launch, lo=20, hi=60), nbytes, copy_gbps)
         e["graph"] = _with_bw(timer.warm(launch, lo=10, hi=30), nbytes, copy_gbps)
         return e
-    dg = peer
-    pos = torch.arange(next_n, device=q.device, dtype=torch.int32)
-    ctx = (seq_lens[:, None] - next_n + 1 + pos[None, :]).clamp_min(0).to(torch.int32).contiguous()
-    sms = int(dg.get_num_sms())
-    kv = cache.view(cache.shape[0], lay.page_size, 1, lay.page_bytes // lay.page_size)
-    meta = dg.get_paged_mqa_logits_metadata(ctx, lay.page_size, sms)
-
-    def run_peer():
-        return dg.fp8_paged_mqa_logits(q, kv, weights, ctx, table, meta, msl, False)
-
-    def run_meta():
-        return dg.get_paged_mqa_logits_metadata(ctx, lay.page_size, sms)
-
+    run_peer, run_meta = peer_call(peer, spec, args, next_n)
     kc, pc = _abba(timer, "cold", launch, run_peer, lo=20, hi=60)
     kg, pg = _abba(timer, "warm", launch, run_peer, lo=10, hi=30)
     e["cold"], e["graph"] = _with_bw(kc, nbytes, copy_gbps), _with_bw(kg, nbytes, copy_gbps)

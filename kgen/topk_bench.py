@@ -29,7 +29,6 @@ import os
 import time
 from typing import Any
 
-from . import layout as L
 from . import peer_sglang_topk as P
 from . import reader_check as RC
 from .gpurun import sticky
@@ -180,9 +179,8 @@ def aligned_reader(spec: Spec, args: tuple):
     to P.SCORE_ALIGN columns (the columns past it hold -inf, as an engine's padded row does; the keys read are the
     same), where the case's own max_seq_len is not a multiple of it; else None."""
     msl = int(args[-1])
-    if msl % P.SCORE_ALIGN == 0:
-        return None
-    return RC.launcher(spec, (*args[:-1], -(-msl // P.SCORE_ALIGN) * P.SCORE_ALIGN))
+    width = P.aligned_width(msl)
+    return None if width == msl else RC.launcher(spec, (*args[:-1], width))
 
 
 def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, next_n: int, k: int, *,
@@ -222,18 +220,12 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
         except Exception as ex:  # noqa: BLE001 - recorded per row
             failed = f"SGLang's top-k did not prepare: {type(ex).__name__}: {ex}"[:400]
             absent.update({n: failed for n in SGLANG_ROWS if n not in rows and n not in absent})
-    why: str | None = RC.peer_reads(spec) or (None if next_n <= RC.PEER_MAX_NEXT_N else
-                                              f"DeepGEMM takes next_n <= {RC.PEER_MAX_NEXT_N}")
+    why = RC.peer_takes(spec, next_n)
     if peer is not None and not why:
-        dg = peer
-        lay = L.compute(spec)
-        pos = torch.arange(next_n, device=q.device, dtype=torch.int32)
-        ctx = (seq_lens[:, None] - next_n + 1 + pos[None, :]).clamp_min(0).to(torch.int32).contiguous()
-        kv = cache.view(cache.shape[0], lay.page_size, 1, lay.page_bytes // lay.page_size)
-        dmeta = dg.get_paged_mqa_logits_metadata(ctx, lay.page_size, int(dg.get_num_sms()))
+        dg_call, _ = RC.peer_call(peer, spec, args, next_n)
 
-        def dg_logits():  # DeepGEMM's rows are wider than max_seq_len (its alignment); the visible part
-            return dg.fp8_paged_mqa_logits(q, kv, weights, ctx, table, dmeta, msl, False)[:, :msl]
+        def dg_logits():  # the visible part of DeepGEMM's wider rows, as the engines slice it before their top-k
+            return dg_call()[:, :msl]
 
         rows["deepgemm+torch.topk"] = lambda: torch.topk(dg_logits(), kk, dim=1)
         if sg is not None:

@@ -57,7 +57,6 @@ def main() -> None:
             lens = rc.batch_lens(b, k, dist, 0, n)
             msl = max(lens)
             args = rc.make_case(spec, lens, next_n=n, seed=0, extra_pages=0, max_seq_len=msl)
-            q, weights, cache, table, seq_lens, _ = args
             nbytes = sum(lens) * lay.bytes_per_token + b * n * msl * 4
             runs: dict = {}
             logits: dict = {}
@@ -74,17 +73,9 @@ def main() -> None:
             for name, tune in tunes.items():
                 launch, lg = rc.launcher(spec, args, tune)
                 runs[name], logits[name] = launch, lg
-            peer_why = rc.peer_reads(spec) or (None if n <= rc.PEER_MAX_NEXT_N else "next_n > 2")
+            peer_why = rc.peer_takes(spec, n)
             if dg is not None and peer_why is None:
-                pos = torch.arange(n, device=q.device, dtype=torch.int32)
-                ctx = (seq_lens[:, None] - n + 1 + pos[None, :]).clamp_min(0).to(torch.int32).contiguous()
-                sms = int(dg.get_num_sms())
-                kv = cache.view(cache.shape[0], lay.page_size, 1, lay.page_bytes // lay.page_size)
-                meta = dg.get_paged_mqa_logits_metadata(ctx, lay.page_size, sms)
-
-                def run_peer(q=q, kv=kv, weights=weights, ctx=ctx, table=table, meta=meta, msl=msl):
-                    return dg.fp8_paged_mqa_logits(q, kv, weights, ctx, table, meta, msl, False)
-
+                run_peer, _ = rc.peer_call(dg, spec, args, n)
                 runs["peer"] = run_peer
             order = list(runs)
             times: dict = {name: {"cold": [], "graph": []} for name in order}
