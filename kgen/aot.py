@@ -22,9 +22,10 @@ The loader trusts nothing it can recompute: the symbol and the cubin's file name
 spec and the table (a recorded one that differs is refused, and the cubin must hold the symbol), cubins
 are plain files inside DIR (no path, no link, no FIFO: read non-blocking), an entry listed twice or with
 a field of the wrong type is a located error naming the manifest and the entry. Reading a directory
-imports neither jinja2 nor NVRTC (nor cuda.core). Writing one (`write_dir`) happens under a lock on DIR
-(two concurrent `kgen compile --out DIR` take turns) and writes the cubins and the manifest all or none
-(kgen.files.write_all); an existing directory that is not a kgen AOT directory is refused.
+imports neither jinja2 nor NVRTC (nor cuda.core). Writing one (`write_dir`) happens under DIR's lock
+(kgen.files.locked: two concurrent `kgen compile --out DIR` take turns, and neither sees the other's
+half-written directory) and writes the cubins and the manifest all or none (kgen.files.write_all); an
+existing directory that is not a kgen AOT directory is refused, checked under the same lock.
 """
 
 from __future__ import annotations
@@ -37,20 +38,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from .abi import KERNELS, NORM_ROPE_STORE, KernelAbi, tune_key
 from .cache import lock_timeout
 from .compile import CompiledKernel
 from .diagnostics import KgenError, Problem
-from .files import write_all
+from .files import LockBusy, locked, unfinished, write_all
 from .resolve import spec_digest
 from .source import NotRegularFile, read_regular
 from .spec import Spec
 
 FORMAT = "kgen-aot/1"
 MANIFEST = "manifest.json"
-LOCK = ".kgen-aot.lock"  # inside DIR: held while a writer replaces the directory's files
 MAX_MANIFEST_BYTES = 16 << 20
 MAX_CUBIN_BYTES = 256 << 20
 
@@ -207,7 +205,15 @@ Built = tuple[Spec, Any, KernelAbi, "Mapping[str, int] | None", "Path | None"]
 
 def check_out(out: Path) -> None:
     """`--out DIR` is usable (a new or empty directory, or a kgen AOT directory), checked before any work."""
-    _refuse_foreign(Path(out))
+    out = Path(out)
+    try:
+        if out.is_dir():
+            with locked(out, lock_timeout()):  # not while another kgen is half-way through writing it
+                _refuse_foreign(out)
+        else:
+            _refuse_foreign(out)
+    except LockBusy:
+        raise _busy(out) from None
 
 
 def write_dir(out: Path, kernels: Sequence[Built], *, nvrtc: Any = None) -> dict:
@@ -215,7 +221,7 @@ def write_dir(out: Path, kernels: Sequence[Built], *, nvrtc: Any = None) -> dict
     all or none (kgen.files.write_all), under the directory's lock; cubins the new manifest does not list
     are removed. Returns the manifest."""
     out = Path(out)
-    _refuse_foreign(out)
+    check_out(out)  # before any work; checked again under the lock below
     entries, seen = [], set()
     for spec, ck, kabi, tune, path in kernels:
         e = entry(spec, ck, kabi, tune, spec_path=path)
@@ -229,18 +235,22 @@ def write_dir(out: Path, kernels: Sequence[Built], *, nvrtc: Any = None) -> dict
     files[out / MANIFEST] = json.dumps(manifest, indent=1) + "\n"
     try:
         out.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(out / LOCK), timeout=lock_timeout()):
-            _refuse_foreign(out)  # what another writer left while this one waited
+        with locked(out, lock_timeout()):
+            _refuse_foreign(out)  # checked again: another writer may have finished while this one waited
             write_all(files)  # every cubin and the manifest, or none of them
             for old in out.glob("*.cubin"):  # cubins of an earlier build that the manifest no longer lists
                 if old not in files:
                     old.unlink(missing_ok=True)
-    except Timeout:
-        raise _problem(f"{out}: another kgen has held {out / LOCK} for {lock_timeout():.0f} s",
-                       fix="wait for it, or raise KGEN_LOCK_TIMEOUT") from None
+    except LockBusy:
+        raise _busy(out) from None
     except OSError as e:
         raise _problem(f"{out}: cannot write the AOT directory ({e.strerror or e})") from None
     return manifest
+
+
+def _busy(out: Path) -> KgenError:
+    return _problem(f"{out}: another kgen has held the directory's lock for {lock_timeout():.0f} s",
+                    fix="wait for it, or raise KGEN_LOCK_TIMEOUT")
 
 
 def _refuse_foreign(out: Path) -> None:
@@ -252,7 +262,10 @@ def _refuse_foreign(out: Path) -> None:
         fmt = json.loads(read_regular(out / MANIFEST, MAX_MANIFEST_BYTES)).get("format")
     except (OSError, ValueError, AttributeError, NotRegularFile):
         fmt = None
-    if fmt != FORMAT and any(p.name != LOCK for p in out.iterdir()):
+    if fmt == FORMAT:
+        return
+    left = unfinished(out)  # what an interrupted kgen write left: the next write_all recovers it
+    if any(p.name not in left for p in out.iterdir()):
         raise _problem(f"--out {out}: an existing directory that is not a kgen AOT directory (no {MANIFEST} of "
                        f"format {FORMAT}); kgen replaces the whole directory, so it will not touch this one",
                        fix="pass a new or empty directory", code=2)

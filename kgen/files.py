@@ -36,6 +36,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import secrets
 import signal
 import stat
@@ -154,6 +155,10 @@ def _stage(target: Path, data: Data, prefix: str) -> Path:
 
 def _short(name: str) -> str:
     return name[:_NAME_KEEP]
+
+
+_TOKEN_BYTES = 6  # a write's token names its temp files
+_IN_FLIGHT = re.compile(rf"\..*\.kgen-[0-9a-f]{{{2 * _TOKEN_BYTES}}}(-.*\.tmp|\.old)")
 
 
 def write_atomic(target: str | os.PathLike, data: Data, root: str | os.PathLike | None = None) -> None:
@@ -376,6 +381,23 @@ def recover(directory: str | os.PathLike) -> str | None:
         return "undone"
 
 
+def unfinished(directory: str | os.PathLike) -> set[str]:
+    """The names in `directory` that an interrupted `write_all` owns: its journal, its staged temp files
+    and kept old copies, and the targets its journal lists. Call it holding `locked(directory)`: a
+    write in progress holds that lock, so what is seen here is what a killed one left."""
+    d = Path(directory)
+    try:
+        names = set(os.listdir(d))
+    except OSError:
+        return set()
+    owned = {n for n in names if n in (JOURNAL, JOURNAL + ".tmp") or _IN_FLIGHT.fullmatch(n)}
+    if JOURNAL in names:
+        with contextlib.suppress(UnsafeTarget):
+            owned |= {Path(e["target"]).name for e in _read_journal(d / JOURNAL)["files"]
+                      if os.path.realpath(Path(e["target"]).parent) == os.path.realpath(d)}
+    return owned
+
+
 def pending(directory: str | os.PathLike) -> bool:
     """Whether an interrupted write left its journal in `directory`."""
     return os.path.lexists(Path(directory) / JOURNAL)
@@ -430,7 +452,7 @@ def write_all(files: Mapping[Path, Data | None], root: str | os.PathLike | None 
 
 def _write_journaled(base: Path, resolved: dict[Path, tuple[Path, Data | None]], root: Path) -> None:
     journal = base / JOURNAL
-    token = secrets.token_hex(6)
+    token = secrets.token_hex(_TOKEN_BYTES)
     items = list(resolved.values())
     dirs = _missing_dirs([t for t, data in items if data is not None])
     doc: dict[str, Any] = {"magic": _MAGIC, "state": "staged", "token": token, "root": str(root.absolute()),

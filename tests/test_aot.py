@@ -182,6 +182,44 @@ def test_two_concurrent_writers_leave_a_consistent_directory(built, tmp_path):
     assert d.find(_spec(), ARCH).cubin[:4] == b"\x7fELF"
 
 
+def test_what_a_write_killed_at_any_rename_leaves_is_not_foreign(tmp_path, monkeypatch):
+    # A write killed between two renames leaves its journal, staged temp files and some renamed cubins,
+    # but no manifest yet: the next `--out` must recover it, not refuse it as another owner's directory.
+    import kgen.files
+
+    out = tmp_path / "out"
+    out.mkdir()
+    seen: list[list[str]] = []
+    real_replace = os.replace
+
+    def look_then_replace(src, dst):
+        seen.append(sorted(p.name for p in out.iterdir()))
+        aot.check_out(out)  # the state a kill here leaves (the lock is this process's: re-entered)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(kgen.files.os, "replace", look_then_replace)
+    kgen.files.write_all({out / "a.cubin": b"\0" * 8, out / aot.MANIFEST: json.dumps({"format": aot.FORMAT})})
+    assert any("a.cubin" in names and aot.MANIFEST not in names for names in seen), seen
+    (out / "mine.txt").write_text("not kgen's")
+    (out / aot.MANIFEST).unlink()
+    with pytest.raises(KgenError, match="not a kgen AOT directory"):
+        aot.check_out(out)
+
+
+def test_out_is_checked_under_the_writers_lock(tmp_path):
+    # While one kgen holds DIR's lock (half-way through its write: a cubin, no manifest yet), another's
+    # check waits for it instead of refusing the directory as foreign.
+    from kgen.files import locked
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.cubin").write_bytes(b"\0" * 8)
+    with locked(out):
+        r = _kgen("compile", BF16, "--arch", ARCH, "--out", out, env={"KGEN_LOCK_TIMEOUT": "1"})
+    assert r.returncode == 1 and "held the directory's lock for 1 s" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and sorted(p.name for p in out.iterdir()) == ["a.cubin"]
+
+
 def test_refuses_another_spec(built, tmp_path):
     text = BF16.read_text().replace("eps: 1.0e-6", "eps: 1.0e-5")
     assert text != BF16.read_text()
