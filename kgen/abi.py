@@ -222,6 +222,18 @@ class Args:
     def grid(self) -> tuple[Any, int]:
         return self.abi.grid(self)
 
+    def shared_bytes(self) -> int:
+        """The launch's dynamic shared memory, refused (a located error, never a failed launch) where it passes
+        what one block of the device may opt in to."""
+        n = int(self.abi.shared_bytes(self))
+        if self.device is not None and n > self.device.block_shared_bytes:
+            cc = self.device.capability
+            raise KgenError([Problem("kernel-abi", f"{self.spec.name}: {self.abi.kernel} wants {n} B of shared "
+                                     f"memory per block for this shape; a block of sm_{cc} (GPU {self.device.index}) "
+                                     f"may opt in to {self.device.block_shared_bytes} B",
+                                     fix="run it on a GPU with more shared memory per block")])
+        return n
+
 
 @dataclass(frozen=True)
 class KernelAbi:
@@ -668,13 +680,13 @@ INDEXER_LOGITS = KernelAbi(
 )
 
 
-def _topk_sms(a) -> int | None:
-    """The SMs a top-k launch's clusters must fit (None: arguments checked for no GPU, no such limit)."""
-    return a.device.sm_count if a.device is not None else None
-
-
-def _topk_launch_cluster(a) -> int:
-    return topk_grid(int(a.dims["rows"]), int(a.dims["max_seq_len"]), sm_count=_topk_sms(a))[0][0]
+def _topk_grid(a) -> tuple[tuple[int, int, int], int]:
+    """The top-k launch on the device the arguments were checked for: its clusters within its SMs, none before
+    sm_90, each slice within what one block's shared memory holds (no device: arguments checked for no GPU, the
+    plan's sm_90 limits)."""
+    d = a.device
+    limits = {} if d is None else {"sm_count": d.sm_count, "clusters": d.clusters, "shared_limit": d.block_shared_bytes}
+    return topk_grid(int(a.dims["rows"]), int(a.dims["max_seq_len"]), **limits)
 
 
 # the read side's top-k over the reader's logits (kgen.topk_plan: its launch; docs/reader.md, "Top-k")
@@ -699,8 +711,8 @@ INDEXER_TOPK = KernelAbi(
         Scalar("max_seq_len", "int32", lambda d, lay: d["max_seq_len"], "logits columns", source="logits"),
         Scalar("k", "int32", lambda d, lay: d["K"], "keys selected per row", source="indices"),
     ),
-    grid=lambda a: topk_grid(int(a.dims["rows"]), int(a.dims["max_seq_len"]), sm_count=_topk_sms(a)),
-    shared_bytes=lambda a: topk_shared_bytes(int(a.dims["max_seq_len"]), _topk_launch_cluster(a)),
+    grid=_topk_grid,
+    shared_bytes=lambda a: topk_shared_bytes(int(a.dims["max_seq_len"]), _topk_grid(a)[0][0]),
     cluster_x=True,
 )
 

@@ -9,6 +9,7 @@ again in a header. Pure (no CUDA, no NVRTC): `problem` asks kgen.toolchain what 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from .toolchain import supported_archs
 ARCH_RE = re.compile(r"sm_(\d+)([af]?)")
 ARCH_FLOOR = 80  # kgen kernels need bf16 arithmetic
 PDL_MIN_CC = 90  # griddepcontrol (programmatic dependent launch) exists from sm_90 on
+CLUSTER_MIN_CC = 90  # thread-block clusters (distributed shared memory) exist from sm_90 on
 WARP_THREADS = 32
 MAX_THREADS_PER_BLOCK = 1024  # every capability kgen targets
 DEFAULT_SHARED_BYTES = 48 * 1024  # dynamic + static shared memory of a block without an opt-in
@@ -68,6 +70,15 @@ def supports_pdl(capability: tuple[int, int]) -> bool:
     return capability[0] * 10 + capability[1] >= PDL_MIN_CC
 
 
+def capacity(cc: int) -> Capacity:
+    """CAPACITY of compute capability `cc` (major * 10 + minor); one kgen does not know yet gets the least
+    any known capability of its major has (else of any): a plan for it stays within what its SM holds."""
+    if cc in CAPACITY:
+        return CAPACITY[cc]
+    known = [c for k, c in CAPACITY.items() if k // 10 == cc // 10] or list(CAPACITY.values())
+    return Capacity(*(min(getattr(c, f.name) for c in known) for f in dataclasses.fields(Capacity)))
+
+
 @dataclass(frozen=True)
 class DeviceFacts:
     """What a launch plan needs to know of one GPU (kgen.runtime.device_facts asks torch once per device);
@@ -76,9 +87,21 @@ class DeviceFacts:
     index: int
     sm_count: int
     l2_bytes: int  # 0: unknown
+    capability: int  # major * 10 + minor: what one block may hold (CAPACITY), whether clusters exist
+
+    @property
+    def block_shared_bytes(self) -> int:
+        """The dynamic shared memory one block may opt in to."""
+        return capacity(self.capability).block_shared_bytes
+
+    @property
+    def clusters(self) -> bool:
+        """Can a launch group its blocks in thread-block clusters?"""
+        return self.capability >= CLUSTER_MIN_CC
 
 
-NO_DEVICE = DeviceFacts(index=-1, sm_count=1, l2_bytes=0)  # arguments checked for no GPU (the CPU emulation)
+# arguments checked for no GPU: the CPU emulation, which models an sm_90 SM
+NO_DEVICE = DeviceFacts(index=-1, sm_count=1, l2_bytes=0, capability=90)
 
 
 def parse(name: str) -> tuple[int, int, str] | None:

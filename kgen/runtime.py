@@ -146,7 +146,7 @@ class PreparedLaunch:
         self.args = args  # keeps the tensors alive as long as the launch can run
         blocks, self.block = args.grid()
         self.grid = blocks if isinstance(blocks, tuple) else (int(blocks), 1, 1)
-        self.shared_bytes = int(args.abi.shared_bytes(args))
+        self.shared_bytes = args.shared_bytes()
         carveout = bool(args.abi.prefers_shared(args))
         if self.shared_bytes > DEFAULT_SHARED_BYTES or carveout:
             loaded.allow_shared_bytes(self.shared_bytes, carveout=carveout)
@@ -269,13 +269,14 @@ _facts: dict[int, A.DeviceFacts] = {}
 
 
 def device_facts(index: int) -> A.DeviceFacts:
-    """What a launch plan needs of torch CUDA device `index` (SMs, L2 bytes; 0 where torch does not say),
-    asked once per device."""
+    """What a launch plan needs of torch CUDA device `index` (SMs, L2 bytes: 0 where torch does not say, the
+    compute capability), asked once per device."""
     facts = _facts.get(index)
     if facts is None:
         props = require_gpu().cuda.get_device_properties(index)
         facts = _facts[index] = A.DeviceFacts(index=index, sm_count=int(props.multi_processor_count),
-                                              l2_bytes=int(getattr(props, "L2_cache_size", 0) or 0))
+                                              l2_bytes=int(getattr(props, "L2_cache_size", 0) or 0),
+                                              capability=int(props.major) * 10 + int(props.minor))
     return facts
 
 

@@ -23,6 +23,8 @@ reader's do through kgen.reader_layout.reader_constants:
 
 from __future__ import annotations
 
+from .arch import SM90
+
 TOPK_THREADS = 1024
 TOPK_COARSE_BITS = 11  # the sign and 10 bits of magnitude
 TOPK_COARSE_MANTISSA_BITS = 5  # 32 bins per octave
@@ -42,12 +44,20 @@ TOPK_CLUSTER_BITS = 11
 TOPK_CLUSTER_BINS = 1 << TOPK_CLUSTER_BITS
 TOPK_SLICE_KEYS = 8192
 TOPK_CLUSTER_CANDIDATES = 4096  # the coarse threshold bin's (key, index) pairs rank 0 gathers from the cluster
-TOPK_SHARED_LIMIT = 227 * 1024  # sm_90's and sm_100's opt-in dynamic shared memory per block
+TOPK_SHARED_LIMIT = SM90.block_shared_bytes  # sm_90's (and sm_100's) opt-in dynamic shared memory per block
 # a cluster CTA's shared memory ahead of its slice: the state, three histograms (two a digit's, the merged one)
 # and rank 0's coarse candidates (uint32 key, int32 index)
 TOPK_CLUSTER_FIXED_BYTES = TOPK_STATE_BYTES + 3 * 4 * TOPK_CLUSTER_BINS + 8 * TOPK_CLUSTER_CANDIDATES
-TOPK_SLICE_CAP = (TOPK_SHARED_LIMIT - TOPK_CLUSTER_FIXED_BYTES) // 16 * 4  # the most keys a slice holds
 TOPK_CLUSTER_MAX = 8
+
+
+def topk_slice_cap(shared_limit: int = TOPK_SHARED_LIMIT) -> int:
+    """The most keys a cluster CTA's slice holds within `shared_limit` bytes of dynamic shared memory (whole
+    16-B groups of four)."""
+    return max(0, (int(shared_limit) - TOPK_CLUSTER_FIXED_BYTES) // 16 * 4)
+
+
+TOPK_SLICE_CAP = topk_slice_cap()  # on sm_90 and sm_100; the kernel's bound (kTopkSliceCap)
 TOPK_MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (and z)
 
 # dynamic shared memory of the one-CTA path: the state, the histogram (int32 counters), the candidates' keys
@@ -87,20 +97,22 @@ def topk_slice(max_seq_len: int, cluster: int) -> int:
     return -(-per // 4) * 4
 
 
-def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None) -> int:
+def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *, clusters: bool = True,
+                 shared_limit: int = TOPK_SHARED_LIMIT) -> int:
     """CTAs per row: the smallest power of two giving each at most TOPK_SLICE_KEYS keys, at most TOPK_CLUSTER_MAX,
     halved until the rows' clusters all run at once on the device's `sm_count` SMs (one 1024-thread CTA per SM;
     a second wave of clusters costs more than the split saves: H200, 32 rows of 64K keys, 55.9 us on clusters of 8
     against 32.6 on one CTA each, bench/results/topk2-2026-12-03/run1; where they fit, they pay: 64 rows of 64K,
     27.5 on clusters of 2 against 32.8, bench/results/h200-2026-12-03-s8/callB); 1 (the one-CTA path) for rows of
-    at most TOPK_SLICE_KEYS keys, or where a slice would pass TOPK_SLICE_CAP keys."""
+    at most TOPK_SLICE_KEYS keys, on a device without `clusters` (before sm_90), or where a slice would pass what
+    `shared_limit` bytes of a block's shared memory hold (topk_slice_cap: sm_120's 99 KB hold 10944 keys)."""
     cluster = 1
-    while cluster < TOPK_CLUSTER_MAX and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
+    while clusters and cluster < TOPK_CLUSTER_MAX and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
         cluster *= 2
     if sm_count is not None:
         while cluster > 1 and int(rows) * cluster > int(sm_count):
             cluster //= 2
-    if cluster > 1 and topk_slice(max_seq_len, cluster) > TOPK_SLICE_CAP:
+    if cluster > 1 and topk_slice(max_seq_len, cluster) > min(TOPK_SLICE_CAP, topk_slice_cap(shared_limit)):
         return 1
     return cluster
 
@@ -116,13 +128,14 @@ def topk_shared_bytes(max_seq_len: int, cluster: int | None = None) -> int:
     return max(TOPK_SHARED_BYTES, sliced)
 
 
-def topk_grid(rows: int, max_seq_len: int = 0, cluster: int | None = None,
-              sm_count: int | None = None) -> tuple[tuple[int, int, int], int]:
+def topk_grid(rows: int, max_seq_len: int = 0, cluster: int | None = None, sm_count: int | None = None, *,
+              clusters: bool = True, shared_limit: int = TOPK_SHARED_LIMIT) -> tuple[tuple[int, int, int], int]:
     """((cluster, y, z) blocks, threads per block) of a launch over `rows` query rows: row = y + gridDim.y * z,
-    `cluster` CTAs per row (default: topk_cluster(max_seq_len, rows, sm_count)); the launch's cluster dimension is
-    (grid.x, 1, 1)."""
-    cluster = topk_cluster(max_seq_len, rows, sm_count) if cluster is None else int(cluster)
+    `cluster` CTAs per row (default: topk_cluster(max_seq_len, rows, sm_count, clusters=, shared_limit=)); the
+    launch's cluster dimension is (grid.x, 1, 1)."""
+    if cluster is None:
+        cluster = topk_cluster(max_seq_len, rows, sm_count, clusters=clusters, shared_limit=shared_limit)
     rows = int(rows)
     y = min(rows, TOPK_MAX_GRID_Y)
     z = -(-rows // y) if y else 0
-    return (cluster, y, z), TOPK_THREADS
+    return (int(cluster), y, z), TOPK_THREADS

@@ -448,11 +448,11 @@ def test_evict_first_where_the_launch_overflows_the_l2():
     assert RP.reader_wg_shape_tune(fp8, CP, 128, 1, 65536, 132, l2) == CP
     # the launch: the device's L2 (kgen.arch.DeviceFacts in the checked arguments), memoized with the shape
     a = dataclasses.replace(ops_reader.check(spec_of("fp8"), *_case("fp8", lens=(5, 70))[1], require_cuda=False),
-                            device=DeviceFacts(0, 132, 1))
+                            device=DeviceFacts(0, 132, 1, 90))
     assert RP.launch_tune(a, "sm_90a") == {"kReaderWgEvictFirst": 1}  # keys overflow a 1-B L2
 
 
-H200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0)  # 0: an L2 nobody reported (no L2 rule)
+H200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0, capability=90)  # 0: an L2 nobody reported (no L2 rule)
 
 
 def test_pair_cubin_plan_and_its_shape_rule(monkeypatch):
@@ -528,7 +528,7 @@ def test_launch_tune_follows_the_arch_and_the_shape():
     assert RP.launch_tune(a, "sm_90") is None  # the mma.sync path has no ring
     assert RP.launch_tune(a, "sm_90a", {"kReaderWgmma": 0}) == {"kReaderWgmma": 0}
     spec_b, args_b = _case("bf16", lens=(5, 70))  # one SM: 2 x 70 keys are still below its share
-    b = dataclasses.replace(ops_reader.check(spec_b, *args_b, require_cuda=False), device=DeviceFacts(0, 1, 0))
+    b = dataclasses.replace(ops_reader.check(spec_b, *args_b, require_cuda=False), device=DeviceFacts(0, 1, 0, 90))
     assert RP.launch_tune(b, "sm_90a") is None
 
 

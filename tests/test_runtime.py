@@ -481,7 +481,7 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(launcher, "_libcuda", lambda: stack.lib)
     monkeypatch.setattr(launcher, "_raise_launch", lambda name, err, grid, block: (_ for _ in ()).throw(
         launcher.LaunchError(f"{name}: kernel launch failed (error {err}: invalid argument)")))
-    monkeypatch.setattr(runtime, "device_facts", lambda i: runtime.A.DeviceFacts(i, 132, 50 << 20))
+    monkeypatch.setattr(runtime, "device_facts", lambda i: runtime.A.DeviceFacts(i, 132, 50 << 20, 90))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: "Fake H200")

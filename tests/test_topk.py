@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from kgen import score
 from kgen import topk_plan as TP
 from kgen.abi import INDEXER_TOPK, KERNELS, ArgumentError
+from kgen.arch import CAPACITY
 
 FP8 = "specs/dsv4.yaml::dsv4_indexer_fp8"
 
@@ -234,13 +235,52 @@ def test_the_launch_takes_the_devices_sm_count():
 
     from kgen.arch import DeviceFacts
 
-    h200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0)
+    h200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0, capability=90)
     for rows, cluster in ((8, 8), (64, 1)):
         a = SimpleNamespace(dims={"rows": rows, "max_seq_len": 262144}, device=h200)
         assert INDEXER_TOPK.grid(a)[0] == (cluster, rows, 1)
         assert INDEXER_TOPK.shared_bytes(a) == TP.topk_shared_bytes(262144, cluster)
     unplaced = SimpleNamespace(dims={"rows": 64, "max_seq_len": 262144}, device=None)  # checked for no GPU
     assert INDEXER_TOPK.grid(unplaced)[0] == (8, 64, 1)
+
+
+@pytest.mark.parametrize("cc", sorted(CAPACITY))
+@pytest.mark.parametrize("rows", [1, 8, 64])
+def test_every_devices_launch_fits_its_shared_memory_and_clusters(cc, rows):
+    # sm_120's blocks hold 99 KB and sm_80's, sm_86's and sm_89's no cluster: a row of 256K keys on a cluster of 8
+    # would ask for 188 KB, and a cluster dimension before sm_90 is no launch at all
+    from types import SimpleNamespace
+
+    from kgen.arch import DeviceFacts
+
+    d = DeviceFacts(index=0, sm_count=170, l2_bytes=0, capability=cc)
+    for msl in (4096, 8193, 65536, 100_000, 262144, 1 << 20):
+        a = SimpleNamespace(dims={"rows": rows, "max_seq_len": msl}, device=d)
+        (cluster, _, _), _ = INDEXER_TOPK.grid(a)
+        assert cluster == 1 or (d.clusters and TP.topk_slice(msl, cluster) <= TP.topk_slice_cap(d.block_shared_bytes))
+        if TP.TOPK_SHARED_BYTES <= d.block_shared_bytes:  # the one-CTA path fits every device but sm_75
+            assert INDEXER_TOPK.shared_bytes(a) <= d.block_shared_bytes, (cc, rows, msl, cluster)
+    long_row = SimpleNamespace(dims={"rows": 1, "max_seq_len": 65536}, device=d)
+    assert INDEXER_TOPK.grid(long_row)[0][0] == (8 if cc >= 90 else 1)  # sm_120's slices of 8K keys fit 99 KB
+
+
+def test_a_launch_past_the_devices_shared_memory_is_a_located_error():
+    import dataclasses
+
+    from kgen.arch import DeviceFacts
+    from kgen.diagnostics import KgenError
+    from kgen.ops.topk import check_logits
+    from kgen.resolve import resolve_spec
+
+    spec = resolve_spec(FP8)
+    a = check_logits(spec, torch.zeros(1, 4096), torch.full((1,), 4096, dtype=torch.int32), 512, require_cuda=False)
+    turing = dataclasses.replace(a, device=DeviceFacts(index=0, sm_count=40, l2_bytes=0, capability=75))
+    with pytest.raises(KgenError) as e:
+        turing.shared_bytes()
+    msg = e.value.problems[0].format()
+    assert f"wants {TP.TOPK_SHARED_BYTES} B" in msg and "sm_75" in msg and f"{64 * 1024} B" in msg
+    hopper = dataclasses.replace(a, device=DeviceFacts(index=0, sm_count=132, l2_bytes=0, capability=90))
+    assert hopper.shared_bytes() == TP.TOPK_SHARED_BYTES
 
 
 @pytest.mark.parametrize("pdl", [False, True])

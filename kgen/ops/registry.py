@@ -145,7 +145,7 @@ class KernelOp:
                                      f"per block, the prepared launch has {info['block']}")])
         grid = blocks if isinstance(blocks, tuple) else (int(blocks), 1, 1)
         empty = args.scalars.get("num_tokens", 1) <= 0 or 0 in grid
-        shared = int(self.abi.shared_bytes(args))
+        shared = args.shared_bytes()
         if not empty and (shared > launcher.DEFAULT_SHARED_BYTES or self.abi.prefers_shared(args)):
             info["kernel"].allow_shared(shared, carveout=bool(self.abi.prefers_shared(args)), what=info["uri"])
         entry = (run, None if empty else grid, shared, *(args.scalars[s] for s in self._scalars),
@@ -242,7 +242,7 @@ class KernelOp:
         params = self.abi.pack(args.values(lambda _n, _t: 0))  # scalars packed, pointers and maps per call
         per_shape = self._per_shape_cubin
         kernel = info["kernel"]
-        nat.add_shape(self._native, key, grid or (0, 0, 0), int(self.abi.shared_bytes(args)), params,
+        nat.add_shape(self._native, key, grid or (0, 0, 0), args.shared_bytes(), params,
                       device=kernel.device_index if per_shape else -1,
                       function=kernel.function if per_shape else 0, context=kernel.context if per_shape else 0,
                       block=(info["block"], 1, 1), pdl=info["pdl"],
