@@ -209,7 +209,7 @@ def reader_wg_ctas_per_sm(lay: Layout, ntok: int, stages: int, tma: bool = False
     (reader_wg_pairs), planned at its own registers."""
     per = reader_wg_smem_bytes(lay, ntok, stages, tma) + READER_CTA_RESERVED_BYTES
     # the TMA variant's CTAs are large: its threads' registers bind before the SM's thread count does
-    regs = reader_wg_plan_registers(lay.spec.store.dtype, tma, pairs, split)
+    regs = reader_wg_plan_registers(lay.spec.store.dtype, tma, pairs, split, consumers)
     if tma:
         most = READER_SM_REGISTERS // (reader_wg_tma_threads(consumers, split) * regs)
     else:
@@ -267,13 +267,33 @@ READER_WG_REGISTERS = 96
 READER_WG_TMA_PAIR_REGISTERS = 168
 READER_WG_PAIR_REGISTERS = 224
 # The TMA pair cubin's register split (kReaderWgSplit 1): the producer a whole warpgroup (one warp of it works),
-# which gives registers back by setmaxnreg.dec to READER_WG_SPLIT_PRODUCER_REGISTERS, and the consumer warpgroups
-# take them by setmaxnreg.inc to READER_WG_SPLIT_CONSUMER_REGISTERS; one CTA per SM. Compiled at 152, the pair
-# cubin of 3 consumer warpgroups does not spill (at 128 it spills 372-400 B: bench/results/mtp-2026-12-03):
-# 3 x 128 x 152 + 128 x 40 = 63488 of the SM's 65536.
-READER_WG_SPLIT_PRODUCER_REGISTERS = 40
-READER_WG_SPLIT_CONSUMER_REGISTERS = 152
+# which gives registers back by setmaxnreg.dec to READER_WG_SPLIT_PRODUCER_REGISTERS (setmaxnreg's least), and the
+# consumer warpgroups take them by setmaxnreg.inc (reader_wg_split_registers); one CTA per SM. The warpgroups
+# trade within the registers the CTA was launched with: its threads x what ptxas compiles the kernel at under
+# __launch_bounds__(threads, 1) (reader_wg_launch_registers: 96 for 4 consumers, 128 for 3). ptxas compiles each
+# side at its setmaxnreg value: 4 consumer warpgroups at 112 (a producer at 24) do not spill and keep the wgmma
+# asynchronous (NVRTC 13.0, every fp8 ring of 8-24 stages; 104 still fits; 96 spills).
+READER_WG_SPLIT_PRODUCER_REGISTERS = 24
+READER_WG_SPLIT_MAX_REGISTERS = 240  # setmaxnreg takes at most 256; ptxas allocates at most 255
 READER_WG_SPLIT_PRODUCER_THREADS = 128
+
+
+def reader_wg_launch_registers(threads: int) -> int:
+    """What ptxas compiles a kernel of `threads` threads per CTA at when one CTA per SM must fit: the SM's
+    registers over its threads, in setmaxnreg's (and the allocator's) steps of 8."""
+    return min(READER_WG_SPLIT_MAX_REGISTERS, READER_SM_REGISTERS // max(1, threads) // 8 * 8)
+
+
+def reader_wg_split_registers(consumers: int) -> int:
+    """The consumers' registers of a split CTA of `consumers` warpgroups: what the CTA's launch registers leave
+    after the producer warpgroup's READER_WG_SPLIT_PRODUCER_REGISTERS, per consumer thread, in steps of 8
+    (0: none left)."""
+    threads = reader_wg_tma_threads(consumers, split=True)
+    pool = threads * reader_wg_launch_registers(threads)
+    left = pool - READER_WG_SPLIT_PRODUCER_THREADS * READER_WG_SPLIT_PRODUCER_REGISTERS
+    return max(0, min(READER_WG_SPLIT_MAX_REGISTERS, left // max(1, consumers * 4 * WARP) // 8 * 8))
+
+
 # What ptxas (NVRTC 13.0, sm_90a) uses where __launch_bounds__ does not bind (scripts/reader_ptxas.py
 # --uncapped: the shipped readable specs and 20 sampled ones, every tuning a launch may load), by (TMA variant,
 # pairs, key dtype), where it exceeds the floor above: the one-token TMA cubins 100 (fp8) / 104-109 (bf16);
@@ -287,12 +307,12 @@ READER_WG_REGISTER_NEEDS: dict[tuple[bool, bool, str], int] = {
 }
 
 
-def reader_wg_plan_registers(dtype: str, tma: bool, pairs: bool, split: bool = False) -> int:
+def reader_wg_plan_registers(dtype: str, tma: bool, pairs: bool, split: bool = False, consumers: int = 0) -> int:
     """Registers per thread the plan gives a wgmma-path cubin (TMA or cp.async variant, pairs or one token,
     by key dtype): the variant's floor, or what ptxas needs (READER_WG_REGISTER_NEEDS) where that is more.
     The CTAs per SM (reader_wg_ctas_per_sm) are planned at it, so __launch_bounds__ never caps a cubin below."""
     if split:  # the consumers' (one CTA per SM)
-        return READER_WG_SPLIT_CONSUMER_REGISTERS
+        return reader_wg_split_registers(consumers)
     floor = (READER_WG_TMA_PAIR_REGISTERS if pairs else READER_WG_TMA_REGISTERS) if tma else (
         READER_WG_PAIR_REGISTERS if pairs else READER_WG_REGISTERS)
     return max(floor, READER_WG_REGISTER_NEEDS.get((tma, pairs, dtype), 0))
@@ -301,14 +321,18 @@ def reader_wg_plan_registers(dtype: str, tma: bool, pairs: bool, split: bool = F
 def reader_wg_planned_registers(lay: Layout, tune: dict[str, int] | None = None) -> int:
     """reader_wg_plan_registers of the cubin rendered with `tune`."""
     return reader_wg_plan_registers(lay.spec.store.dtype, reader_wg_tma(lay, tune), reader_wg_pairs(lay, tune),
-                                    reader_wg_split(lay, tune))
+                                    reader_wg_split(lay, tune), reader_wg_consumers(lay, tune))
+
+
+# the least registers a consumer of the pair cubin takes: its 64 accumulators and the rest of the loop (below it
+# ptxas spills; at 104 it does not)
+READER_WG_SPLIT_MIN_CONSUMER_REGISTERS = 104
 
 
 def reader_wg_split_fits(consumers: int) -> bool:
-    """Do `consumers` warpgroups at READER_WG_SPLIT_CONSUMER_REGISTERS and the producer warpgroup at
-    READER_WG_SPLIT_PRODUCER_REGISTERS fit an SM's registers?"""
-    return (consumers * 4 * WARP * READER_WG_SPLIT_CONSUMER_REGISTERS
-            + READER_WG_SPLIT_PRODUCER_THREADS * READER_WG_SPLIT_PRODUCER_REGISTERS) <= READER_SM_REGISTERS
+    """Does a split CTA of `consumers` warpgroups leave each consumer at least
+    READER_WG_SPLIT_MIN_CONSUMER_REGISTERS?"""
+    return reader_wg_split_registers(consumers) >= READER_WG_SPLIT_MIN_CONSUMER_REGISTERS
 
 
 def reader_wg_split(lay: Layout, tune: dict[str, int] | None = None) -> bool:
@@ -439,9 +463,10 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         "kReaderWgRegisters": READER_WG_REGISTERS,
         "kReaderWgTmaPairRegisters": READER_WG_TMA_PAIR_REGISTERS,
         "kReaderWgPairRegisters": READER_WG_PAIR_REGISTERS,
-        "kReaderWgPlanRegisters": reader_wg_plan_registers(spec.store.dtype, tma, pairs, split),
+        "kReaderWgPlanRegisters": reader_wg_plan_registers(spec.store.dtype, tma, pairs, split, consumers),
         "kReaderWgSplitProducerRegisters": READER_WG_SPLIT_PRODUCER_REGISTERS,
-        "kReaderWgSplitConsumerRegisters": READER_WG_SPLIT_CONSUMER_REGISTERS,
+        "kReaderWgSplitConsumerRegisters": reader_wg_split_registers(consumers),
+        "kReaderWgSplitLaunchRegisters": reader_wg_launch_registers(reader_wg_tma_threads(consumers, split=True)),
         **_tuning(spec),
         **(tune or {}),
         "kReaderWgmma": int(wg),  # the tuning's wish, where the path reads the layout

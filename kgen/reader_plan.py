@@ -68,11 +68,12 @@ def reader_wg_pair_tuning(lay: Layout, tune: dict[str, int] | None = None) -> di
     return {**({"kReaderWgTmaStages": ring} if ring else {}), **(tune or {}), "kReaderWgPairs": 1}
 
 
-# The pair cubin with the register split (kReaderWgSplit: a producer warpgroup at few registers, 3 consumer
-# warpgroups at many, one CTA per SM, DeepGEMM's shape), on a ring of whole rounds of its 3 warpgroups that keeps
-# about as many key bytes in flight per SM as READER_WG_PAIR_RING. No launch loads it by shape: not measured yet.
+# The pair cubin with the register split (kReaderWgSplit: a producer warpgroup at few registers, consumer
+# warpgroups at many, one CTA per SM, DeepGEMM's shape), on a ring of whole rounds of its warpgroups: fp8 4 consumers
+# at 112 registers (as many warpgroups per SM as the one-token cubin's two CTAs), bf16 3 at 160 (4 serialize its
+# wgmma at 8 stages).
 READER_WG_SPLIT_TUNING: dict[str, dict[str, int]] = {
-    "fp8_e4m3": {"kReaderWgTmaStages": 18, "kReaderWgConsumers": 3},
+    "fp8_e4m3": {"kReaderWgTmaStages": 16, "kReaderWgConsumers": 4},
     "bf16": {"kReaderWgTmaStages": 9, "kReaderWgConsumers": 3},
 }
 

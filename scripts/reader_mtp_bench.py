@@ -1,15 +1,15 @@
 """The reader's MTP cost on the GPU: next_n 1, 2, 4 on the same keys, the shipped cubin beside the pair cubin
 (two tokens per m64n128 wgmma group, kgen.reader_plan.reader_wg_pair_tuning) and its register split
-(reader_wg_split_tuning: a producer warpgroup, 3 consumer warpgroups, one CTA per SM), the one-token cubin on the
-pair cubin's ring (kReaderWgPairs 0: which part of a difference is the ring, which the m64n128 groups) and,
-where it reads the layout and next_n, DeepGEMM's fp8_paged_mqa_logits, all in one process on the same
-tensors (cold: L2 flushed before each call; graph: replays), each shape's launches timed in order and in
-reverse order (order effects cancel).
+(reader_wg_split_tuning: a producer warpgroup, 3-4 consumer warpgroups, one CTA per SM; next_n 1 too), the
+one-token cubin on the pair cubin's ring (kReaderWgPairs 0: which part of a difference is the ring, which the
+m64n128 groups) and, where it reads the layout and next_n, DeepGEMM's fp8_paged_mqa_logits, all in one
+process on the same tensors (cold: L2 flushed before each call; graph: replays), each shape's launches timed in
+order and in reverse order (order effects cancel).
 
     python scripts/reader_mtp_bench.py OUT.json [SPEC.yaml ...]
 
 MTP_SHAPES overrides the shapes: "B:keys:lengths:next_n,..." (lengths equal, pm30 or uniform); MTP_ALTERNATIVES=0
-leaves the pair and split cubins out."""
+leaves the pair and split cubins out; MTP_SPLIT_RINGS="12,20" adds the split cubin on those rings too."""
 
 from __future__ import annotations
 
@@ -61,12 +61,15 @@ def main() -> None:
             runs: dict = {}
             logits: dict = {}
             tunes = {"shipped": None}
-            if n > 1 and os.environ.get("MTP_ALTERNATIVES", "1") == "1":  # 0: the shipped cubin (and the peer) only
-                tunes["pairs"] = RP.reader_wg_pair_tuning(lay)
+            if os.environ.get("MTP_ALTERNATIVES", "1") == "1":  # 0: the shipped cubin (and the peer) only
+                if n > 1:
+                    tunes["pairs"] = RP.reader_wg_pair_tuning(lay)
                 # (absent from trees older than the split: the bench runs in those too)
                 split_of, is_split = getattr(RP, "reader_wg_split_tuning", None), getattr(RL, "reader_wg_split", None)
-                if split_of and is_split and is_split(lay, split_of(lay)):
-                    tunes["split"] = split_of(lay)
+                for ring in [None, *map(int, filter(None, os.environ.get("MTP_SPLIT_RINGS", "").split(",")))]:
+                    split = split_of(lay, ring and {"kReaderWgTmaStages": ring}) if split_of else None
+                    if split and is_split and is_split(lay, split):
+                        tunes["split" if ring is None else f"split{ring}"] = split
                 ring = RP.READER_WG_PAIR_RING.get(spec.store.dtype)
                 if ring and os.environ.get("MTP_CONTROL", "1") == "1" and b * k >= 32 * 65536:
                     tunes["one_token_ring"] = {**ONE_TOKEN, "kReaderWgTmaStages": ring}

@@ -129,18 +129,24 @@ def test_tma_variant_matches_the_torch_path(path, case, tune):
     assert r.ok, r
 
 
+@pytest.mark.parametrize("how", ["pairs", "split"])
 @pytest.mark.parametrize("path", INDEXER)
 @pytest.mark.parametrize("case", [3, 4, 5, 6, 7])  # next_n 2, 4, 3, 4 (40 sequences), 2 (140 sequences)
-def test_pair_cubin_matches_the_torch_path(path, case):
+def test_pair_cubin_matches_the_torch_path(path, case, how):
     """Two MTP tokens per m64n128 group (kReaderWgPairs: the TMA variant for fp8 and bf16, the cp.async
-    one for fp4), each half of the accumulators one token's logits with its visibility."""
+    one for fp4), each half of the accumulators one token's logits with its visibility; next_n 3's odd token
+    an m64n64 group on the first half. `split`: the TMA pair cubin with the register split (fp8: 4 consumer
+    warpgroups at 112 registers)."""
     from kgen import layout as L
     from kgen import reader_layout as RL
     from kgen import reader_plan as RP
 
     spec = load_spec(SPECS / path)
-    tune = RP.reader_wg_pair_tuning(L.compute(spec))
-    assert RL.reader_wg_pairs(L.compute(spec), tune)
+    lay = L.compute(spec)
+    tune = (RP.reader_wg_pair_tuning if how == "pairs" else RP.reader_wg_split_tuning)(lay)
+    if how == "split" and not RL.reader_wg_split(lay, tune):
+        pytest.skip("the register split is the TMA variant's")
+    assert RL.reader_wg_pairs(lay, tune)
     lens, next_n = rc.correctness_cases(spec)[case]
     r = rc.run_case(spec, lens, next_n=next_n, tune=tune)
     assert r.ok, r
