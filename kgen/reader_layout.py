@@ -250,10 +250,11 @@ READER_WG_TMA_MAX_CONSUMERS = 4
 READER_WG_TMA_MAX_STAGES = 32
 READER_WG_TMA_MAP_BYTES = 128  # a CUtensorMap (64-B aligned)
 READER_SM_REGISTERS = SM90.registers  # 32-bit registers of an sm_90 SM
-# registers per thread a TMA-variant CTA plan assumes (the consumers' 32 accumulators, descriptors, the
-# epilogue, the work split's bookkeeping): the plan's 2 CTAs of 288 threads let __launch_bounds__ give
-# each thread up to 113, above what ptxas uses (96 for fp8 with the work split; 2026-12-01 run3), so it
-# never spills to fit
+# registers per thread a TMA-variant CTA plan assumes (the consumers' 32 accumulators and 16 weights,
+# descriptors, the work split's bookkeeping): the plan's 2 CTAs of 288 threads let __launch_bounds__ give
+# each thread up to 113, above what ptxas uses (69-70 uncapped, NVRTC 13.0, every shipped and 20 sampled
+# specs), so it never spills to fit. (Planned at 72, 2 CTAs of 3 consumer warpgroups fit an SM: no faster
+# than the shipped 2 of 2 on the H200, bench/results/h200-2026-12-04-s12 call3.)
 READER_WG_TMA_REGISTERS = 80
 # registers per thread the cp.async variant's plan leaves each thread at least: its CTAs are small, and an
 # SM full of them (16) would cap every thread at 32 registers, 8 of them at 64, where ptxas spills the
@@ -261,9 +262,10 @@ READER_WG_TMA_REGISTERS = 80
 # on the H200 (bench/results/h200-2026-12-01/final/README.md). 96 is what ptxas uses without spilling.
 READER_WG_REGISTERS = 96
 # the same for a cubin of two MTP tokens per m64n128 group (kReaderWgPairs): 64 accumulators where one token
-# has 32, beside the same bookkeeping. ptxas (NVRTC 13.0, __launch_bounds__ lifted) uses 166 (fp8) and 168
-# (bf16) for the TMA variant, 214 (fp8) and 221 (fp4) for the cp.async variants; capped lower it spills (and
-# at 96 serializes the wgmma). So such a TMA CTA has an SM to itself, and a cp.async one shares it with one.
+# has 32, beside the same bookkeeping. ptxas (NVRTC 13.0, __launch_bounds__ lifted) uses 122 (fp8) and 124
+# (bf16) for the TMA variant (166 and 168 before q's staging addresses stayed inside the pair change), 214
+# (fp8) and 221 (fp4) for the cp.async variants; capped at 2 CTAs per SM (96) the TMA one spills 56 B. So such
+# a TMA CTA has an SM to itself, and a cp.async one shares it with one.
 READER_WG_TMA_PAIR_REGISTERS = 168
 READER_WG_PAIR_REGISTERS = 224
 # The TMA pair cubin's register split (kReaderWgSplit 1): the producer a whole warpgroup (one warp of it works),
@@ -296,13 +298,12 @@ def reader_wg_split_registers(consumers: int) -> int:
 
 # What ptxas (NVRTC 13.0, sm_90a) uses where __launch_bounds__ does not bind (scripts/reader_ptxas.py
 # --uncapped: the shipped readable specs and 20 sampled ones, every tuning a launch may load), by (TMA variant,
-# pairs, key dtype), where it exceeds the floor above: the one-token TMA cubins 100 (fp8) / 104-109 (bf16);
-# the cp.async ones 121-128 (fp8), 118-124 (bf16). Capped at 5 CTAs of 128 threads (102 registers, 96 as
+# pairs, key dtype), where it exceeds the floor above: the cp.async one-token cubins 121-128 (fp8), 118-124
+# (bf16) (the TMA ones' 69-70 are below their floor). Capped at 5 CTAs of 128 threads (102 registers, 96 as
 # allocated) the cp.async fp8 and bf16 cubins of 64- and 256-key pages spill 224-252 B, so they are planned
 # at 128 (4 CTAs). fp4 uses 152-168 uncapped but 128 at 4 CTAs without a spill (and shared memory holds its
 # larger rows to 2 CTAs, 255 registers): planned at 128. The pair cubins' floors are what they use.
 READER_WG_REGISTER_NEEDS: dict[tuple[bool, bool, str], int] = {
-    (True, False, "fp8_e4m3"): 100, (True, False, "bf16"): 109,
     (False, False, "fp8_e4m3"): 128, (False, False, "bf16"): 128, (False, False, "fp4_e2m1"): 128,
 }
 

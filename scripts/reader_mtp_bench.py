@@ -9,7 +9,8 @@ order and in reverse order (order effects cancel).
     python scripts/reader_mtp_bench.py OUT.json [SPEC.yaml ...]
 
 MTP_SHAPES overrides the shapes: "B:keys:lengths:next_n,..." (lengths equal, pm30 or uniform); MTP_ALTERNATIVES=0
-leaves the pair and split cubins out; MTP_SPLIT_RINGS="12,20" adds the split cubin on those rings too."""
+leaves the pair and split cubins out; MTP_SPLIT_RINGS="12,20" adds the split cubin on those rings too;
+MTP_TUNES='{"NAME": {tuning}, ...}' adds those cubins (where the TMA variant reads the layout with them)."""
 
 from __future__ import annotations
 
@@ -73,6 +74,9 @@ def main() -> None:
                 ring = RP.READER_WG_PAIR_RING.get(spec.store.dtype)
                 if ring and os.environ.get("MTP_CONTROL", "1") == "1" and b * k >= 32 * 65536:
                     tunes["one_token_ring"] = {**ONE_TOKEN, "kReaderWgTmaStages": ring}
+            for name, tune in json.loads(os.environ.get("MTP_TUNES", "{}")).items():
+                tunes[name] = tune if RL.reader_wg_tma(lay, tune) else None
+            tunes = {name: tune for name, tune in tunes.items() if name == "shipped" or tune is not None}
             for name, tune in tunes.items():
                 launch, lg = rc.launcher(spec, args, tune)
                 runs[name], logits[name] = launch, lg
