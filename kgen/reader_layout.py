@@ -250,11 +250,10 @@ READER_WG_TMA_MAX_CONSUMERS = 4
 READER_WG_TMA_MAX_STAGES = 32
 READER_WG_TMA_MAP_BYTES = 128  # a CUtensorMap (64-B aligned)
 READER_SM_REGISTERS = SM90.registers  # 32-bit registers of an sm_90 SM
-# registers per thread a TMA-variant CTA plan assumes (the consumers' 32 accumulators and 16 weights,
-# descriptors, the work split's bookkeeping): the plan's 2 CTAs of 288 threads let __launch_bounds__ give
-# each thread up to 113, above what ptxas uses (69-70 uncapped, NVRTC 13.0, every shipped and 20 sampled
-# specs), so it never spills to fit. (Planned at 72, 2 CTAs of 3 consumer warpgroups fit an SM: no faster
-# than the shipped 2 of 2 on the H200, bench/results/h200-2026-12-04-s12 call3.)
+# registers per thread a TMA-variant CTA plan assumes (the consumers' 32 accumulators, descriptors, the
+# epilogue, the work split's bookkeeping): the plan's 2 CTAs of 288 threads let __launch_bounds__ give
+# each thread up to 113, above what ptxas uses (96 for fp8 with the work split; 2026-12-01 run3), so it
+# never spills to fit
 READER_WG_TMA_REGISTERS = 80
 # registers per thread the cp.async variant's plan leaves each thread at least: its CTAs are small, and an
 # SM full of them (16) would cap every thread at 32 registers, 8 of them at 64, where ptxas spills the
@@ -298,12 +297,14 @@ def reader_wg_split_registers(consumers: int) -> int:
 
 # What ptxas (NVRTC 13.0, sm_90a) uses where __launch_bounds__ does not bind (scripts/reader_ptxas.py
 # --uncapped: the shipped readable specs and 20 sampled ones, every tuning a launch may load), by (TMA variant,
-# pairs, key dtype), where it exceeds the floor above: the cp.async one-token cubins 121-128 (fp8), 118-124
-# (bf16) (the TMA ones' 69-70 are below their floor). Capped at 5 CTAs of 128 threads (102 registers, 96 as
+# pairs, key dtype), where it exceeds the floor above: the one-token TMA cubins 100 (fp8) / 104-109 (bf16)
+# (80 / 86 at their launch bounds since q's staging addresses stay inside the pair change: the plan holds);
+# the cp.async ones 121-128 (fp8), 118-124 (bf16). Capped at 5 CTAs of 128 threads (102 registers, 96 as
 # allocated) the cp.async fp8 and bf16 cubins of 64- and 256-key pages spill 224-252 B, so they are planned
 # at 128 (4 CTAs). fp4 uses 152-168 uncapped but 128 at 4 CTAs without a spill (and shared memory holds its
 # larger rows to 2 CTAs, 255 registers): planned at 128. The pair cubins' floors are what they use.
 READER_WG_REGISTER_NEEDS: dict[tuple[bool, bool, str], int] = {
+    (True, False, "fp8_e4m3"): 100, (True, False, "bf16"): 109,
     (False, False, "fp8_e4m3"): 128, (False, False, "bf16"): 128, (False, False, "fp4_e2m1"): 128,
 }
 

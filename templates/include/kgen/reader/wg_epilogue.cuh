@@ -52,46 +52,6 @@ __device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, co
     }
   }
 }
-// The TMA one-token cubin's epilogue in steps (WgTmaLogits): the weights loaded while the product runs, the
-// sums, then a quad exchange that transposes as it sums, so that lane tig ends with row gid + 8 (tig & 1)'s
-// sum in 2 shuffles where finish_with's butterfly takes 4 (each tree node adds the same two partial sums: the
-// logits are bitwise finish_with's). The pair cubins keep finish_with: with these steps ptxas serializes their
-// wgmma at the registers they are planned at.
-// the weights of the heads this thread's accumulators hold (8j + 2tig + c, j < 8, c < 2)
-struct HeadWeights {
-  float2 w[8];
-};
-__device__ __forceinline__ HeadWeights head_weights(const float* wt, int tig) {
-  HeadWeights h;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) h.w[j] = *reinterpret_cast<const float2*>(wt + 8 * j + 2 * tig);
-  return h;
-}
-// this thread's part of rows gid (x) and gid + 8 (y): the sum over its heads of relu(acc) * w, even and odd
-// heads in two chains per row (half as deep), added last, as finish_with does
-__device__ __forceinline__ float2 head_sums(const float (&acc)[32], const HeadWeights& h) {
-  float v0 = 0.0f, v1 = 0.0f, u0 = 0.0f, u1 = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    v0 = fmaf(h.w[j].x, fmaxf(acc[4 * j], 0.0f), v0);
-    u0 = fmaf(h.w[j].y, fmaxf(acc[4 * j + 1], 0.0f), u0);
-    v1 = fmaf(h.w[j].x, fmaxf(acc[4 * j + 2], 0.0f), v1);
-    u1 = fmaf(h.w[j].y, fmaxf(acc[4 * j + 3], 0.0f), u1);
-  }
-  return make_float2(v0 + u0, v1 + u1);
-}
-// the rows summed over the quad: lane tig gets row (tig & 1)'s (lanes 0 and 1: finish_row's rows)
-__device__ __forceinline__ float quad_rows(float2 v, int tig) {
-  const bool odd = tig & 1;
-  const float keep = odd ? v.y : v.x, give = odd ? v.x : v.y;
-  const float s = keep + __shfl_xor_sync(num::kFullMask, give, 1);
-  return s + __shfl_xor_sync(num::kFullMask, s, 2);
-}
-// key `key`'s logit (at `dst`) of a token: its sum times the key's row factor (its scale, 1, or NaN for a bad
-// page) where the token sees the key, -inf where it does not, nothing past the row's end
-__device__ __forceinline__ void store_logit(float sum, float factor, float* dst, int key, int key_end, int visible_t) {
-  if (key < key_end) *dst = key < visible_t ? sum * factor : -__int_as_float(0x7f800000);
-}
 // token u's (0 or 1) accumulators of an m64n128 group
 __device__ __forceinline__ const float (&token_half(const float (&acc)[64], int u))[32] {
   return *reinterpret_cast<const float (*)[32]>(acc + 32 * u);

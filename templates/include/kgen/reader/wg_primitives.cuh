@@ -63,9 +63,6 @@ __device__ __forceinline__ void mma_commit() {
 __device__ __forceinline__ void mma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
-// `v`, as a value the compiler cannot see through: what is computed from it inside a loop stays inside (the
-// TMA variant's q staging, whose per-thread addresses hoisted out of the tile loop would hold about ten
-// registers for the whole loop)
 __device__ __forceinline__ int opaque(int v) {
   asm volatile("mov.b32 %0, %0;\n" : "+r"(v));
   return v;
@@ -246,12 +243,11 @@ __device__ __forceinline__ void keep(float (&d)[N]) {
 
 // acc (+)= a 64-key tile's A operand times q's B operand, over `Chunks` 128-B chunks of their rows (the A
 // chunks `a_step`, q's `b_step` descriptor units apart from `a_lo`, `b_lo`), four wgmma k-steps of 32 B each
-// (k32 e4m3 for `Fp8`, else k16 bf16); `add` false: the first k-step overwrites acc. Issued and committed as
-// one group: acc is the product's only after tile_mma_wait.
+// (k32 e4m3 for `Fp8`, else k16 bf16); `add` false: the first k-step overwrites acc. Waits for the group.
 // `N` accumulators per thread: 32 (m64n64, one token), 64 (m64n128, two tokens' q rows from b_lo on).
 template <bool Fp8, int Chunks, int N = 32>
-__device__ __forceinline__ void tile_mma_async(float (&acc)[N], uint32_t a_lo, uint32_t a_step, uint32_t b_lo,
-                                               uint32_t b_step, bool add) {
+__device__ __forceinline__ void tile_mma(float (&acc)[N], uint32_t a_lo, uint32_t a_step, uint32_t b_lo,
+                                         uint32_t b_step, bool add) {
   constexpr int kSteps{reader::kWgChunkBytes / 32};
   mma_fence();
 #pragma unroll
@@ -269,19 +265,8 @@ __device__ __forceinline__ void tile_mma_async(float (&acc)[N], uint32_t a_lo, u
     }
   }
   mma_commit();
-}
-// the warpgroup's committed products are done: acc holds tile_mma_async's result
-template <int N>
-__device__ __forceinline__ void tile_mma_wait(float (&acc)[N]) {
   mma_wait();
   keep(acc);
-}
-// tile_mma_async, then its wait
-template <bool Fp8, int Chunks, int N = 32>
-__device__ __forceinline__ void tile_mma(float (&acc)[N], uint32_t a_lo, uint32_t a_step, uint32_t b_lo,
-                                         uint32_t b_step, bool add) {
-  tile_mma_async<Fp8, Chunks, N>(acc, a_lo, a_step, b_lo, b_step, add);
-  tile_mma_wait(acc);
 }
 
 }  // namespace wg

@@ -258,13 +258,11 @@ struct WgTmaLogits {
       wg::bar_wait(sm.full(s), static_cast<uint32_t>(i / kStages) & 1u);
       const uint32_t a_lo = keys_lo + s * (kStageBytes / 16);
       const float factor = tig < 2 ? sm.row_info[s * kTile + row] : 0.0f;  // the row's scale, 1, or NaN
-      const int ntok = at.at.ntok, key = k0 + row;
+      const int ntok = at.at.ntok;
 #pragma unroll 1
       for (int t = 0; t < ntok; ++t) {
         const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
         const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
-        // one array for both groups of the pair cubin: ptxas then gives the m64n64 group's 32 accumulators
-        // the registers of the m64n128 group's first half (two arrays do not fit 4 warpgroups per SM)
         float acc[kPairs ? 64 : 32];
         if constexpr (kPairs) {
           if (t + 1 < ntok) {  // tokens t and t + 1 in one m64n128 group: the second sees one key more
@@ -282,23 +280,9 @@ struct WgTmaLogits {
           }
         }
         float (&one)[32] = wg::first_token(acc);
-        if constexpr (kPairs) {  // next_n odd: the last token's m64n64 group, as the pair's (finish_with)
-          if (any) wg::tile_mma<kFp8, kChunks>(one, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
-          if (t == ntok - 1) release(s);
-          wg::finish_with(one, any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid, tig);
-          continue;
-        }
-        float sum = 0.0f;  // lane tig: row (tig & 1)'s
-        if (any) {
-          wg::tile_mma_async<kFp8, kChunks>(one, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
-          const wg::HeadWeights w = wg::head_weights(sm.w + t * H, tig);  // on their way during the product
-          wg::tile_mma_wait(one);
-          if (t == ntok - 1) release(s);
-          sum = wg::quad_rows(wg::head_sums(one, w), tig);
-        } else if (t == ntok - 1) {
-          release(s);
-        }
-        if (tig < 2) wg::store_logit(sum, factor, at.row(p, t) + key, key, p.max_seq_len, visible_t);
+        if (any) wg::tile_mma<kFp8, kChunks>(one, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
+        if (t == ntok - 1) release(s);
+        wg::finish_with(one, any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid, tig);
       }
     }
   }
