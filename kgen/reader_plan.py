@@ -71,7 +71,9 @@ def reader_wg_pair_tuning(lay: Layout, tune: dict[str, int] | None = None) -> di
 # The pair cubin with the register split (kReaderWgSplit: a producer warpgroup at few registers, consumer
 # warpgroups at many, one CTA per SM, DeepGEMM's shape), on a ring of whole rounds of its warpgroups: fp8 4 consumers
 # at 112 registers (as many warpgroups per SM as the one-token cubin's two CTAs), bf16 3 at 160 (4 serialize its
-# wgmma at 8 stages).
+# wgmma at 8 stages). No launch loads it by shape: on the H200 its next_n 2 costs 1.18x its next_n 1, but that
+# next_n 1 is 1.34x the one-token cubin's, and it is slower at every shape measured
+# (bench/results/h200-2026-12-04-s12/README.md).
 READER_WG_SPLIT_TUNING: dict[str, dict[str, int]] = {
     "fp8_e4m3": {"kReaderWgTmaStages": 16, "kReaderWgConsumers": 4},
     "bf16": {"kReaderWgTmaStages": 9, "kReaderWgConsumers": 3},
