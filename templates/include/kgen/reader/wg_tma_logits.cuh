@@ -263,6 +263,8 @@ struct WgTmaLogits {
       for (int t = 0; t < ntok; ++t) {
         const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
         const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
+        // one array for both groups of the pair cubin: ptxas then gives the m64n64 group's 32 accumulators the
+        // registers of the m64n128 group's first half (two arrays do not fit 4 warpgroups per SM)
         float acc[kPairs ? 64 : 32];
         if constexpr (kPairs) {
           if (t + 1 < ntok) {  // tokens t and t + 1 in one m64n128 group: the second sees one key more
