@@ -46,8 +46,9 @@ struct dsv4_indexer_fp4 : kgen_cfg::dsv4_indexer_fp4 {
   static constexpr long long kReaderWgTmaPairRegisters = 168;
   static constexpr long long kReaderWgPairRegisters = 224;
   static constexpr long long kReaderWgPlanRegisters = 128;
-  static constexpr long long kReaderWgSplitProducerRegisters = 40;
-  static constexpr long long kReaderWgSplitConsumerRegisters = 152;
+  static constexpr long long kReaderWgSplitProducerRegisters = 24;
+  static constexpr long long kReaderWgSplitConsumerRegisters = 240;
+  static constexpr long long kReaderWgSplitLaunchRegisters = 168;
   static constexpr long long kReaderPrefetch = 0;
   static constexpr long long kReaderMinBlocks = 0;
   static constexpr long long kReaderHeadPasses = 2;

@@ -157,13 +157,17 @@ KGEN_HD constexpr bool wg_plan_registers_agree() {
   return C::kReaderWgSplit ? C::kReaderWgPlanRegisters == C::kReaderWgSplitConsumerRegisters
                            : C::kReaderWgPlanRegisters >= floor;
 }
-// the register split's warpgroups fit the SM: the consumers raised, the producer lowered (setmaxnreg takes
-// multiples of 8 in [24, 256])
+// the register split's warpgroups trade within the registers the CTA was launched with (its threads at what
+// ptxas compiles the kernel at for one CTA per SM: kReaderWgSplitLaunchRegisters), the consumers raised, the
+// producer lowered (setmaxnreg takes multiples of 8 in [24, 256]; a raise the pool cannot give never returns)
 template <class C>
 KGEN_HD constexpr bool wg_split_fits() {
   const long long lo = C::kReaderWgSplitProducerRegisters, hi = C::kReaderWgSplitConsumerRegisters;
-  return lo % 8 == 0 && hi % 8 == 0 && lo >= 24 && hi <= 256 && lo < hi &&
-         C::kReaderWgConsumers * 128 * hi + kWgSplitProducerThreads * lo <= C::kReaderSmRegisters;
+  const long long launch = C::kReaderWgSplitLaunchRegisters,
+                  threads = C::kReaderWgConsumers * 128 + kWgSplitProducerThreads;
+  return lo % 8 == 0 && hi % 8 == 0 && lo >= 24 && hi <= 256 && lo < hi && launch % 8 == 0 &&
+         launch <= C::kReaderSmRegisters / threads &&
+         C::kReaderWgConsumers * 128 * hi + kWgSplitProducerThreads * lo <= threads * launch;
 }
 // kReaderWgmma 0 on a layout the path reads: the mma.sync path on sm_90a too (the bench compares them)
 template <class C>

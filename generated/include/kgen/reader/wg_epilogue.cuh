@@ -56,6 +56,11 @@ __device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, co
 __device__ __forceinline__ const float (&token_half(const float (&acc)[64], int u))[32] {
   return *reinterpret_cast<const float (*)[32]>(acc + 32 * u);
 }
+template <int N>
+__device__ __forceinline__ float (&first_token(float (&acc)[N]))[32] {
+  static_assert(N == 32 || N == 64, "m64n64 or m64n128 accumulators");
+  return *reinterpret_cast<float (*)[32]>(acc);
+}
 __device__ __forceinline__ void finish(const float (&acc)[32], bool any, const float* wt, const float* info, float* out,
                                        int k0, int key_end, int visible_t, int warp, int gid, int tig) {
   const float factor = tig < 2 ? info[finish_row(warp, gid, tig)] : 0.0f;

@@ -63,6 +63,10 @@ __device__ __forceinline__ void mma_commit() {
 __device__ __forceinline__ void mma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+__device__ __forceinline__ int opaque(int v) {
+  asm volatile("mov.b32 %0, %0;\n" : "+r"(v));
+  return v;
+}
 // the launch's dynamic shared memory
 __device__ __forceinline__ uint32_t dynamic_smem_size() {
   uint32_t bytes;

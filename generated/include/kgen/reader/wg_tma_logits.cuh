@@ -210,8 +210,9 @@ struct WgTmaLogits {
     const auto stage_pair = [&](int pair) {  // q and the weights by cp.async: no thread waits for them here
       const typename Work::Pair q = Work::tokens_of(p, pair);
       const long long q_token0 = reader::token_row(p, q.b, q.t0);
-      wg::stage_q<H, kChunks, kConsumerThreads, C::kRowBytes, kPairs>(p.q, sm.q, q_token0, q.ntok, ntok_max, tid);
-      for (int j = tid; j < q.ntok * H; j += kConsumerThreads)
+      const int me = wg::opaque(tid);  // (the addresses computed here, not kept across the tile loop)
+      wg::stage_q<H, kChunks, kConsumerThreads, C::kRowBytes, kPairs>(p.q, sm.q, q_token0, q.ntok, ntok_max, me);
+      for (int j = me; j < q.ntok * H; j += kConsumerThreads)
         wg::cp4(wg::smem_addr(sm.w + j), p.weights + q_token0 * H + j);
       wg::commit();
       qpair = pair;
@@ -262,26 +263,28 @@ struct WgTmaLogits {
       for (int t = 0; t < ntok; ++t) {
         const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
         const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
+        // one array for both groups of the pair cubin: ptxas then gives the m64n64 group's 32 accumulators the
+        // registers of the m64n128 group's first half (two arrays do not fit 4 warpgroups per SM)
+        float acc[kPairs ? 64 : 32];
         if constexpr (kPairs) {
           if (t + 1 < ntok) {  // tokens t and t + 1 in one m64n128 group: the second sees one key more
             const int visible_u = at.visible(p, t + 1);
             const bool any_u = k0 < visible_u;
-            float pair[64];
             if (any_u)
-              wg::tile_mma<kFp8, kChunks, 64>(pair, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
+              wg::tile_mma<kFp8, kChunks, 64>(acc, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
             if (t + 2 == ntok) release(s);
-            wg::finish_with(wg::token_half(pair, 0), any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len,
+            wg::finish_with(wg::token_half(acc, 0), any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len,
                             visible_t, gwarp, gid, tig);
-            wg::finish_with(wg::token_half(pair, 1), any_u, sm.w + (t + 1) * H, factor, at.row(p, t + 1), k0,
+            wg::finish_with(wg::token_half(acc, 1), any_u, sm.w + (t + 1) * H, factor, at.row(p, t + 1), k0,
                             p.max_seq_len, visible_u, gwarp, gid, tig);
             ++t;
             continue;
           }
         }
-        float acc[32];
-        if (any) wg::tile_mma<kFp8, kChunks>(acc, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
+        float (&one)[32] = wg::first_token(acc);
+        if (any) wg::tile_mma<kFp8, kChunks>(one, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
         if (t == ntok - 1) release(s);
-        wg::finish_with(acc, any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid, tig);
+        wg::finish_with(one, any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid, tig);
       }
     }
   }
