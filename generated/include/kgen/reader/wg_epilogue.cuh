@@ -56,6 +56,8 @@ __device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, co
 __device__ __forceinline__ const float (&token_half(const float (&acc)[64], int u))[32] {
   return *reinterpret_cast<const float (*)[32]>(acc + 32 * u);
 }
+// the first (or only) token's accumulators of an m64n128 (or m64n64) group, writable: the m64n64 group of the pair
+// cubin's odd token runs on them
 template <int N>
 __device__ __forceinline__ float (&first_token(float (&acc)[N]))[32] {
   static_assert(N == 32 || N == 64, "m64n64 or m64n128 accumulators");

@@ -63,6 +63,9 @@ __device__ __forceinline__ void mma_commit() {
 __device__ __forceinline__ void mma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+// `v`, as a value the compiler cannot see through: what is computed from it inside a loop stays inside (the
+// TMA variant's q staging, whose per-thread addresses hoisted out of the tile loop held about ten registers
+// for the whole loop: the pair cubin 166 -> 122)
 __device__ __forceinline__ int opaque(int v) {
   asm volatile("mov.b32 %0, %0;\n" : "+r"(v));
   return v;
