@@ -288,11 +288,13 @@ def reader_wg_launch_registers(threads: int) -> int:
 def reader_wg_split_registers(consumers: int) -> int:
     """The consumers' registers of a split CTA of `consumers` warpgroups: what the CTA's launch registers leave
     after the producer warpgroup's READER_WG_SPLIT_PRODUCER_REGISTERS, per consumer thread, in steps of 8
-    (0: none left)."""
+    (0: none left, or no consumers)."""
+    if consumers < 1:
+        return 0
     threads = reader_wg_tma_threads(consumers, split=True)
     pool = threads * reader_wg_launch_registers(threads)
     left = pool - READER_WG_SPLIT_PRODUCER_THREADS * READER_WG_SPLIT_PRODUCER_REGISTERS
-    return max(0, min(READER_WG_SPLIT_MAX_REGISTERS, left // max(1, consumers * 4 * WARP) // 8 * 8))
+    return max(0, min(READER_WG_SPLIT_MAX_REGISTERS, left // (consumers * 4 * WARP) // 8 * 8))
 
 
 # What ptxas (NVRTC 13.0, sm_90a) uses where __launch_bounds__ does not bind (scripts/reader_ptxas.py

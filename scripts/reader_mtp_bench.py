@@ -75,8 +75,8 @@ def main() -> None:
                 if ring and os.environ.get("MTP_CONTROL", "1") == "1" and b * k >= 32 * 65536:
                     tunes["one_token_ring"] = {**ONE_TOKEN, "kReaderWgTmaStages": ring}
             for name, tune in json.loads(os.environ.get("MTP_TUNES", "{}")).items():
-                tunes[name] = tune if RL.reader_wg_tma(lay, tune) else None
-            tunes = {name: tune for name, tune in tunes.items() if name == "shipped" or tune is not None}
+                if RL.reader_wg_tma(lay, tune):
+                    tunes[name] = tune
             for name, tune in tunes.items():
                 launch, lg = rc.launcher(spec, args, tune)
                 runs[name], logits[name] = launch, lg

@@ -535,6 +535,7 @@ def test_register_split_plan():
         assert RP.reader_wg_split_tuning(lay) not in rc.ring_tunes(lay.spec, None)  # no launch loads it by shape
     # 5 consumer warpgroups leave each 65536 // 768 -> 80, less the producer's share: below the pair cubin's least
     assert RL.reader_wg_split_registers(5) < RL.READER_WG_SPLIT_MIN_CONSUMER_REGISTERS
+    assert RL.reader_wg_split_registers(0) == 0  # a split of no consumers plans none (was the 240 cap)
     assert not RL.reader_wg_split(fp8, {**RP.reader_wg_split_tuning(fp8), "kReaderWgConsumers": 5,
                                         "kReaderWgTmaStages": 20})
     assert not RL.reader_wg_split(fp4, RP.reader_wg_split_tuning(fp4))  # the cp.async variant: no producer
