@@ -682,11 +682,16 @@ INDEXER_LOGITS = KernelAbi(
 
 def _topk_grid(a) -> tuple[tuple[int, int, int], int]:
     """The top-k launch on the device the arguments were checked for: its clusters within its SMs, none before
-    sm_90, each slice within what one block's shared memory holds (no device: arguments checked for no GPU, the
-    plan's sm_90 limits)."""
+    sm_90 (no device: arguments checked for no GPU, the plan's sm_90 limits)."""
     d = a.device
-    limits = {} if d is None else {"sm_count": d.sm_count, "clusters": d.clusters, "shared_limit": d.block_shared_bytes}
+    limits = {} if d is None else {"sm_count": d.sm_count, "clusters": d.clusters}
     return topk_grid(int(a.dims["rows"]), int(a.dims["max_seq_len"]), **limits)
+
+
+def _topk_shared_bytes(a) -> int:
+    """The launch's shared memory: a cluster CTA's slice is held there where the device's block has room for it."""
+    limit = {} if a.device is None else {"shared_limit": a.device.block_shared_bytes}
+    return topk_shared_bytes(int(a.dims["max_seq_len"]), _topk_grid(a)[0][0], **limit)
 
 
 # the read side's top-k over the reader's logits (kgen.topk_plan: its launch; docs/reader.md, "Top-k")
@@ -712,7 +717,7 @@ INDEXER_TOPK = KernelAbi(
         Scalar("k", "int32", lambda d, lay: d["K"], "keys selected per row", source="indices"),
     ),
     grid=_topk_grid,
-    shared_bytes=lambda a: topk_shared_bytes(int(a.dims["max_seq_len"]), _topk_grid(a)[0][0]),
+    shared_bytes=_topk_shared_bytes,
     cluster_x=True,
 )
 

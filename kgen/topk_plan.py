@@ -16,8 +16,9 @@ reader's do through kgen.reader_layout.reader_constants:
   index wins), or, when at most TOPK_RANK_CAP, ranked by a thread each (the same order);
 * else, one CTA per row (`topk_cluster` = 1): the global digits, TOPK_FIRST_BITS bits first, then
   TOPK_NEXT_BITS bits per further read of the row while the threshold bin holds more than TOPK_CANDIDATES keys;
-* else, a cluster of C CTAs per row (sm_90+): each CTA holds its slice of at most TOPK_SLICE_CAP keys in shared
-  memory, TOPK_CLUSTER_BITS bits per digit, histograms merged through distributed shared memory;
+* else, a cluster of C CTAs per row (sm_90+): each CTA holds its slice in shared memory where one block's shared
+  memory has room for it (topk_slice_cap), else reads it again from the row in each pass; TOPK_CLUSTER_BITS bits per
+  digit, histograms merged through distributed shared memory;
 * the histogram holds 2 ** max(digit bits) counters; TOPK_STATE_BYTES of scalars ahead of it.
 """
 
@@ -57,7 +58,7 @@ def topk_slice_cap(shared_limit: int = TOPK_SHARED_LIMIT) -> int:
     return max(0, (int(shared_limit) - TOPK_CLUSTER_FIXED_BYTES) // 16 * 4)
 
 
-TOPK_SLICE_CAP = topk_slice_cap()  # on sm_90 and sm_100; the kernel's bound (kTopkSliceCap)
+TOPK_SLICE_CAP = topk_slice_cap()  # on sm_90 and sm_100
 TOPK_MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (and z)
 
 # dynamic shared memory of the one-CTA path: the state, the histogram (int32 counters), the candidates' keys
@@ -83,7 +84,6 @@ def topk_constants() -> dict[str, int]:
         "kTopkSharedBytes": TOPK_SHARED_BYTES,
         "kTopkClusterBits": TOPK_CLUSTER_BITS,
         "kTopkClusterBins": TOPK_CLUSTER_BINS,
-        "kTopkSliceCap": TOPK_SLICE_CAP,
         "kTopkClusterFixedBytes": TOPK_CLUSTER_FIXED_BYTES,
         "kTopkClusterCandidates": TOPK_CLUSTER_CANDIDATES,
         "kTopkClusterMax": TOPK_CLUSTER_MAX,
@@ -97,44 +97,43 @@ def topk_slice(max_seq_len: int, cluster: int) -> int:
     return -(-per // 4) * 4
 
 
-def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *, clusters: bool = True,
-                 shared_limit: int = TOPK_SHARED_LIMIT) -> int:
+def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *, clusters: bool = True) -> int:
     """CTAs per row: the smallest power of two giving each at most TOPK_SLICE_KEYS keys, at most TOPK_CLUSTER_MAX,
     halved until the rows' clusters all run at once on the device's `sm_count` SMs (one 1024-thread CTA per SM;
     a second wave of clusters costs more than the split saves: H200, 32 rows of 64K keys, 55.9 us on clusters of 8
     against 32.6 on one CTA each, bench/results/topk2-2026-12-03/run1; where they fit, they pay: 64 rows of 64K,
     27.5 on clusters of 2 against 32.8, bench/results/h200-2026-12-03-s8/callB); 1 (the one-CTA path) for rows of
-    at most TOPK_SLICE_KEYS keys, on a device without `clusters` (before sm_90), or where a slice would pass what
-    `shared_limit` bytes of a block's shared memory hold (topk_slice_cap: sm_120's 99 KB hold 10944 keys)."""
+    at most TOPK_SLICE_KEYS keys and on a device without `clusters` (before sm_90). A slice past what a block's
+    shared memory holds is read from the row in each pass (topk_shared_bytes), still on the cluster's SMs."""
     cluster = 1
     while clusters and cluster < TOPK_CLUSTER_MAX and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
         cluster *= 2
     if sm_count is not None:
         while cluster > 1 and int(rows) * cluster > int(sm_count):
             cluster //= 2
-    if cluster > 1 and topk_slice(max_seq_len, cluster) > min(TOPK_SLICE_CAP, topk_slice_cap(shared_limit)):
-        return 1
     return cluster
 
 
-def topk_shared_bytes(max_seq_len: int, cluster: int | None = None) -> int:
+def topk_shared_bytes(max_seq_len: int, cluster: int | None = None, shared_limit: int = TOPK_SHARED_LIMIT) -> int:
     """Dynamic shared memory of a launch: the one-CTA path's, or the cluster path's (the state, three
-    histograms: two a digit's and the merged one, rank 0's coarse candidates, then the slice's keys), whichever is
-    larger (a CTA of a cluster runs the one-CTA path where its row's slice would not fit)."""
+    histograms: two a digit's and the merged one, rank 0's coarse candidates, then the slice's keys where they fit
+    `shared_limit`; the kernel keeps a row's slice in shared memory exactly when the launch has room for it),
+    whichever is larger (a CTA of a cluster may run the one-CTA path)."""
     cluster = topk_cluster(max_seq_len) if cluster is None else int(cluster)
     if cluster <= 1:
         return TOPK_SHARED_BYTES
-    sliced = TOPK_CLUSTER_FIXED_BYTES + 4 * min(TOPK_SLICE_CAP, topk_slice(max_seq_len, cluster))
-    return max(TOPK_SHARED_BYTES, sliced)
+    slice_keys = topk_slice(max_seq_len, cluster)
+    held = slice_keys if slice_keys <= topk_slice_cap(shared_limit) else 0
+    return max(TOPK_SHARED_BYTES, TOPK_CLUSTER_FIXED_BYTES + 4 * held)
 
 
 def topk_grid(rows: int, max_seq_len: int = 0, cluster: int | None = None, sm_count: int | None = None, *,
-              clusters: bool = True, shared_limit: int = TOPK_SHARED_LIMIT) -> tuple[tuple[int, int, int], int]:
+              clusters: bool = True) -> tuple[tuple[int, int, int], int]:
     """((cluster, y, z) blocks, threads per block) of a launch over `rows` query rows: row = y + gridDim.y * z,
-    `cluster` CTAs per row (default: topk_cluster(max_seq_len, rows, sm_count, clusters=, shared_limit=)); the
-    launch's cluster dimension is (grid.x, 1, 1)."""
+    `cluster` CTAs per row (default: topk_cluster(max_seq_len, rows, sm_count, clusters=)); the launch's cluster
+    dimension is (grid.x, 1, 1)."""
     if cluster is None:
-        cluster = topk_cluster(max_seq_len, rows, sm_count, clusters=clusters, shared_limit=shared_limit)
+        cluster = topk_cluster(max_seq_len, rows, sm_count, clusters=clusters)
     rows = int(rows)
     y = min(rows, TOPK_MAX_GRID_Y)
     z = -(-rows // y) if y else 0

@@ -212,16 +212,17 @@ def test_the_plan_splits_long_rows_over_a_cluster():
     # short rows stay on one CTA; a power of two of CTAs holds at most TOPK_SLICE_KEYS keys each, up to 8
     assert [TP.topk_cluster(n) for n in (1, 4096, 8192, 8193, 16384, 32768, 65536, 262144)] == [1, 1, 1, 2, 2, 4,
                                                                                                8, 8]
-    assert TP.topk_cluster(8 * TP.TOPK_SLICE_CAP + 1) == 1  # no slice would fit: the one-CTA path reads global
+    assert TP.topk_cluster(8 * TP.TOPK_SLICE_CAP + 1) == 8  # no slice fits: each CTA reads its slice from the row
     assert TP.topk_grid(6, 65536) == ((8, 6, 1), TP.TOPK_THREADS)
     # on a device, clusters halved until every row's cluster runs at once (one CTA per SM): 16 rows of 8 CTAs
-    # fit 132 SMs; 17 take 4 each, 34 two, 67 one (the one-CTA path); a halving that leaves slices past
-    # TOPK_SLICE_CAP keys gives the one-CTA path too
+    # fit 132 SMs; 17 take 4 each, 34 two, 67 one (the one-CTA path); slices past TOPK_SLICE_CAP keys stay on
+    # their clusters (read from the row in each pass, no shared memory asked for them)
     assert TP.topk_grid(16, 65536, sm_count=132) == ((8, 16, 1), TP.TOPK_THREADS)
     assert TP.topk_grid(17, 65536, sm_count=132) == ((4, 17, 1), TP.TOPK_THREADS)
     assert [TP.topk_cluster(65536, rows, 132) for rows in (32, 34, 66, 67)] == [4, 2, 2, 1]
     assert TP.topk_cluster(16384, rows=66, sm_count=132) == 2 and TP.topk_cluster(16384, rows=67, sm_count=132) == 1
-    assert TP.topk_cluster(262144, rows=8, sm_count=132) == 8 and TP.topk_cluster(262144, rows=32, sm_count=132) == 1
+    assert TP.topk_cluster(262144, rows=8, sm_count=132) == 8 and TP.topk_cluster(262144, rows=32, sm_count=132) == 4
+    assert TP.topk_shared_bytes(262144, 4) == TP.TOPK_SHARED_BYTES
     assert TP.topk_shared_bytes(262144, 1) == TP.TOPK_SHARED_BYTES  # the one-CTA path asks for its own
     assert TP.topk_grid(70000, 4096) == ((1, 65535, 2), TP.TOPK_THREADS)  # row = y + 65535 z
     assert TP.topk_shared_bytes(4096) == TP.TOPK_SHARED_BYTES
@@ -236,7 +237,7 @@ def test_the_launch_takes_the_devices_sm_count():
     from kgen.arch import DeviceFacts
 
     h200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0, capability=90)
-    for rows, cluster in ((8, 8), (64, 1)):
+    for rows, cluster in ((8, 8), (64, 2)):
         a = SimpleNamespace(dims={"rows": rows, "max_seq_len": 262144}, device=h200)
         assert INDEXER_TOPK.grid(a)[0] == (cluster, rows, 1)
         assert INDEXER_TOPK.shared_bytes(a) == TP.topk_shared_bytes(262144, cluster)
@@ -248,7 +249,8 @@ def test_the_launch_takes_the_devices_sm_count():
 @pytest.mark.parametrize("rows", [1, 8, 64])
 def test_every_devices_launch_fits_its_shared_memory_and_clusters(cc, rows):
     # sm_120's blocks hold 99 KB and sm_80's, sm_86's and sm_89's no cluster: a row of 256K keys on a cluster of 8
-    # would ask for 188 KB, and a cluster dimension before sm_90 is no launch at all
+    # would ask for 188 KB to hold its slices (so it reads them from the row), and a cluster dimension before sm_90
+    # is no launch at all
     from types import SimpleNamespace
 
     from kgen.arch import DeviceFacts
@@ -257,7 +259,7 @@ def test_every_devices_launch_fits_its_shared_memory_and_clusters(cc, rows):
     for msl in (4096, 8193, 65536, 100_000, 262144, 1 << 20):
         a = SimpleNamespace(dims={"rows": rows, "max_seq_len": msl}, device=d)
         (cluster, _, _), _ = INDEXER_TOPK.grid(a)
-        assert cluster == 1 or (d.clusters and TP.topk_slice(msl, cluster) <= TP.topk_slice_cap(d.block_shared_bytes))
+        assert cluster == 1 or d.clusters
         if TP.TOPK_SHARED_BYTES <= d.block_shared_bytes:  # the one-CTA path fits every device but sm_75
             assert INDEXER_TOPK.shared_bytes(a) <= d.block_shared_bytes, (cc, rows, msl, cluster)
     long_row = SimpleNamespace(dims={"rows": 1, "max_seq_len": 65536}, device=d)
@@ -311,26 +313,34 @@ def test_a_cluster_launch_packs_its_cluster_dimension_per_call(pdl):
     assert (buf.config_fields()[8] != 0) == pdl
 
 
-@pytest.mark.parametrize("cluster, kind, next_n, k", [
-    (2, "randn", 2, 500),
-    (4, "ties", 4, 2048),  # three values: thousands of keys equal to the k-th, across the ranks
-    (3, "one_value", 1, 512),  # one value: rank r takes its ties only after the ranks below it
-    (8, "randn_ties", 2, 512),
-    (2, "one_bin", 1, 512),  # the coarse bin overflows rank 0's candidates: the digit loop
-    (4, "specials", 2, 2048),
-    (2, "zero_threshold", 1, 512),
-    (4, "rounded", 2, 512),
+@pytest.mark.parametrize("cluster, kind, next_n, k, held", [
+    (2, "randn", 2, 500, True),
+    (4, "ties", 4, 2048, True),  # three values: thousands of keys equal to the k-th, across the ranks
+    (3, "one_value", 1, 512, True),  # one value: rank r takes its ties only after the ranks below it
+    (8, "randn_ties", 2, 512, True),
+    (2, "one_bin", 1, 512, True),  # the coarse bin overflows rank 0's candidates: the digit loop
+    (4, "specials", 2, 2048, True),
+    (2, "zero_threshold", 1, 512, True),
+    (4, "rounded", 2, 512, True),
+    # a launch without room for the slices: every pass reads them from the row
+    (2, "randn", 2, 500, False),
+    (4, "ties", 2, 2048, False),
+    (3, "one_value", 1, 512, False),
+    (2, "one_bin", 1, 512, False),
 ])
-def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, next_n, k):
+def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, next_n, k, held):
     from topk_emulate import launch
 
     spec, exe, work = emulator
+    # no room: the least shared memory the launch asks for, the one-CTA path's (slices of at most
+    # (TOPK_SHARED_BYTES - TOPK_CLUSTER_FIXED_BYTES) / 4 = 2048 keys would still be held: these have 2252 or more)
+    limit = None if held else TP.TOPK_CLUSTER_FIXED_BYTES
     g = torch.Generator().manual_seed(11 + cluster)
     width = 9001 if cluster < 8 else 4099  # odd: every slice but the first starts unaligned
     rows = 2 * next_n
     x = logits_of(kind, rows, width, g)
     lens = torch.tensor([width - 17, k], dtype=torch.int32)  # ragged; the second sequence's rows see <= k keys
-    got = launch(spec, exe, work, x, lens, k, cluster=cluster)
+    got = launch(spec, exe, work, x, lens, k, cluster=cluster, shared_limit=limit)
     want = score.topk_reference(x, lens, next_n, k)
     assert score.same_sets(got, want) == []
     short = next_n  # the second sequence's first row: k - next_n + 1 keys, then -1
@@ -338,13 +348,12 @@ def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, 
     assert got[short, :n].tolist() == list(range(n)) and (got[short, n:] == -1).all()
 
 
-def test_a_row_too_long_for_its_slices_runs_on_rank_0_alone(emulator):
+def test_a_row_too_long_for_its_slices_reads_them_from_the_row(emulator):
     from topk_emulate import launch
-
-
 
     spec, exe, work = emulator
     width = 2 * TP.TOPK_SLICE_CAP + 8  # two CTAs would each need more than TOPK_SLICE_CAP keys
+    assert TP.topk_shared_bytes(width, 2) == TP.TOPK_SHARED_BYTES  # no room asked for them
     x = torch.randn(1, width, generator=torch.Generator().manual_seed(5))
     lens = torch.tensor([width], dtype=torch.int32)
     got = launch(spec, exe, work, x, lens, 512, cluster=2)

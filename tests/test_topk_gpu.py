@@ -92,6 +92,29 @@ def test_select_on_each_cluster_size(width, kind):
         assert bad == [], (width, kind, k, bad[:4])
 
 
+@pytest.mark.parametrize("kind", ["randn", "ties", "one_value"])
+def test_slices_past_a_blocks_shared_memory_are_read_from_the_row(kind):
+    import torch
+
+    from kgen import topk_plan as TP
+
+    # 32 rows of 256K keys: clusters of 4 on the H200's 132 SMs, each CTA's slice of 64K keys more than its shared
+    # memory holds, so every pass reads it from the row (the digit loop too: "ties", "one_value")
+    width, rows = 262144, 32
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    cluster = TP.topk_cluster(width, rows, sm_count)
+    assert cluster > 1 and TP.topk_slice(width, cluster) > TP.TOPK_SLICE_CAP, (sm_count, cluster)
+    g = torch.Generator().manual_seed(17)
+    x = {"randn": lambda: torch.randn(rows, width, generator=g),
+         "ties": lambda: torch.randint(0, 3, (rows, width), generator=g).float(),
+         "one_value": lambda: torch.full((rows, width), -2.0)}[kind]()
+    lens = torch.randint(width // 2, width + 1, (rows // 2,), generator=g, dtype=torch.int32)  # ragged
+    lens[0] = width
+    for k in (512, 2048):
+        bad, _, _ = _select_case(x, lens, 2, k)
+        assert bad == [], (kind, k, bad[:4])
+
+
 def test_short_rows_pad_with_minus_one():
     import torch
 

@@ -34,9 +34,11 @@ def build(spec: Spec, work: Path, *, sanitize: bool = True) -> Path:
     return exe
 
 
-def launch(spec: Spec, exe: Path, work: Path, logits, seq_lens, k: int, cluster: int | None = None):
+def launch(spec: Spec, exe: Path, work: Path, logits, seq_lens, k: int, cluster: int | None = None,
+           shared_limit: int | None = None):
     """The kernel's int32 [rows, k] indices for fp32 `logits` [B * next_n, max_seq_len] (CPU tensors), on
-    `cluster` CTAs per row (default: the plan's for the row length, kgen.topk_plan.topk_cluster)."""
+    `cluster` CTAs per row (default: the plan's for the row length, kgen.topk_plan.topk_cluster), with the shared
+    memory the plan asks for on a device whose blocks hold `shared_limit` bytes (default: sm_90's)."""
     import torch
 
     from kgen.abi import INDEXER_TOPK, write_launch_files
@@ -46,7 +48,7 @@ def launch(spec: Spec, exe: Path, work: Path, logits, seq_lens, k: int, cluster:
     a = INDEXER_TOPK.check(spec, {"logits": logits, "seq_lens": seq_lens, "indices": indices}, require_cuda=False)
     msl = int(logits.shape[1])
     grid, threads = topk_grid(int(logits.shape[0]), msl, cluster)
-    shared = topk_shared_bytes(msl, grid[0])
+    shared = topk_shared_bytes(msl, grid[0], **({} if shared_limit is None else {"shared_limit": shared_limit}))
     data = {n: t.contiguous().view(torch.uint8).numpy().tobytes() for n, t in a.tensors.items() if t is not None}
     d = work / "launch"
     write_launch_files(a, d, data)

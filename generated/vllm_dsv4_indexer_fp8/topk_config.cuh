@@ -24,7 +24,6 @@ struct vllm_dsv4_indexer_fp8 : kgen_cfg::vllm_dsv4_indexer_fp8 {
   static constexpr long long kTopkSharedBytes = 65792;
   static constexpr long long kTopkClusterBits = 11;
   static constexpr long long kTopkClusterBins = 2048;
-  static constexpr long long kTopkSliceCap = 43712;
   static constexpr long long kTopkClusterFixedBytes = 57600;
   static constexpr long long kTopkClusterCandidates = 4096;
   static constexpr long long kTopkClusterMax = 8;

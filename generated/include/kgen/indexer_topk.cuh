@@ -17,8 +17,9 @@
 //     memory for the refinement; otherwise it builds the next digit's histogram.
 //
 // A long row runs on a cluster of C = gridDim.x CTAs (the launch's cluster dimension is (gridDim.x, 1, 1); rank =
-// blockIdx.x, kgen.topk_plan.topk_cluster picks C from max_seq_len). CTA r holds keys [r * s, (r + 1) * s) of the
-// row (s = ceil(L / C) rounded up to four) in shared memory; every digit (kTopkClusterBits bits) is a local
+// blockIdx.x, kgen.topk_plan.topk_cluster picks C from max_seq_len). CTA r takes keys [r * s, (r + 1) * s) of the
+// row (s = ceil(L / C) rounded up to four), held in shared memory where the launch gave it room (else each pass
+// reads the slice again from the row: kgen.topk_plan.topk_shared_bytes); every digit (kTopkClusterBits bits) is a local
 // histogram, a cluster barrier, and a merge: each CTA sums the C histograms through distributed shared memory and
 // finds the same threshold. The coarse bins come first, as on one CTA: when the merged threshold bin holds at
 // most kTopkClusterCandidates keys, one read of each slice emits its winners and sends its share of the bin's
@@ -63,6 +64,12 @@ __device__ __forceinline__ void sync() {
 #else
   __syncthreads();
 #endif
+}
+// the launch's dynamic shared memory: a CTA holds its slice there when it fits (the host sizes it per device)
+__device__ __forceinline__ unsigned shared_bytes() {
+  unsigned bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  return bytes;
 }
 }  // namespace cluster
 }  // namespace kgen
@@ -359,6 +366,49 @@ __device__ __forceinline__ void select_candidates(uint32_t* keys, const int* idx
   }
 }
 
+// f over a cluster CTA's slice, as for_each_key calls it (block-uniform, four keys a call, `first` the slice index):
+// from shared memory where the CTA holds the slice (`keys`, 16-B groups), else read again from the row (x).
+template <int Threads, int Unroll, class F>
+__device__ __forceinline__ void for_each_slice_key(const uint32_t* keys, const float* x, int n, F&& f) {
+  if (keys == nullptr) {
+    for_each_key<Threads, Unroll>(x, n, f);
+    return;
+  }
+  for (int base = 0; base < n; base += 4 * Threads) {
+    const int first = base + 4 * static_cast<int>(threadIdx.x);
+    const uint4 v = first < n ? reinterpret_cast<const uint4*>(keys)[first >> 2] : uint4{0u, 0u, 0u, 0u};
+    const bool ok[4] = {first < n, first + 1 < n, first + 2 < n, first + 3 < n};
+    const uint32_t key[4] = {v.x, v.y, v.z, v.w};
+    f(ok, first, key, true);
+  }
+}
+
+// The visitor of one emitting read (for_each_key's f): the keys whose coarse bin lies above `bin` go to `out` (at
+// slots counted by `emitted`), the bin's (key, index) pairs to ckey / cidx (counted by `collected`); indices are
+// the visited ones plus `offset`.
+template <class C>
+__device__ __forceinline__ auto coarse_sweep(uint32_t bin, int offset, int* emitted, int* out, int* collected,
+                                             uint32_t* ckey, int* cidx) {
+  return [=](const bool* v, int first, const uint32_t* key, bool contiguous) {
+    bool take[4], in_bin[4], any = false;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint32_t b = coarse_bin<C>(key[c]);
+      take[c] = v[c] && b > bin;
+      in_bin[c] = v[c] && b == bin;
+      any = any || take[c] || in_bin[c];
+    }
+    // most keys lie below the threshold bin: one vote skips four of them per lane, warp by warp
+    if (!__any_sync(kFullMask, any)) return;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int i = offset + (contiguous ? first + c : first);
+      emit(take[c], i, emitted, out);
+      push(in_bin[c], key[c], i, collected, ckey, cidx);
+    }
+  };
+}
+
 // The one-CTA path (L > k): the coarse histogram of the row and its threshold bin (need = k), then one read that
 // emits the keys above the bin and copies the bin's (key, index) pairs into shared memory, ranked there (at most
 // kTopkRankCap) or refined from the first bit. Returns false, having emitted nothing, when the bin holds more than
@@ -383,34 +433,18 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
   const uint32_t bin = static_cast<uint32_t>(sh.digit);
   const int above = sh.above, eq = sh.equal;
   if (eq > static_cast<int>(C::kTopkCandidates)) return false;
-  for_each_key<T, kUnroll>(x, L, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
-    bool take[4], in_bin[4], any = false;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const uint32_t b = coarse_bin<C>(key[c]);
-      take[c] = v[c] && b > bin;
-      in_bin[c] = v[c] && b == bin;
-      any = any || take[c] || in_bin[c];
-    }
-    // most keys lie below the threshold bin: one vote skips four of them per lane, warp by warp
-    if (!__any_sync(kFullMask, any)) return;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int i = contiguous ? first + c : first;
-      emit(take[c], i, &sh.emitted, out);
-      push(in_bin[c], key[c], i, &sh.collected, ckey, cidx);
-    }
-  });
+  for_each_key<T, kUnroll>(x, L, coarse_sweep<C>(bin, 0, &sh.emitted, out, &sh.collected, ckey, cidx));
   __syncthreads();
   select_candidates<C>(ckey, cidx, eq, k - above, hist, sh, out);
   return true;
 }
 
-// The row on a cluster of gridDim.x CTAs, this one rank blockIdx.x (the header comment; L > k): its slice's keys
-// in shared memory and its coarse histogram, a cluster barrier, the merged histogram's threshold bin; then either
-// one sweep of the slice (winners out, the bin's pairs to rank 0, which ranks or refines them) or, when the bin
-// overflows rank 0's candidates, a digit per pass (a local histogram, a cluster barrier, the merged threshold),
-// then one emitting read of the slice (and, for keys equal to the k-th value, an ordered one).
+// The row on a cluster of gridDim.x CTAs, this one rank blockIdx.x (the header comment; L > k): its slice's coarse
+// histogram (the slice's keys kept in shared memory where the launch gave room, else each later pass reads the
+// row again), a cluster barrier, the merged histogram's threshold bin; then either one sweep of the slice (winners
+// out, the bin's pairs to rank 0, which ranks or refines them) or, when the bin overflows rank 0's candidates, a
+// digit per pass (a local histogram, a cluster barrier, the merged threshold), then one emitting read of the slice
+// (and, for keys equal to the k-th value, an ordered one).
 template <class C>
 __device__ void cluster_select(const float* x, const int L, const int k, int* out, unsigned char* smem, Shared& sh) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
@@ -418,35 +452,40 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   constexpr int kBins = static_cast<int>(C::kTopkClusterBins);
   constexpr int kCoarse = static_cast<int>(C::kTopkCoarseBits);
   constexpr int kCap = static_cast<int>(C::kTopkClusterCandidates);
+  constexpr int kUnroll = static_cast<int>(C::kTopkUnroll);
   static_assert(kCoarse <= kBits && C::kTopkRefineBits <= kBits, "the coarse and refining histograms fit a digit's");
   static_assert(C::kTopkClusterFixedBytes == C::kTopkStateBytes + 3 * 4 * kBins + 8 * kCap && 2 * kBins >= C::kTopkBins,
                 "kgen/topk_plan.py's TOPK_CLUSTER_FIXED_BYTES: the state, three histograms, rank 0's candidates (and "
                 "select_candidates' scratch: two histograms' memory)");
+  static_assert(C::kTopkClusterFixedBytes % 16 == 0, "the slice's keys in 16-B groups");
   int* hists = reinterpret_cast<int*>(smem + C::kTopkStateBytes);  // two digits' histograms, alternating
   int* merged = hists + 2 * kBins;
   uint32_t* ckey = reinterpret_cast<uint32_t*>(merged + kBins);  // rank 0's: the row's coarse candidates
   int* cidx = reinterpret_cast<int*>(ckey + kCap);
-  uint32_t* keys = reinterpret_cast<uint32_t*>(smem + C::kTopkClusterFixedBytes);  // this rank's slice
   const int t = static_cast<int>(threadIdx.x);
   const int rank = static_cast<int>(blockIdx.x), ranks = static_cast<int>(gridDim.x);
   const int s = ((L + ranks - 1) / ranks + 3) & ~3;
   const int lo = min(L, rank * s), n = min(L, lo + s) - lo;
+  const float* slice = x + lo;
+  // this rank's slice, where it fits (block-uniform), else null: every pass reads the row
+  uint32_t* keys = C::kTopkClusterFixedBytes + 4ull * s <= cluster::shared_bytes()
+                       ? reinterpret_cast<uint32_t*>(smem + C::kTopkClusterFixedBytes)
+                       : nullptr;
+  const auto key_at = [&](int i) { return keys != nullptr ? keys[i] : order_key(slice[i]); };
   // the coarse pass's histogram: the second buffer, which the digit loop's pass 1 reuses after two cluster barriers
   int* coarse = hists + kBins;
   clear<T>(coarse, 1 << kCoarse);
   if (t == 0) sh.emitted = sh.collected = sh.mine_out = sh.mine_in = 0;  // rank 0's are the row's counters
   __syncthreads();
-  for_each_value<T, static_cast<int>(C::kTopkUnroll)>(
-      x + lo, n, [&](const bool* v, int first, const float* value, bool contiguous) {
+  for_each_key<T, kUnroll>(slice, n, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          if (v[c]) {
-            const uint32_t key = order_key(value[c]);
-            keys[contiguous ? first + c : first] = key;
-            atomicAdd(&coarse[coarse_bin<C>(key)], 1);
-          }
-        }
-      });
+    for (int c = 0; c < 4; ++c) {
+      if (v[c]) {
+        if (keys != nullptr) keys[contiguous ? first + c : first] = key[c];
+        atomicAdd(&coarse[coarse_bin<C>(key[c])], 1);
+      }
+    }
+  });
   cluster::sync();  // every rank's coarse histogram is complete, rank 0's counters are zero
   for (int b = t; b < (1 << kCoarse); b += T) {
     int sum = 0;
@@ -469,16 +508,10 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
       sh.base_in = atomicAdd(cluster::map(&sh.collected, 0u), coarse[bin]);
     }
     __syncthreads();
-    int* const my_out = out + sh.base_out;
-    uint32_t* const in_key = cluster::map(ckey, 0u) + sh.base_in;
-    int* const in_idx = cluster::map(cidx, 0u) + sh.base_in;
-    for (int base = 0; base < n; base += T) {
-      const int i = base + t;
-      const uint32_t key = i < n ? keys[i] : 0u;
-      const uint32_t b = coarse_bin<C>(key);
-      emit(i < n && b > bin, lo + i, &sh.mine_out, my_out);
-      push(i < n && b == bin, key, lo + i, &sh.mine_in, in_key, in_idx);
-    }
+    uint32_t* const to_key = cluster::map(ckey, 0u) + sh.base_in;  // this rank's share of rank 0's candidates
+    int* const to_idx = cluster::map(cidx, 0u) + sh.base_in;
+    for_each_slice_key<T, kUnroll>(
+        keys, slice, n, coarse_sweep<C>(bin, lo, &sh.mine_out, out + sh.base_out, &sh.mine_in, to_key, to_idx));
     cluster::sync();  // every rank's winners and candidates are written; no rank reads another's memory after it
     if (rank == 0) select_candidates<C>(ckey, cidx, eq, k - above, hists, sh, out);
     return;
@@ -494,16 +527,17 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
     // this buffer's remote readers (two passes ago) passed the last cluster barrier after reading it
     h = hists + (pass & 1) * kBins;
     clear<T>(h, 1 << bits);
-    __syncthreads();  // the slice is loaded, every thread has read sh
+    __syncthreads();  // every thread has read sh
     // a row's logits crowd into few digits (one exponent): the lanes of a warp with one digit add once
-    for (int base = 0; base < n; base += T) {
-      const int i = base + t;
-      const uint32_t key = i < n ? keys[i] : 0u;
-      const bool in = i < n && high(key, shift) == p;
-      const uint32_t d = in ? (key >> next) & mask : ~0u;
-      const unsigned same = __match_any_sync(kFullMask, d);
-      if (in && lane_id() == __ffs(same) - 1) atomicAdd(&h[d], __popc(same));
-    }
+    for_each_slice_key<T, kUnroll>(keys, slice, n, [&](const bool* v, int, const uint32_t* key, bool) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const bool in = v[c] && high(key[c], shift) == p;
+        const uint32_t d = in ? (key[c] >> next) & mask : ~0u;
+        const unsigned same = __match_any_sync(kFullMask, d);
+        if (in && lane_id() == __ffs(same) - 1) atomicAdd(&h[d], __popc(same));
+      }
+    });
     cluster::sync();  // every CTA's histogram is complete
     for (int b = t; b < (1 << bits); b += T) {
       int sum = 0;
@@ -534,16 +568,18 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   const bool all = need == eq || take == mine;
   const uint32_t p = high(prefix, shift);
   int* counter = cluster::map(&sh.emitted, 0u);
-  for (int base = 0; base < n; base += T) {
-    const int i = base + t;
-    const uint32_t hk = i < n ? high(keys[i], shift) : 0u;
-    emit(i < n && (hk > p || (all && hk == p)), lo + i, counter, out);
-  }
+  for_each_slice_key<T, kUnroll>(keys, slice, n, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint32_t hk = high(key[c], shift);
+      emit(v[c] && (hk > p || (all && hk == p)), lo + (contiguous ? first + c : first), counter, out);
+    }
+  });
   if (!all) {  // shift == 0: the ties are the keys equal to prefix; a block-wide count per chunk of T keys
     int taken = 0;
     for (int base = 0; base < n && taken < take; base += T) {
       const int i = base + t;
-      const bool tie = i < n && keys[i] == prefix;
+      const bool tie = i < n && key_at(i) == prefix;
       const unsigned ballot = __ballot_sync(kFullMask, tie);
       __syncthreads();  // the last chunk's readers of warp_sum are done
       if (lane_id() == 0) sh.warp_sum[t >> 5] = __popc(ballot);
@@ -600,11 +636,8 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
     return;
   }
   if (ranks > 1) {
-    if (((L + ranks - 1) / ranks + 3) / 4 * 4 <= static_cast<int>(C::kTopkSliceCap)) {
-      topk::cluster_select<C>(x, L, k, out, topk_smem, sh);
-      return;
-    }
-    if (rank != 0) return;  // a slice would not fit (the plan sized the launch for shorter rows): rank 0 alone
+    topk::cluster_select<C>(x, L, k, out, topk_smem, sh);
+    return;
   }
 
   // the coarse pass takes every row whose threshold bin fits the candidates (every row of at most kCap keys)
