@@ -96,7 +96,7 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 // where the key's own top 11 bits give 4: a row's logits, a few octaves wide, spread over many more bins (fewer
 // candidates in the threshold bin, fewer shared-memory atomics on one counter).
 template <class C>
-__device__ __forceinline__ uint32_t coarse_bin(uint32_t key) {
+__host__ __device__ __forceinline__ constexpr uint32_t coarse_bin(uint32_t key) {
   constexpr int kMantissa{C::kTopkCoarseMantissaBits};
   constexpr int kCodes = 1 << (C::kTopkCoarseBits - 1);                 // magnitude codes per sign
   constexpr int kLow = (127 + C::kTopkCoarseLowExponent) << kMantissa;  // the window's lowest code, unclamped
@@ -105,8 +105,46 @@ __device__ __forceinline__ uint32_t coarse_bin(uint32_t key) {
                 "the window lies within fp32's normal exponents");
   const bool negative = (key & kSignBit) == 0;
   const uint32_t magnitude = (negative ? ~key : key) & ~kSignBit;  // the value's bits, less its sign
-  const int code = min(max(static_cast<int>(magnitude >> (23 - kMantissa)) - kLow, 0), kCodes - 1);
+  const int unclamped = static_cast<int>(magnitude >> (23 - kMantissa)) - kLow;
+  const int code = unclamped < 0 ? 0 : (unclamped > kCodes - 1 ? kCodes - 1 : unclamped);
   return static_cast<uint32_t>(negative ? kCodes - 1 - code : kCodes + code);
+}
+
+// The smallest order key whose coarse bin is `bin` (in [0, 2 kCodes)), so that a threshold bin is a range of keys
+// and a read compares keys with its ends instead of binning them again. A non-negative value's code c starts at
+// magnitude (c + low) << s (code 0 at zero); a negative value's key falls as its magnitude grows (the key is
+// ~(sign | magnitude)), so its bin starts at the key of its code's largest magnitude (bin 0 at key 0).
+template <class C>
+__host__ __device__ __forceinline__ constexpr uint32_t coarse_floor(uint32_t bin) {
+  constexpr uint32_t kCodes = 1u << (C::kTopkCoarseBits - 1);
+  constexpr uint32_t kLow = (127 + C::kTopkCoarseLowExponent) << C::kTopkCoarseMantissaBits;
+  constexpr int kShift = 23 - C::kTopkCoarseMantissaBits;
+  if (bin >= kCodes) return kSignBit | (bin == kCodes ? 0u : (bin - kCodes + kLow) << kShift);
+  const uint32_t code = kCodes - 1 - bin;
+  return code == kCodes - 1 ? 0u : ~kSignBit - (((code + kLow + 1) << kShift) - 1u);
+}
+
+// coarse_floor inverts coarse_bin: each bin's floor lies in the bin, and the key below it in the bin below
+// (checked at compile time for every bin of the config)
+template <class C>
+__host__ __device__ constexpr bool coarse_floors_invert() {
+  constexpr uint32_t kBins = 1u << C::kTopkCoarseBits;
+  if (coarse_floor<C>(0) != 0u || coarse_bin<C>(0u) != 0u || coarse_bin<C>(0xffffffffu) != kBins - 1) return false;
+  for (uint32_t b = 1; b < kBins; ++b) {
+    const uint32_t f = coarse_floor<C>(b);
+    if (coarse_bin<C>(f) != b || coarse_bin<C>(f - 1u) != b - 1) return false;
+  }
+  return true;
+}
+
+// The keys of coarse bin `bin`: [lo, hi], every key above hi in a higher bin
+struct KeyRange {
+  uint32_t lo, hi;
+};
+template <class C>
+__device__ __forceinline__ KeyRange coarse_range(uint32_t bin) {
+  constexpr uint32_t kBins = 1u << C::kTopkCoarseBits;
+  return {coarse_floor<C>(bin), bin + 1 < kBins ? coarse_floor<C>(bin + 1) - 1u : 0xffffffffu};
 }
 
 // `key >> shift` for shift in [0, 32] (32: nothing, every key matches an empty prefix)
@@ -159,6 +197,21 @@ __device__ __forceinline__ void push(bool take, uint32_t key, int index, int* co
     keys[at] = key;
     idx[at] = index;
   }
+}
+
+// A warp-uniform call: each lane claims as many consecutive slots of `counter` as it has `take`s (of four), after
+// those of the lanes below it, with one atomic for the warp (a lane's count, 0 to 4, summed over the lanes below
+// from the ballots of its three bits). Returns the lane's first slot (meaningless for a lane that takes none).
+__device__ __forceinline__ int claim4(const bool* take, int* counter) {
+  const int n = static_cast<int>(take[0]) + take[1] + take[2] + take[3];
+  const unsigned b0 = __ballot_sync(kFullMask, n & 1), b1 = __ballot_sync(kFullMask, n & 2);
+  const unsigned b2 = __ballot_sync(kFullMask, n & 4);
+  const int total = __popc(b0) + 2 * __popc(b1) + 4 * __popc(b2);
+  if (total == 0) return 0;
+  const unsigned below = (1u << lane_id()) - 1u;
+  int base = 0;
+  if (lane_id() == 0) base = atomicAdd(counter, total);
+  return __shfl_sync(kFullMask, base, 0) + __popc(b0 & below) + 2 * __popc(b1 & below) + 4 * __popc(b2 & below);
 }
 
 // The threshold bin of `hist[0, bins)` for the `need` largest (1 <= need <= sum): the bin d with
@@ -383,28 +436,33 @@ __device__ __forceinline__ void for_each_slice_key(const uint32_t* keys, const f
   }
 }
 
-// The visitor of one emitting read (for_each_key's f): the keys whose coarse bin lies above `bin` go to `out` (at
-// slots counted by `emitted`), the bin's (key, index) pairs to ckey / cidx (counted by `collected`); indices are
-// the visited ones plus `offset`.
-template <class C>
-__device__ __forceinline__ auto coarse_sweep(uint32_t bin, int offset, int* emitted, int* out, int* collected,
+// The visitor of one emitting read (for_each_key's f) of a row whose coarse threshold bin holds the keys `bin`: the
+// keys above it go to `out` (at slots counted by `emitted`), the bin's (key, index) pairs to ckey / cidx (counted by
+// `collected`); indices are the visited ones plus `offset`.
+__device__ __forceinline__ auto coarse_sweep(KeyRange bin, int offset, int* emitted, int* out, int* collected,
                                              uint32_t* ckey, int* cidx) {
   return [=](const bool* v, int first, const uint32_t* key, bool contiguous) {
     bool take[4], in_bin[4], any = false;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const uint32_t b = coarse_bin<C>(key[c]);
-      take[c] = v[c] && b > bin;
-      in_bin[c] = v[c] && b == bin;
+      take[c] = v[c] && key[c] > bin.hi;
+      in_bin[c] = v[c] && key[c] >= bin.lo && key[c] <= bin.hi;
       any = any || take[c] || in_bin[c];
     }
     // most keys lie below the threshold bin: one vote skips four of them per lane, warp by warp
     if (!__any_sync(kFullMask, any)) return;
+    int at = claim4(take, emitted);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const int i = offset + (contiguous ? first + c : first);
-      emit(take[c], i, emitted, out);
-      push(in_bin[c], key[c], i, collected, ckey, cidx);
+      if (take[c]) out[at++] = offset + (contiguous ? first + c : first);
+    }
+    at = claim4(in_bin, collected);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      if (in_bin[c]) {
+        ckey[at] = key[c];
+        cidx[at++] = offset + (contiguous ? first + c : first);
+      }
     }
   };
 }
@@ -430,10 +488,10 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
   });
   __syncthreads();
   find_threshold<T>(hist, 1 << kBits, k, sh);
-  const uint32_t bin = static_cast<uint32_t>(sh.digit);
+  const KeyRange bin = coarse_range<C>(static_cast<uint32_t>(sh.digit));
   const int above = sh.above, eq = sh.equal;
   if (eq > static_cast<int>(C::kTopkCandidates)) return false;
-  for_each_key<T, kUnroll>(x, L, coarse_sweep<C>(bin, 0, &sh.emitted, out, &sh.collected, ckey, cidx));
+  for_each_key<T, kUnroll>(x, L, coarse_sweep(bin, 0, &sh.emitted, out, &sh.collected, ckey, cidx));
   __syncthreads();
   select_candidates<C>(ckey, cidx, eq, k - above, hist, sh, out);
   return true;
@@ -511,7 +569,8 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
     uint32_t* const to_key = cluster::map(ckey, 0u) + sh.base_in;  // this rank's share of rank 0's candidates
     int* const to_idx = cluster::map(cidx, 0u) + sh.base_in;
     for_each_slice_key<T, kUnroll>(
-        keys, slice, n, coarse_sweep<C>(bin, lo, &sh.mine_out, out + sh.base_out, &sh.mine_in, to_key, to_idx));
+        keys, slice, n,
+        coarse_sweep(coarse_range<C>(bin), lo, &sh.mine_out, out + sh.base_out, &sh.mine_in, to_key, to_idx));
     cluster::sync();  // every rank's winners and candidates are written; no rank reads another's memory after it
     if (rank == 0) select_candidates<C>(ckey, cidx, eq, k - above, hists, sh, out);
     return;
@@ -609,6 +668,7 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
   static_assert(C::kTopkRankCap <= T && 8 * C::kTopkRankCap <= 4 * C::kTopkClusterBins,
                 "rank_select: a thread per candidate, their words in a histogram's memory");
   static_assert(sizeof(topk::Shared) <= C::kTopkStateBytes && C::kTopkStateBytes % 16 == 0, "the state's bytes");
+  static_assert(topk::coarse_floors_invert<C>(), "coarse_floor is the lowest key of each coarse bin");
   static_assert(C::kTopkSharedBytes == C::kTopkStateBytes + 4 * C::kTopkBins + 8 * C::kTopkCandidates,
                 "kgen/topk_plan.py's bytes");
   KGEN_DYNAMIC_SMEM(topk_smem);
