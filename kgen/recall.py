@@ -12,8 +12,8 @@ skipped, with the reason) and every context length S (keys of one sequence):
    difference between the two is the keys' format, and CPU and GPU give the same numbers), with the
    same fp32 queries and weights for both.
 4. **Metrics**, per variant and context:
-   - top-k agreement: |top-k(variant) n top-k(full precision)| / k per query; mean, spread (std) and
-     minimum over the queries;
+   - top-k agreement: |top-k(variant) n top-k(full precision)| / k per query, keys tied with the k-th score
+     counted by value (`topk_hits`); mean, spread (std) and minimum over the queries;
    - needle recall: the fraction of planted needles the variant's top-k still holds (below);
    - score error: rms and max of (variant - full) in units of the query's full-precision score
      spread (std over keys), and max |error| / max |score|;
@@ -21,7 +21,7 @@ skipped, with the reason) and every context length S (keys of one sequence):
      fp32 (what the reader writes): kgen's `torch.ops.kgen.indexer_topk_logits` (the kernel on a GPU, its
      Torch reference on CPU; variants the reader reads) and torch.topk, each as its agreement with full
      precision's top-k (what the format and the selection cost together) and with the exact top-k of
-     the same scores (what the selection alone costs: 1.0 for an exact selection, less only at fp32 ties).
+     the same fp32 scores (what the selection alone costs: 1.0 for an exact selection, whatever its tie rule).
 
 Key model (synthetic keys): the writer's input rows are `kgen.inputs.sample_rows`, the model the
 GPU tests use: Gaussian values, per-token magnitudes over about two decades (exp(U(-2.5, 2))), and
@@ -352,6 +352,24 @@ def _plant(keys, base_q, weights, positions, topk: int, margin: float, max_doubl
     return out, placed, sigma
 
 
+def topk_hits(scores, picked, topk: int):
+    """Per row of `scores` [Q, S], the fraction of the top-k that `picked` [Q, topk] (key indices, -1 for none)
+    holds, ties counted by value: a picked key above the k-th largest score is a hit, and so is one equal to it,
+    up to the places the top-k leaves for such keys (k - the count above). Every exact selection scores 1.0
+    whatever its tie rule (kgen's lower index, torch.topk's own order); for distinct scores it is the set
+    overlap |picked n top-k| / k."""
+    import torch
+
+    kth = torch.topk(scores, topk, dim=1).values[:, -1:]
+    seen = picked >= 0
+    safe = picked.clamp(min=0)
+    picked_scores = scores.gather(1, safe)
+    above = ((picked_scores > kth) & seen).sum(1)
+    tied = ((picked_scores == kth) & seen).sum(1)
+    room = topk - (scores > kth).sum(1)
+    return (above + torch.minimum(tied, room)).double() / topk
+
+
 def compare(ref_a, var_a, ref_n, var_n, positions, placed, sigma, topk: int,
             selections: dict[str, Callable] | None = None) -> dict:
     """The metrics of one (variant, context): ref_a/var_a [Q, S] scores of the agreement queries,
@@ -362,24 +380,18 @@ def compare(ref_a, var_a, ref_n, var_n, positions, placed, sigma, topk: int,
 
     Q, S = ref_a.shape
     dev = ref_a.device
-    ti_r = torch.topk(ref_a, topk, dim=1).indices
-    ti_v = torch.topk(var_a, topk, dim=1).indices
-    mask = torch.zeros((Q, S), dtype=torch.bool, device=dev)
-    mask.scatter_(1, ti_r, True)
-    agree = mask.gather(1, ti_v).sum(1).double() / topk
+    agree = topk_hits(ref_a, torch.topk(var_a, topk, dim=1).indices, topk)
     # the top-k stage: each selection over the variant's scores rounded to fp32 (what a reader writes), against
-    # full precision's top-k (format + selection) and against the exact top-k of the same scores (selection)
-    exact = torch.zeros((Q, S), dtype=torch.bool, device=dev)
-    exact.scatter_(1, ti_v, True)
+    # full precision's top-k (format + selection) and against the exact top-k of those same fp32 scores (selection)
     stages: dict[str, dict] = {}
-    for name, select in (selections or {}).items():
-        picked = select(var_a.float()).to(device=dev, dtype=torch.int64)
-        seen = picked >= 0
-        safe = picked.clamp(min=0)
-        stages[name] = {
-            "agreement": float(((mask.gather(1, safe) & seen).sum(1).double() / topk).mean()),
-            "agreement_with_exact_selection": float(((exact.gather(1, safe) & seen).sum(1).double() / topk).mean()),
-        }
+    if selections:
+        logits = var_a.float()
+        for name, select in selections.items():
+            picked = select(logits).to(device=dev, dtype=torch.int64)
+            stages[name] = {
+                "agreement": float(topk_hits(ref_a, picked, topk).mean()),
+                "agreement_with_exact_selection": float(topk_hits(logits, picked, topk).mean()),
+            }
 
     error = var_a - ref_a
     spread = ref_a.std(dim=1)

@@ -376,3 +376,26 @@ def test_recall_measures_each_selection_stage():
     assert sel["exact"]["agreement"] == pytest.approx(m["agreement"])
     assert sel["last"]["agreement_with_exact_selection"] == 0.0
     assert sel["half"]["agreement_with_exact_selection"] == 0.5  # -1 padding counts as a miss
+
+
+def test_recall_counts_ties_with_the_kth_score_by_value():
+    from kgen import recall
+
+    # every score equal: any k keys are an exact top-k, whichever tie rule picked them
+    flat = torch.zeros(3, 50, dtype=torch.float64)
+    low_first = torch.arange(10).expand(3, 10)  # kgen's rule: the lower index wins
+    high_first = torch.arange(40, 50).expand(3, 10)
+    assert recall.topk_hits(flat, low_first, 10).tolist() == [1.0] * 3
+    assert recall.topk_hits(flat, high_first, 10).tolist() == [1.0] * 3
+    # 4 keys above the k-th score and 3 tied at it for the top-6's last 2 places: the 4 and any 2 of the 3
+    s = torch.tensor([[9.0, 8.0, 7.0, 6.0, 5.0, 5.0, 5.0, 1.0, 0.0, -1.0]], dtype=torch.float64)
+    assert recall.topk_hits(s, torch.tensor([[0, 1, 2, 3, 6, 4]]), 6).item() == 1.0
+    assert recall.topk_hits(s, torch.tensor([[0, 1, 2, 3, 6, 7]]), 6).item() == 5 / 6  # 1.0 is below the k-th
+    assert recall.topk_hits(s, torch.tensor([[0, 4, 5, 6, 8, -1]]), 6).item() == 3 / 6  # three ties, two places
+    # degenerate keys through compare: both stages exact
+    stages = {"low": lambda lg: torch.arange(10).expand(lg.shape[0], 10),
+              "torch": lambda lg: torch.topk(lg, 10, dim=1).indices}
+    pos, placed, sigma = torch.zeros(3, dtype=torch.long), torch.zeros(3, dtype=torch.bool), torch.ones(3)
+    m = recall.compare(flat, flat, flat, flat, pos, placed, sigma, 10, stages)
+    assert m["agreement"] == 1.0
+    assert all(v == {"agreement": 1.0, "agreement_with_exact_selection": 1.0} for v in m["selection"].values())
