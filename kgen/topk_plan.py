@@ -115,16 +115,15 @@ def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *
 
 
 def topk_shared_bytes(max_seq_len: int, cluster: int | None = None, shared_limit: int = TOPK_SHARED_LIMIT) -> int:
-    """Dynamic shared memory of a launch: the one-CTA path's, or the cluster path's (the state, three
-    histograms: two a digit's and the merged one, rank 0's coarse candidates, then the slice's keys where they fit
-    `shared_limit`; the kernel keeps a row's slice in shared memory exactly when the launch has room for it),
-    whichever is larger (a CTA of a cluster may run the one-CTA path)."""
+    """Dynamic shared memory of a launch: the one-CTA path's, or the cluster path's: the state, three histograms
+    (two a digit's and the merged one), rank 0's coarse candidates, then the slice's keys where they fit
+    `shared_limit` (the kernel keeps a row's slice in shared memory exactly when the launch has room for it)."""
     cluster = topk_cluster(max_seq_len) if cluster is None else int(cluster)
     if cluster <= 1:
         return TOPK_SHARED_BYTES
     slice_keys = topk_slice(max_seq_len, cluster)
     held = slice_keys if slice_keys <= topk_slice_cap(shared_limit) else 0
-    return max(TOPK_SHARED_BYTES, TOPK_CLUSTER_FIXED_BYTES + 4 * held)
+    return TOPK_CLUSTER_FIXED_BYTES + 4 * held
 
 
 def topk_grid(rows: int, max_seq_len: int = 0, cluster: int | None = None, sm_count: int | None = None, *,

@@ -222,7 +222,7 @@ def test_the_plan_splits_long_rows_over_a_cluster():
     assert [TP.topk_cluster(65536, rows, 132) for rows in (32, 34, 66, 67)] == [4, 2, 2, 1]
     assert TP.topk_cluster(16384, rows=66, sm_count=132) == 2 and TP.topk_cluster(16384, rows=67, sm_count=132) == 1
     assert TP.topk_cluster(262144, rows=8, sm_count=132) == 8 and TP.topk_cluster(262144, rows=32, sm_count=132) == 4
-    assert TP.topk_shared_bytes(262144, 4) == TP.TOPK_SHARED_BYTES
+    assert TP.topk_shared_bytes(262144, 4) == TP.TOPK_CLUSTER_FIXED_BYTES  # slices of 64K keys: none held
     assert TP.topk_shared_bytes(262144, 1) == TP.TOPK_SHARED_BYTES  # the one-CTA path asks for its own
     assert TP.topk_grid(70000, 4096) == ((1, 65535, 2), TP.TOPK_THREADS)  # row = y + 65535 z
     assert TP.topk_shared_bytes(4096) == TP.TOPK_SHARED_BYTES
@@ -332,8 +332,7 @@ def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, 
     from topk_emulate import launch
 
     spec, exe, work = emulator
-    # no room: the least shared memory the launch asks for, the one-CTA path's (slices of at most
-    # (TOPK_SHARED_BYTES - TOPK_CLUSTER_FIXED_BYTES) / 4 = 2048 keys would still be held: these have 2252 or more)
+    # no room: a block holds the cluster path's fixed bytes and no slice
     limit = None if held else TP.TOPK_CLUSTER_FIXED_BYTES
     g = torch.Generator().manual_seed(11 + cluster)
     width = 9001 if cluster < 8 else 4099  # odd: every slice but the first starts unaligned
@@ -353,7 +352,7 @@ def test_a_row_too_long_for_its_slices_reads_them_from_the_row(emulator):
 
     spec, exe, work = emulator
     width = 2 * TP.TOPK_SLICE_CAP + 8  # two CTAs would each need more than TOPK_SLICE_CAP keys
-    assert TP.topk_shared_bytes(width, 2) == TP.TOPK_SHARED_BYTES  # no room asked for them
+    assert TP.topk_shared_bytes(width, 2) == TP.TOPK_CLUSTER_FIXED_BYTES  # no room asked for them
     x = torch.randn(1, width, generator=torch.Generator().manual_seed(5))
     lens = torch.tensor([width], dtype=torch.int32)
     got = launch(spec, exe, work, x, lens, 512, cluster=2)
