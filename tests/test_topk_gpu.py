@@ -98,10 +98,11 @@ def test_slices_past_a_blocks_shared_memory_are_read_from_the_row(kind):
 
     from kgen import topk_plan as TP
 
-    # 32 rows of 256K keys: clusters of 4 on the H200's 132 SMs, each CTA's slice of 64K keys more than its shared
-    # memory holds, so every pass reads it from the row (the digit loop too: "ties", "one_value")
-    width, rows = 262144, 32
+    # rows of 256K keys too many for clusters of 8 (H200: 32 rows, clusters of 4 on its 132 SMs), so each CTA's slice
+    # of 64K or more keys is more than its shared memory holds and every pass reads it from the row (the digit loop
+    # too: "ties", "one_value")
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    width, rows = 262144, max(32, 2 * (sm_count // 16 + 1))
     cluster = TP.topk_cluster(width, rows, sm_count)
     assert cluster > 1 and TP.topk_slice(width, cluster) > TP.TOPK_SLICE_CAP, (sm_count, cluster)
     g = torch.Generator().manual_seed(17)
