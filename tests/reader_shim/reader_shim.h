@@ -134,6 +134,10 @@ inline unsigned __reduce_or_sync(unsigned, unsigned v) {
 #define gridDim (kgen_cpu::tl_grid)
 #define blockDim (kgen_cpu::tl_block_dim)
 inline void __syncthreads() { kgen_cpu::tl_cta->bar.arrive_and_wait(); }
+// the launch's dynamic shared memory (kgen::mem::dynamic_smem_bytes): the emulated CTA's buffer
+namespace kgen_cpu {
+inline uint32_t dynamic_smem_bytes() { return static_cast<uint32_t>(tl_cta->smem_bytes); }
+}  // namespace kgen_cpu
 inline float2 operator*(float2 a, float b) { return {a.x * b, a.y * b}; }
 
 // The sm_90a path's primitives (kgen::detail::wg, compiled in with KGEN_CPU_SHIM_WGMMA). A shared address is
@@ -163,7 +167,6 @@ inline void fence_async_proxy() {}
 inline void mma_fence() {}
 inline void mma_commit() {}
 inline void mma_wait() {}
-inline uint32_t dynamic_smem_size() { return static_cast<uint32_t>(tl_cta->smem_bytes); }
 
 inline const unsigned char* operand_byte(unsigned long long desc, int row, int byte) {
   if ((desc >> 62) != 1u) std::abort();  // the 128-B swizzle

@@ -32,7 +32,6 @@ inline T* map(T* p, unsigned rank) {
   return reinterpret_cast<T*>(c->ctas[rank]->smem + at);
 }
 inline void sync() { kgen_cpu::tl_cluster->bar.arrive_and_wait(); }
-inline unsigned shared_bytes() { return static_cast<unsigned>(kgen_cpu::tl_cta->smem_bytes); }
 }  // namespace cluster
 }  // namespace kgen
 

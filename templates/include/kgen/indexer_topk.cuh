@@ -65,12 +65,6 @@ __device__ __forceinline__ void sync() {
   __syncthreads();
 #endif
 }
-// the launch's dynamic shared memory: a CTA holds its slice there when it fits (the host sizes it per device)
-__device__ __forceinline__ unsigned shared_bytes() {
-  unsigned bytes;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
-  return bytes;
-}
 }  // namespace cluster
 }  // namespace kgen
 #endif
@@ -526,7 +520,7 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   const int lo = min(L, rank * s), n = min(L, lo + s) - lo;
   const float* slice = x + lo;
   // this rank's slice, where it fits (block-uniform), else null: every pass reads the row
-  uint32_t* keys = C::kTopkClusterFixedBytes + 4ull * s <= cluster::shared_bytes()
+  uint32_t* keys = C::kTopkClusterFixedBytes + 4ull * s <= mem::dynamic_smem_bytes()
                        ? reinterpret_cast<uint32_t*>(smem + C::kTopkClusterFixedBytes)
                        : nullptr;
   const auto key_at = [&](int i) { return keys != nullptr ? keys[i] : order_key(slice[i]); };

@@ -94,6 +94,18 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// The launch's dynamic shared memory in bytes, as the host sized it (the reader checks its carve-up against it,
+// the top-k holds a cluster slice where it has room); under the CPU emulation, the emulated CTA's buffer.
+__device__ __forceinline__ uint32_t dynamic_smem_bytes() {
+#if defined(KGEN_CPU_SHIM)
+  return kgen_cpu::dynamic_smem_bytes();
+#else
+  uint32_t bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(bytes));
+  return bytes;
+#endif
+}
+
 __device__ __forceinline__ void store_cs_f32(uint8_t* p, float v) {
   __stcs(reinterpret_cast<float*>(p), v);
 }

@@ -70,12 +70,6 @@ __device__ __forceinline__ int opaque(int v) {
   asm volatile("mov.b32 %0, %0;\n" : "+r"(v));
   return v;
 }
-// the launch's dynamic shared memory
-__device__ __forceinline__ uint32_t dynamic_smem_size() {
-  uint32_t bytes;
-  asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(bytes));
-  return bytes;
-}
 
 // The TMA variant's primitives: mbarriers in shared memory (8 B each, addressed as shared offsets), the
 // tensor copy of one box through the cache's tensor map (in the kernel's parameter space), a bulk copy.

@@ -17,7 +17,7 @@ template <class C>
 __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* smem, int ntok) {
   constexpr uint32_t kAlign{C::kReaderWgAlign};
   const uint32_t pad = (kAlign - smem_addr(smem) % kAlign) % kAlign;
-  if (dynamic_smem_size() < reader::wg_smem<C>(ntok) - kAlign + pad) __trap();
+  if (mem::dynamic_smem_bytes() < reader::wg_smem<C>(ntok) - kAlign + pad) __trap();
   return smem + pad;
 }
 
