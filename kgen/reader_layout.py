@@ -207,11 +207,13 @@ def reader_wg_ctas_per_sm(lay: Layout, ntok: int, stages: int, tma: bool = False
     thread each variant is planned at; the kernel's __launch_bounds__ caps its registers for the one-token
     count, so registers do not bind first). `pairs`: the cubin of two tokens per m64n128 group
     (reader_wg_pairs), planned at its own registers."""
+    if split:  # planned as one CTA per SM: its launch registers are the SM's over its threads
+        return 1
     per = reader_wg_smem_bytes(lay, ntok, stages, tma) + READER_CTA_RESERVED_BYTES
     # the TMA variant's CTAs are large: its threads' registers bind before the SM's thread count does
-    regs = reader_wg_plan_registers(lay.spec.store.dtype, tma, pairs, split, consumers)
+    regs = reader_wg_plan_registers(lay.spec.store.dtype, tma, pairs)
     if tma:
-        most = READER_SM_REGISTERS // (reader_wg_tma_threads(consumers, split) * regs)
+        most = READER_SM_REGISTERS // (reader_wg_tma_threads(consumers) * regs)
     else:
         most = min(READER_WG_MAX_CTAS, READER_SM_REGISTERS // (4 * WARP * regs))
     return max(1, min(most, READER_SM_SHARED_BYTES // per))
@@ -285,14 +287,18 @@ def reader_wg_launch_registers(threads: int) -> int:
     return min(READER_WG_SPLIT_MAX_REGISTERS, READER_SM_REGISTERS // max(1, threads) // 8 * 8)
 
 
+def reader_wg_split_launch_registers(consumers: int) -> int:
+    """The launch registers per thread of a split CTA of `consumers` warpgroups and its producer warpgroup."""
+    return reader_wg_launch_registers(reader_wg_tma_threads(consumers, split=True))
+
+
 def reader_wg_split_registers(consumers: int) -> int:
     """The consumers' registers of a split CTA of `consumers` warpgroups: what the CTA's launch registers leave
     after the producer warpgroup's READER_WG_SPLIT_PRODUCER_REGISTERS, per consumer thread, in steps of 8
     (0: none left, or no consumers)."""
     if consumers < 1:
         return 0
-    threads = reader_wg_tma_threads(consumers, split=True)
-    pool = threads * reader_wg_launch_registers(threads)
+    pool = reader_wg_tma_threads(consumers, split=True) * reader_wg_split_launch_registers(consumers)
     left = pool - READER_WG_SPLIT_PRODUCER_THREADS * READER_WG_SPLIT_PRODUCER_REGISTERS
     return max(0, min(READER_WG_SPLIT_MAX_REGISTERS, left // (consumers * 4 * WARP) // 8 * 8))
 
@@ -470,7 +476,7 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         "kReaderWgPlanRegisters": reader_wg_plan_registers(spec.store.dtype, tma, pairs, split, consumers),
         "kReaderWgSplitProducerRegisters": READER_WG_SPLIT_PRODUCER_REGISTERS,
         "kReaderWgSplitConsumerRegisters": reader_wg_split_registers(consumers),
-        "kReaderWgSplitLaunchRegisters": reader_wg_launch_registers(reader_wg_tma_threads(consumers, split=True)),
+        "kReaderWgSplitLaunchRegisters": reader_wg_split_launch_registers(consumers),
         **_tuning(spec),
         **(tune or {}),
         "kReaderWgmma": int(wg),  # the tuning's wish, where the path reads the layout

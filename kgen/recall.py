@@ -378,7 +378,7 @@ def compare(ref_a, var_a, ref_n, var_n, positions, placed, sigma, topk: int,
     fp32 logits [Q, S] -> int [Q, topk] key indices (`selection_stages`)."""
     import torch
 
-    Q, S = ref_a.shape
+    Q = ref_a.shape[0]
     dev = ref_a.device
     agree = topk_hits(ref_a, torch.topk(var_a, topk, dim=1).indices, topk)
     # the top-k stage: each selection over the variant's scores rounded to fp32 (what a reader writes), against
