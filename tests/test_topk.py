@@ -187,7 +187,16 @@ def logits_of(kind: str, rows: int, width: int, g: torch.Generator) -> torch.Ten
             "one_bin": lambda: 1.0 + 1e-4 * torch.randn(rows, width, generator=g),
             # a few dozen keys in the threshold bin, ties among them: the rank count's order
             "rounded": lambda: torch.round(100 * torch.randn(rows, width, generator=g)) / 100,
-            "randn_ties": lambda: torch.randn(rows, width, generator=g).clamp(min=0.5)}[kind]()
+            "randn_ties": lambda: torch.randn(rows, width, generator=g).clamp(min=0.5),
+            # one key in 20 far above the rest: on a cluster of 4 or more the k-th key's chunk of the merged
+            # histogram lies below the chunk of the larger keys (the coarse pass; one_bin_spread: the digit loop)
+            "spread": lambda: _spread(0.01 * torch.randn(rows, width, generator=g), g),
+            "one_bin_spread": lambda: _spread(1.5 + 1e-4 * torch.randn(rows, width, generator=g), g)}[kind]()
+
+
+def _spread(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    far = torch.rand(x.shape, generator=g) < 0.05
+    return torch.where(far, 4.0 + 100.0 * torch.rand(x.shape, generator=g), x)
 
 
 @pytest.mark.parametrize("kind", ["randn", "ties", "one_value", "one_bin", "specials", "zero_threshold",
@@ -322,6 +331,9 @@ def test_a_cluster_launch_packs_its_cluster_dimension_per_call(pdl):
     (4, "specials", 2, 2048, True),
     (2, "zero_threshold", 1, 512, True),
     (4, "rounded", 2, 512, True),
+    (4, "spread", 2, 512, True),  # the threshold's chunk below another: the counts of the chunks above it
+    (8, "spread", 1, 512, True),
+    (4, "one_bin_spread", 1, 512, True),
     # a launch without room for the slices: every pass reads them from the row
     (2, "randn", 2, 500, False),
     (4, "ties", 2, 2048, False),

@@ -20,8 +20,9 @@
 // blockIdx.x, kgen.topk_plan.topk_cluster picks C from max_seq_len). CTA r takes keys [r * s, (r + 1) * s) of the
 // row (s = ceil(L / C) rounded up to four), held in shared memory where the launch gave it room (else each pass
 // reads the slice again from the row: kgen.topk_plan.topk_shared_bytes); every digit (kTopkClusterBits bits) is a local
-// histogram, a cluster barrier, and a merge: each CTA sums the C histograms through distributed shared memory and
-// finds the same threshold. The coarse bins come first, as on one CTA: when the merged threshold bin holds at
+// histogram, a cluster barrier, and a merge through distributed shared memory: rank r sums the C histograms' chunk r
+// of the bins, and after a second cluster barrier every CTA finds the same threshold from the chunks' counts and the
+// one chunk that holds it (cluster_threshold). The coarse bins come first, as on one CTA: when the merged threshold bin holds at
 // most kTopkClusterCandidates keys, one read of each slice emits its winners and sends its share of the bin's
 // (key, index) pairs into rank 0's shared memory (offsets from atomics on rank 0's counters), and rank 0 refines
 // them alone. Else the digit loop: winners go to the row's output at positions counted by an atomic in rank 0's
@@ -152,6 +153,7 @@ struct Shared {
   int digit, above, equal;  // find_threshold's answer
   int mine_out, mine_in;    // a cluster rank's own winners and candidates, counted as it writes them
   int base_out, base_in;    // where they go: this rank's offsets in the row's output and rank 0's candidates
+  int chunk;                // a cluster rank's count of the keys in its chunk of the merged histogram
   int warp_sum[32];
 };
 
@@ -491,6 +493,56 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
   return true;
 }
 
+// A threshold bin as every thread of a CTA holds it: sum(merged[digit + 1:]) = above < need <= above + equal
+struct Threshold {
+  int digit, above, equal;
+};
+
+// The threshold bin for the `need` largest keys of the cluster's histogram: the sum over the ranks of each rank's
+// `h[0, bins)` (complete on every rank: the caller passed a cluster barrier since they were written). A
+// reduce-scatter: rank r sums chunk r (bins [r w, (r + 1) w), w = ceil(bins / C)) over the C ranks into its own
+// `merged` and counts the chunk's keys; after a cluster barrier every rank finds the chunk that holds the need-th
+// key from the top by the C counts, then the bin within it, reading that chunk alone from its owner. A CTA reads
+// bins + 2 w counters of other CTAs, where every rank summing every bin read C bins. Block-wide, every thread gets
+// the answer. `merged` is read by other ranks until they pass the caller's next cluster barrier.
+template <class C>
+__device__ __forceinline__ Threshold cluster_threshold(const int* h, const int bins, const int need, int* merged,
+                                                       Shared& sh) {
+  constexpr int T = static_cast<int>(C::kTopkThreads);
+  constexpr int kMax = static_cast<int>(C::kTopkClusterMax);
+  static_assert(kMax <= 32, "a lane per rank");
+  const int t = static_cast<int>(threadIdx.x);
+  const int rank = static_cast<int>(blockIdx.x), ranks = static_cast<int>(gridDim.x);
+  const int w = (bins + ranks - 1) / ranks;
+  const auto chunk_lo = [&](int r) { return min(bins, r * w); };
+  int mine = 0;
+  for (int b = chunk_lo(rank) + t; b < chunk_lo(rank + 1); b += T) {
+    int sum = 0;
+#pragma unroll
+    for (int r = 0; r < kMax; ++r) sum += r < ranks ? cluster::map(h, static_cast<unsigned>(r))[b] : 0;
+    merged[b] = sum;
+    mine += sum;
+  }
+  mine = block_sum<T>(mine, sh);
+  if (t == 0) sh.chunk = mine;
+  cluster::sync();  // every rank's chunk is merged and counted
+  // lane r holds rank r's count, then the count of the chunks from r up (a suffix scan over the ranks)
+  const int lane = lane_id();
+  const int count = lane < ranks ? *cluster::map(&sh.chunk, static_cast<unsigned>(lane)) : 0;
+  int suffix = count;
+#pragma unroll
+  for (int o = 1; o < kMax; o <<= 1) {
+    const int n = __shfl_down_sync(kFullMask, suffix, o);
+    if (lane + o < 32) suffix += n;
+  }
+  const unsigned holds = __ballot_sync(kFullMask, lane < ranks && suffix - count < need && need <= suffix);
+  const int q = __ffs(holds) - 1;  // the one chunk that holds the need-th key
+  const int above = __shfl_sync(kFullMask, suffix - count, q);
+  const int lo = chunk_lo(q);
+  find_threshold<T>(cluster::map(merged, static_cast<unsigned>(q)) + lo, chunk_lo(q + 1) - lo, need - above, sh);
+  return {lo + sh.digit, above + sh.above, sh.equal};
+}
+
 // The row on a cluster of gridDim.x CTAs, this one rank blockIdx.x (the header comment; L > k): its slice's coarse
 // histogram (the slice's keys kept in shared memory where the launch gave room, else each later pass reads the
 // row again), a cluster barrier, the merged histogram's threshold bin; then either one sweep of the slice (winners
@@ -539,19 +591,10 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
     }
   });
   cluster::sync();  // every rank's coarse histogram is complete, rank 0's counters are zero
-  for (int b = t; b < (1 << kCoarse); b += T) {
-    int sum = 0;
-#pragma unroll
-    for (int r = 0; r < static_cast<int>(C::kTopkClusterMax); ++r) {
-      sum += r < ranks ? cluster::map(coarse, static_cast<unsigned>(r))[b] : 0;
-    }
-    merged[b] = sum;
-  }
-  __syncthreads();
-  find_threshold<T>(merged, 1 << kCoarse, k, sh);
-  if (sh.equal <= kCap) {  // the row's threshold bin fits rank 0's candidates: one emitting read, rank 0 refines
-    const uint32_t bin = static_cast<uint32_t>(sh.digit);
-    const int above = sh.above, eq = sh.equal;
+  const Threshold th = cluster_threshold<C>(coarse, 1 << kCoarse, k, merged, sh);
+  if (th.equal <= kCap) {  // the row's threshold bin fits rank 0's candidates: one emitting read, rank 0 refines
+    const uint32_t bin = static_cast<uint32_t>(th.digit);
+    const int above = th.above, eq = th.equal;
     int mine = 0;
     for (int b = t; b < (1 << kCoarse); b += T) mine += b > static_cast<int>(bin) ? coarse[b] : 0;
     mine = block_sum<T>(mine, sh);
@@ -592,18 +635,12 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
       }
     });
     cluster::sync();  // every CTA's histogram is complete
-    for (int b = t; b < (1 << bits); b += T) {
-      int sum = 0;
-      for (int r = 0; r < ranks; ++r) sum += cluster::map(h, static_cast<unsigned>(r))[b];
-      merged[b] = sum;
-    }
-    __syncthreads();
-    find_threshold<T>(merged, 1 << bits, need, sh);
-    digit = sh.digit;
+    const Threshold th = cluster_threshold<C>(h, 1 << bits, need, merged, sh);
+    digit = th.digit;
     prefix |= static_cast<uint32_t>(digit) << next;
     shift = next;
-    need -= sh.above;
-    eq = sh.equal;
+    need -= th.above;
+    eq = th.equal;
     if (need == eq || shift == 0) break;
   }
   // every key above the k-th value's digits is taken, and of those equal to it all (need == eq) or, the lower
