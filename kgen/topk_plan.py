@@ -49,7 +49,11 @@ TOPK_SHARED_LIMIT = SM90.block_shared_bytes  # sm_90's (and sm_100's) opt-in dyn
 # a cluster CTA's shared memory ahead of its slice: the state, three histograms (two a digit's, the merged one)
 # and rank 0's coarse candidates (uint32 key, int32 index)
 TOPK_CLUSTER_FIXED_BYTES = TOPK_STATE_BYTES + 3 * 4 * TOPK_CLUSTER_BINS + 8 * TOPK_CLUSTER_CANDIDATES
-TOPK_CLUSTER_MAX = 8
+# the kernel's bound on CTAs per row: more than 8 make a non-portable cluster (an sm_90 GPC holds up to 16 of these
+# 1024-thread CTAs), which a launch may use only once the function's non-portable attribute is set; the plan picks at
+# most TOPK_CLUSTER_PORTABLE
+TOPK_CLUSTER_MAX = 16
+TOPK_CLUSTER_PORTABLE = 8
 
 
 def topk_slice_cap(shared_limit: int = TOPK_SHARED_LIMIT) -> int:
@@ -98,7 +102,7 @@ def topk_slice(max_seq_len: int, cluster: int) -> int:
 
 
 def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *, clusters: bool = True) -> int:
-    """CTAs per row: the smallest power of two giving each at most TOPK_SLICE_KEYS keys, at most TOPK_CLUSTER_MAX,
+    """CTAs per row: the smallest power of two giving each at most TOPK_SLICE_KEYS keys, at most TOPK_CLUSTER_PORTABLE,
     halved until the rows' clusters all run at once on the device's `sm_count` SMs (one 1024-thread CTA per SM;
     a second wave of clusters costs more than the split saves: H200, 32 rows of 64K keys, 55.9 us on clusters of 8
     against 32.6 on one CTA each, bench/results/topk2-2026-12-03/run1; where they fit, they pay: 64 rows of 64K,
@@ -106,7 +110,7 @@ def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *
     at most TOPK_SLICE_KEYS keys and on a device without `clusters` (before sm_90). A slice past what a block's
     shared memory holds is read from the row in each pass (topk_shared_bytes), still on the cluster's SMs."""
     cluster = 1
-    while clusters and cluster < TOPK_CLUSTER_MAX and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
+    while clusters and cluster < TOPK_CLUSTER_PORTABLE and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
         cluster *= 2
     if sm_count is not None:
         while cluster > 1 and int(rows) * cluster > int(sm_count):

@@ -334,6 +334,7 @@ def test_a_cluster_launch_packs_its_cluster_dimension_per_call(pdl):
     (4, "spread", 2, 512, True),  # the threshold's chunk below another: the counts of the chunks above it
     (8, "spread", 1, 512, True),
     (4, "one_bin_spread", 1, 512, True),
+    (16, "spread", 1, 512, True),  # kTopkClusterMax: a non-portable cluster
     # a launch without room for the slices: every pass reads them from the row
     (2, "randn", 2, 500, False),
     (4, "ties", 2, 2048, False),

@@ -26,7 +26,7 @@ struct vllm_dsv4_indexer_bf16 : kgen_cfg::vllm_dsv4_indexer_bf16 {
   static constexpr long long kTopkClusterBins = 2048;
   static constexpr long long kTopkClusterFixedBytes = 57600;
   static constexpr long long kTopkClusterCandidates = 4096;
-  static constexpr long long kTopkClusterMax = 8;
+  static constexpr long long kTopkClusterMax = 16;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
   // describes it (ABI version 2) and packs the same bytes for every launch.
