@@ -1,0 +1,60 @@
+# Sourced by a results folder's call scripts on the GPU machine, from the repository root
+# (docs/contributing-gpu.md, "A/B calls beside the peers"). Before the call, here: `make install releases wheels`,
+# the peers' kits prepared (docs/gpu.md), and packed with the released engine trees:
+#   tar -cJf .xfer/pk/peers.tar.xz .peers; tar -cJf .xfer/pk/trees.tar.xz .releases/trees
+# and each other tree an A/B compares as `git archive REV kgen templates specs scripts | tar -x -C .xfer/NAME`;
+# the call carries [".whl", ".xfer/pk", ".xfer/NAME", ...].
+#
+# It installs kgen's wheels, unpacks the kits and the trees, sets the environment and starts the peers' builds in
+# the background (DeepGEMM, SGLang's top-k). Then:
+#   el                         seconds since the call began, for the log
+#   peers_ready                wait for both builds; deep_gemm on PYTHONPATH
+#   in_tree TREE LOG LIMIT CMD...
+#                              CMD from TREE's root (head: this checkout; else .xfer/TREE), kgen imported from that
+#                              tree, stdout and stderr to LOG, at most LIMIT seconds (SIGINT: the bench scripts
+#                              write what they have); prints LOG's name, the exit status and its last line
+#   topk_ab ROUNDS TREES -- ARGS...
+#                              scripts/topk_shapes.py ARGS in each tree of TREES ("base head"), ROUNDS rounds, the
+#                              trees' processes alternating; JSON under $R/topk_<tree>_<round>.json
+#   pack NAME                  $R into $OUT/NAME.tgz (the files that come back)
+# Results go under $R.
+ROOT=$PWD
+[ -d .peers ] || tar -xJf .xfer/pk/peers.tar.xz
+[ -d .releases/trees ] || tar -xJf .xfer/pk/trees.tar.xz
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$ROOT KGEN_CACHE_DIR=/tmp/kcache PYTHONUNBUFFERED=1 KGEN_RELEASES_DIR=$ROOT/.releases
+export KGEN_SGLANG_KIT=$ROOT/.peers/sglang KGEN_SGLANG_TOPK_KIT=$ROOT/.peers/sglang_topk
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 )) s]"; }
+R=$OUT/r
+mkdir -p "$R"
+export R
+( bash .peers/deepgemm/build_on_device.sh > /tmp/dg_env 2> "$R/deepgemm_build.log" ) &
+DG_PID=$!
+( timeout 150 python3 scripts/sglang_topk_peer.py build .peers/sglang_topk > "$R/sglang_topk_build.log" 2>&1 ) &
+SG_PID=$!
+peers_ready() {
+  wait $SG_PID; echo "sglang top-k build rc=$? $(el)"
+  wait $DG_PID; echo "deepgemm build rc=$? $(el)"
+  eval "$(cat /tmp/dg_env)"  # deep_gemm's tree ahead of /tmp/site and the repository on PYTHONPATH
+}
+in_tree() {
+  local tree=$1 log=$2 limit=$3 dir=$ROOT rc
+  shift 3
+  [ "$tree" = head ] || dir=$ROOT/.xfer/$tree
+  ( cd "$dir" && PYTHONPATH=/tmp/site:$dir:$PYTHONPATH timeout -s INT "$limit" "$@" > "$log" 2>&1 )
+  rc=$?
+  echo "$(basename "$log") rc=$rc $(el)"; tail -1 "$log" | cut -c1-200
+  return $rc
+}
+topk_ab() {
+  local rounds=$1 trees=$2 round tree
+  shift 3  # ROUNDS TREES --
+  for round in $(seq "$rounds"); do
+    for tree in $trees; do
+      in_tree "$tree" "$R/topk_${tree}_${round}.log" 110 python3 "$ROOT/scripts/topk_shapes.py" \
+        --json "$R/topk_${tree}_${round}.json" "$@"
+    done
+  done
+}
+pack() { tar -czf "$OUT/$1.tgz" -C "$OUT" r && rm -rf "$R"; }
