@@ -502,12 +502,14 @@ struct Threshold {
 // `h[0, bins)` (complete on every rank: the caller passed a cluster barrier since they were written). A
 // reduce-scatter: rank r sums chunk r (bins [r w, (r + 1) w), w = ceil(bins / C)) over the C ranks into its own
 // `merged` and counts the chunk's keys; after a cluster barrier every rank finds the chunk that holds the need-th
-// key from the top by the C counts, then the bin within it, reading that chunk alone from its owner. A CTA reads
-// bins + 2 w counters of other CTAs, where every rank summing every bin read C bins. Block-wide, every thread gets
-// the answer. `merged` is read by other ranks until they pass the caller's next cluster barrier.
+// key from the top by the C counts, then the bin within it, in that chunk alone (copied from its owner into
+// `scratch`, each counter read once). Of other CTAs' counters a CTA reads (C - 1) w for its chunk and w for the
+// threshold's where that is another's, 2048 of them at most for 2048 bins, where summing every bin itself read
+// (C - 1) x 2048. Block-wide, every thread gets the answer. `merged` is read by other ranks until they pass the
+// caller's next cluster barrier; `scratch` (w counters) is this CTA's alone.
 template <class C>
 __device__ __forceinline__ Threshold cluster_threshold(const int* h, const int bins, const int need, int* merged,
-                                                       Shared& sh) {
+                                                       int* scratch, Shared& sh) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kMax = static_cast<int>(C::kTopkClusterMax);
   static_assert(kMax <= 32, "a lane per rank");
@@ -538,8 +540,15 @@ __device__ __forceinline__ Threshold cluster_threshold(const int* h, const int b
   const unsigned holds = __ballot_sync(kFullMask, lane < ranks && suffix - count < need && need <= suffix);
   const int q = __ffs(holds) - 1;  // the one chunk that holds the need-th key
   const int above = __shfl_sync(kFullMask, suffix - count, q);
-  const int lo = chunk_lo(q);
-  find_threshold<T>(cluster::map(merged, static_cast<unsigned>(q)) + lo, chunk_lo(q + 1) - lo, need - above, sh);
+  const int lo = chunk_lo(q), n = chunk_lo(q + 1) - lo;
+  const int* chunk = merged + lo;
+  if (q != rank) {  // block-uniform
+    const int* owner = cluster::map(merged, static_cast<unsigned>(q)) + lo;
+    for (int b = t; b < n; b += T) scratch[b] = owner[b];
+    __syncthreads();
+    chunk = scratch;
+  }
+  find_threshold<T>(chunk, n, need - above, sh);
   return {lo + sh.digit, above + sh.above, sh.equal};
 }
 
@@ -591,7 +600,8 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
     }
   });
   cluster::sync();  // every rank's coarse histogram is complete, rank 0's counters are zero
-  const Threshold th = cluster_threshold<C>(coarse, 1 << kCoarse, k, merged, sh);
+  // scratch: the digit loop's first buffer, not yet in use
+  const Threshold th = cluster_threshold<C>(coarse, 1 << kCoarse, k, merged, hists, sh);
   if (th.equal <= kCap) {  // the row's threshold bin fits rank 0's candidates: one emitting read, rank 0 refines
     const uint32_t bin = static_cast<uint32_t>(th.digit);
     const int above = th.above, eq = th.equal;
@@ -635,7 +645,8 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
       }
     });
     cluster::sync();  // every CTA's histogram is complete
-    const Threshold th = cluster_threshold<C>(h, 1 << bits, need, merged, sh);
+    // scratch: the other buffer, whose remote readers (the last pass's merge) passed two cluster barriers since
+    const Threshold th = cluster_threshold<C>(h, 1 << bits, need, merged, hists + ((pass + 1) & 1) * kBins, sh);
     digit = th.digit;
     prefix |= static_cast<uint32_t>(digit) << next;
     shift = next;
