@@ -36,8 +36,8 @@ PACKAGE = ROOT / "kgen"
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation: models, messages, files", (
         "spec", "diagnostics", "resources", "files", "dtypes", "engines.pyeval")),
-    ("input and platform: YAML, documents, architectures, toolchain, cache", (
-        "source", "document", "load", "schema_doc", "arch", "toolchain", "cache", "output")),
+    ("input and platform: YAML, documents, a recall keys file, architectures, toolchain, cache", (
+        "source", "document", "load", "schema_doc", "arch", "toolchain", "cache", "output", "recall_keys")),
     ("rules and byte math: validation, the page layout, the reader's rules and launch plan", (
         "layout", "reader_layout", "reader_plan", "topk_plan", "rules", "family", "validate", "resolve", "sample",
         "layout_view")),

@@ -401,10 +401,10 @@ def test_a_big_keys_file_is_read_only_as_far_as_the_run_uses(tmp_path):
     write_safetensors(st, {"keys": keys})
     torch.save({"keys": keys}, pt)
     del keys
-    probe = ("import resource, sys\nfrom pathlib import Path\nfrom kgen import recall\n"
+    probe = ("import resource, sys\nfrom pathlib import Path\nfrom kgen import recall_keys\n"
              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-             "k = recall.load_keys_file(Path(sys.argv[1]), 128, rows=4096)['keys']\n"
-             "assert recall.keys_file_rows(Path(sys.argv[1])) == 1 << 19 and tuple(k.shape) == (4096, 128)\n"
+             "k = recall_keys.load_keys_file(Path(sys.argv[1]), 128, rows=4096)['keys']\n"
+             "assert recall_keys.keys_file_rows(Path(sys.argv[1])) == 1 << 19 and tuple(k.shape) == (4096, 128)\n"
              "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n")
     for path in (st, pt):
         r = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120,

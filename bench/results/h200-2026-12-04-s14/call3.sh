@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# call3 of session 14 (not run): branch topk-resident (session 13's, rebased onto main 6c74647): one-CTA rows of at
+# call3 of session 14 (not run): branch topk-resident (session 13's, rebased onto this session's main): one-CTA rows of at
 # most TOPK_RESIDENT_KEYS (8192) keys read once, into registers. 1. the branch's top-k GPU tests, in its tree; 2. the
 # top-k bench at B 1, 8, 32, 64 x 4K, 8K, 64K keys (64K: a control, clusters unchanged), equal and +-30 % next_n 2,
 # k 512, main (this tree) and the branch (.xfer/resident), processes alternating, two rounds. Merge it only if it
