@@ -17,16 +17,16 @@
 //     memory for the refinement; otherwise it builds the next digit's histogram.
 //
 // A long row runs on a cluster of C = gridDim.x CTAs (the launch's cluster dimension is (gridDim.x, 1, 1); rank =
-// blockIdx.x, kgen.topk_plan.topk_cluster picks C from max_seq_len). CTA r takes keys [r * s, (r + 1) * s) of the
-// row (s = ceil(L / C) rounded up to four), held in shared memory where the launch gave it room (else each pass
-// reads the slice again from the row: kgen.topk_plan.topk_shared_bytes); every digit (kTopkClusterBits bits) is a local
-// histogram, a cluster barrier, and a merge through distributed shared memory: rank r sums the C histograms' chunk r
-// of the bins, and after a second cluster barrier every CTA finds the same threshold from the chunks' counts and the
-// one chunk that holds it (cluster_threshold). The coarse bins come first, as on one CTA: when the merged threshold bin holds at
-// most kTopkClusterCandidates keys, one read of each slice emits its winners and sends its share of the bin's
-// (key, index) pairs into rank 0's shared memory (offsets from atomics on rank 0's counters), and rank 0 refines
-// them alone. Else the digit loop: winners go to the row's output at positions counted by an atomic in rank 0's
-// shared memory; keys equal to the k-th value are taken in index order across the ranks (rank r takes its first
+// blockIdx.x, kgen.topk_plan.topk_cluster picks C from max_seq_len). CTA r takes keys [r * s, (r + 1) * s) of the row
+// (s = ceil(L / C) rounded up to four), held in shared memory where the launch gave it room (else each pass reads the
+// slice again from the row: kgen.topk_plan.topk_shared_bytes); every digit (kTopkClusterBits bits) is a local
+// histogram, a cluster barrier, and a merge through distributed shared memory: rank r sums the C histograms' chunk r of
+// the bins, and after a second cluster barrier every CTA finds the same threshold from the chunks' counts and the one
+// chunk that holds it (cluster_threshold). The coarse bins come first, as on one CTA: when the merged threshold bin
+// holds at most kTopkClusterCandidates keys, one read of each slice emits its winners and sends its share of the bin's
+// (key, index) pairs into rank 0's shared memory (offsets from atomics on rank 0's counters), and rank 0 refines them
+// alone. Else the digit loop: winners go to the row's output at positions counted by an atomic in rank 0's shared
+// memory; keys equal to the k-th value are taken in index order across the ranks (rank r takes its first
 // min(eq_r, need - sum of eq below r), eq_r read from the ranks' last histograms). No global workspace.
 // On one CTA, a bin that still overflows after all 32 bits (more than kTopkCandidates keys equal to the k-th
 // value) is emitted by one ordered read of the row (a block scan per chunk), the same rule.
@@ -645,7 +645,7 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
       }
     });
     cluster::sync();  // every CTA's histogram is complete
-    // scratch: the other buffer, whose remote readers (the last pass's merge) passed two cluster barriers since
+    // scratch: the other buffer, whose remote readers (the last pass's merge) have passed two cluster barriers
     const Threshold th = cluster_threshold<C>(h, 1 << bits, need, merged, hists + ((pass + 1) & 1) * kBins, sh);
     digit = th.digit;
     prefix |= static_cast<uint32_t>(digit) << next;
