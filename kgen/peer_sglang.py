@@ -223,6 +223,11 @@ def build(kit: Path | None = None, *, arch: str = ARCH, out_dir: Path | None = N
                           key_kit=Path("KIT"), arch=arch, out_dir=out_dir, timeout=BUILD_TIMEOUT_S)
 
 
+def peer_enabled() -> bool:
+    """KGEN_BENCH_PEER=0 leaves SGLang's kernels (the writer's and the top-k) out of `kgen bench` and `kgen recall`."""
+    return os.environ.get("KGEN_BENCH_PEER", "1") not in ("0", "false", "no", "")
+
+
 def sm90_torch():
     """torch, where a CUDA device of compute capability 9 is current (the peers are built for ARCH), else
     PeerAbsent."""

@@ -19,9 +19,11 @@ skipped, with the reason) and every context length S (keys of one sequence):
      spread (std over keys), and max |error| / max |score|;
    - the top-k stage (`selection`): each selection an engine runs on the variant's scores rounded to
      fp32 (what the reader writes): kgen's `torch.ops.kgen.indexer_topk_logits` (the kernel on a GPU, its
-     Torch reference on CPU; variants the reader reads) and torch.topk, each as its agreement with full
-     precision's top-k (what the format and the selection cost together) and with the exact top-k of
-     the same fp32 scores (what the selection alone costs: 1.0 for an exact selection, whatever its tie rule).
+     Torch reference on CPU; variants the reader reads), torch.topk and, where its kit builds on an sm_90
+     GPU, SGLang's top-k (`load_selection_peer`; the report's `peers` says why it is absent), each as its
+     agreement with full precision's top-k (what the format and the selection cost together) and with the
+     exact top-k of the same fp32 scores (what the selection alone costs: 1.0 for an exact selection,
+     whatever its tie rule).
 
 Key model (synthetic keys): the writer's input rows are `kgen.inputs.sample_rows`, the model the
 GPU tests use: Gaussian values, per-token magnitudes over about two decades (exp(U(-2.5, 2))), and
@@ -75,6 +77,11 @@ from .diagnostics import KgenError, Problem, err, failure_json, print_json
 from .files import check_target, write_all, write_atomic
 from .gpurun import precompile
 from .layout import compute
+from .peer_sglang import PeerAbsent, peer_enabled
+from .peer_sglang_topk import MAX_TOPK as SGLANG_MAX_TOPK
+from .peer_sglang_topk import NAME as SGLANG_TOPK
+from .peer_sglang_topk import Peer as SglangTopk
+from .peer_sglang_topk import padded_scores
 from .reader_layout import readable
 from .recall_keys import keys_file_rows, load_keys_file
 from .rules import check_variant
@@ -90,6 +97,8 @@ DEFAULT_HEADS = 64
 DEFAULT_MARGIN = 0.1
 NEEDLE_RETRIES = 3
 LATENT_HEAD_DIM = 512  # DeepSeek's attention latent (kv_lora_rank); its indexer keys are 128 wide
+# the top-k stages (selection_stages) in the table's order, each with its name there
+STAGES = (("kgen.indexer_topk", "kgen"), ("torch.topk", "torch.topk"), (SGLANG_TOPK, "SGLang"))
 
 Logits = Callable[[Any, Any], Any]  # (q [M, H, D], weights [M, H]) -> float64 [M, S]
 
@@ -424,22 +433,41 @@ def compare(ref_a, var_a, ref_n, var_n, positions, placed, sigma, topk: int,
     }
 
 
-def selection_stages(spec: Spec, topk: int) -> dict[str, Callable]:
-    """The top-k stages `kgen recall` measures for `spec`: torch.topk on the fp32 scores and kgen's
+def selection_stages(spec: Spec, topk: int, peer: Any = None) -> dict[str, Callable]:
+    """The top-k stages `kgen recall` measures for `spec`: torch.topk on the fp32 scores, kgen's
     (torch.ops.kgen.indexer_topk_logits: the kernel on a GPU, its Torch reference on CPU) where the
-    reader reads the spec."""
+    reader reads the spec, and SGLang's top-k where `peer` (load_selection_peer) is loaded."""
     import torch
 
     stages: dict[str, Callable] = {"torch.topk": lambda lg: torch.topk(lg, topk, dim=1).indices}
+    full = lambda lg: torch.full((lg.shape[0],), lg.shape[1], dtype=torch.int32, device=lg.device)  # noqa: E731
     if readable(spec):
         from .ops import indexer_topk_logits
 
-        def kgen_topk(lg):
-            lens = torch.full((lg.shape[0],), lg.shape[1], dtype=torch.int32, device=lg.device)
-            return indexer_topk_logits(spec, lg.contiguous(), lens, topk)
-
-        stages["kgen.indexer_topk"] = kgen_topk
+        stages["kgen.indexer_topk"] = lambda lg: indexer_topk_logits(spec, lg.contiguous(), full(lg), topk)
+    if peer is not None:  # rows of a stride SGLang reads (whole 16-B groups), each row all visible
+        stages[SGLANG_TOPK] = lambda lg: peer.topk(padded_scores(torch, lg.contiguous()), full(lg), topk)
     return stages
+
+
+def load_selection_peer(topk: int, device: str) -> tuple[Any, dict]:
+    """SGLang's top-k for the selection stage, where it runs (kgen.peer_sglang_topk: its kit built on an sm_90
+    GPU, as `kgen bench` loads it): (the peer or None, what the report says of it: SGLang's version and the
+    occupancy answers its build took, or why it is absent)."""
+    def absent(why: str) -> tuple[Any, dict]:
+        return None, {"name": SGLANG_TOPK, "present": False, "absent": why}
+
+    if not peer_enabled():
+        return absent("disabled (KGEN_BENCH_PEER=0)")
+    if device != "cuda":
+        return absent("the run is on the CPU")
+    if topk > SGLANG_MAX_TOPK:
+        return absent(f"--topk {topk} is past its largest k, {SGLANG_MAX_TOPK}")
+    try:
+        peer = SglangTopk.load()
+    except PeerAbsent as e:
+        return absent(str(e))
+    return peer, peer.record()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -557,7 +585,8 @@ def _step(specs: list[Spec], rows: int, heads: int) -> int:
 
 
 def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str], None] | None = None,
-            reference: Spec | None = None, user: dict | None = None, results: list[dict] | None = None) -> list[dict]:
+            reference: Spec | None = None, user: dict | None = None, results: list[dict] | None = None,
+            peer: Any = None) -> list[dict]:
     """Every (variant, context) result, appended to `results` (if given) as each is measured, so an
     interrupted run keeps what it measured. `reference`: compare with this variant's scores instead
     of full precision (it must share the variants' norm/RoPE/Hadamard). `user`: the `--keys` tensors."""
@@ -638,7 +667,7 @@ def measure(variants: list[Spec], settings: Settings, *, progress: Callable[[str
                 var = sequence_logits(wspec, q_all, w_all, cache, pages, S, accum=acc, chunk_keys=step)
                 del cache
                 m = compare(ref[:na], var[:na], ref[na:], var[na:], positions, placed, sigma, k,
-                            selection_stages(spec, k))
+                            selection_stages(spec, k, peer))
                 del var
                 lay = compute(spec)
                 st = spec.store
@@ -791,20 +820,21 @@ def _recall(paths: list[Path], *, contexts: str | None, topk: int, queries: int,
     specs = [s for s, _ in sel.variants]
     if dev == "cuda":
         _precompile(specs if user is None else [store_twin(s) for s in specs])
+    peer, peer_record = load_selection_peer(topk, dev)
     settings = Settings(contexts=ctx, topk=topk, queries=queries, heads=heads, margin=margin, seed=seed,
                         device=dev, keys_file=Path(keys) if keys else None)
     t0 = time.perf_counter()
     rows: list[dict] = []
     interrupted = False
     try:
-        measure(specs, settings, progress=err, user=user, results=rows)
+        measure(specs, settings, progress=err, user=user, results=rows, peer=peer)
     except KeyboardInterrupt:  # e.g. `timeout -s INT`: report what was measured
         interrupted = True
         err("kgen recall: interrupted; reporting what was measured")
     path_of = {s.name: p for s, p in sel.variants}
     for r in rows:
         r["path"] = path_of.get(r["variant"])
-    data = finite_or_null(report(rows, sel, settings, time.perf_counter() - t0))
+    data = finite_or_null(report(rows, sel, settings, time.perf_counter() - t0, peers=[peer_record]))
     if interrupted:
         data["interrupted"] = True
 
@@ -847,7 +877,9 @@ def _precompile(specs: list[Spec]) -> None:
         raise KgenError([Problem("compile", f"{name}: {msg}") for name, msg in errors.items()])
 
 
-def report(rows: list[dict], sel: Selection, st: Settings, seconds: float) -> dict:
+def report(rows: list[dict], sel: Selection, st: Settings, seconds: float, *,
+           peers: tuple[dict, ...] | list[dict] = ()) -> dict:
+    """The JSON object (docs/recall.md); `peers`: what load_selection_peer said of each peer selection."""
     import torch
 
     env: dict = {"torch": torch.__version__, "device": st.device,
@@ -869,6 +901,7 @@ def report(rows: list[dict], sel: Selection, st: Settings, seconds: float) -> di
             "contexts": st.contexts, "topk": st.topk, "queries": st.queries, "heads": st.heads,
             "margin": st.margin, "seed": st.seed, "scores": "float64, both sides; keys decoded exactly",
         },
+        "peers": list(peers),
         "environment": env,
         "seconds": round(seconds, 1),
     }
@@ -880,8 +913,11 @@ def print_table(data: dict, stream) -> None:
 
     t = Table(title=f"kgen recall: top-{data['inputs']['topk']} against full precision "
                     f"({data['inputs']['keys']} keys, {data['environment']['device']})")
+    shown = [(n, label) for n, label in STAGES if any(n in (r.get("selection") or {}) for r in data["results"])]
+    names = [n for n, _ in shown]
+    stage_col = "top-k stage: " + (" / ".join(label for _, label in shown) or "-")
     for col in ("variant", "B/token", "keys", "agreement (mean +- std, min)", "needle recall",
-                "score err (rms / max, std)", "top-k stage: kgen / torch.topk"):
+                "score err (rms / max, std)", stage_col):
         t.add_column(col, justify="left" if col == "variant" else "right", no_wrap=col == "variant")
     def num(v, digits: int) -> str:
         return "-" if v is None else f"{v:.{digits}f}"
@@ -891,17 +927,16 @@ def print_table(data: dict, stream) -> None:
                   f"{num(r['agreement'], 4)} +- {num(r['agreement_std'], 4)}, {num(r['agreement_min'], 4)}",
                   "-" if r["needle_recall"] is None else f"{r['needle_recall']:.3f} of {r['needles']}",
                   f"{num(r['score_error_rms_sigma'], 4)} / {num(r['score_error_max_sigma'], 3)}",
-                  _stages(r.get("selection") or {}))
+                  _stages(r.get("selection") or {}, names))
     console = Console(file=stream, width=max(140, Console(file=stream).width))
     console.print(t)
     for s in data["skipped"]:
         console.print(f"skipped {s['variant']} ({s['path']}): {s['reason']}")
 
 
-def _stages(sel: dict) -> str:
-    """The top-k stages' agreement with full precision (format + selection), kgen's first."""
-    names = ("kgen.indexer_topk", "torch.topk")
-    return " / ".join(f"{sel[n]['agreement']:.4f}" if n in sel else "-" for n in names)
+def _stages(sel: dict, names: list[str]) -> str:
+    """The top-k stages' agreement with full precision (format + selection), in the order of `names`."""
+    return " / ".join(f"{sel[n]['agreement']:.4f}" if n in sel else "-" for n in names) or "-"
 
 
 def _ctx(n: int) -> str:

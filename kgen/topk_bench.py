@@ -25,13 +25,13 @@ here (kgen.bench runs the top-k after the reader's batches), so the import graph
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 from . import peer_sglang_topk as P
 from . import reader_check as RC
 from .gpurun import sticky
+from .peer_sglang import peer_enabled
 from .reader_layout import readable
 from .spec import Spec
 from .timing import Timer
@@ -46,11 +46,6 @@ SGLANG_ROWS = ("sglang_topk", "sglang_plan", "kgen_reader+sglang_topk", "deepgem
 ROWS = ("kgen", "kgen_select", *SELECTS, "sglang_plan", *READER_ROWS, *DEEPGEMM_ROWS)
 TIMINGS = (("cold", {"lo": 10, "hi": 30}), ("graph", {"lo": 10, "hi": 20}))
 _IMPORT = object()  # bench_topk's default: DeepGEMM as reader_check.peer_module finds it
-
-
-def peer_enabled() -> bool:
-    """KGEN_BENCH_PEER=0 leaves SGLang's kernels (the writer's and the top-k) out of `kgen bench`."""
-    return os.environ.get("KGEN_BENCH_PEER", "1") not in ("0", "false", "no", "")
 
 
 class PeerState:

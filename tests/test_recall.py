@@ -251,6 +251,9 @@ def test_command_json_file_plot_and_table(tmp_path):
     assert len(data["skipped"]) == 4 and data["inputs"]["keys"] == "synthetic"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "dsv4_indexer_bf16" in p.stdout and "skipped dsv4_latent_bf16" in p.stdout
+    # SGLang's top-k runs on a GPU only: the report says why it is absent, the table shows the stages measured
+    assert data["peers"] == [{"name": "sglang.topk_v2", "present": False, "absent": "the run is on the CPU"}]
+    assert "SGLang" not in p.stdout  # no column for a stage no row has
 
 
 def test_command_json_to_stdout():
@@ -411,3 +414,54 @@ def test_a_big_keys_file_is_read_only_as_far_as_the_run_uses(tmp_path):
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert r.returncode == 0, r.stderr
         assert int(r.stdout) < 64, (path, r.stdout)  # MiB grown: a few MiB of rows, not the 256 MiB file
+
+
+class _SglangTopk:
+    """SGLang's top-k as kgen.peer_sglang_topk.Peer presents it (topk, record), torch.topk on the CPU; it checks
+    what recall hands it: rows of a stride SGLang reads, every row wholly visible."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def topk(self, scores, seq_lens, k):
+        assert scores.dtype == torch.float32 and scores.stride(0) % 4 == 0 and scores.stride(1) == 1
+        assert seq_lens.dtype == torch.int32 and (seq_lens == scores.shape[1]).all()
+        self.calls += 1
+        return torch.topk(scores, k, dim=1).indices.to(torch.int32)
+
+    def record(self):
+        return {"name": "sglang.topk_v2", "present": True, "sglang": "stand-in"}
+
+
+def test_sglang_topk_is_a_selection_stage_where_it_loads(monkeypatch):
+    from kgen import peer_sglang_topk as P
+    from kgen.resolve import resolve_spec
+
+    monkeypatch.delenv("KGEN_BENCH_PEER", raising=False)
+    stand_in = _SglangTopk()
+    monkeypatch.setattr(P.Peer, "load", classmethod(lambda cls, *a, **kw: stand_in))
+    peer, record = RC.load_selection_peer(512, "cuda")
+    assert peer is stand_in and record["present"] is True
+    # the reasons it is absent, each in the report
+    assert RC.load_selection_peer(512, "cpu") == (None, {"name": P.NAME, "present": False,
+                                                         "absent": "the run is on the CPU"})
+    assert RC.load_selection_peer(4096, "cuda")[1]["absent"] == "--topk 4096 is past its largest k, 2048"
+    monkeypatch.setenv("KGEN_BENCH_PEER", "0")
+    assert RC.load_selection_peer(512, "cuda")[1]["absent"] == "disabled (KGEN_BENCH_PEER=0)"
+    monkeypatch.delenv("KGEN_BENCH_PEER")
+
+    def no_kit(cls, *a, **kw):
+        raise P.PeerAbsent("no kit at .peers/sglang_topk")
+
+    monkeypatch.setattr(P.Peer, "load", classmethod(no_kit))
+    assert RC.load_selection_peer(512, "cuda")[1]["absent"] == "no kit at .peers/sglang_topk"
+    # measured beside the others on the same fp32 scores: rows of 1001 keys (a stride SGLang cannot read) padded
+    stages = RC.selection_stages(resolve_spec(FP8), 20, stand_in)
+    assert set(stages) == {"torch.topk", "kgen.indexer_topk", P.NAME}
+    g = torch.Generator().manual_seed(5)
+    ref = torch.randn(3, 1001, generator=g, dtype=torch.float64)
+    var = ref + 0.05 * torch.randn(3, 1001, generator=g, dtype=torch.float64)
+    m = RC.compare(ref, var, ref, var, torch.zeros(3, dtype=torch.long), torch.ones(3, dtype=torch.bool),
+                   torch.ones(3), 20, stages)
+    assert stand_in.calls == 1 and m["selection"][P.NAME]["agreement_with_exact_selection"] == 1.0
+    assert m["selection"][P.NAME]["agreement"] == pytest.approx(m["selection"]["torch.topk"]["agreement"])
