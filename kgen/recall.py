@@ -397,7 +397,11 @@ def compare(ref_a, var_a, ref_n, var_n, positions, placed, sigma, topk: int,
     if selections:
         logits = var_a.float()
         for name, select in selections.items():
-            picked = select(logits).to(device=dev, dtype=torch.int64)
+            try:
+                picked = select(logits).to(device=dev, dtype=torch.int64)
+            except StageFailed as e:  # a peer's own checks refused the call: said in the report, the run goes on
+                stages[name] = {"failed": str(e)}
+                continue
             stages[name] = {
                 "agreement": float(topk_hits(ref_a, picked, topk).mean()),
                 "agreement_with_exact_selection": float(topk_hits(logits, picked, topk).mean()),
@@ -445,9 +449,19 @@ def selection_stages(spec: Spec, topk: int, peer: Any = None) -> dict[str, Calla
         from .ops import indexer_topk_logits
 
         stages["kgen.indexer_topk"] = lambda lg: indexer_topk_logits(spec, lg.contiguous(), full(lg), topk)
-    if peer is not None:  # rows of a stride SGLang reads (whole 16-B groups), each row all visible
-        stages[SGLANG_TOPK] = lambda lg: peer.topk(padded_scores(torch, lg.contiguous()), full(lg), topk)
+    if peer is not None:
+        def sglang_topk(lg):  # rows of a stride SGLang reads (whole 16-B groups), each row all visible
+            try:
+                return peer.topk(padded_scores(torch, lg.contiguous()), full(lg), topk)
+            except (RuntimeError, ValueError) as e:
+                raise StageFailed(f"{SGLANG_TOPK}: {e}") from None
+
+        stages[SGLANG_TOPK] = sglang_topk
     return stages
+
+
+class StageFailed(Exception):
+    """A peer's top-k refused a call (its own checks): compare reports the stage as failed and goes on."""
 
 
 def load_selection_peer(topk: int, device: str) -> tuple[Any, dict]:
@@ -463,6 +477,7 @@ def load_selection_peer(topk: int, device: str) -> tuple[Any, dict]:
         return absent("the run is on the CPU")
     if topk > SGLANG_MAX_TOPK:
         return absent(f"--topk {topk} is past its largest k, {SGLANG_MAX_TOPK}")
+    err("kgen recall: loading SGLang's top-k for the selection stage (built from its kit the first time)")
     try:
         peer = SglangTopk.load()
     except PeerAbsent as e:
@@ -936,7 +951,7 @@ def print_table(data: dict, stream) -> None:
 
 def _stages(sel: dict, names: list[str]) -> str:
     """The top-k stages' agreement with full precision (format + selection), in the order of `names`."""
-    return " / ".join(f"{sel[n]['agreement']:.4f}" if n in sel else "-" for n in names) or "-"
+    return " / ".join(f"{sel[n]['agreement']:.4f}" if "agreement" in sel.get(n, {}) else "-" for n in names) or "-"
 
 
 def _ctx(n: int) -> str:

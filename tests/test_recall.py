@@ -465,3 +465,20 @@ def test_sglang_topk_is_a_selection_stage_where_it_loads(monkeypatch):
                    torch.ones(3), 20, stages)
     assert stand_in.calls == 1 and m["selection"][P.NAME]["agreement_with_exact_selection"] == 1.0
     assert m["selection"][P.NAME]["agreement"] == pytest.approx(m["selection"]["torch.topk"]["agreement"])
+
+
+def test_a_peer_stage_that_fails_is_reported_and_the_run_goes_on():
+    from kgen import peer_sglang_topk as P
+    from kgen.resolve import resolve_spec
+
+    class Refusing(_SglangTopk):
+        def topk(self, scores, seq_lens, k):
+            raise RuntimeError("SGLang's top-k failed: rows past its plan")
+
+    stages = RC.selection_stages(resolve_spec(FP8), 20, Refusing())
+    ref = torch.randn(2, 300, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    m = RC.compare(ref, ref, ref, ref, torch.zeros(2, dtype=torch.long), torch.ones(2, dtype=torch.bool),
+                   torch.ones(2), 20, stages)
+    assert m["selection"][P.NAME] == {"failed": "sglang.topk_v2: SGLang's top-k failed: rows past its plan"}
+    assert m["selection"]["torch.topk"]["agreement_with_exact_selection"] == 1.0
+    assert RC._stages(m["selection"], ["kgen.indexer_topk", "torch.topk", P.NAME]).endswith(" / -")
