@@ -335,6 +335,7 @@ def test_a_cluster_launch_packs_its_cluster_dimension_per_call(pdl):
     (8, "spread", 1, 512, True),
     (4, "one_bin_spread", 1, 512, True),
     (16, "spread", 1, 512, True),  # kTopkClusterMax: a non-portable cluster
+    (16, "one_bin_spread", 1, 512, True),  # its digit loop
     # a launch without room for the slices: every pass reads them from the row
     (2, "randn", 2, 500, False),
     (4, "ties", 2, 2048, False),
@@ -358,6 +359,22 @@ def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, 
     short = next_n  # the second sequence's first row: k - next_n + 1 keys, then -1
     n = k - next_n + 1
     assert got[short, :n].tolist() == list(range(n)) and (got[short, n:] == -1).all()
+
+
+def test_ties_past_the_eighth_rank_of_a_wide_cluster_go_in_index_order(emulator):
+    from topk_emulate import launch
+
+    spec, exe, work = emulator
+    # ten slices of -1 and six of 0: more zeros than rank 0's candidates (the digit loop), none above them, so the
+    # k zeros with the lowest indices are taken on ranks 10 to 12 of 16, each after the zeros of the ranks below it
+    width, k = 12001, 2048
+    first = 10 * TP.topk_slice(width, 16)  # rank 10's first key
+    x = torch.full((1, width), -1.0)
+    x[0, first:] = 0.0
+    lens = torch.tensor([width], dtype=torch.int32)
+    got = launch(spec, exe, work, x, lens, k, cluster=16)
+    assert score.same_sets(got, score.topk_reference(x, lens, 1, k)) == []
+    assert sorted(got[0].tolist()) == list(range(first, first + k))
 
 
 def test_a_row_too_long_for_its_slices_reads_them_from_the_row(emulator):
