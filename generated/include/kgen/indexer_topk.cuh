@@ -210,6 +210,19 @@ __device__ __forceinline__ int claim4(const bool* take, int* counter) {
   return __shfl_sync(kFullMask, base, 0) + __popc(b0 & below) + 2 * __popc(b1 & below) + 4 * __popc(b2 & below);
 }
 
+// The inclusive suffix sum of `v` over the lanes [lane, lane + Span) of the calling warp (every lane takes part):
+// log2(Span) shuffles. Span 32: the lanes from this one up.
+template <int Span>
+__device__ __forceinline__ int warp_suffix_sum(int v) {
+  static_assert(Span >= 1 && Span <= 32, "lanes of one warp");
+#pragma unroll
+  for (int o = 1; o < Span; o <<= 1) {
+    const int n = __shfl_down_sync(kFullMask, v, o);
+    if (lane_id() + o < 32) v += n;
+  }
+  return v;
+}
+
 // The threshold bin of `hist[0, bins)` for the `need` largest (1 <= need <= sum): the bin d with
 // sum(hist[d + 1:]) < need <= sum(hist[d:]); `sh.above` = sum(hist[d + 1:]), `sh.equal` = hist[d]. Block-wide:
 // every thread calls it after the histogram is complete; on return every thread may read sh.
@@ -219,12 +232,7 @@ __device__ __forceinline__ void find_threshold(const int* hist, int bins, int ne
   const int lo = min(bins, static_cast<int>(threadIdx.x) * per), hi = min(bins, lo + per);
   int local = 0;
   for (int b = lo; b < hi; ++b) local += hist[b];
-  int suffix = local;  // inclusive suffix within the warp: lanes >= this one
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int n = __shfl_down_sync(kFullMask, suffix, o);
-    if (lane_id() + o < 32) suffix += n;
-  }
+  const int suffix = warp_suffix_sum<32>(local);
   const int warp = static_cast<int>(threadIdx.x >> 5);
   if (lane_id() == 0) sh.warp_sum[warp] = suffix;
   __syncthreads();
@@ -531,12 +539,7 @@ __device__ __forceinline__ Threshold cluster_threshold(const int* h, const int b
   // lane r holds rank r's count, then the count of the chunks from r up (a suffix scan over the ranks)
   const int lane = lane_id();
   const int count = lane < ranks ? *cluster::map(&sh.chunk, static_cast<unsigned>(lane)) : 0;
-  int suffix = count;
-#pragma unroll
-  for (int o = 1; o < kMax; o <<= 1) {
-    const int n = __shfl_down_sync(kFullMask, suffix, o);
-    if (lane + o < 32) suffix += n;
-  }
+  const int suffix = warp_suffix_sum<kMax>(count);
   const unsigned holds = __ballot_sync(kFullMask, lane < ranks && suffix - count < need && need <= suffix);
   const int q = __ffs(holds) - 1;  // the one chunk that holds the need-th key
   const int above = __shfl_sync(kFullMask, suffix - count, q);
