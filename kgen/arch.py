@@ -20,6 +20,7 @@ ARCH_RE = re.compile(r"sm_(\d+)([af]?)")
 ARCH_FLOOR = 80  # kgen kernels need bf16 arithmetic
 PDL_MIN_CC = 90  # griddepcontrol (programmatic dependent launch) exists from sm_90 on
 CLUSTER_MIN_CC = 90  # thread-block clusters (distributed shared memory) exist from sm_90 on
+CLUSTER_PORTABLE = 8  # CTAs a cluster may hold on every device with clusters; more need the kernel's opt-in
 WARP_THREADS = 32
 MAX_THREADS_PER_BLOCK = 1024  # every capability kgen targets
 DEFAULT_SHARED_BYTES = 48 * 1024  # dynamic + static shared memory of a block without an opt-in

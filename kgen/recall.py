@@ -68,7 +68,7 @@ import math
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -892,8 +892,7 @@ def _precompile(specs: list[Spec]) -> None:
         raise KgenError([Problem("compile", f"{name}: {msg}") for name, msg in errors.items()])
 
 
-def report(rows: list[dict], sel: Selection, st: Settings, seconds: float, *,
-           peers: tuple[dict, ...] | list[dict] = ()) -> dict:
+def report(rows: list[dict], sel: Selection, st: Settings, seconds: float, *, peers: Sequence[dict] = ()) -> dict:
     """The JSON object (docs/recall.md); `peers`: what load_selection_peer said of each peer selection."""
     import torch
 

@@ -24,7 +24,7 @@ reader's do through kgen.reader_layout.reader_constants:
 
 from __future__ import annotations
 
-from .arch import SM90
+from .arch import CLUSTER_PORTABLE, SM90
 
 TOPK_THREADS = 1024
 TOPK_COARSE_BITS = 11  # the sign and 10 bits of magnitude
@@ -53,7 +53,7 @@ TOPK_CLUSTER_FIXED_BYTES = TOPK_STATE_BYTES + 3 * 4 * TOPK_CLUSTER_BINS + 8 * TO
 # 1024-thread CTAs), which a launch may use only once the function's non-portable attribute is set; the plan picks at
 # most TOPK_CLUSTER_PORTABLE
 TOPK_CLUSTER_MAX = 16
-TOPK_CLUSTER_PORTABLE = 8
+TOPK_CLUSTER_PORTABLE = CLUSTER_PORTABLE
 
 
 def topk_slice_cap(shared_limit: int = TOPK_SHARED_LIMIT) -> int:
