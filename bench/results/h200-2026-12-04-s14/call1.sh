@@ -5,7 +5,7 @@
 # tests, the bench's and SGLang's top-k peer's; 2. the top-k bench (scripts/topk_shapes.py) at B 1, 8, 32, 64 x 4K,
 # 64K, 256K keys, equal and +-30 % next_n 2, k 512, in three trees, processes alternating, two rounds: b82f13b
 # (.xfer/base, session 13's first main), 399a8f1 (.xfer/s13, its last) and this one; 3. `kgen recall` on the GPU with
-# SGLang's top-k as a selection stage (81be799: its first run beside the real peer). From the repository root, the
+# SGLang's top-k as a selection stage (e0a7fb6: its first run beside the real peer). From the repository root, the
 # trees and kits made as README.md says:
 #   run(command="bash bench/results/h200-2026-12-04-s14/call1.sh", carry=[".whl", ".xfer/pk", ".xfer/base", ".xfer/s13"], timeout_s=590)
 cd "$(dirname "$0")/../../.."
