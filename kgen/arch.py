@@ -89,6 +89,10 @@ class DeviceFacts:
     sm_count: int
     l2_bytes: int  # 0: unknown
     capability: int  # major * 10 + minor: what one block may hold (CAPACITY), whether clusters exist
+    # clusters of more than CLUSTER_PORTABLE CTAs that run at once, as the driver answered for the kernel being
+    # planned (its function, KernelAbi.wide_cluster CTAs of one per SM; kgen.launcher.DriverKernel.wide_clusters);
+    # 0: none, or not asked (a plan that needs no wide cluster)
+    wide_clusters: int = 0
 
     @property
     def block_shared_bytes(self) -> int:

@@ -195,6 +195,39 @@ class DriverKernel:
                                   fix="the launch asks for more shared memory than this GPU gives a block")
         self._shared = want
 
+    def wide_clusters(self, size: int) -> int:
+        """How many clusters of `size` CTAs run at once on the device, each CTA as large as the function's launch
+        bounds allow (MAX_THREADS_PER_BLOCK; no dynamic shared memory), once the function may launch clusters past
+        the portable size (its non-portable attribute, set here): the driver's cuOccupancyMaxActiveClusters. 0 where
+        the driver refuses either or cannot say: the plan then keeps to portable clusters, so no launch depends on
+        an answer the driver did not give."""
+        block = self.attribute("MAX_THREADS_PER_BLOCK")
+        if not block:
+            return 0
+        drv = driver()
+        pushed = False
+        try:
+            fn = self._keep[1]
+            pushed = int(drv.cuCtxPushCurrent(self._keep[2])[0]) == 0  # the module's context, whatever is current
+            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+            if int(drv.cuFuncSetAttribute(fn, attr, 1)[0]) != 0:
+                return 0
+            cfg = drv.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = int(size), 1, 1
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = int(block), 1, 1
+            cfg.sharedMemBytes = 0
+            dim = drv.CUlaunchAttribute()
+            dim.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            dim.value.clusterDim.x, dim.value.clusterDim.y, dim.value.clusterDim.z = int(size), 1, 1
+            cfg.attrs, cfg.numAttrs = [dim], 1
+            err, count = drv.cuOccupancyMaxActiveClusters(fn, cfg)
+            return int(count) if int(err) == 0 else 0
+        except Exception:  # noqa: BLE001 - a driver or binding without the call: no wide clusters
+            return 0
+        finally:
+            if pushed:
+                drv.cuCtxPopCurrent()
+
     @property
     def context(self) -> int:
         """The primary context's handle (CUcontext) the module was loaded in."""

@@ -49,11 +49,12 @@ TOPK_SHARED_LIMIT = SM90.block_shared_bytes  # sm_90's (and sm_100's) opt-in dyn
 # a cluster CTA's shared memory ahead of its slice: the state, three histograms (two a digit's, the merged one)
 # and rank 0's coarse candidates (uint32 key, int32 index)
 TOPK_CLUSTER_FIXED_BYTES = TOPK_STATE_BYTES + 3 * 4 * TOPK_CLUSTER_BINS + 8 * TOPK_CLUSTER_CANDIDATES
-# the kernel's bound on CTAs per row: more than 8 make a non-portable cluster (an sm_90 GPC holds up to 16 of these
-# 1024-thread CTAs), which a launch may use only once the function's non-portable attribute is set; the plan picks at
-# most TOPK_CLUSTER_PORTABLE
+# the kernel's bound on CTAs per row, a wide cluster: more than the portable 8 (an sm_90 GPC holds up to 16 of these
+# 1024-thread CTAs), launched only where the launch stack set the function's non-portable attribute and the driver
+# said how many such clusters run at once (kgen.arch.DeviceFacts.wide_clusters)
 TOPK_CLUSTER_MAX = 16
 TOPK_CLUSTER_PORTABLE = CLUSTER_PORTABLE
+TOPK_WIDE_SLICE_KEYS = TOPK_SLICE_KEYS // 2  # the fewest keys a CTA of a wide cluster takes
 
 
 def topk_slice_cap(shared_limit: int = TOPK_SHARED_LIMIT) -> int:
@@ -101,17 +102,25 @@ def topk_slice(max_seq_len: int, cluster: int) -> int:
     return -(-per // 4) * 4
 
 
-def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *, clusters: bool = True) -> int:
+def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *, clusters: bool = True,
+                 wide_clusters: int = 0) -> int:
     """CTAs per row: the smallest power of two giving each at most TOPK_SLICE_KEYS keys, at most TOPK_CLUSTER_PORTABLE,
     halved until the rows' clusters all run at once on the device's `sm_count` SMs (one 1024-thread CTA per SM;
     a second wave of clusters costs more than the split saves: H200, 32 rows of 64K keys, 55.9 us on clusters of 8
     against 32.6 on one CTA each, bench/results/topk2-2026-12-03/run1; where they fit, they pay: 64 rows of 64K,
     27.5 on clusters of 2 against 32.8, bench/results/h200-2026-12-03-s8/callB); 1 (the one-CTA path) for rows of
     at most TOPK_SLICE_KEYS keys and on a device without `clusters` (before sm_90). A slice past what a block's
-    shared memory holds is read from the row in each pass (topk_shared_bytes), still on the cluster's SMs."""
+    shared memory holds is read from the row in each pass (topk_shared_bytes), still on the cluster's SMs.
+
+    A row of TOPK_CLUSTER_PORTABLE CTAs runs on TOPK_CLUSTER_MAX instead (a wide cluster: SGLang 0.5.23's top-k runs a
+    1 x 64K row on 16 CTAs) where each of them still takes TOPK_WIDE_SLICE_KEYS keys and the device runs every row's
+    wide cluster at once: `wide_clusters` of them (the driver's answer for the kernel, kgen.arch.DeviceFacts)."""
     cluster = 1
     while clusters and cluster < TOPK_CLUSTER_PORTABLE and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
         cluster *= 2
+    if (cluster == TOPK_CLUSTER_PORTABLE and int(rows) <= int(wide_clusters)
+            and topk_slice(max_seq_len, TOPK_CLUSTER_MAX) >= TOPK_WIDE_SLICE_KEYS):
+        return TOPK_CLUSTER_MAX
     if sm_count is not None:
         while cluster > 1 and int(rows) * cluster > int(sm_count):
             cluster //= 2
@@ -131,12 +140,12 @@ def topk_shared_bytes(max_seq_len: int, cluster: int | None = None, shared_limit
 
 
 def topk_grid(rows: int, max_seq_len: int = 0, cluster: int | None = None, sm_count: int | None = None, *,
-              clusters: bool = True) -> tuple[tuple[int, int, int], int]:
+              clusters: bool = True, wide_clusters: int = 0) -> tuple[tuple[int, int, int], int]:
     """((cluster, y, z) blocks, threads per block) of a launch over `rows` query rows: row = y + gridDim.y * z,
-    `cluster` CTAs per row (default: topk_cluster(max_seq_len, rows, sm_count, clusters=)); the launch's cluster
-    dimension is (grid.x, 1, 1)."""
+    `cluster` CTAs per row (default: topk_cluster(max_seq_len, rows, sm_count, clusters=, wide_clusters=)); the
+    launch's cluster dimension is (grid.x, 1, 1)."""
     if cluster is None:
-        cluster = topk_cluster(max_seq_len, rows, sm_count, clusters=clusters)
+        cluster = topk_cluster(max_seq_len, rows, sm_count, clusters=clusters, wide_clusters=wide_clusters)
     rows = int(rows)
     y = min(rows, TOPK_MAX_GRID_Y)
     z = -(-rows // y) if y else 0

@@ -515,6 +515,25 @@ def fake_gpu(monkeypatch, tmp_path):
     runtime.clear_cache()
 
 
+def test_a_loaded_kernel_plans_with_the_drivers_wide_clusters(fake_gpu, monkeypatch):
+    from kgen import launcher
+    from kgen.abi import INDEXER_TOPK
+
+    asked = []
+    monkeypatch.setattr(launcher.DriverKernel, "wide_clusters", lambda self, size: asked.append(size) or 7)
+    spec = ops.resolve_spec(f"{FAMILY}::dsv4_indexer_fp8")
+    writer = runtime.load(spec)
+    assert asked == [] and writer.device_facts.wide_clusters == 0  # a kernel without wide clusters asks nothing
+    stack, _ = fake_gpu
+    stack.params_size = INDEXER_TOPK.size
+    topk = runtime.load(spec, kernel="indexer_topk")
+    assert asked == [16] and topk.device_facts.wide_clusters == 7
+    logits = torch.zeros(1, 65536)
+    args = INDEXER_TOPK.check(spec, {"logits": logits, "seq_lens": torch.tensor([65536], dtype=torch.int32),
+                                     "indices": torch.empty(1, 512, dtype=torch.int32)}, require_cuda=False)
+    assert topk._targeted(args).grid()[0] == (16, 1, 1)  # a row of 64K keys on a wide cluster
+
+
 def test_load_checks_arch_compiles_loads_and_caches(fake_gpu):
     import numpy as np
 

@@ -254,6 +254,94 @@ def test_the_launch_takes_the_devices_sm_count():
     assert INDEXER_TOPK.grid(unplaced)[0] == (8, 64, 1)
 
 
+def test_a_row_of_eight_ctas_goes_wide_where_the_device_runs_every_rows_wide_cluster():
+    from types import SimpleNamespace
+
+    from kgen.arch import DeviceFacts
+
+    # 16 CTAs of at least TOPK_WIDE_SLICE_KEYS keys each, where the driver said that many wide clusters run at once
+    assert TP.topk_cluster(65536, 1, 132, wide_clusters=7) == 16
+    assert TP.topk_cluster(262144, 7, 132, wide_clusters=7) == 16
+    assert TP.topk_cluster(262144, 8, 132, wide_clusters=7) == 8  # one row too many: portable clusters
+    assert TP.topk_cluster(65536, 1, 132) == 8  # the driver was not asked, or said none
+    assert TP.topk_cluster(49152, 1, 132, wide_clusters=7) == 8  # 3K keys a CTA of 16: too few
+    assert TP.topk_cluster(32768, 1, 132, wide_clusters=7) == 4  # not a row of 8
+    assert TP.topk_cluster(65536, 1, 132, clusters=False, wide_clusters=7) == 1
+    assert INDEXER_TOPK.wide_cluster == TP.TOPK_CLUSTER_MAX == 16
+    h200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0, capability=90, wide_clusters=7)
+    a = SimpleNamespace(dims={"rows": 2, "max_seq_len": 65536}, device=h200)
+    assert INDEXER_TOPK.grid(a)[0] == (16, 2, 1)
+    assert INDEXER_TOPK.shared_bytes(a) == TP.TOPK_CLUSTER_FIXED_BYTES + 4 * 4096  # 4K keys a CTA, held
+
+
+class _Driver:
+    """The calls DriverKernel.wide_clusters makes of cuda.bindings' driver, recorded."""
+
+    class CUfunction_attribute:  # noqa: N801 - the driver's names
+        CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = "max threads"
+        CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = "non-portable"
+
+    class CUlaunchAttributeID:  # noqa: N801
+        CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = "cluster dimension"
+
+    class CUlaunchConfig:
+        pass
+
+    class CUlaunchAttribute:
+        def __init__(self):
+            from types import SimpleNamespace
+
+            self.value = SimpleNamespace(clusterDim=SimpleNamespace())
+
+    def __init__(self, refuse: bool = False, answer=7):
+        self.calls: list = []
+        self.refuse, self.answer = refuse, answer
+
+    def cuFuncGetAttribute(self, attr, fn):  # noqa: N802
+        return 0, 1024
+
+    def cuFuncSetAttribute(self, fn, attr, value):  # noqa: N802
+        self.calls.append(("set", fn, attr, value))
+        return (1 if self.refuse else 0,)
+
+    def cuCtxPushCurrent(self, ctx):  # noqa: N802
+        self.calls.append(("push", ctx))
+        return (0,)
+
+    def cuCtxPopCurrent(self):  # noqa: N802
+        self.calls.append(("pop",))
+        return 0, None
+
+    def cuOccupancyMaxActiveClusters(self, fn, cfg):  # noqa: N802
+        (dim,) = cfg.attrs
+        self.calls.append(("occupancy", fn, (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ),
+                           (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ), cfg.sharedMemBytes, dim.id,
+                           (dim.value.clusterDim.x, dim.value.clusterDim.y, dim.value.clusterDim.z)))
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return 0, self.answer
+
+
+def test_the_driver_says_how_many_wide_clusters_run(monkeypatch):
+    from kgen import launcher
+
+    kernel = launcher.DriverKernel(0, 0xF0, None, ("module", "fn", "ctx"))
+    drv = _Driver()
+    monkeypatch.setattr(launcher, "driver", lambda: drv)
+    assert kernel.wide_clusters(16) == 7
+    # the size allowed on the function first, then asked for with a CTA of its launch bounds, in its context
+    assert drv.calls == [("push", "ctx"), ("set", "fn", "non-portable", 1),
+                         ("occupancy", "fn", (16, 1, 1), (1024, 1, 1), 0, "cluster dimension", (16, 1, 1)), ("pop",)]
+    # a refusal or a failing call is no wide cluster, never an error
+    drv = _Driver(refuse=True)
+    monkeypatch.setattr(launcher, "driver", lambda: drv)
+    assert kernel.wide_clusters(16) == 0 and not [c for c in drv.calls if c[0] == "occupancy"]
+    assert drv.calls[-1] == ("pop",)
+    drv = _Driver(answer=RuntimeError("no such call"))
+    monkeypatch.setattr(launcher, "driver", lambda: drv)
+    assert kernel.wide_clusters(16) == 0 and drv.calls[-1] == ("pop",)
+
+
 @pytest.mark.parametrize("cc", sorted(CAPACITY))
 @pytest.mark.parametrize("rows", [1, 8, 64])
 def test_every_devices_launch_fits_its_shared_memory_and_clusters(cc, rows):

@@ -116,6 +116,29 @@ def test_slices_past_a_blocks_shared_memory_are_read_from_the_row(kind):
         assert bad == [], (kind, k, bad[:4])
 
 
+@pytest.mark.parametrize("rows, width", [(1, 65536), (2, 262144)])
+def test_long_rows_run_on_wide_clusters_where_the_driver_says_they_fit(rows, width):
+    import torch
+
+    from kgen import topk_plan as TP
+    from kgen.ops.topk import _op
+
+    g = torch.Generator().manual_seed(width + rows)
+    x = torch.randn(rows, width, generator=g)
+    lens = torch.full((rows,), width, dtype=torch.int32)
+    bad, _, _ = _select_case(x, lens, 1, 512)
+    assert bad == []
+    op = _op(FP8)
+    wide = op.kernels[torch.cuda.current_device()]["wide_clusters"]  # the driver's answer for the kernel
+    print(f"clusters of {TP.TOPK_CLUSTER_MAX} CTAs that run at once: {wide}")
+    want = TP.TOPK_CLUSTER_MAX if wide >= rows else TP.TOPK_CLUSTER_PORTABLE
+    grids = {entry[1] for entry in op._shapes.values()}  # every shape's launch grid so far
+    assert (want, rows, 1) in grids, (want, sorted(g for g in grids if g))
+    x[0, 12345] = 1e30  # and the sets still follow the logits
+    bad, got, _ = _select_case(x, lens, 1, 512)
+    assert bad == [] and 12345 in got[0].tolist()
+
+
 def test_short_rows_pad_with_minus_one():
     import torch
 

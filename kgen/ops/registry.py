@@ -12,6 +12,7 @@ the JIT path).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from ..layout import compute, uses_pdl
 from ..reader_plan import launch_tune
 from ..resolve import forget as forget_specs
 from ..resolve import resolve_spec, spec_digest
-from ..runtime import _aot, aot_dir, device_facts, kernel_binary
+from ..runtime import _aot, aot_dir, device_facts, kernel_binary, wide_clusters
 from ..spec import Spec
 from ..tma import encode_map
 
@@ -137,6 +138,8 @@ class KernelOp:
         base = tune
         tune = launch_tune(args, arch, base) if self.abi is INDEXER_LOGITS else None
         run, info = self._load(dev, arch, tune, args)
+        if facts is not None and info["wide_clusters"]:  # the loaded function's answer (KernelAbi.wide_cluster)
+            facts = dataclasses.replace(facts, wide_clusters=info["wide_clusters"])
         args = Args(args.abi, args.spec, args.layout, args.tensors, args.dims, args.scalars, target=arch,
                     tune=tune, device=facts)
         blocks, threads = args.grid()
@@ -182,12 +185,13 @@ class KernelOp:
             targeted = Args(args.abi, args.spec, args.layout, args.tensors, args.dims, args.scalars, target=arch,
                             tune=tune, device=args.device)
             _, threads = targeted.grid()
+            wide = wide_clusters(kernel, self.abi, args.device)
             pdl = _pdl(self.spec, arch)
             prepared = launcher.PreparedLaunch(self.abi.struct_format, threads, pdl=pdl, cluster=self.abi.cluster_x)
             run = launcher.launcher(kernel, prepared, name=ck.uri)
             info = {"arch": arch, "uri": ck.uri, "tune": tkey, "block": threads, "pdl": pdl, "kernel": kernel,
                     "backend": getattr(run, "backend", None), "prepared": prepared,
-                    "registers": kernel.attribute("NUM_REGS"), "aot": aot_dir() is not None}
+                    "registers": kernel.attribute("NUM_REGS"), "aot": aot_dir() is not None, "wide_clusters": wide}
             self.loaded[(dev, tkey)] = self.kernels[dev] = info
             self._native_device(dev, kernel, threads, pdl)
             self._runs[(dev, tkey)] = run
