@@ -54,7 +54,10 @@ TOPK_CLUSTER_FIXED_BYTES = TOPK_STATE_BYTES + 3 * 4 * TOPK_CLUSTER_BINS + 8 * TO
 # said how many such clusters run at once (kgen.arch.DeviceFacts.wide_clusters)
 TOPK_CLUSTER_MAX = 16
 TOPK_CLUSTER_PORTABLE = CLUSTER_PORTABLE
-TOPK_WIDE_SLICE_KEYS = TOPK_SLICE_KEYS // 2  # the fewest keys a CTA of a wide cluster takes
+# the fewest keys a CTA of a wide cluster takes. H200, one process, three rounds (bench/results/h200-2026-12-05-s15,
+# call2): 16 CTAs of 16K keys (rows of 256K) cut the top-k 15-17 % against 8 of 32K; 16 of 4K (rows of 64K) cost
+# 2-3 % against 8 of 8K. Rows of 128K (8K a CTA of 16) were not measured.
+TOPK_WIDE_SLICE_KEYS = TOPK_SLICE_KEYS
 
 
 def topk_slice_cap(shared_limit: int = TOPK_SHARED_LIMIT) -> int:

@@ -528,10 +528,10 @@ def test_a_loaded_kernel_plans_with_the_drivers_wide_clusters(fake_gpu, monkeypa
     stack.params_size = INDEXER_TOPK.size
     topk = runtime.load(spec, kernel="indexer_topk")
     assert asked == [16] and topk.device_facts.wide_clusters == 7
-    logits = torch.zeros(1, 65536)
-    args = INDEXER_TOPK.check(spec, {"logits": logits, "seq_lens": torch.tensor([65536], dtype=torch.int32),
+    logits = torch.zeros(1, 262144)
+    args = INDEXER_TOPK.check(spec, {"logits": logits, "seq_lens": torch.tensor([262144], dtype=torch.int32),
                                      "indices": torch.empty(1, 512, dtype=torch.int32)}, require_cuda=False)
-    assert topk._targeted(args).grid()[0] == (16, 1, 1)  # a row of 64K keys on a wide cluster
+    assert topk._targeted(args).grid()[0] == (16, 1, 1)  # a row of 256K keys on a wide cluster
 
 
 def test_load_checks_arch_compiles_loads_and_caches(fake_gpu):

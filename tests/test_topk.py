@@ -260,18 +260,19 @@ def test_a_row_of_eight_ctas_goes_wide_where_the_device_runs_every_rows_wide_clu
     from kgen.arch import DeviceFacts
 
     # 16 CTAs of at least TOPK_WIDE_SLICE_KEYS keys each, where the driver said that many wide clusters run at once
-    assert TP.topk_cluster(65536, 1, 132, wide_clusters=7) == 16
+    assert TP.topk_cluster(131072, 1, 132, wide_clusters=7) == 16
     assert TP.topk_cluster(262144, 7, 132, wide_clusters=7) == 16
     assert TP.topk_cluster(262144, 8, 132, wide_clusters=7) == 8  # one row too many: portable clusters
-    assert TP.topk_cluster(65536, 1, 132) == 8  # the driver was not asked, or said none
-    assert TP.topk_cluster(49152, 1, 132, wide_clusters=7) == 8  # 3K keys a CTA of 16: too few
+    assert TP.topk_cluster(262144, 1, 132) == 8  # the driver was not asked, or said none
+    assert TP.topk_cluster(131000, 1, 132, wide_clusters=7) == 8  # 8188 keys a CTA of 16: too few
+    assert TP.topk_cluster(65536, 1, 132, wide_clusters=7) == 8  # 4K a CTA of 16: measured slower than 8 of 8K
     assert TP.topk_cluster(32768, 1, 132, wide_clusters=7) == 4  # not a row of 8
     assert TP.topk_cluster(65536, 1, 132, clusters=False, wide_clusters=7) == 1
     assert INDEXER_TOPK.wide_cluster == TP.TOPK_CLUSTER_MAX == 16
     h200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0, capability=90, wide_clusters=7)
-    a = SimpleNamespace(dims={"rows": 2, "max_seq_len": 65536}, device=h200)
+    a = SimpleNamespace(dims={"rows": 2, "max_seq_len": 262144}, device=h200)
     assert INDEXER_TOPK.grid(a)[0] == (16, 2, 1)
-    assert INDEXER_TOPK.shared_bytes(a) == TP.TOPK_CLUSTER_FIXED_BYTES + 4 * 4096  # 4K keys a CTA, held
+    assert INDEXER_TOPK.shared_bytes(a) == TP.TOPK_CLUSTER_FIXED_BYTES + 4 * 16384  # 16K keys a CTA, held
 
 
 class _Driver:
