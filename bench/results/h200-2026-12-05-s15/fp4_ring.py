@@ -2,12 +2,13 @@
 as the per-key yardstick, in one process on the same tensors per shape (cold: L2 flushed before each call; graph:
 replays; each launch timed in order and in reverse order). Runs in any tree since session 13.
 
-    python bench/results/h200-2026-12-05-s15/fp4_ring.py OUT.json
+    [FP4_RINGS=2,3] python bench/results/h200-2026-12-05-s15/fp4_ring.py OUT.json
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from kgen.timing import Timer
 from kgen.validate import validate_paths
 
 SHAPES = [(32, 65536, "equal", 1), (128, 16384, "uniform", 1), (1, 65536, "equal", 1), (32, 65536, "equal", 2)]
-RINGS = (2, 3, 4, 6, 8)
+RINGS = tuple(int(r) for r in os.environ.get("FP4_RINGS", "2,3,4,6,8").split(","))
 
 
 def main() -> None:
