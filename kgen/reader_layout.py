@@ -107,10 +107,10 @@ READER_TUNING_DEFAULTS = {
 # the table or cache), kReaderWgStages stages in a ring (a tuning: all of them in flight while the
 # CTA waits for the oldest). Shared memory of a CTA scoring `ntok` tokens: the alignment pad, the
 # stages, and per token its q (chunks x 8 KB) and fp32 weights; above 48 KB the launch opts in.
-# fp4 keys (e2m1, a ue8m0 scale per READER_WG_FP4_BLOCK values) are widened to the bf16 operand in
-# shared memory: each stage holds a tile's packed rows and their scale bytes as stored (plus the row
-# word), and one more buffer (the operand's chunks x 8 KB, 1024-B aligned) the tile converted to bf16,
-# which the bf16 wgmma m64n64k16 reads; the operand's chunks are those of the bf16 row (head_dim x 2 B).
+# fp4 keys (e2m1, a ue8m0 scale per READER_WG_FP4_BLOCK values): each stage holds a tile's packed rows and
+# their scale bytes as stored (plus the row word); each thread widens its quarter of two rows into the
+# registers of the bf16 wgmma m64n64k16's A operand, so no converted tile sits in shared memory; q's chunks
+# are those of the bf16 row (head_dim x 2 B).
 READER_WG_TILE_KEYS = 64  # wgmma m64: keys per tile
 READER_WG_CHUNK_BYTES = 128  # one 128-B swizzle atom's width of a key row (and of q's rows)
 READER_WG_ALIGN = 1024  # the 128-B swizzle pattern repeats every 1024 B: operand bases aligned to it
@@ -149,8 +149,7 @@ def reader_wg_smem_bytes(lay: Layout, ntok: int, stages: int, tma: bool = False)
     token = reader_wg_chunks(lay) * READER_HEADS * READER_WG_CHUNK_BYTES + 4 * READER_HEADS
     if lay.spec.store.dtype == "fp4_e2m1":
         stage = reader_wg_fp4_stage_bytes(lay) + tile * READER_WG_ROW_INFO_BYTES
-        operand = reader_wg_chunks(lay) * tile * READER_WG_CHUNK_BYTES
-        return READER_WG_ALIGN + operand + stages * stage + ntok * token
+        return READER_WG_ALIGN + stages * stage + ntok * token
     stage = reader_wg_chunks(lay) * tile * READER_WG_CHUNK_BYTES + tile * READER_WG_ROW_INFO_BYTES
     if tma:
         stage += READER_WG_TMA_BARRIER_BYTES

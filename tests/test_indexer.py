@@ -306,12 +306,12 @@ def test_wgmma_path_choice():
     assert has_wgmma("sm_90a") and not any(has_wgmma(t) for t in ("sm_90", "sm_100a", "sm_100f", "sm_80", "x"))
     fp8, bf16, fp4 = spec_of("fp8"), spec_of("bf16"), spec_of("fp4")
     assert runs_wgmma(fp8, "sm_90a") and runs_wgmma(bf16, "sm_90a")
-    # fp4: its packed rows are staged as stored and widened in shared memory to the bf16 operand (2 chunks
-    # of 128 B per key, as bf16 keys), one more 1024-B aligned buffer beside the stages
+    # fp4: its packed rows are staged as stored and widened into the registers of the bf16 A operand; q is a
+    # bf16 row (2 chunks of 128 B, as bf16 keys'); no converted tile in shared memory
     assert runs_wgmma(fp4, "sm_90a") and not runs_wgmma(fp4, "sm_100a") and not runs_wgmma(fp4, None)
     lay4 = L.compute(fp4)
     assert RL.reader_wg_chunks(lay4) == RL.reader_wg_chunks(L.compute(bf16)) == 2
-    assert RL.reader_wg_smem_bytes(lay4, 1, 3) == 1024 + 2 * 8192 + 3 * (64 * (64 + 4) + 64 * 4) + 2 * 8192 + 4 * 64
+    assert RL.reader_wg_smem_bytes(lay4, 1, 3) == 1024 + 3 * (64 * (64 + 4) + 64 * 4) + 2 * 8192 + 4 * 64
     assert RL.reader_wg_tokens_per_cta(lay4, 3) == 4 and RL.reader_wg_ctas_per_sm(lay4, 1, 3) == 4
     c4 = RL.reader_constants(lay4)
     assert c4["kReaderWgmma"] == 1 and c4["kReaderWgChunks"] == 2 and c4["kReaderWgMinBlocks"] == 4
@@ -560,7 +560,7 @@ def test_launch_tune_follows_the_arch_and_the_shape():
     ("fp8", "kReaderWgTokensPerCta = 4;", "kReaderWgTokensPerCta = 3;"),
     ("fp8", "kReaderWgMinBlocks = 2;", "kReaderWgMinBlocks = 3;"),
     ("fp8", "kReaderWgChunkBytes = 128;", "kReaderWgChunkBytes = 64;"),
-    # fp4: the operand's chunks are the bf16 widening of head_dim, the shared memory has the operand buffer
+    # fp4: q's chunks are the bf16 widening of head_dim
     ("fp4", "kReaderWgChunks = 2;", "kReaderWgChunks = 1;"),
     ("fp4", "kReaderWgMinBlocks = 4;", "kReaderWgMinBlocks = 5;"),
     # the pair cubin: one CTA per SM at its registers; no pairs where a CTA holds one token
@@ -737,6 +737,23 @@ def test_wgmma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms
     r = rc.compare(spec.name, "emulated wgmma", got, want)
     assert r.ok, r
     assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
+
+
+# fp4 keys widened into the A registers in groups of 8 k-steps: head_dim 256 takes 2 groups (the second
+# group's registers reused once the first group's wgmma are done)
+@pytest.mark.parametrize("head_dim,lens,next_n,tune", [
+    (256, [1, 65, 300], 1, None),
+    (256, [2, 64, 400], 2, None),
+    (256, [1, 130, 200], 3, {"kReaderWgPairs": 1}),
+])
+def test_fp4_register_operand_on_cpu_matches_the_torch_path(head_dim, lens, next_n, tune, tmp_path):
+    spec = with_(spec_of("fp4"), head_dim=head_dim)
+    assert RL.reader_wg_enabled(L.compute(spec), tune)
+    got, args = emulate(spec, lens, next_n, tmp_path, tune=tune, wgmma=True, sm_count=4)
+    want = indexer_logits_torch(spec, *args, accum=torch.float64)
+    r = rc.compare(spec.name, "emulated wgmma", got, want)
+    assert r.ok, r
+    assert r.rows_compared > 0 and r.relative_error < 1e-5
 
 
 PAIRS = {"kReaderWgPairs": 1}

@@ -25,7 +25,9 @@ struct Cta {
   std::barrier<> bar;
   unsigned char* smem;
   size_t smem_bytes = 0;  // the launch's dynamic shared memory
-  explicit Cta(int threads) : bar(threads), smem(nullptr) {}
+  int threads;
+  uint32_t wg_a[128][4];  // a warpgroup's A registers of one wgmma with A from registers (mma_bf16_ra)
+  explicit Cta(int n) : bar(n), smem(nullptr), threads(n), wg_a{} {}
 };
 struct MmaTable {
   std::barrier<> bar{32};
@@ -199,5 +201,33 @@ template <int N>
 inline void mma_e4m3(float (&d)[N], unsigned long long da, unsigned long long db, uint32_t accumulate) {
   static_assert(N == 32 || N == 64, "m64n64 or m64n128");
   mma<1>(d, da, db, accumulate, [](const unsigned char* p) { return e4m3_value(p[0]); });
+}
+// bf16 m64nNk16 with A from registers: the CTA is the one warpgroup (WgFp4Logits); every thread publishes its
+// four A registers (PTX ISA: register i of lane 4 gid + tig in warp w holds row 16 w + gid + 8 (i % 2), k
+// 2 tig + 8 (i / 2) and the next, the lower k in the low half), then computes its own accumulators from them.
+template <int N>
+inline void mma_bf16_ra(float (&d)[N], const uint32_t (&a)[4], unsigned long long db, uint32_t accumulate) {
+  static_assert(N == 32 || N == 64, "m64n64 or m64n128");
+  Cta* cta = tl_cta;
+  if (cta->threads != 128) std::abort();
+  const int tid = static_cast<int>(tl_thread.x), warp = tid / 32, gid = tid % 32 / 4, tig = tid % 4;
+  for (int i = 0; i < 4; ++i) cta->wg_a[tid][i] = a[i];
+  cta->bar.arrive_and_wait();
+  const auto a_value = [cta](int m, int k) {
+    const uint32_t reg = cta->wg_a[32 * (m / 16) + 4 * (m % 8) + (k % 8) / 2][2 * (k / 8) + (m % 16) / 8];
+    return bf16_value(reg >> (16 * (k % 2)));
+  };
+  for (int j = 0; j < N / 4; ++j)
+    for (int i = 0; i < 2; ++i)
+      for (int c = 0; c < 2; ++c) {
+        const int m = 16 * warp + gid + 8 * i, n = 8 * j + 2 * tig + c;
+        float sum = accumulate ? d[4 * j + 2 * i + c] : 0.0f;
+        for (int k = 0; k < 16; ++k) {
+          const unsigned char* b = operand_byte(db, n, 2 * k);
+          sum += a_value(m, k) * bf16_value(b[0] | (b[1] << 8));
+        }
+        d[4 * j + 2 * i + c] = sum;
+      }
+  cta->bar.arrive_and_wait();  // every thread has read the registers before they are published again
 }
 }  // namespace kgen_cpu::wg_emulation

@@ -94,8 +94,7 @@ template <class C>
 KGEN_HD constexpr long long wg_smem(long long ntok) {
   const long long token = ntok * (wg_chunks<C>() * C::kReaderHeads * kWgChunkBytes + 4 * C::kReaderHeads);
   if (C::kStoreDtype == Dtype::fp4_e2m1) {
-    return kWgAlign + wg_chunks<C>() * kWgTileKeys * kWgChunkBytes +
-           C::kReaderWgStages * (wg_fp4_stage<C>() + kWgTileKeys * kWgRowInfoBytes) + token;
+    return kWgAlign + C::kReaderWgStages * (wg_fp4_stage<C>() + kWgTileKeys * kWgRowInfoBytes) + token;
   }
   const long long stage = wg_chunks<C>() * kWgTileKeys * kWgChunkBytes + kWgTileKeys * kWgRowInfoBytes +
                           (C::kReaderWgTma ? kWgTmaBarrierBytes : 0);

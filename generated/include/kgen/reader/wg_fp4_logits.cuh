@@ -1,5 +1,5 @@
-// kgen::indexer_logits, the sm_90a pipeline of fp4 keys (WgFp4Logits): packed rows staged by cp.async,
-// converted to a bf16 operand in shared memory, multiplied by wgmma.
+// kgen::indexer_logits, the sm_90a pipeline of fp4 keys (WgFp4Logits): packed rows staged by cp.async, each
+// thread's part converted into the registers of wgmma's bf16 A operand.
 #pragma once
 
 #include "convert.cuh"
@@ -12,18 +12,25 @@ namespace kgen {
 namespace detail {
 
 #if KGEN_READER_WGMMA
-// fp4 keys on the sm_90a path: the rows are staged as stored (packed e2m1 and their ue8m0 scale bytes, a
-// ring of kReaderWgStages tiles by cp.async), each tile converted by the CTA into one bf16 A operand in
-// the 128-B swizzled layout the bf16 keys are staged in (e2m1x8_bf16: exact), then the same m64n64k16 bf16
-// wgmma against q (bf16, the B operand; kReaderWgPairs: m64n128 for two MTP tokens) and the same epilogue
-// (wg::finish). One pipeline step is one
-// tile: its copies land (barrier), it is converted (barrier), multiplied.
+// fp4 keys on the sm_90a path: the rows are staged as stored (packed e2m1 and their ue8m0 scale bytes, a ring
+// of kReaderWgStages tiles by cp.async); each thread converts its part of a tile (e2m1x8_bf16: exact) straight
+// into the registers of the bf16 wgmma's A operand, which multiplies it by q (bf16, the B operand in shared
+// memory; kReaderWgPairs: m64n128 for two MTP tokens), then the same epilogue as the other keys (wg::finish).
+// No converted copy of the tile passes through shared memory: a tile costs its packed bytes' copy in and one
+// read out, as fp8 keys do, where widening into a shared operand cost four times that again.
+//
+// The k order. The dot product over head_dim does not care in which order its k are summed, as long as q and
+// the keys agree. A k16 step's A fragment gives thread (gid, tig) of each warp the k {2 tig, 2 tig + 1,
+// 2 tig + 8, 2 tig + 9} of rows gid and gid + 8; here step s's k of thread tig are the key's values
+// tig x kQuarter + 4 s + {0, 1, 2, 3} (kQuarter = head_dim / 4), so a thread reads a contiguous quarter of each
+// of its two packed rows (16 B per row at head_dim 128), one scale block or a whole number of them. q is staged
+// in that order: its logical value 16 s + 8 h + 2 tig + c is the value tig x kQuarter + 4 s + 2 h + c (stage_q).
 template <class C>
 struct WgFp4Logits {
   static constexpr int H{C::kReaderHeads};
   static constexpr int kTile{C::kReaderWgTileKeys};
   static constexpr int kChunkBytes{C::kReaderWgChunkBytes};
-  static constexpr int kChunks{C::kReaderWgChunks};  // 128-B chunks of a bf16 operand row
+  static constexpr int kChunks{C::kReaderWgChunks};  // 128-B chunks of a bf16 q row
   static constexpr int kStages{C::kReaderWgStages};
   static constexpr int kTokens{C::kReaderWgTokensPerCta};
   static constexpr int kAlign{C::kReaderWgAlign};
@@ -33,16 +40,17 @@ struct WgFp4Logits {
   static constexpr int kBlock{C::kBlock};
   static constexpr long long kPageBytes = C::kPageBytes;
   static constexpr int kL2Prefetch{C::kReaderWgL2Prefetch};
-  static constexpr int kOperandChunkBytes = kTile * kChunkBytes;  // one chunk of the converted tile
-  static constexpr int kQChunkBytes = H * kChunkBytes;            // one chunk of a token's q rows
-  static constexpr int kColumns = kChunkBytes / 16;               // 16-B columns of an operand chunk row
-  static constexpr int kChunkValues = kChunkBytes / 2;            // bf16 values of one operand chunk row
-  static constexpr int kPackedChunkBytes = kChunkValues / 2;      // their packed bytes (two per byte)
-  static constexpr int kPieceValues = 8;                          // values of one 16-B operand column
-  static constexpr int kPieces = kRowBytes / 16;                  // 16-B copies of a packed row
-  static constexpr int kLoadRows = kThreads / kPieces;            // rows one pass of the threads stages
+  static constexpr int kQChunkBytes = H * kChunkBytes;  // one chunk of a token's q rows
+  static constexpr int kSteps = C::kHeadDim / 16;       // k16 steps of a row
+  static constexpr int kQuarter = C::kHeadDim / 4;      // values of a row one thread multiplies
+  // steps whose A registers one wgmma group holds (4 per step, 32 in all): a 16-B load of each of the thread's
+  // two rows. head_dim is a multiple of 128 wherever this path stages (whole passes of 16-B pieces, whole 4-B
+  // words of scale bytes: 128, 256, 512), so whole groups.
+  static constexpr int kGroupSteps = 8;
+  static constexpr int kGroupWords = kGroupSteps / 2;   // packed 4-B words of eight values each
+  static constexpr int kPieces = kRowBytes / 16;        // 16-B copies of a packed row
+  static constexpr int kLoadRows = kThreads / kPieces;  // rows one pass of the threads stages
   static constexpr int kRowsPerThread = kTile / kLoadRows;
-  static constexpr int kConvertRounds = kTile * kChunks * kColumns / kThreads;  // operand columns per thread
   static constexpr int kPackedStageBytes = kTile * kRowBytes;
   static constexpr int kStageBytes{reader::wg_fp4_stage<C>()};
   // two MTP tokens per m64n128 group (kReaderWgPairs): q chunk-major, so that two tokens' chunk is one operand
@@ -54,37 +62,35 @@ struct WgFp4Logits {
   static_assert(kThreads == 128, "[wgmma-fp4] one warpgroup per CTA");
   static_assert(H == 64 && kTile == 64, "[wgmma-fp4] m64n64: 64 keys x 64 heads per instruction");
   static_assert(kChunkBytes == 128 && kChunks * kChunkBytes == C::kHeadDim * reader::kOperandBytes &&
-                    kChunks * kPackedChunkBytes == kRowBytes,
-                "[wgmma-fp4] operand rows are the packed rows widened to bf16, whole 128-B swizzle atoms");
+                    kRowBytes * 2 == C::kHeadDim,
+                "[wgmma-fp4] q rows of whole 128-B swizzle atoms; two e2m1 values a byte");
   static_assert(reader::q_bytes(C::kStoreDtype) * C::kHeadDim == kChunks * kChunkBytes, "q rows are operand rows");
-  static_assert(kBlock == reader::wg_fp4_block() && kBlock % kPieceValues == 0 && kChunkValues % kBlock == 0 &&
+  static_assert(kBlock == reader::wg_fp4_block() && kQuarter % 8 == 0 && kBlock % 8 == 0 &&
                     kScaleBytes * kBlock == C::kHeadDim,
-                "[wgmma-fp4] an operand column lies in one scale block");
+                "[wgmma-fp4] a thread's quarter of a row is whole words, each word inside one scale block");
+  static_assert(kSteps % kGroupSteps == 0, "[wgmma-fp4] head_dim a multiple of 128: whole groups of 8 k-steps");
   static_assert(kRowBytes % 16 == 0 && kThreads % kPieces == 0 && kTile % kLoadRows == 0 && kLoadRows % 8 == 0,
                 "[wgmma-fp4] staging: whole 16-B pieces, whole passes of the threads");
   static_assert(kScaleBytes % 4 == 0 && C::kScaleRegionOffset % 4 == 0 && C::kScaleStride % 4 == 0,
                 "[wgmma-fp4] a token's scale bytes are whole 4-B words");
   static_assert(kStageBytes % 16 == 0 && kPackedStageBytes % 16 == 0, "[wgmma-fp4] stages 16-B aligned");
-  static_assert((kTile * kChunks * kColumns) % kThreads == 0, "[wgmma-fp4] conversion: whole rounds");
-  static_assert(kOperandChunkBytes % kAlign == 0 && kQChunkBytes % kAlign == 0, "[wgmma] operand bases 1024-B aligned");
+  static_assert(kQChunkBytes % kAlign == 0, "[wgmma] operand bases 1024-B aligned");
   static_assert(kStages >= 2, "staging shape");
   static_assert(reader::wg_smem<C>(kTokens) <= C::kReaderMaxSmemBytes, "[wgmma] shared memory within 227 KB");
 
   struct Smem {
-    unsigned char* operand;  // kChunks x kOperandChunkBytes: the converted tile
-    unsigned char* q;        // ntok x kChunks x kQChunkBytes (kPairs: chunk-major, wg::q_chunk_index)
-    unsigned char* stages;   // kStages x kStageBytes: packed rows, then their scale bytes
-    float* row_info;         // kStages x kTile: 1, NaN for a row whose page is bad
-    float* w;                // ntok x H
+    unsigned char* q;       // ntok x kChunks x kQChunkBytes (kPairs: chunk-major, wg::q_chunk_index), k order above
+    unsigned char* stages;  // kStages x kStageBytes: packed rows, then their scale bytes
+    float* row_info;        // kStages x kTile: 1, NaN for a row whose page is bad
+    float* w;               // ntok x H
   };
 
   using Pages = wg::TilePages<C, kLoadRows, kRowsPerThread>;  // the rows' pages (as WgLogits)
   static constexpr bool kWholePages = Pages::whole_pages();
+  using Work = wg::Work<C, kTokens, kTile>;
 
   // Stages tile `tile` into stage tile % kStages: the thread's 16-B piece of its rows, the rows' scale
   // bytes, each row's info word.
-  using Work = wg::Work<C, kTokens, kTile>;
-
   __device__ static __forceinline__ void issue(const typename C::Params& p, const Smem& sm, int tile, const Pages& pg,
                                                int tid) {
     const int s = tile % kStages;
@@ -109,9 +115,9 @@ struct WgFp4Logits {
         for (int i = tid; i < kTile * kScaleBytes / 16; i += kThreads)
           wg::cp16(scales + 16 * i, scale_src + 16 * i, 16u);
       } else {
-        constexpr int kWords = kScaleBytes / 4;
-        for (int i = tid; i < kTile * kWords; i += kThreads) {
-          const int r = i / kWords, wd = i % kWords;
+        constexpr int kScaleWords = kScaleBytes / 4;
+        for (int i = tid; i < kTile * kScaleWords; i += kThreads) {
+          const int r = i / kScaleWords, wd = i % kScaleWords;
           wg::cp4z(scales + r * kScaleBytes + 4 * wd, scale_src + r * C::kScaleStride + 4 * wd, 4u);
         }
       }
@@ -133,22 +139,67 @@ struct WgFp4Logits {
     }
   }
 
-  // The staged tile of stage s as the bf16 A operand: thread tid writes 16-B column tid % kColumns of
-  // kConvertRounds (row, chunk) pairs; a warp's reads are 128 consecutive packed bytes, each group of
-  // 8 lanes stores one swizzled 128-B row.
-  __device__ static __forceinline__ void convert(const Smem& sm, int s, int tid) {
-    const unsigned char* stage = sm.stages + s * kStageBytes;
-    const unsigned char* scales = stage + kPackedStageBytes;
-    const int col = tid % kColumns;
+  // q of the CTA's ntok tokens (bf16 rows in global memory) into shared memory as the swizzled B operand, in
+  // the k order above: 16-B column g of a row holds the values 16 s + 8 h + [0, 8) (s = g / 2, h = g % 2), which
+  // are the four bf16 pairs tig x kQuarter + 4 s + 2 h of q (tig 0 .. 3).
+  __device__ static __forceinline__ void stage_q(const uint8_t* q, unsigned char* sq, long long q_token0, int ntok,
+                                                 int qtok, int tid) {
+    constexpr int kColumns = kChunkBytes / 16, kQRowBytes = kChunks * kChunkBytes;
+    const int n = ntok * kChunks * H * kColumns;
+    for (int i = tid; i < n; i += kThreads) {
+      const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
+      const int t = i / (kColumns * H * kChunks);
+      const int g = kc * kColumns + col, value = 4 * (g / 2) + 2 * (g % 2);
+      const uint8_t* row = q + ((q_token0 + t) * H + h) * kQRowBytes;
+      uint32_t v[4];
 #pragma unroll
-    for (int j = 0; j < kConvertRounds; ++j) {
-      const int idx = tid / kColumns + j * (kThreads / kColumns);
-      const int kc = idx % kChunks, r = idx / kChunks;
-      const uint32_t codes =
-          *reinterpret_cast<const uint32_t*>(stage + r * kRowBytes + kc * kPackedChunkBytes + col * (kPieceValues / 2));
-      const uint32_t e = scales[r * kScaleBytes + (kc * kChunkValues + col * kPieceValues) / kBlock];
-      *reinterpret_cast<uint4*>(sm.operand + kc * kOperandChunkBytes + wg::swizzled128(r, col)) =
-          e2m1x8_bf16(codes, ue8m0_bf16x2(e));
+      for (int tig = 0; tig < 4; ++tig)
+        v[tig] = __ldg(reinterpret_cast<const uint32_t*>(row + (tig * kQuarter + value) * reader::kOperandBytes));
+      *reinterpret_cast<uint4*>(sq + wg::q_chunk_index<kChunks, kPairs>(t, kc, qtok) * kQChunkBytes +
+                                wg::swizzled128(h, col)) = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+  }
+
+  // The A registers of group `group` of a staged tile (steps group x kGroupSteps on): a[j][2 i + h] of
+  // step j holds row 16 warp + gid + 8 i, values tig x kQuarter + 4 (group x kGroupSteps + j) + 2 h + {0, 1}.
+  __device__ static __forceinline__ void convert(uint32_t (&a)[kGroupSteps][4], const unsigned char* stage, int group,
+                                                 int warp, int gid, int tig) {
+    const unsigned char* scales = stage + kPackedStageBytes;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = 16 * warp + gid + 8 * i;
+      const int w0 = group * kGroupWords;  // the group's first word of the thread's quarter
+      const unsigned char* packed = stage + r * kRowBytes + tig * (kQuarter / 2) + 4 * w0;
+      const uint4 c = *reinterpret_cast<const uint4*>(packed);
+      const uint32_t codes[kGroupWords] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+      for (int w = 0; w < kGroupWords; ++w) {
+        const uint32_t e = scales[r * kScaleBytes + (tig * kQuarter + 8 * (w0 + w)) / kBlock];
+        const uint4 v = e2m1x8_bf16(codes[w], ue8m0_bf16x2(e));  // values 8 w .. 8 w + 7: steps 2 w and 2 w + 1
+        a[2 * w][i] = v.x, a[2 * w][2 + i] = v.y, a[2 * w + 1][i] = v.z, a[2 * w + 1][2 + i] = v.w;
+      }
+    }
+  }
+
+  // acc (+)= the staged tile times q (descriptor b_lo, chunks b_step units apart), group by group: a group's A
+  // registers stay untouched until its wgmma are done
+  template <int N>
+  __device__ static __forceinline__ void tile_mma(float (&acc)[N], const unsigned char* stage, uint32_t b_lo,
+                                                  uint32_t b_step, int warp, int gid, int tig) {
+#pragma unroll
+    for (int group = 0; group < kSteps / kGroupSteps; ++group) {
+      uint32_t a[kGroupSteps][4];
+      convert(a, stage, group, warp, gid, tig);
+      wg::mma_fence();
+#pragma unroll
+      for (int j = 0; j < kGroupSteps; ++j) {
+        const int step = group * kGroupSteps + j;  // 32 B of q's rows: chunk step / 4, k-step step % 4
+        const unsigned long long db = wg::desc_sw128_of(b_lo + (step / 4) * b_step + 2 * (step % 4));
+        wg::mma_bf16_ra(acc, a[j], db, step > 0 ? 1u : 0u);
+      }
+      wg::mma_commit();
+      wg::mma_wait();
+      wg::keep(acc);
     }
   }
 
@@ -158,9 +209,8 @@ struct WgFp4Logits {
     const int gid = lane / 4, tig = lane % 4;
     const int ntok_max = min(kTokens, p.next_n);  // the launch's shared memory holds this many tokens' q
 
-    Smem sm;  // the carve-up (reader::wg_smem): the operand and q first (1024-B aligned)
-    sm.operand = wg::aligned_smem<C>(smem, ntok_max);
-    sm.q = sm.operand + kChunks * kOperandChunkBytes;
+    Smem sm;  // the carve-up (reader::wg_smem): q first (1024-B aligned)
+    sm.q = wg::aligned_smem<C>(smem, ntok_max);
     sm.stages = sm.q + ntok_max * kChunks * kQChunkBytes;
     sm.row_info = reinterpret_cast<float*>(sm.stages + kStages * kStageBytes);
     sm.w = sm.row_info + kStages * kTile;
@@ -190,8 +240,7 @@ struct WgFp4Logits {
       wg::commit();
     }
 
-    const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.operand)),
-                   q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
+    const uint32_t q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
     // q's token and chunk strides in descriptor units (wg::q_chunk_index)
     const uint32_t q_step = kPairs ? static_cast<uint32_t>(ntok_max) * (kQChunkBytes / 16) : kQChunkBytes / 16;
     typename Work::Cursor at(p, share);  // the tile scored; q and the weights are those of `qpair`
@@ -199,24 +248,22 @@ struct WgFp4Logits {
     float acc[32];
 #pragma unroll 1
     for (int v = 0; v < ntiles; ++v, at.advance(p)) {
+      wg::wait<kStages - 2>();  // tile v has landed (this thread's part) ...
+      __syncthreads();          // ... everyone's; every thread is done with tile v - 1 (its stage, row info, q)
       const int next = v + kStages - 1;
-      if (next < ntiles) {
-        if (v > 0) __syncthreads();  // every thread is done with tile v - 1's stage and row info
-        issue_tile(next);
-      }
+      if (next < ntiles) issue_tile(next);  // into tile v - 1's stage
       wg::commit();
-      wg::wait<kStages - 1>();  // tile v has landed (this thread's part) ...
-      const int s = v % kStages;
-      __syncthreads();  // ... everyone's; and every warp's wgmma of tile v - 1 is done with the operand and q
-      convert(sm, s, tid);
       if (at.pair != qpair) {  // a new pair's first tile: its q (bf16, swizzled as the B operand) and weights
         const long long q_token0 = reader::token_row(p, at.at.b, at.at.t0);
-        wg::load_q<H, kChunks, kThreads, kChunks * kChunkBytes, kPairs>(p.q, sm.q, q_token0, at.at.ntok, ntok_max, tid);
+        stage_q(p.q, sm.q, q_token0, at.at.ntok, ntok_max, tid);
         for (int i = tid; i < at.at.ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
         qpair = at.pair;
+        wg::fence_async_proxy();  // q, written by st.shared, is read by wgmma
+        __syncthreads();
       }
-      wg::fence_async_proxy();  // the operand (and q), written by st.shared, are read by wgmma
-      __syncthreads();
+      const int s = v % kStages;
+      const unsigned char* stage = sm.stages + s * kStageBytes;
+      const float* info = sm.row_info + s * kTile;
       const int k0 = at.k0();
 #pragma unroll 1
       for (int t = 0; t < at.at.ntok; ++t) {
@@ -227,11 +274,7 @@ struct WgFp4Logits {
             const int visible_u = at.visible(p, t + 1);
             const bool any_u = k0 < visible_u;
             float pair[64];
-            if (any_u) {
-              wg::tile_mma<false, kChunks, 64>(pair, keys_lo, kOperandChunkBytes / 16, q_lo + t * kQTokenUnits, q_step,
-                                               false);
-            }
-            const float* info = sm.row_info + s * kTile;
+            if (any_u) tile_mma(pair, stage, q_lo + t * kQTokenUnits, q_step, warp, gid, tig);
             wg::finish(wg::token_half(pair, 0), any, sm.w + t * H, info, at.row(p, t), k0, p.max_seq_len, visible_t,
                        warp, gid, tig);
             wg::finish(wg::token_half(pair, 1), any_u, sm.w + (t + 1) * H, info, at.row(p, t + 1), k0, p.max_seq_len,
@@ -240,11 +283,8 @@ struct WgFp4Logits {
             continue;
           }
         }
-        if (any) {  // the converted tile (bf16) times q
-          wg::tile_mma<false, kChunks>(acc, keys_lo, kOperandChunkBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
-        }
-        wg::finish(acc, any, sm.w + t * H, sm.row_info + s * kTile, at.row(p, t), k0, p.max_seq_len, visible_t, warp,
-                   gid, tig);
+        if (any) tile_mma(acc, stage, q_lo + t * kQTokenUnits, q_step, warp, gid, tig);
+        wg::finish(acc, any, sm.w + t * H, info, at.row(p, t), k0, p.max_seq_len, visible_t, warp, gid, tig);
       }
     }
     Work::fill(p, share, tid, kThreads);

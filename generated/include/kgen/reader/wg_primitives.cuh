@@ -217,6 +217,28 @@ __device__ __forceinline__ void mma_bf16(float (&d)[64], unsigned long long a, u
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KGEN_WGMMA_ACCUMULATORS_N128
       ", %64, %65, p, 1, 1, 0, 0;\n}\n" KGEN_WGMMA_M64N128_OPERANDS);
 }
+// the same bf16 k16 steps with A from registers (fp4 keys, WgFp4Logits): a[0 .. 3] the thread's fragment of the
+// 64 x 16 A tile (PTX ISA: rows 16 warp + gid + 8 (i % 2), k 2 tig + 8 (i / 2) + {0, 1} in register i)
+#define KGEN_WGMMA_A_REGS "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])
+__device__ __forceinline__ void mma_bf16_ra(float (&d)[32], const uint32_t (&a)[4], unsigned long long b,
+                                            uint32_t accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " KGEN_WGMMA_ACCUMULATORS
+      ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : KGEN_WGMMA_D16(0), KGEN_WGMMA_D16(16)
+      : KGEN_WGMMA_A_REGS, "l"(b), "r"(accumulate));
+}
+__device__ __forceinline__ void mma_bf16_ra(float (&d)[64], const uint32_t (&a)[4], unsigned long long b,
+                                            uint32_t accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KGEN_WGMMA_ACCUMULATORS_N128
+      ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : KGEN_WGMMA_D16(0), KGEN_WGMMA_D16(16), KGEN_WGMMA_D16(32), KGEN_WGMMA_D16(48)
+      : KGEN_WGMMA_A_REGS, "l"(b), "r"(accumulate));
+}
+#undef KGEN_WGMMA_A_REGS
 #undef KGEN_WGMMA_D16
 #undef KGEN_WGMMA_M64N64_OPERANDS
 #undef KGEN_WGMMA_M64N128_OPERANDS
