@@ -47,7 +47,9 @@ struct WgFp4Logits {
   // two rows. head_dim is a multiple of 128 wherever this path stages (whole passes of 16-B pieces, whole 4-B
   // words of scale bytes: 128, 256, 512), so whole groups.
   static constexpr int kGroupSteps = 8;
-  static constexpr int kGroupWords = kGroupSteps / 2;   // packed 4-B words of eight values each
+  static constexpr int kGroupWords = kGroupSteps / 2;  // packed 4-B words of eight values each
+  // one group (head_dim 128): a tile's A registers are converted once and serve all of its tokens
+  static constexpr bool kHeld = kSteps == kGroupSteps;
   static constexpr int kPieces = kRowBytes / 16;        // 16-B copies of a packed row
   static constexpr int kLoadRows = kThreads / kPieces;  // rows one pass of the threads stages
   static constexpr int kRowsPerThread = kTile / kLoadRows;
@@ -181,15 +183,16 @@ struct WgFp4Logits {
     }
   }
 
-  // acc (+)= the staged tile times q (descriptor b_lo, chunks b_step units apart), group by group: a group's A
-  // registers stay untouched until its wgmma are done
+  // acc (+)= the staged tile times q (descriptor b_lo, chunks b_step units apart), group by group, in `a`: a
+  // group's A registers stay untouched until its wgmma are done. kHeld: `a` already holds the tile (converted once
+  // for all of its tokens); else each group is converted into `a` here.
   template <int N>
-  __device__ static __forceinline__ void tile_mma(float (&acc)[N], const unsigned char* stage, uint32_t b_lo,
-                                                  uint32_t b_step, int warp, int gid, int tig) {
+  __device__ static __forceinline__ void tile_mma(float (&acc)[N], uint32_t (&a)[kGroupSteps][4],
+                                                  const unsigned char* stage, uint32_t b_lo, uint32_t b_step, int warp,
+                                                  int gid, int tig) {
 #pragma unroll
     for (int group = 0; group < kSteps / kGroupSteps; ++group) {
-      uint32_t a[kGroupSteps][4];
-      convert(a, stage, group, warp, gid, tig);
+      if constexpr (!kHeld) convert(a, stage, group, warp, gid, tig);
       wg::mma_fence();
 #pragma unroll
       for (int j = 0; j < kGroupSteps; ++j) {
@@ -265,6 +268,8 @@ struct WgFp4Logits {
       const unsigned char* stage = sm.stages + s * kStageBytes;
       const float* info = sm.row_info + s * kTile;
       const int k0 = at.k0();
+      uint32_t a[kGroupSteps][4];  // the tile's A registers (kHeld), else one group's at a time
+      if constexpr (kHeld) convert(a, stage, 0, warp, gid, tig);
 #pragma unroll 1
       for (int t = 0; t < at.at.ntok; ++t) {
         const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
@@ -274,7 +279,7 @@ struct WgFp4Logits {
             const int visible_u = at.visible(p, t + 1);
             const bool any_u = k0 < visible_u;
             float pair[64];
-            if (any_u) tile_mma(pair, stage, q_lo + t * kQTokenUnits, q_step, warp, gid, tig);
+            if (any_u) tile_mma(pair, a, stage, q_lo + t * kQTokenUnits, q_step, warp, gid, tig);
             wg::finish(wg::token_half(pair, 0), any, sm.w + t * H, info, at.row(p, t), k0, p.max_seq_len, visible_t,
                        warp, gid, tig);
             wg::finish(wg::token_half(pair, 1), any_u, sm.w + (t + 1) * H, info, at.row(p, t + 1), k0, p.max_seq_len,
@@ -283,7 +288,7 @@ struct WgFp4Logits {
             continue;
           }
         }
-        if (any) tile_mma(acc, stage, q_lo + t * kQTokenUnits, q_step, warp, gid, tig);
+        if (any) tile_mma(acc, a, stage, q_lo + t * kQTokenUnits, q_step, warp, gid, tig);
         wg::finish(acc, any, sm.w + t * H, info, at.row(p, t), k0, p.max_seq_len, visible_t, warp, gid, tig);
       }
     }
