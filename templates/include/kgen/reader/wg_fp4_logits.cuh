@@ -17,7 +17,7 @@ namespace detail {
 // into the registers of the bf16 wgmma's A operand, which multiplies it by q (bf16, the B operand in shared
 // memory; kReaderWgPairs: m64n128 for two MTP tokens), then the same epilogue as the other keys (wg::finish).
 // No converted copy of the tile passes through shared memory: a tile costs its packed bytes' copy in and one
-// read out, as fp8 keys do, where widening into a shared operand cost four times that again.
+// read out, as fp8 keys do; a bf16 operand in shared memory would cost four times that again.
 //
 // The k order. The dot product over head_dim does not care in which order its k are summed, as long as q and
 // the keys agree. A k16 step's A fragment gives thread (gid, tig) of each warp the k {2 tig, 2 tig + 1,
@@ -44,8 +44,8 @@ struct WgFp4Logits {
   static constexpr int kSteps = C::kHeadDim / 16;       // k16 steps of a row
   static constexpr int kQuarter = C::kHeadDim / 4;      // values of a row one thread multiplies
   // steps whose A registers one wgmma group holds (4 per step, 32 in all): a 16-B load of each of the thread's
-  // two rows. head_dim is a multiple of 128 wherever this path stages (whole passes of 16-B pieces, whole 4-B
-  // words of scale bytes: 128, 256, 512), so whole groups.
+  // two rows. head_dim is a multiple of 128 wherever this path stages (whole passes of 16-B pieces and whole 4-B
+  // words of scale bytes leave 128 and 256), so whole groups.
   static constexpr int kGroupSteps = 8;
   static constexpr int kGroupWords = kGroupSteps / 2;  // packed 4-B words of eight values each
   // one group (head_dim 128): a tile's A registers are converted once and serve all of its tokens
@@ -162,7 +162,7 @@ struct WgFp4Logits {
     }
   }
 
-  // The A registers of group `group` of a staged tile (steps group x kGroupSteps on): a[j][2 i + h] of
+  // The A registers of group `group` of a staged tile (steps group x kGroupSteps on): a[j][i + 2 h] of
   // step j holds row 16 warp + gid + 8 i, values tig x kQuarter + 4 (group x kGroupSteps + j) + 2 h + {0, 1}.
   __device__ static __forceinline__ void convert(uint32_t (&a)[kGroupSteps][4], const unsigned char* stage, int group,
                                                  int warp, int gid, int tig) {
