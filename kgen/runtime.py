@@ -187,7 +187,7 @@ class LoadedKernel:
     kernel: launcher.DriverKernel
     abi: KernelAbi = NORM_ROPE_STORE
     tune: dict[str, int] | None = None  # the reader's tuning overrides it was rendered with
-    wide_clusters: int = 0  # the driver's answer for this function (KernelAbi.wide_cluster; kgen.arch.DeviceFacts)
+    facts: A.DeviceFacts | None = None  # its device's, as this function's plan reads them (kernel_facts)
 
     @property
     def uri(self) -> str:
@@ -200,8 +200,7 @@ class LoadedKernel:
 
     @property
     def device_facts(self) -> A.DeviceFacts:
-        facts = device_facts(self.device_index)
-        return dataclasses.replace(facts, wide_clusters=self.wide_clusters) if self.wide_clusters else facts
+        return self.facts or device_facts(self.device_index)
 
     @property
     def pdl(self) -> bool:
@@ -344,19 +343,18 @@ def load_compiled(spec: Spec, ck: Any, device_index: int, kabi: KernelAbi = NORM
     kernel = launcher.load_cubin(ck.cubin, ck.symbol, device_index, what=ck.uri)
     if kernel.param_sizes is not None:  # None: the driver cannot say (older than 12.4)
         kabi.check_loaded(_ParamInfo(kernel.param_sizes), ck.uri)
-    wide = wide_clusters(kernel, kabi, device_facts(device_index))
     return LoadedKernel(spec=spec, layout=compute(spec), arch=arch or ck.arch, device_index=device_index,
                         device_name=device_name, compiled=ck, kernel=kernel, abi=kabi,
-                        tune=dict(tune) if tune else None, wide_clusters=wide)
+                        tune=dict(tune) if tune else None, facts=kernel_facts(kernel, kabi, device_facts(device_index)))
 
 
-def wide_clusters(kernel: launcher.DriverKernel, abi: KernelAbi, facts: A.DeviceFacts | None) -> int:
-    """How many of the wide clusters `abi`'s kernel takes (KernelAbi.wide_cluster) run at once on the device of
-    `facts`, as the driver answers for the loaded `kernel`; 0 for a kernel without them or a device without clusters
-    (the plan reads it as kgen.arch.DeviceFacts.wide_clusters)."""
-    if not abi.wide_cluster or facts is None or not facts.clusters:
-        return 0
-    return kernel.wide_clusters(abi.wide_cluster)
+def kernel_facts(kernel: launcher.DriverKernel, abi: KernelAbi, facts: A.DeviceFacts | None) -> A.DeviceFacts | None:
+    """`facts` as the plan of `abi`'s loaded `kernel` reads them, asked once per loaded function: with how many of
+    the wide clusters the kernel takes (KernelAbi.wide_cluster) run at once, the driver's answer for it
+    (kgen.arch.DeviceFacts.wide_clusters); unchanged for a kernel without them or a device without clusters."""
+    if facts is None or not abi.wide_cluster or not facts.clusters:
+        return facts
+    return dataclasses.replace(facts, wide_clusters=kernel.wide_clusters(abi.wide_cluster))
 
 
 def clear_cache() -> None:

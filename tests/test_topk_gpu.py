@@ -129,7 +129,7 @@ def test_long_rows_run_on_wide_clusters_where_the_driver_says_they_fit(rows, wid
     bad, _, _ = _select_case(x, lens, 1, 512)
     assert bad == []
     op = _op(FP8)
-    wide = op.kernels[torch.cuda.current_device()]["wide_clusters"]  # the driver's answer for the kernel
+    wide = op.kernels[torch.cuda.current_device()]["facts"].wide_clusters  # the driver's answer for the kernel
     print(f"clusters of {TP.TOPK_CLUSTER_MAX} CTAs that run at once: {wide}")
     want = TP.TOPK_CLUSTER_MAX if wide >= rows else TP.TOPK_CLUSTER_PORTABLE
     grids = {entry[1] for entry in op._shapes.values()}  # every shape's launch grid so far

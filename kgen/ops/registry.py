@@ -12,7 +12,6 @@ the JIT path).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from ..layout import compute, uses_pdl
 from ..reader_plan import launch_tune
 from ..resolve import forget as forget_specs
 from ..resolve import resolve_spec, spec_digest
-from ..runtime import _aot, aot_dir, device_facts, kernel_binary, wide_clusters
+from ..runtime import _aot, aot_dir, device_facts, kernel_binary, kernel_facts
 from ..spec import Spec
 from ..tma import encode_map
 
@@ -138,10 +137,8 @@ class KernelOp:
         base = tune
         tune = launch_tune(args, arch, base) if self.abi is INDEXER_LOGITS else None
         run, info = self._load(dev, arch, tune, args)
-        if facts is not None and info["wide_clusters"]:  # the loaded function's answer (KernelAbi.wide_cluster)
-            facts = dataclasses.replace(facts, wide_clusters=info["wide_clusters"])
         args = Args(args.abi, args.spec, args.layout, args.tensors, args.dims, args.scalars, target=arch,
-                    tune=tune, device=facts)
+                    tune=tune, device=info["facts"] if facts is not None else None)  # the loaded function's
         blocks, threads = args.grid()
         if threads != info["block"]:  # the prepared buffer has the block size built in
             raise KgenError([Problem("kernel-abi", f"{self.spec.name}: the launch shape wants {threads} threads "
@@ -185,13 +182,13 @@ class KernelOp:
             targeted = Args(args.abi, args.spec, args.layout, args.tensors, args.dims, args.scalars, target=arch,
                             tune=tune, device=args.device)
             _, threads = targeted.grid()
-            wide = wide_clusters(kernel, self.abi, args.device)
             pdl = _pdl(self.spec, arch)
             prepared = launcher.PreparedLaunch(self.abi.struct_format, threads, pdl=pdl, cluster=self.abi.cluster_x)
             run = launcher.launcher(kernel, prepared, name=ck.uri)
             info = {"arch": arch, "uri": ck.uri, "tune": tkey, "block": threads, "pdl": pdl, "kernel": kernel,
                     "backend": getattr(run, "backend", None), "prepared": prepared,
-                    "registers": kernel.attribute("NUM_REGS"), "aot": aot_dir() is not None, "wide_clusters": wide}
+                    "registers": kernel.attribute("NUM_REGS"), "aot": aot_dir() is not None,
+                    "facts": kernel_facts(kernel, self.abi, args.device)}
             self.loaded[(dev, tkey)] = self.kernels[dev] = info
             self._native_device(dev, kernel, threads, pdl)
             self._runs[(dev, tkey)] = run
