@@ -13,9 +13,12 @@
 #                              CMD from TREE's root (head: this checkout; else .xfer/TREE), kgen imported from that
 #                              tree, stdout and stderr to LOG, at most LIMIT seconds (SIGINT: the bench scripts
 #                              write what they have); prints LOG's name, the exit status and its last line
+#   ab ROUNDS TREES NAME LIMIT -- CMD...
+#                              CMD in each tree of TREES ("base head"), ROUNDS rounds, the trees' processes
+#                              alternating (so that a drift of the machine falls on both); an argument {out} of CMD
+#                              becomes $R/NAME_<tree>_<round>.json, the log $R/NAME_<tree>_<round>.log
 #   topk_ab ROUNDS TREES -- ARGS...
-#                              scripts/topk_shapes.py ARGS in each tree of TREES ("base head"), ROUNDS rounds, the
-#                              trees' processes alternating; JSON under $R/topk_<tree>_<round>.json
+#                              ab of scripts/topk_shapes.py ARGS (NAME topk, 110 s a run)
 #   pack NAME                  $R into $OUT/NAME.tgz (the files that come back)
 # Results go under $R.
 ROOT=$PWD
@@ -47,14 +50,20 @@ in_tree() {
   echo "$(basename "$log") rc=$rc $(el)"; tail -1 "$log" | cut -c1-200
   return $rc
 }
-topk_ab() {
-  local rounds=$1 trees=$2 round tree
-  shift 3  # ROUNDS TREES --
+ab() {
+  local rounds=$1 trees=$2 name=$3 limit=$4 round tree arg
+  shift 5  # ROUNDS TREES NAME LIMIT --
   for round in $(seq "$rounds"); do
     for tree in $trees; do
-      in_tree "$tree" "$R/topk_${tree}_${round}.log" 110 python3 "$ROOT/scripts/topk_shapes.py" \
-        --json "$R/topk_${tree}_${round}.json" "$@"
+      local out="$R/${name}_${tree}_${round}" cmd=()
+      for arg in "$@"; do cmd+=("${arg//\{out\}/$out.json}"); done
+      in_tree "$tree" "$out.log" "$limit" "${cmd[@]}"
     done
   done
+}
+topk_ab() {
+  local rounds=$1 trees=$2
+  shift 3  # ROUNDS TREES --
+  ab "$rounds" "$trees" topk 110 -- python3 "$ROOT/scripts/topk_shapes.py" --json {out} "$@"
 }
 pack() { tar -czf "$OUT/$1.tgz" -C "$OUT" r && rm -rf "$R"; }
