@@ -41,11 +41,12 @@ __device__ __forceinline__ void wait_for_predecessor() {
 template <class C>
 KGEN_HD constexpr int min_blocks() {
 #if KGEN_READER_WGMMA
-  constexpr int blocks{C::kReaderWgmma ? C::kReaderWgMinBlocks : C::kReaderMinBlocks};
+  constexpr long long blocks = C::kReaderWgmma ? C::kReaderWgMinBlocks : C::kReaderMinBlocks;
 #else
-  constexpr int blocks{C::kReaderMinBlocks};
+  constexpr long long blocks = C::kReaderMinBlocks;
 #endif
-  return blocks;
+  static_assert(blocks >= 0 && blocks <= 32, "a CTA count per SM");
+  return static_cast<int>(blocks);
 }
 // and its threads per CTA (the TMA variant: its consumer warpgroups and the producer warp)
 template <class C>
