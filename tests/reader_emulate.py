@@ -40,6 +40,7 @@ def launch(spec: Spec, exe: Path, work: Path, args: tuple, *, sm_count: int = 4,
     `tune` as the executable was built (the launch shape of that path and tuning)."""
     import torch
 
+    from kgen import reader_layout as RL
     from kgen import reader_plan as RP
     from kgen.abi import write_launch_files
     from kgen.ops import reader as ops_reader
@@ -50,9 +51,31 @@ def launch(spec: Spec, exe: Path, work: Path, args: tuple, *, sm_count: int = 4,
     data = {k: t.contiguous().view(torch.uint8).numpy().tobytes() for k, t in a.tensors.items() if t is not None}
     d = work / "launch"
     write_launch_files(a, d, data)
+    if wgmma and RL.reader_wg_tma(a.layout, tune):
+        emulated_cache_map(a, d)
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1")
     r = subprocess.run([str(exe), str(d), *map(str, grid), str(threads), str(smem)], capture_output=True, text=True,
                        env=env, timeout=600)
     assert r.returncode == 0, f"{spec.name}: exit {r.returncode}\n{r.stderr[-6000:]}"
     out = torch.frombuffer(bytearray((d / "logits.out").read_bytes()), dtype=torch.float32)
     return out.reshape(a.tensors["logits"].shape), grid
+
+
+def emulated_cache_map(a, d: Path) -> None:
+    """The TMA variant's tensor map as tests/reader_shim reads it (wg_emulation::TensorMap: the cache's
+    address, then the map's dims, byte strides and box as 64-bit words, innermost first) in place of the
+    driver's encoding: the geometry kgen.reader_layout.cache_map_geometry gives the driver, written into
+    params.bin, the address patched in by the runner's loader (a line of pointers.txt; the cache is loaded
+    once more for it, read only)."""
+    import struct
+
+    from kgen.reader_layout import cache_map_geometry
+
+    g = cache_map_geometry(a.layout, int(a.tensors["cache"].shape[0]))
+    slot = next(s for s in a.abi.slots if s.field.name == "cache_map")
+    words = struct.pack("<Q11Q", 0, *g.dims, *g.strides, *g.box)
+    params = bytearray((d / "params.bin").read_bytes())
+    params[slot.offset:slot.offset + len(words)] = words
+    (d / "params.bin").write_bytes(bytes(params))
+    with (d / "pointers.txt").open("a") as f:
+        f.write(f"{slot.offset} cache 0\n")

@@ -680,7 +680,7 @@ def emulate(spec: Spec, lens: list[int], next_n: int, tmp: Path, *, tune=None, s
             wgmma=False, sm_count=4):
     import reader_emulate as E
 
-    if wgmma:  # the emulation has cp.async and wgmma, not TMA and mbarriers: the cp.async variant
+    if wgmma:  # the cp.async variant unless `tune` names the TMA variant (kReaderWgTma 1)
         tune = {"kReaderWgTma": 0, **(tune or {})}
     args = list(rc.make_case(spec, lens, next_n=next_n, device="cpu", seed=7))
     if table_fix:
@@ -781,6 +781,55 @@ def test_pair_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms,
     assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
 
 
+TMA = {"kReaderWgTma": 1}
+
+
+# the TMA variant (the shipped cubin of bf16 and fp8 keys; tests/reader_shim emulates its mbarriers, tensor and
+# bulk copies, named barriers): a producer warp and 1-3 consumer warpgroups, rings of 2-12 stages, pairs and the
+# register split, ragged lengths, next_n 1-4, a share crossing sequences, more CTAs than tiles, more than 128
+# (sequence, token group) pairs
+@pytest.mark.parametrize("key,lens,next_n,tune,sms", [
+    ("fp8", [1, 63, 64, 65, 300], 1, None, 4),
+    ("fp8", [0, 1, 3, 64, 65, 129, 700, 2], 4, None, 1),
+    ("fp8", [2, 4, 130, 700], 3, PAIRS, 4),
+    ("fp8", [3, 70, 200], 2, {"kReaderWgTmaStages": 12, "kReaderWgConsumers": 3}, 64),
+    ("fp8", [5, 300, 64], 2, {"kReaderWgTmaStages": 2, "kReaderWgConsumers": 1}, 2),
+    ("fp8", [1, 2, 130, 400], 2, {"kReaderWgSplit": 1, "kReaderWgPairs": 1}, 4),
+    ("bf16", [1, 65, 257], 2, None, 4),
+    ("bf16", [2, 300, 64, 1000, 3], 4, PAIRS, 1),
+    ("dsv32", [1, 2, 900, 64, 130], 4, None, 1),
+    ("fp8", [i * 37 % 190 for i in range(140)], 1, None, 4),
+])
+def test_tma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms, tmp_path):
+    spec = spec_of(key)
+    tune = {**TMA, **(tune or {})}
+    lay = L.compute(spec)
+    assert RL.reader_wg_tma(lay, tune)
+    assert RL.reader_wg_split(lay, tune) == bool(tune.get("kReaderWgSplit"))
+    got, args = emulate(spec, lens, next_n, tmp_path, tune=tune, wgmma=True, sm_count=sms)
+    want = indexer_logits_torch(spec, *args, accum=torch.float64)
+    r = rc.compare(spec.name, "emulated wgmma tma", got, want)
+    assert r.ok, r
+    assert r.rows_compared > 0 and r.relative_error < 1e-5
+
+
+def test_tma_source_on_cpu_for_random_specs(tmp_path):
+    # layouts the TMA variant reads beyond the shipped ones: pages of several sizes (whole tiles a page), bf16 and
+    # fp8, head_dim 256 (two 128-B chunks a row, a box each)
+    sampled = [s for s in rc.sample_readable(60, seed=4) if RL.reader_wg_tma(L.compute(s), TMA)]
+    pages = sorted({s.layout.page_size for s in sampled})
+    assert len(pages) >= 2, pages
+    picked = [next(s for s in sampled if s.layout.page_size == p) for p in pages[:3]]
+    picked += [s for s in sampled if L.compute(s).row_bytes > RL.READER_WG_CHUNK_BYTES][:1]
+    assert {s.store.dtype for s in picked} >= {"fp8_e4m3"}, [s.store.dtype for s in picked]
+    for i, spec in enumerate(picked):
+        got, args = emulate(spec, [3, spec.layout.page_size + 1, 200], 1 + i % 3, tmp_path / str(i), tune=TMA,
+                            wgmma=True)
+        want = indexer_logits_torch(spec, *args, accum=torch.float64)
+        r = rc.compare(spec.name, "emulated wgmma tma", got, want)
+        assert r.ok and r.relative_error < 1e-5, (spec.model_dump(), r)
+
+
 def test_pair_source_on_cpu_for_random_specs(tmp_path):
     # pages smaller than a tile and of several sizes, fp4 scale strides, head_dim 256 (fp4: 4 operand chunks
     # chunk-major in q's buffer), next_n 2 and 3
@@ -824,17 +873,18 @@ def test_kernel_source_on_cpu_for_random_readable_specs(tmp_path):
         assert r.ok, (spec.model_dump(), r)
 
 
-@pytest.mark.parametrize("key,wgmma", [("fp8", False), ("fp4", True)])
-def test_kernel_reads_nothing_outside_the_cache_under_asan(key, wgmma, tmp_path):
+@pytest.mark.parametrize("key,wgmma,tune", [("fp8", False, None), ("fp4", True, None), ("fp8", True, TMA)])
+def test_kernel_reads_nothing_outside_the_cache_under_asan(key, wgmma, tune, tmp_path):
     """A visible key whose table entry lies outside the cache is not read: its logit is NaN (ASan
     would report a read outside the buffers), every other logit as the Torch path. `wgmma`: the sm_90a
-    path's source (fp4: its rows staged one by one, their scale words zero-filled where not read)."""
+    path's source (fp4: its rows staged one by one, their scale words zero-filled where not read; TMA: the
+    producer copies no box of the bad page and writes its rows' factors NaN)."""
     spec = spec_of(key)
 
     def corrupt(args):
         args[3][1, 1] = 10 ** 6  # page 1 of sequence 1 (keys 64..127)
 
-    got, args = emulate(spec, [70, 150], 1, tmp_path, sanitize=True, table_fix=corrupt, wgmma=wgmma)
+    got, args = emulate(spec, [70, 150], 1, tmp_path, sanitize=True, table_fix=corrupt, wgmma=wgmma, tune=tune)
     assert torch.isnan(got[1, 64:128]).all() and not torch.isnan(got[1, :64]).any()
     fixed = [a.clone() if hasattr(a, "clone") else a for a in args]
     fixed[3][1, 1] = fixed[3][0, 0]  # any valid page: only the NaN columns differ

@@ -3,14 +3,19 @@
 // std::threads (shuffles through the writer shim's warp exchange), __syncthreads a barrier of the
 // CTA, dynamic shared memory one buffer per CTA. mma.sync is emulated from the PTX ISA's fragment
 // layouts (m16n8k16 bf16, m16n8k32 e4m3; row.col, fp32 accumulate): every lane publishes its A and
-// B registers, each lane then computes its own four D elements.
+// B registers, each lane then computes its own four D elements. The sm_90a path's primitives, the TMA
+// variant's mbarriers, named barriers and copies included, are at the end (kgen_cpu::wg_emulation).
 #pragma once
 #define KGEN_CPU_SHIM 1
 #include "kgen_cpu_shim.h"
 
 #include <algorithm>
 #include <barrier>
+#include <condition_variable>
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #define __align__(n) alignas(n)
 #define KGEN_DYNAMIC_SMEM(name) unsigned char* name = kgen_cpu::tl_cta->smem
@@ -21,12 +26,23 @@ inline long long min(long long a, long long b) { return a < b ? a : b; }
 [[noreturn]] inline void __trap() { std::abort(); }
 
 namespace kgen_cpu {
+// an mbarrier (PTX ISA): a phase completes when its pending arrivals and its expected copy bytes are both
+// down to zero; the next phase then expects `count` arrivals again
+struct Mbarrier {
+  int count = 0, pending = 0;
+  long long tx = 0;
+  unsigned phase = 0;  // completed phases
+};
 struct Cta {
   std::barrier<> bar;
   unsigned char* smem;
   size_t smem_bytes = 0;  // the launch's dynamic shared memory
   int threads;
   uint32_t wg_a[128][4];  // a warpgroup's A registers of one wgmma with A from registers (mma_bf16_ra)
+  std::mutex mu;          // guards the mbarriers and the named barriers
+  std::condition_variable phase_done;
+  std::map<uint32_t, Mbarrier> mbarriers;  // by shared address
+  std::map<uint32_t, std::unique_ptr<std::barrier<>>> named;  // bar.sync id -> its barrier (id 0: `bar`)
   explicit Cta(int n) : bar(n), smem(nullptr), threads(n), wg_a{} {}
 };
 struct MmaTable {
@@ -136,6 +152,10 @@ inline unsigned __reduce_or_sync(unsigned, unsigned v) {
 #define gridDim (kgen_cpu::tl_grid)
 #define blockDim (kgen_cpu::tl_block_dim)
 inline void __syncthreads() { kgen_cpu::tl_cta->bar.arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { kgen_cpu::tl_warp->bar.arrive_and_wait(); }
+inline int __shfl_sync(unsigned, int v, int src) {
+  return static_cast<int>(kgen_cpu::exchange(static_cast<uint32_t>(v), src));
+}
 // the launch's dynamic shared memory (kgen::mem::dynamic_smem_bytes): the emulated CTA's buffer
 namespace kgen_cpu {
 inline uint32_t dynamic_smem_bytes() { return static_cast<uint32_t>(tl_cta->smem_bytes); }
@@ -167,6 +187,7 @@ template <int N>
 inline void wait() {}
 inline void fence_async_proxy() {}
 inline void mma_fence() {}
+inline int opaque(int v) { return v; }
 inline void mma_commit() {}
 inline void mma_wait() {}
 
@@ -229,5 +250,104 @@ inline void mma_bf16_ra(float (&d)[N], const uint32_t (&a)[4], unsigned long lon
         d[4 * j + 2 * i + c] = sum;
       }
   cta->bar.arrive_and_wait();  // every thread has read the registers before they are published again
+}
+
+// The TMA variant's primitives. An mbarrier is Cta::mbarriers[its shared address], waited for on a condition
+// variable; a copy is done at once and completes its bytes on its barrier then. A tensor map is the
+// emulation's own (tests/reader_emulate.py writes it into Params): the tensor's address, then its dims,
+// byte strides and box as 64-bit words, innermost first; a box is copied with the 128-B swizzle the wgmma
+// operand reads (and the descriptors above decode), zeros where it leaves the tensor.
+struct TensorMap {
+  const unsigned char* base;
+  unsigned long long dims[4], strides[3], box[4];
+};
+inline void bar_complete(Cta* cta, Mbarrier& b) {  // under cta->mu
+  if (b.pending == 0 && b.tx == 0) {
+    ++b.phase;
+    b.pending = b.count;
+    cta->phase_done.notify_all();
+  }
+}
+inline Mbarrier& bar_at(Cta* cta, uint32_t bar) {  // under cta->mu; an address never initialised aborts
+  const auto it = cta->mbarriers.find(bar);
+  if (it == cta->mbarriers.end()) std::abort();
+  return it->second;
+}
+inline void bar_init(uint32_t bar, uint32_t arrivals) {
+  Cta* cta = tl_cta;
+  if (bar % 8 || bar + 8 > cta->smem_bytes) std::abort();
+  std::lock_guard<std::mutex> lk(cta->mu);
+  cta->mbarriers[bar] = Mbarrier{static_cast<int>(arrivals), static_cast<int>(arrivals), 0, 0};
+}
+inline void bar_init_fence() {}
+inline void bar_arrive_tx(uint32_t bar, uint32_t bytes) {
+  Cta* cta = tl_cta;
+  std::lock_guard<std::mutex> lk(cta->mu);
+  Mbarrier& b = bar_at(cta, bar);
+  if (b.pending <= 0) std::abort();  // more arrivals than the phase expects
+  b.tx += bytes;
+  --b.pending;
+  bar_complete(cta, b);
+}
+inline void bar_arrive(uint32_t bar) { bar_arrive_tx(bar, 0); }
+inline void bar_copied(uint32_t bar, uint32_t bytes) {  // a copy's complete_tx
+  Cta* cta = tl_cta;
+  std::lock_guard<std::mutex> lk(cta->mu);
+  Mbarrier& b = bar_at(cta, bar);
+  b.tx -= bytes;
+  if (b.tx < 0) std::abort();  // bytes no arrival expected
+  bar_complete(cta, b);
+}
+// until the phase of parity `parity` has completed (the current phase's parity is the other one)
+inline void bar_wait(uint32_t bar, uint32_t parity) {
+  Cta* cta = tl_cta;
+  std::unique_lock<std::mutex> lk(cta->mu);
+  cta->phase_done.wait(lk, [&] { return (bar_at(cta, bar).phase & 1u) != parity; });
+}
+template <int N>
+inline void setmaxnreg_dec() {}
+template <int N>
+inline void setmaxnreg_inc() {}
+inline unsigned long long evict_first_policy() { return 0; }
+inline void prefetch_map(const void*) {}
+template <bool Hint = false>
+inline void tma_load_4d(uint32_t dst, const void* map, uint32_t bar, int c0, int c1, int c2, int c3,
+                        unsigned long long = 0) {
+  const TensorMap& m = *static_cast<const TensorMap*>(map);
+  const unsigned long long row = m.box[0], rows = m.box[1] * m.box[2] * m.box[3];
+  if (m.base == nullptr || row != 128 || m.box[1] != 1 || m.box[3] != 1 || dst % 1024 ||
+      dst + rows * row > tl_cta->smem_bytes)
+    std::abort();  // the kernel's one box shape: 128-B rows of one chunk of one page
+  for (unsigned long long r = 0; r < rows; ++r) {
+    const unsigned long long key = static_cast<unsigned long long>(c2) + r;
+    const bool in = c0 == 0 && static_cast<unsigned long long>(c1) < m.dims[1] && key < m.dims[2] &&
+                    static_cast<unsigned long long>(c3) < m.dims[3];
+    const unsigned char* src = m.base + c1 * m.strides[0] + key * m.strides[1] + c3 * m.strides[2];
+    for (unsigned long long b = 0; b < row; ++b) {
+      uint32_t a = dst + static_cast<uint32_t>(r * row + b);
+      a ^= ((a >> 7) & 7u) << 4;
+      tl_cta->smem[a] = in ? src[b] : 0;
+    }
+  }
+  bar_copied(bar, static_cast<uint32_t>(rows * row));
+}
+template <bool Hint = false>
+inline void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, unsigned long long = 0) {
+  if (bytes % 16 || dst % 16 || reinterpret_cast<uintptr_t>(src) % 16 || dst + bytes > tl_cta->smem_bytes)
+    std::abort();
+  std::memcpy(tl_cta->smem + dst, src, bytes);
+  bar_copied(bar, bytes);
+}
+// bar.sync id, threads: the threads that name the id meet (id 0 is __syncthreads')
+inline void named_sync(uint32_t id, uint32_t threads) {
+  Cta* cta = tl_cta;
+  std::barrier<>* b = &cta->bar;
+  if (id != 0) {
+    std::lock_guard<std::mutex> lk(cta->mu);
+    auto& slot = cta->named[id];
+    if (!slot) slot = std::make_unique<std::barrier<>>(static_cast<std::ptrdiff_t>(threads));
+    b = slot.get();
+  }
+  b->arrive_and_wait();
 }
 }  // namespace kgen_cpu::wg_emulation

@@ -19,11 +19,11 @@
 //
 // Two paths, one launch shape each (kgen.reader_layout.runs_wgmma decides on the host, KGEN_READER_WGMMA
 // and kReaderWgmma in the kernel): on sm_90a, for bf16 and fp8 keys whose rows are whole 128-B chunks,
-// the wgmma path (WgLogits, reader/wg_logits.cuh: 64-key tiles staged by cp.async, q . k on wgmma, one
-// wave of CTAs), and for fp4 keys (ue8m0 per 32) the same path with each staged tile widened to a bf16
-// operand in shared memory (WgFp4Logits); elsewhere (other archs, other layouts, the CPU emulation
-// unless built with KGEN_CPU_SHIM_WGMMA) the mma.sync path (IndexerLogits, reader/mma_sync.cuh)
-// described next.
+// the wgmma path (64-key tiles, q . k on wgmma, one wave of CTAs): staged by TMA from a producer warp
+// (WgTmaLogits, reader/wg_tma_logits.cuh; kReaderWgTma) or by cp.async (WgLogits, reader/wg_logits.cuh),
+// and for fp4 keys (ue8m0 per 32) by cp.async, each tile widened into the registers of a bf16 operand
+// (WgFp4Logits); elsewhere (other archs, other layouts, the CPU emulation unless built with
+// KGEN_CPU_SHIM_WGMMA) the mma.sync path (IndexerLogits, reader/mma_sync.cuh) described next.
 //
 // Work split: grid (x: slices of the context, y: sequence b, z: groups of query tokens); a CTA scores
 // ceil(max_seq_len / gridDim.x) keys rounded up to whole iterations (kgen.reader_plan.reader_launch).
@@ -79,14 +79,9 @@ __global__ void __launch_bounds__(reader::threads<C>(), reader::min_blocks<C>())
 #if KGEN_READER_WGMMA
     if constexpr (C::kReaderWgmma != 0 && C::kStoreDtype == Dtype::fp4_e2m1) {
       detail::WgFp4Logits<C>::run(p);
-#if !defined(KGEN_CPU_SHIM)
     } else if constexpr (C::kReaderWgmma != 0 && C::kReaderWgTma != 0) {
       detail::WgTmaLogits<C>::run(p);
-#endif
     } else if constexpr (C::kReaderWgmma != 0) {
-      static_assert(C::kReaderWgTma == 0,
-                    "the CPU emulation of the sm_90a path runs the cp.async variant only "
-                    "(render it with kReaderWgTma 0)");
       detail::WgLogits<C>::run(p);
     } else {
       detail::IndexerLogits<C>::run(p);

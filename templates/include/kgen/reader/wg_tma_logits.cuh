@@ -1,5 +1,5 @@
 // kgen::indexer_logits, the sm_90a pipeline by TMA (WgTmaLogits): a producer warp and consumer
-// warpgroups around a ring of mbarrier-guarded stages. Not under the CPU emulation.
+// warpgroups around a ring of mbarrier-guarded stages.
 #pragma once
 
 #include "wg_epilogue.cuh"
@@ -11,7 +11,6 @@ namespace kgen {
 namespace detail {
 
 #if KGEN_READER_WGMMA
-#if !defined(KGEN_CPU_SHIM)
 // The TMA variant of the sm_90a path (kReaderWgTma, kgen/reader_layout.py's reader_wg_tma): bf16 and fp8 keys whose
 // 64-key tiles lie in one page. Warps [0, 4 x kConsumers) are kConsumers warpgroups that score tiles, the
 // last warp the producer that stages them:
@@ -289,8 +288,6 @@ struct WgTmaLogits {
     }
   }
 };
-#endif  // !KGEN_CPU_SHIM
-
 #endif  // KGEN_READER_WGMMA
 
 }  // namespace detail
