@@ -50,9 +50,6 @@ inline unsigned __ballot_sync(unsigned, bool take) {
   w->bar.arrive_and_wait();
   return r;
 }
-inline int __shfl_sync(unsigned, int v, int src) {
-  return static_cast<int>(kgen_cpu::exchange(static_cast<uint32_t>(v), src));
-}
 inline int __shfl_down_sync(unsigned, int v, int o) {
   const int lane = static_cast<int>(kgen_cpu::tl_thread.x & 31u);
   return static_cast<int>(kgen_cpu::exchange(static_cast<uint32_t>(v), lane + o < 32 ? lane + o : lane));
