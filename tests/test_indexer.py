@@ -579,7 +579,7 @@ def test_wgmma_constant_twins_fire(variant, old, new, cache):
 
 
 def test_fp4_operand_conversion_matches_the_mma_sync_widening(tmp_path):
-    # the wgmma path widens fp4 by byte permutes and a bf16x2 multiply (e2m1x8_bf16), the mma.sync path
+    # the wgmma path widens fp4 by placing the codes' bits and a bf16x2 multiply (e2m1x8_bf16), the mma.sync path
     # (checked against the Torch path below) by float arithmetic (e2m1x2_bf16): the header's own two
     # functions on the CPU, every scale byte x every code byte in every position of the word, bit for bit
     shim = ROOT / "tests" / "reader_shim"
@@ -754,6 +754,29 @@ def test_fp4_register_operand_on_cpu_matches_the_torch_path(head_dim, lens, next
     r = rc.compare(spec.name, "emulated wgmma", got, want)
     assert r.ok, r
     assert r.rows_compared > 0 and r.relative_error < 1e-5
+
+
+# fp4 scale bytes over their range: 0 (2^-127), small, 128 (the last one multiply takes), above 128 (a second
+# multiply: e2m1_rest), kept below an fp32 overflow of the logits; rows of one scale, rows of mixed ones
+def _fp4_scales_spread(args):
+    cache = args[2]
+    lay = L.compute(spec_of("fp4"))
+    scales = cache[:, lay.scale_region_offset:lay.scale_region_offset + lay.scale_region_bytes]
+    g = torch.Generator().manual_seed(3)
+    picks = torch.tensor([0, 1, 2, 100, 127, 128, 129, 130, 140], dtype=torch.uint8)
+    spread = picks[torch.randint(0, len(picks), scales.shape, generator=g)]
+    spread[::2] = picks[torch.randint(0, len(picks), (scales.shape[0] // 2 + scales.shape[0] % 2, 1), generator=g)]
+    scales.copy_(spread)
+
+
+@pytest.mark.parametrize("lens,next_n", [([1, 65, 300], 1), ([2, 130, 400], 2)])
+def test_fp4_scales_past_one_multiply_on_cpu_match_the_torch_path(lens, next_n, tmp_path):
+    spec = spec_of("fp4")
+    got, args = emulate(spec, lens, next_n, tmp_path, wgmma=True, table_fix=_fp4_scales_spread)
+    want = indexer_logits_torch(spec, *args, accum=torch.float64)
+    r = rc.compare(spec.name, "emulated wgmma, scales spread", got, want)
+    assert r.ok, r
+    assert r.rows_compared > 0 and r.relative_error < 1e-5 and r.max_abs > 2.0**10  # the large scales were read
 
 
 PAIRS = {"kReaderWgPairs": 1}

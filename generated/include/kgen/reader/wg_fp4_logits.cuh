@@ -21,10 +21,37 @@ namespace detail {
 //
 // The k order. The dot product over head_dim does not care in which order its k are summed, as long as q and
 // the keys agree. A k16 step's A fragment gives thread (gid, tig) of each warp the k {2 tig, 2 tig + 1,
-// 2 tig + 8, 2 tig + 9} of rows gid and gid + 8; here step s's k of thread tig are the key's values
-// tig x kQuarter + 4 s + {0, 1, 2, 3} (kQuarter = head_dim / 4), so a thread reads a contiguous quarter of each
-// of its two packed rows (16 B per row at head_dim 128), one scale block or a whole number of them. q is staged
-// in that order: its logical value 16 s + 8 h + 2 tig + c is the value tig x kQuarter + 4 s + 2 h + c (stage_q).
+// 2 tig + 8, 2 tig + 9} of rows gid and gid + 8, as registers {0, 2} (h = 0) and {1, 3} (h = 1), two k a
+// register. Here a thread multiplies a contiguous quarter of each of its two rows (values tig x kQuarter on,
+// 16 B of a packed row at head_dim 128: one 32-value scale block a group of 8 steps), and step s's register h
+// holds the quarter's values 8 (s / 2) + 2 (s % 2) + h and that + 4: the pairs e2m1x8_bf16 makes of a packed
+// word. q is staged in that order (QInFp4Order): logical k 8 g + 2 tig + c of q is its value
+// tig x kQuarter + 8 (g / 4) + g % 4 + 4 c.
+
+// q's bf16 row in the k order above (wg::load_q's gather): the four 16-B columns 4 m .. 4 m + 3 of the B
+// operand from the octets 8 m .. 8 m + 7 of the row's four quarters, column 4 m + r's tig-th 4-B word holding
+// the quarter tig's values 8 m + r and 8 m + r + 4.
+template <int kQuarter>
+struct QInFp4Order {
+  static constexpr int kColumns = 4, kInFlight = 1;
+  __device__ static __forceinline__ void gather(const uint8_t* row, int kc, int col, uint4 (&out)[kColumns]) {
+    const int g = kc * (128 / 16) + col;  // = 4 m
+    uint32_t o[4][4];                     // octet m of quarter tig: the bf16 pairs {0, 1} .. {6, 7}
+#pragma unroll
+    for (int tig = 0; tig < 4; ++tig) {
+      const uint4 x = __ldg(reinterpret_cast<const uint4*>(row + (tig * kQuarter + 2 * g) * reader::kOperandBytes));
+      o[tig][0] = x.x, o[tig][1] = x.y, o[tig][2] = x.z, o[tig][3] = x.w;
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {  // values r and r + 4: the same half of pairs r / 2 and r / 2 + 2
+      const uint32_t halves = r % 2 ? 0x7632u : 0x5410u;
+      out[r] = make_uint4(
+          __byte_perm(o[0][r / 2], o[0][r / 2 + 2], halves), __byte_perm(o[1][r / 2], o[1][r / 2 + 2], halves),
+          __byte_perm(o[2][r / 2], o[2][r / 2 + 2], halves), __byte_perm(o[3][r / 2], o[3][r / 2 + 2], halves));
+    }
+  }
+};
+
 template <class C>
 struct WgFp4Logits {
   static constexpr int H{C::kReaderHeads};
@@ -67,9 +94,9 @@ struct WgFp4Logits {
                     kRowBytes * 2 == C::kHeadDim,
                 "[wgmma-fp4] q rows of whole 128-B swizzle atoms; two e2m1 values a byte");
   static_assert(reader::q_bytes(C::kStoreDtype) * C::kHeadDim == kChunks * kChunkBytes, "q rows are operand rows");
-  static_assert(kBlock == reader::wg_fp4_block() && kQuarter % 8 == 0 && kBlock % 8 == 0 &&
+  static_assert(kBlock == reader::wg_fp4_block() && kBlock == 8 * kGroupWords && kQuarter % kBlock == 0 &&
                     kScaleBytes * kBlock == C::kHeadDim,
-                "[wgmma-fp4] a thread's quarter of a row is whole words, each word inside one scale block");
+                "[wgmma-fp4] a thread's quarter of a row is whole scale blocks, a group's words one block");
   static_assert(kSteps % kGroupSteps == 0, "[wgmma-fp4] head_dim a multiple of 128: whole groups of 8 k-steps");
   static_assert(kRowBytes % 16 == 0 && kThreads % kPieces == 0 && kTile % kLoadRows == 0 && kLoadRows % 8 == 0,
                 "[wgmma-fp4] staging: whole 16-B pieces, whole passes of the threads");
@@ -113,9 +140,10 @@ struct WgFp4Logits {
       const uint8_t* scale_src = page + C::kScaleRegionOffset + slot0 * C::kScaleStride;
       if constexpr (C::kScaleStride == kScaleBytes && C::kScaleRegionOffset % 16 == 0 &&
                     (kTile * kScaleBytes) % 16 == 0) {
-        // the tile's scale bytes are consecutive (slot0 is a multiple of 64): 16-B copies
-        for (int i = tid; i < kTile * kScaleBytes / 16; i += kThreads)
-          wg::cp16(scales + 16 * i, scale_src + 16 * i, 16u);
+        // the tile's scale bytes are consecutive (slot0 is a multiple of 64): 16-B copies, one a thread
+        constexpr int kScalePieces = kTile * kScaleBytes / 16;
+        static_assert(kScalePieces <= kThreads, "[wgmma-fp4] a tile's scale bytes in one pass of the threads");
+        if (tid < kScalePieces) wg::cp16(scales + 16 * tid, scale_src + 16 * tid, 16u);
       } else {
         constexpr int kScaleWords = kScaleBytes / 4;
         for (int i = tid; i < kTile * kScaleWords; i += kThreads) {
@@ -141,44 +169,35 @@ struct WgFp4Logits {
     }
   }
 
-  // q of the CTA's ntok tokens (bf16 rows in global memory) into shared memory as the swizzled B operand, in
-  // the k order above: 16-B column g of a row holds the values 16 s + 8 h + [0, 8) (s = g / 2, h = g % 2), which
-  // are the four bf16 pairs tig x kQuarter + 4 s + 2 h of q (tig 0 .. 3).
-  __device__ static __forceinline__ void stage_q(const uint8_t* q, unsigned char* sq, long long q_token0, int ntok,
-                                                 int qtok, int tid) {
-    constexpr int kColumns = kChunkBytes / 16, kQRowBytes = kChunks * kChunkBytes;
-    const int n = ntok * kChunks * H * kColumns;
-    for (int i = tid; i < n; i += kThreads) {
-      const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
-      const int t = i / (kColumns * H * kChunks);
-      const int g = kc * kColumns + col, value = 4 * (g / 2) + 2 * (g % 2);
-      const uint8_t* row = q + ((q_token0 + t) * H + h) * kQRowBytes;
-      uint32_t v[4];
-#pragma unroll
-      for (int tig = 0; tig < 4; ++tig)
-        v[tig] = __ldg(reinterpret_cast<const uint32_t*>(row + (tig * kQuarter + value) * reader::kOperandBytes));
-      *reinterpret_cast<uint4*>(sq + wg::q_chunk_index<kChunks, kPairs>(t, kc, qtok) * kQChunkBytes +
-                                wg::swizzled128(h, col)) = make_uint4(v[0], v[1], v[2], v[3]);
-    }
-  }
-
-  // The A registers of group `group` of a staged tile (steps group x kGroupSteps on): a[j][i + 2 h] of
-  // step j holds row 16 warp + gid + 8 i, values tig x kQuarter + 4 (group x kGroupSteps + j) + 2 h + {0, 1}.
+  // The A registers of group `group` of a staged tile (steps group x kGroupSteps on): a[j][i + 2 h] of step j
+  // holds row 16 warp + gid + 8 i, the thread's quarter's values 8 w + 2 (j % 2) + h and that + 4 (w, the
+  // group's word j / 2). A group's 32 values of a row are one scale block: one scale byte a row. A scale
+  // past 2^1 (a byte above 128: keys beyond 12 in magnitude) takes a second multiply (e2m1_rest).
   __device__ static __forceinline__ void convert(uint32_t (&a)[kGroupSteps][4], const unsigned char* stage, int group,
                                                  int warp, int gid, int tig) {
     const unsigned char* scales = stage + kPackedStageBytes;
+    uint32_t e[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r = 16 * warp + gid + 8 * i;
-      const int w0 = group * kGroupWords;  // the group's first word of the thread's quarter
-      const unsigned char* packed = stage + r * kRowBytes + tig * (kQuarter / 2) + 4 * w0;
+      const unsigned char* packed = stage + r * kRowBytes + tig * (kQuarter / 2) + 4 * group * kGroupWords;
       const uint4 c = *reinterpret_cast<const uint4*>(packed);
       const uint32_t codes[kGroupWords] = {c.x, c.y, c.z, c.w};
+      e[i] = scales[r * kScaleBytes + tig * (kQuarter / kBlock) + group];
+      const uint32_t factor = e2m1_factor(e[i]);
 #pragma unroll
       for (int w = 0; w < kGroupWords; ++w) {
-        const uint32_t e = scales[r * kScaleBytes + (tig * kQuarter + 8 * (w0 + w)) / kBlock];
-        const uint4 v = e2m1x8_bf16(codes[w], ue8m0_bf16x2(e));  // values 8 w .. 8 w + 7: steps 2 w and 2 w + 1
+        const uint4 v = e2m1x8_bf16(codes[w], factor);
         a[2 * w][i] = v.x, a[2 * w][2 + i] = v.y, a[2 * w + 1][i] = v.z, a[2 * w + 1][2 + i] = v.w;
+      }
+    }
+    if (e2m1_splits(e[0]) || e2m1_splits(e[1])) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const uint32_t rest = e2m1_rest(e[i]);
+#pragma unroll
+        for (int j = 0; j < kGroupSteps; ++j)
+          a[j][i] = bf16x2_mul(a[j][i], rest), a[j][2 + i] = bf16x2_mul(a[j][2 + i], rest);
       }
     }
   }
@@ -258,7 +277,8 @@ struct WgFp4Logits {
       wg::commit();
       if (at.pair != qpair) {  // a new pair's first tile: its q (bf16, swizzled as the B operand) and weights
         const long long q_token0 = reader::token_row(p, at.at.b, at.at.t0);
-        stage_q(p.q, sm.q, q_token0, at.at.ntok, ntok_max, tid);
+        wg::load_q<H, kChunks, kThreads, kChunks * kChunkBytes, kPairs, QInFp4Order<kQuarter>>(
+            p.q, sm.q, q_token0, at.at.ntok, ntok_max, tid);
         for (int i = tid; i < at.at.ntok * H; i += kThreads) sm.w[i] = __ldg(p.weights + q_token0 * H + i);
         qpair = at.pair;
         wg::fence_async_proxy();  // q, written by st.shared, is read by wgmma

@@ -43,31 +43,44 @@ __device__ __forceinline__ void stage_q(const uint8_t* q, unsigned char* sq, lon
   }
 }
 
+// How load_q reads a q row (in global memory) into the B operand's 16-B columns: as stored, one column a load,
+// four loads in flight a thread. A gather names the columns one item writes (kColumns: those of 128-B chunk kc
+// from column col, a multiple of kColumns, on) and the items in flight a thread (kInFlight).
+struct QAsStored {
+  static constexpr int kColumns = 1, kInFlight = 4;
+  __device__ static __forceinline__ void gather(const uint8_t* row, int kc, int col, uint4 (&out)[kColumns]) {
+    out[0] = __ldg(reinterpret_cast<const uint4*>(row + kc * 128 + col * 16));
+  }
+};
+
 // The same by plain loads and shared stores (no copy group: for a CTA whose copy groups count its key
-// stages), four in flight per thread.
-template <int H, int kChunks, int kThreads, long long kQRowBytes, bool ChunkMajor = false>
+// stages), the columns gathered from the row by `Gather` (QAsStored, or a pipeline's own k order).
+template <int H, int kChunks, int kThreads, long long kQRowBytes, bool ChunkMajor = false, class Gather = QAsStored>
 __device__ __forceinline__ void load_q(const uint8_t* q, unsigned char* sq, long long q_token0, int ntok, int qtok,
                                        int tid) {
-  constexpr int kColumns = 128 / 16, kQChunkBytes = H * 128, kBatch = 4;
-  const int n = ntok * kChunks * H * kColumns;
+  constexpr int kColumns = 128 / 16, kQChunkBytes = H * 128, kBatch = Gather::kInFlight;
+  constexpr int kItemColumns = Gather::kColumns, kItems = kColumns / kItemColumns;  // items of a 128-B chunk
+  static_assert(kColumns % kItemColumns == 0, "a gather's columns divide a chunk's");
+  const int n = ntok * kChunks * H * kItems;
   for (int i0 = tid; i0 < n; i0 += kBatch * kThreads) {
-    uint4 v[kBatch];
+    uint4 v[kBatch][kItemColumns];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int i = i0 + u * kThreads;
-      const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
-      const int t = i / (kColumns * H * kChunks);
-      if (i < n)
-        v[u] = __ldg(reinterpret_cast<const uint4*>(q + ((q_token0 + t) * H + h) * kQRowBytes + kc * 128 + col * 16));
+      const int item = i % kItems, h = i / kItems % H, kc = i / (kItems * H) % kChunks;
+      const int t = i / (kItems * H * kChunks);
+      if (i < n) Gather::gather(q + ((q_token0 + t) * H + h) * kQRowBytes, kc, item * kItemColumns, v[u]);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int i = i0 + u * kThreads;
-      const int col = i % kColumns, h = i / kColumns % H, kc = i / (kColumns * H) % kChunks;
-      const int t = i / (kColumns * H * kChunks);
-      if (i < n)
-        *reinterpret_cast<uint4*>(sq + q_chunk_index<kChunks, ChunkMajor>(t, kc, qtok) * kQChunkBytes +
-                                  swizzled128(h, col)) = v[u];
+      const int item = i % kItems, h = i / kItems % H, kc = i / (kItems * H) % kChunks;
+      const int t = i / (kItems * H * kChunks);
+#pragma unroll
+      for (int c = 0; c < kItemColumns; ++c)
+        if (i < n)
+          *reinterpret_cast<uint4*>(sq + q_chunk_index<kChunks, ChunkMajor>(t, kc, qtok) * kQChunkBytes +
+                                    swizzled128(h, item * kItemColumns + c)) = v[u][c];
     }
   }
 }
