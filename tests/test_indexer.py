@@ -312,9 +312,9 @@ def test_wgmma_path_choice():
     lay4 = L.compute(fp4)
     assert RL.reader_wg_chunks(lay4) == RL.reader_wg_chunks(L.compute(bf16)) == 2
     assert RL.reader_wg_smem_bytes(lay4, 1, 3) == 1024 + 3 * (64 * (64 + 4) + 64 * 4) + 2 * 8192 + 4 * 64
-    assert RL.reader_wg_tokens_per_cta(lay4, 3) == 4 and RL.reader_wg_ctas_per_sm(lay4, 1, 3) == 4
+    assert RL.reader_wg_tokens_per_cta(lay4, 3) == 4 and RL.reader_wg_ctas_per_sm(lay4, 1, 3) == 5
     c4 = RL.reader_constants(lay4)
-    assert c4["kReaderWgmma"] == 1 and c4["kReaderWgChunks"] == 2 and c4["kReaderWgMinBlocks"] == 4
+    assert c4["kReaderWgmma"] == 1 and c4["kReaderWgChunks"] == 2 and c4["kReaderWgMinBlocks"] == 5
     # fp4 layouts the path cannot stage: scale bytes of a token not whole 4-B words at 4-B aligned offsets
     odd = with_(fp4, layout={"scale_stride": 6})
     assert not RL.reader_wg_enabled(L.compute(odd))
@@ -562,7 +562,7 @@ def test_launch_tune_follows_the_arch_and_the_shape():
     ("fp8", "kReaderWgChunkBytes = 128;", "kReaderWgChunkBytes = 64;"),
     # fp4: q's chunks are the bf16 widening of head_dim
     ("fp4", "kReaderWgChunks = 2;", "kReaderWgChunks = 1;"),
-    ("fp4", "kReaderWgMinBlocks = 4;", "kReaderWgMinBlocks = 5;"),
+    ("fp4", "kReaderWgMinBlocks = 5;", "kReaderWgMinBlocks = 4;"),
     # the pair cubin: one CTA per SM at its registers; no pairs where a CTA holds one token
     ("fp8-pairs", "kReaderWgMinBlocks = 1;", "kReaderWgMinBlocks = 2;"),
     ("bf16-cp", "kReaderWgPairs = 0;", "kReaderWgPairs = 1;"),

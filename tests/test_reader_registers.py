@@ -73,6 +73,29 @@ def test_the_cp_async_cubins_are_planned_at_what_they_use():
     assert k.spill_bytes == 0 and k.registers <= 128
 
 
+def test_fp4_cubins_are_planned_at_the_floor_five_ctas_an_sm():
+    # the fp4 widening by bit placement (reader/convert.cuh) leaves the cp.async fp4 cubin 96 registers without a
+    # spill (the byte-permute one spilled 152 B at 96): 5 CTAs of 128 threads an SM, 20 warps where 4 CTAs had 16;
+    # the sampled layouts (head_dim 256, pages smaller than a tile, strided scales) too, at their own plans
+    from kgen.reader_check import sample_readable
+
+    spec = next(s for s in VARIANTS if s.name == "dsv4_indexer_fp4")
+    lay = compute(spec)
+    assert RL.reader_wg_planned_registers(lay) == RL.READER_WG_REGISTERS == 96
+    assert RL.reader_wg_ctas_per_sm(lay, 1, RL.reader_wg_stages(lay)) == 5
+    sampled = [s for s in sample_readable(60, seed=1) if s.store.dtype == "fp4_e2m1" and RL.reader_wg_enabled(
+        compute(s))]
+    picked = [spec, *[s for s in sampled if s.head_dim == 256][:1],
+              *[s for s in sampled if s.layout.page_size < RL.READER_WG_TILE_KEYS][:1]]
+    assert len(picked) == 3
+    for s in picked:  # (head_dim 256: shared memory holds 3 CTAs, whose bounds leave ptxas more registers)
+        k = compile_rendered(render_reader(s), "sm_90a", progress=None)
+        lay_s = compute(s)
+        ctas = RL.reader_wg_ctas_per_sm(lay_s, 1, RL.reader_wg_stages(lay_s))
+        assert k.spill_bytes == 0 and ctas * RL.reader_threads() * k.registers <= RL.READER_SM_REGISTERS, (s.name,
+                                                                                                          k.log)
+
+
 def test_fp8_keys_of_64_byte_rows_take_four_head_passes_and_do_not_spill():
     from kgen.reader_check import sample_readable
 

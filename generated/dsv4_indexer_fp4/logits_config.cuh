@@ -28,7 +28,7 @@ struct dsv4_indexer_fp4 : kgen_cfg::dsv4_indexer_fp4 {
   static constexpr long long kReaderWgChunks = 2;
   static constexpr long long kReaderWgAlign = 1024;
   static constexpr long long kReaderWgTokensPerCta = 4;
-  static constexpr long long kReaderWgMinBlocks = 4;
+  static constexpr long long kReaderWgMinBlocks = 5;
   static constexpr long long kReaderWgTmaBarrierBytes = 16;
   static constexpr long long kReaderWgTmaProducerThreads = 32;
   static constexpr long long kReaderWgTmaShareBytes = 40;
@@ -45,7 +45,7 @@ struct dsv4_indexer_fp4 : kgen_cfg::dsv4_indexer_fp4 {
   static constexpr long long kReaderWgRegisters = 96;
   static constexpr long long kReaderWgTmaPairRegisters = 168;
   static constexpr long long kReaderWgPairRegisters = 224;
-  static constexpr long long kReaderWgPlanRegisters = 128;
+  static constexpr long long kReaderWgPlanRegisters = 96;
   static constexpr long long kReaderWgSplitProducerRegisters = 24;
   static constexpr long long kReaderWgSplitConsumerRegisters = 240;
   static constexpr long long kReaderWgSplitLaunchRegisters = 168;
