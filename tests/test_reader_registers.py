@@ -76,7 +76,7 @@ def test_the_cp_async_cubins_are_planned_at_what_they_use():
 def test_fp4_cubins_are_planned_at_the_floor_five_ctas_an_sm():
     # the fp4 widening by bit placement (reader/convert.cuh) leaves the cp.async fp4 cubin 96 registers without a
     # spill (the byte-permute one spilled 152 B at 96): 5 CTAs of 128 threads an SM, 20 warps where 4 CTAs had 16;
-    # the sampled layouts (head_dim 256, pages smaller than a tile, strided scales) too, at their own plans
+    # sampled layouts too (head_dim 256, pages smaller than a tile), at their own plans
     from kgen.reader_check import sample_readable
 
     spec = next(s for s in VARIANTS if s.name == "dsv4_indexer_fp4")
