@@ -65,8 +65,8 @@ def emulated_cache_map(a, d: Path) -> None:
     """The TMA variant's tensor map as tests/reader_shim reads it (wg_emulation::TensorMap: the cache's
     address, then the map's dims, byte strides and box as 64-bit words, innermost first) in place of the
     driver's encoding: the geometry kgen.reader_layout.cache_map_geometry gives the driver, written into
-    params.bin, the address patched in by the runner's loader (a line of pointers.txt; the cache is loaded
-    once more for it, read only)."""
+    params.bin, the cache's address patched in by the runner's loader (a second line of pointers.txt naming
+    the cache)."""
     import struct
 
     from kgen.reader_layout import cache_map_geometry

@@ -691,6 +691,12 @@ def emulate(spec: Spec, lens: list[int], next_n: int, tmp: Path, *, tune=None, s
     return got, args
 
 
+def emulated_result(spec: Spec, lens: list[int], next_n: int, tmp: Path, case: str, **kw) -> rc.LogitsResult:
+    """`emulate`'s logits (its keywords) against the Torch path's in float64, compared as `case`."""
+    got, args = emulate(spec, lens, next_n, tmp, **kw)
+    return rc.compare(spec.name, case, got, indexer_logits_torch(spec, *args, accum=torch.float64))
+
+
 @pytest.mark.parametrize("key,lens,next_n,tune", [
     ("fp8", [1, 63, 64, 65, 300], 1, None),
     ("fp8", [2, 130, 700], 2, {"kReaderPrefetch": 0, "kReaderHeadPasses": 1}),
@@ -700,9 +706,7 @@ def emulate(spec: Spec, lens: list[int], next_n: int, tmp: Path, *, tune=None, s
 ])
 def test_kernel_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, tmp_path):
     spec = spec_of(key)
-    got, args = emulate(spec, lens, next_n, tmp_path, tune=tune)
-    want = indexer_logits_torch(spec, *args, accum=torch.float64)
-    r = rc.compare(spec.name, "emulated", got, want)
+    r = emulated_result(spec, lens, next_n, tmp_path, "emulated", tune=tune)
     assert r.ok, r
     assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
 
@@ -732,9 +736,7 @@ def test_wgmma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms
     # split and the epilogue against the Torch path (not the hardware's ordering: tests/test_gpu_indexer.py)
     spec = spec_of(key)
     assert RL.reader_wg_enabled(L.compute(spec), tune)
-    got, args = emulate(spec, lens, next_n, tmp_path, tune=tune, wgmma=True, sm_count=sms)
-    want = indexer_logits_torch(spec, *args, accum=torch.float64)
-    r = rc.compare(spec.name, "emulated wgmma", got, want)
+    r = emulated_result(spec, lens, next_n, tmp_path, "emulated wgmma", tune=tune, wgmma=True, sm_count=sms)
     assert r.ok, r
     assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
 
@@ -749,9 +751,7 @@ def test_wgmma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms
 def test_fp4_register_operand_on_cpu_matches_the_torch_path(head_dim, lens, next_n, tune, tmp_path):
     spec = with_(spec_of("fp4"), head_dim=head_dim)
     assert RL.reader_wg_enabled(L.compute(spec), tune)
-    got, args = emulate(spec, lens, next_n, tmp_path, tune=tune, wgmma=True, sm_count=4)
-    want = indexer_logits_torch(spec, *args, accum=torch.float64)
-    r = rc.compare(spec.name, "emulated wgmma", got, want)
+    r = emulated_result(spec, lens, next_n, tmp_path, "emulated wgmma", tune=tune, wgmma=True, sm_count=4)
     assert r.ok, r
     assert r.rows_compared > 0 and r.relative_error < 1e-5
 
@@ -797,9 +797,7 @@ def test_pair_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms,
     spec = spec_of(key)
     tune = {**PAIRS, **(tune or {})}
     assert RL.reader_wg_pairs(L.compute(spec), {**CP, **tune})
-    got, args = emulate(spec, lens, next_n, tmp_path, tune=tune, wgmma=True, sm_count=sms)
-    want = indexer_logits_torch(spec, *args, accum=torch.float64)
-    r = rc.compare(spec.name, "emulated wgmma pairs", got, want)
+    r = emulated_result(spec, lens, next_n, tmp_path, "emulated wgmma pairs", tune=tune, wgmma=True, sm_count=sms)
     assert r.ok, r
     assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
 
@@ -829,9 +827,7 @@ def test_tma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms, 
     lay = L.compute(spec)
     assert RL.reader_wg_tma(lay, tune)
     assert RL.reader_wg_split(lay, tune) == bool(tune.get("kReaderWgSplit"))
-    got, args = emulate(spec, lens, next_n, tmp_path, tune=tune, wgmma=True, sm_count=sms)
-    want = indexer_logits_torch(spec, *args, accum=torch.float64)
-    r = rc.compare(spec.name, "emulated wgmma tma", got, want)
+    r = emulated_result(spec, lens, next_n, tmp_path, "emulated wgmma tma", tune=tune, wgmma=True, sm_count=sms)
     assert r.ok, r
     assert r.rows_compared > 0 and r.relative_error < 1e-5
 
@@ -846,10 +842,8 @@ def test_tma_source_on_cpu_for_random_specs(tmp_path):
     picked += [s for s in sampled if L.compute(s).row_bytes > RL.READER_WG_CHUNK_BYTES][:1]
     assert {s.store.dtype for s in picked} >= {"fp8_e4m3"}, [s.store.dtype for s in picked]
     for i, spec in enumerate(picked):
-        got, args = emulate(spec, [3, spec.layout.page_size + 1, 200], 1 + i % 3, tmp_path / str(i), tune=TMA,
-                            wgmma=True)
-        want = indexer_logits_torch(spec, *args, accum=torch.float64)
-        r = rc.compare(spec.name, "emulated wgmma tma", got, want)
+        r = emulated_result(spec, [3, spec.layout.page_size + 1, 200], 1 + i % 3, tmp_path / str(i),
+                            "emulated wgmma tma", tune=TMA, wgmma=True)
         assert r.ok and r.relative_error < 1e-5, (spec.model_dump(), r)
 
 
@@ -862,10 +856,8 @@ def test_pair_source_on_cpu_for_random_specs(tmp_path):
     picked = [next(s for s in sampled if s.layout.page_size == p) for p in pages[:4]]
     picked += [s for s in sampled if s.store.dtype == "fp4_e2m1" and s.head_dim == 256][:1]
     for i, spec in enumerate(picked):
-        got, args = emulate(spec, [3, spec.layout.page_size + 1, 200], 2 + i % 2, tmp_path / str(i), tune=PAIRS,
-                            wgmma=True)
-        want = indexer_logits_torch(spec, *args, accum=torch.float64)
-        r = rc.compare(spec.name, "emulated wgmma pairs", got, want)
+        r = emulated_result(spec, [3, spec.layout.page_size + 1, 200], 2 + i % 2, tmp_path / str(i),
+                            "emulated wgmma pairs", tune=PAIRS, wgmma=True)
         assert r.ok and r.relative_error < 1e-5, (spec.model_dump(), r)
 
 
@@ -880,9 +872,8 @@ def test_wgmma_source_on_cpu_for_random_fp4_specs(tmp_path):
     specs = [small, wide, strided]
     assert all(RL.reader_wg_enabled(L.compute(s)) for s in specs)
     for i, spec in enumerate(specs):
-        got, args = emulate(spec, [3, spec.layout.page_size + 1, 200], 2, tmp_path / str(i), wgmma=True)
-        want = indexer_logits_torch(spec, *args, accum=torch.float64)
-        r = rc.compare(spec.name, "emulated wgmma", got, want)
+        r = emulated_result(spec, [3, spec.layout.page_size + 1, 200], 2, tmp_path / str(i), "emulated wgmma",
+                            wgmma=True)
         assert r.ok and r.relative_error < 1e-5, (spec.model_dump(), r)
 
 
@@ -890,9 +881,7 @@ def test_kernel_source_on_cpu_for_random_readable_specs(tmp_path):
     specs = rc.sample_readable(3, seed=5)
     assert len(specs) == 3
     for i, spec in enumerate(specs):
-        got, args = emulate(spec, [3, spec.layout.page_size + 1, 200], 2, tmp_path / str(i))
-        want = indexer_logits_torch(spec, *args, accum=torch.float64)
-        r = rc.compare(spec.name, "emulated", got, want)
+        r = emulated_result(spec, [3, spec.layout.page_size + 1, 200], 2, tmp_path / str(i), "emulated")
         assert r.ok, (spec.model_dump(), r)
 
 

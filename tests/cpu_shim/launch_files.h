@@ -3,7 +3,8 @@
 // kernel wrote. dir/params.bin is the packed Params struct with null pointers; dir/pointers.txt has
 // one line `offset name written` per pointer field. `load` copies each dir/<name> into its own heap
 // allocation of exactly the file's size (16-B aligned, as the ABI promises; an empty file stays
-// nullptr) and patches that address in at `offset`; the runner knows no field. Under AddressSanitizer
+// nullptr) and patches that address in at `offset` (a name listed again: the same address, as a tensor
+// map's base); the runner knows no field. Under AddressSanitizer
 // any byte the kernel touches outside its buffers is reported. `store` writes every buffer the kernel
 // writes back as dir/<name>.out and frees them all.
 #pragma once
@@ -49,6 +50,13 @@ int load(const std::string& d, Params& p, std::vector<Buf>& bufs) {
   int written = 0;
   Buf b;
   while (lines >> offset >> b.name >> written) {
+    if (offset + sizeof(void*) > packed.size()) return 5;
+    const Buf* seen = nullptr;  // a buffer named twice (a tensor and a map of it) is loaded once
+    for (const Buf& o : bufs) seen = o.name == b.name ? &o : seen;
+    if (seen != nullptr) {
+      std::memcpy(packed.data() + offset, &seen->p, sizeof(void*));
+      continue;
+    }
     std::vector<char> v = slurp(d + "/" + b.name);
     b.n = v.size();
     b.written = written != 0;
@@ -58,7 +66,6 @@ int load(const std::string& d, Params& p, std::vector<Buf>& bufs) {
       std::memcpy(b.p, v.data(), b.n);
     }
     bufs.push_back(b);
-    if (offset + sizeof(void*) > packed.size()) return 5;
     std::memcpy(packed.data() + offset, &b.p, sizeof(void*));
   }
   std::memcpy(static_cast<void*>(&p), packed.data(), sizeof(Params));
