@@ -58,7 +58,7 @@ from .reader_layout import (
 )
 from .reader_plan import launch_of, launch_tma, launch_wgmma, ring_tunes
 from .spec import Spec
-from .topk_plan import TOPK_CLUSTER_MAX, topk_grid, topk_shared_bytes
+from .topk_plan import TOPK_CLUSTER_SIZES, topk_grid, topk_shared_bytes
 
 ALIGNMENT = 16  # every tensor's data pointer: the kernel's widest vector load/store
 
@@ -260,10 +260,10 @@ class KernelAbi:
     # launched with the cluster dimension (grid.x, 1, 1) where grid.x > 1 (thread-block clusters, sm_90+): a
     # CTA's rank in its cluster is blockIdx.x (kgen.launcher, kgen/fastop.cpp set it from each launch's grid)
     cluster_x: bool = False
-    # CTAs of a wide cluster the kernel takes (past the portable 8; 0: none): the launch stack allows the size on the
-    # loaded function and asks the driver how many such clusters run at once, which the plan reads
-    # (kgen.arch.DeviceFacts.wide_clusters)
-    wide_cluster: int = 0
+    # the cluster sizes (CTAs) a launch may take (with cluster_x): the launch stack asks the driver how many clusters
+    # of each run at once on the loaded function (a size past the portable 8 allowed on it first), which the plan
+    # reads (kgen.arch.DeviceFacts.cluster_counts)
+    cluster_sizes: tuple[int, ...] = ()
 
     # ---- names -------------------------------------------------------------------------------
 
@@ -688,7 +688,7 @@ def _topk_grid(a) -> tuple[tuple[int, int, int], int]:
     """The top-k launch on the device the arguments were checked for: its clusters within its SMs, wide ones where
     the driver said they run, none before sm_90 (no device: arguments checked for no GPU, the plan's sm_90 limits)."""
     d = a.device
-    limits = {} if d is None else {"sm_count": d.sm_count, "clusters": d.clusters, "wide_clusters": d.wide_clusters}
+    limits = {} if d is None else {"sm_count": d.sm_count, "clusters": d.clusters, "at_once": d.clusters_at_once}
     return topk_grid(int(a.dims["rows"]), int(a.dims["max_seq_len"]), **limits)
 
 
@@ -723,7 +723,7 @@ INDEXER_TOPK = KernelAbi(
     grid=_topk_grid,
     shared_bytes=_topk_shared_bytes,
     cluster_x=True,
-    wide_cluster=TOPK_CLUSTER_MAX,
+    cluster_sizes=TOPK_CLUSTER_SIZES,
 )
 
 KERNELS: dict[str, KernelAbi] = {a.kernel: a for a in (NORM_ROPE_STORE, INDEXER_LOGITS, INDEXER_TOPK)}

@@ -89,15 +89,20 @@ class DeviceFacts:
     sm_count: int
     l2_bytes: int  # 0: unknown
     capability: int  # major * 10 + minor: what one block may hold (CAPACITY), whether clusters exist
-    # clusters of more than CLUSTER_PORTABLE CTAs that run at once, as the driver answered for the kernel being
-    # planned (its function, KernelAbi.wide_cluster CTAs of one per SM; kgen.launcher.DriverKernel.wide_clusters);
-    # 0: none, or not asked (a plan that needs no wide cluster)
-    wide_clusters: int = 0
+    # (CTAs a cluster, how many such clusters run at once) for the kernel being planned, as the driver answered for
+    # its function (KernelAbi.cluster_sizes; kgen.launcher.DriverKernel.clusters_at_once): a cluster must fit in
+    # one GPC, so SMs / size can overstate it. Empty: not asked
+    cluster_counts: tuple[tuple[int, int], ...] = ()
 
     @property
     def block_shared_bytes(self) -> int:
         """The dynamic shared memory one block may opt in to."""
         return capacity(self.capability).block_shared_bytes
+
+    def clusters_at_once(self, size: int) -> int | None:
+        """How many clusters of `size` CTAs of the planned kernel run at once (0: the driver refused the size), or
+        None where the driver was not asked."""
+        return dict(self.cluster_counts).get(int(size))
 
     @property
     def clusters(self) -> bool:

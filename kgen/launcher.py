@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .arch import DEFAULT_SHARED_BYTES
+from .arch import CLUSTER_PORTABLE, DEFAULT_SHARED_BYTES
 from .diagnostics import KgenError, Problem
 
 BACKENDS = ("ctypes", "bindings")
@@ -195,12 +195,12 @@ class DriverKernel:
                                   fix="the launch asks for more shared memory than this GPU gives a block")
         self._shared = want
 
-    def wide_clusters(self, size: int) -> int:
+    def clusters_at_once(self, size: int) -> int:
         """How many clusters of `size` CTAs run at once on the device, each CTA as large as the function's launch
-        bounds allow (MAX_THREADS_PER_BLOCK; no dynamic shared memory), once the function may launch clusters past
-        the portable size (its non-portable attribute, set here): the driver's cuOccupancyMaxActiveClusters. 0 where
-        the driver refuses either or cannot say: the plan then keeps to portable clusters, so no launch depends on
-        an answer the driver did not give."""
+        bounds allow (MAX_THREADS_PER_BLOCK; no dynamic shared memory): the driver's cuOccupancyMaxActiveClusters,
+        which knows that a cluster runs within one GPC. A size past the portable 8 is first allowed on the function
+        (its non-portable attribute, set here). 0 where the driver refuses either or cannot say: the plan then keeps
+        to portable clusters within the SM count, so no launch depends on an answer the driver did not give."""
         block = self.attribute("MAX_THREADS_PER_BLOCK")
         if not block:
             return 0
@@ -210,7 +210,7 @@ class DriverKernel:
             fn = self._keep[1]
             pushed = int(drv.cuCtxPushCurrent(self._keep[2])[0]) == 0  # the module's context, whatever is current
             attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
-            if int(drv.cuFuncSetAttribute(fn, attr, 1)[0]) != 0:
+            if int(size) > CLUSTER_PORTABLE and int(drv.cuFuncSetAttribute(fn, attr, 1)[0]) != 0:
                 return 0
             cfg = drv.CUlaunchConfig()
             cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = int(size), 1, 1

@@ -349,12 +349,13 @@ def load_compiled(spec: Spec, ck: Any, device_index: int, kabi: KernelAbi = NORM
 
 
 def kernel_facts(kernel: launcher.DriverKernel, abi: KernelAbi, facts: A.DeviceFacts | None) -> A.DeviceFacts | None:
-    """`facts` as the plan of `abi`'s loaded `kernel` reads them, asked once per loaded function: with how many of
-    the wide clusters the kernel takes (KernelAbi.wide_cluster) run at once, the driver's answer for it
-    (kgen.arch.DeviceFacts.wide_clusters); unchanged for a kernel without them or a device without clusters."""
-    if facts is None or not abi.wide_cluster or not facts.clusters:
+    """`facts` as the plan of `abi`'s loaded `kernel` reads them, asked once per loaded function: how many clusters of
+    each size the kernel may take (KernelAbi.cluster_sizes) run at once, the driver's answers for it
+    (kgen.arch.DeviceFacts.cluster_counts); unchanged for a kernel without clusters or a device without them."""
+    if facts is None or not abi.cluster_sizes or not facts.clusters:
         return facts
-    return dataclasses.replace(facts, wide_clusters=kernel.wide_clusters(abi.wide_cluster))
+    counts = tuple((size, kernel.clusters_at_once(size)) for size in abi.cluster_sizes)
+    return dataclasses.replace(facts, cluster_counts=counts)
 
 
 def clear_cache() -> None:

@@ -24,6 +24,8 @@ reader's do through kgen.reader_layout.reader_constants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .arch import CLUSTER_PORTABLE, SM90
 
 TOPK_THREADS = 1024
@@ -51,9 +53,11 @@ TOPK_SHARED_LIMIT = SM90.block_shared_bytes  # sm_90's (and sm_100's) opt-in dyn
 TOPK_CLUSTER_FIXED_BYTES = TOPK_STATE_BYTES + 3 * 4 * TOPK_CLUSTER_BINS + 8 * TOPK_CLUSTER_CANDIDATES
 # the kernel's bound on CTAs per row, a wide cluster: more than the portable 8 (an sm_90 GPC holds up to 16 of these
 # 1024-thread CTAs), launched only where the launch stack set the function's non-portable attribute and the driver
-# said how many such clusters run at once (kgen.arch.DeviceFacts.wide_clusters)
+# said how many such clusters run at once (kgen.arch.DeviceFacts.cluster_counts)
 TOPK_CLUSTER_MAX = 16
 TOPK_CLUSTER_PORTABLE = CLUSTER_PORTABLE
+# the sizes a plan picks from (powers of two): the launch stack asks the driver how many of each run at once
+TOPK_CLUSTER_SIZES = tuple(1 << i for i in range(1, TOPK_CLUSTER_MAX.bit_length()))
 # the fewest keys a CTA of a wide cluster takes. H200, one process, three rounds (bench/results/h200-2026-12-05-s15,
 # call2): 16 CTAs of 16K keys (rows of 256K) cut the top-k 15-17 % against 8 of 32K; 16 of 4K (rows of 64K) cost
 # 2-3 % against 8 of 8K. Rows of 128K (8K a CTA of 16) were not measured.
@@ -106,27 +110,37 @@ def topk_slice(max_seq_len: int, cluster: int) -> int:
 
 
 def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *, clusters: bool = True,
-                 wide_clusters: int = 0) -> int:
+                 at_once: Callable[[int], int | None] | None = None) -> int:
     """CTAs per row: the smallest power of two giving each at most TOPK_SLICE_KEYS keys, at most TOPK_CLUSTER_PORTABLE,
-    halved until the rows' clusters all run at once on the device's `sm_count` SMs (one 1024-thread CTA per SM;
-    a second wave of clusters costs more than the split saves: H200, 32 rows of 64K keys, 55.9 us on clusters of 8
-    against 32.6 on one CTA each, bench/results/topk2-2026-12-03/run1; where they fit, they pay: 64 rows of 64K,
-    27.5 on clusters of 2 against 32.8, bench/results/h200-2026-12-03-s8/callB); 1 (the one-CTA path) for rows of
-    at most TOPK_SLICE_KEYS keys and on a device without `clusters` (before sm_90). A slice past what a block's
-    shared memory holds is read from the row in each pass (topk_shared_bytes), still on the cluster's SMs.
+    halved until the rows' clusters all run at once (one 1024-thread CTA per SM); 1 (the one-CTA path) for rows of at
+    most TOPK_SLICE_KEYS keys and on a device without `clusters` (before sm_90). A second wave of clusters costs more
+    than the split saves (H200, 32 rows of 64K keys, 55.9 us on clusters of 8 against 32.6 on one CTA each,
+    bench/results/topk2-2026-12-03/run1; where they fit, they pay: 64 rows of 64K, 27.5 on clusters of 2 against
+    32.8, bench/results/h200-2026-12-03-s8/callB). How many run at once is `at_once(size)`, the driver's answer for
+    the kernel (kgen.arch.DeviceFacts.clusters_at_once: a cluster fits within one GPC), where it gave one; else
+    `sm_count` // size. A slice past what a block's shared memory holds is read from the row in each pass
+    (topk_shared_bytes), still on the cluster's SMs.
 
     A row of TOPK_CLUSTER_PORTABLE CTAs runs on TOPK_CLUSTER_MAX instead (a wide cluster: SGLang 0.5.23's top-k runs a
-    1 x 64K row on 16 CTAs) where each of them still takes TOPK_WIDE_SLICE_KEYS keys and the device runs every row's
-    wide cluster at once: `wide_clusters` of them (the driver's answer for the kernel, kgen.arch.DeviceFacts)."""
+    1 x 64K row on 16 CTAs) where each of them still takes TOPK_WIDE_SLICE_KEYS keys and the driver said that every
+    row's wide cluster runs at once."""
+    rows = int(rows)
+    told = at_once or (lambda size: None)
+
+    def fits(size: int) -> bool:
+        count = told(size)
+        if count:  # the driver's answer
+            return rows <= count
+        return size <= TOPK_CLUSTER_PORTABLE and (sm_count is None or rows * size <= int(sm_count))
+
     cluster = 1
     while clusters and cluster < TOPK_CLUSTER_PORTABLE and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
         cluster *= 2
-    if (cluster == TOPK_CLUSTER_PORTABLE and int(rows) <= int(wide_clusters)
-            and topk_slice(max_seq_len, TOPK_CLUSTER_MAX) >= TOPK_WIDE_SLICE_KEYS):
+    if (cluster == TOPK_CLUSTER_PORTABLE and told(TOPK_CLUSTER_MAX)
+            and topk_slice(max_seq_len, TOPK_CLUSTER_MAX) >= TOPK_WIDE_SLICE_KEYS and fits(TOPK_CLUSTER_MAX)):
         return TOPK_CLUSTER_MAX
-    if sm_count is not None:
-        while cluster > 1 and int(rows) * cluster > int(sm_count):
-            cluster //= 2
+    while cluster > 1 and not fits(cluster):
+        cluster //= 2
     return cluster
 
 
@@ -143,12 +157,13 @@ def topk_shared_bytes(max_seq_len: int, cluster: int | None = None, shared_limit
 
 
 def topk_grid(rows: int, max_seq_len: int = 0, cluster: int | None = None, sm_count: int | None = None, *,
-              clusters: bool = True, wide_clusters: int = 0) -> tuple[tuple[int, int, int], int]:
+              clusters: bool = True, at_once: Callable[[int], int | None] | None = None
+              ) -> tuple[tuple[int, int, int], int]:
     """((cluster, y, z) blocks, threads per block) of a launch over `rows` query rows: row = y + gridDim.y * z,
-    `cluster` CTAs per row (default: topk_cluster(max_seq_len, rows, sm_count, clusters=, wide_clusters=)); the
-    launch's cluster dimension is (grid.x, 1, 1)."""
+    `cluster` CTAs per row (default: topk_cluster(max_seq_len, rows, sm_count, clusters=, at_once=)); the launch's
+    cluster dimension is (grid.x, 1, 1)."""
     if cluster is None:
-        cluster = topk_cluster(max_seq_len, rows, sm_count, clusters=clusters, wide_clusters=wide_clusters)
+        cluster = topk_cluster(max_seq_len, rows, sm_count, clusters=clusters, at_once=at_once)
     rows = int(rows)
     y = min(rows, TOPK_MAX_GRID_Y)
     z = -(-rows // y) if y else 0

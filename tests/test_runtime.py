@@ -515,19 +515,19 @@ def fake_gpu(monkeypatch, tmp_path):
     runtime.clear_cache()
 
 
-def test_a_loaded_kernel_plans_with_the_drivers_wide_clusters(fake_gpu, monkeypatch):
+def test_a_loaded_kernel_plans_with_the_drivers_cluster_counts(fake_gpu, monkeypatch):
     from kgen import launcher
     from kgen.abi import INDEXER_TOPK
 
     asked = []
-    monkeypatch.setattr(launcher.DriverKernel, "wide_clusters", lambda self, size: asked.append(size) or 7)
+    monkeypatch.setattr(launcher.DriverKernel, "clusters_at_once", lambda self, size: asked.append(size) or 7)
     spec = ops.resolve_spec(f"{FAMILY}::dsv4_indexer_fp8")
     writer = runtime.load(spec)
-    assert asked == [] and writer.device_facts.wide_clusters == 0  # a kernel without wide clusters asks nothing
+    assert asked == [] and writer.device_facts.cluster_counts == ()  # a kernel without clusters asks nothing
     stack, _ = fake_gpu
     stack.params_size = INDEXER_TOPK.size
     topk = runtime.load(spec, kernel="indexer_topk")
-    assert asked == [16] and topk.device_facts.wide_clusters == 7
+    assert asked == [2, 4, 8, 16] and topk.device_facts.clusters_at_once(16) == 7
     logits = torch.zeros(1, 262144)
     args = INDEXER_TOPK.check(spec, {"logits": logits, "seq_lens": torch.tensor([262144], dtype=torch.int32),
                                      "indices": torch.empty(1, 512, dtype=torch.int32)}, require_cuda=False)

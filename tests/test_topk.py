@@ -254,29 +254,56 @@ def test_the_launch_takes_the_devices_sm_count():
     assert INDEXER_TOPK.grid(unplaced)[0] == (8, 64, 1)
 
 
+def _told(**counts: int):
+    """`at_once` of a device whose driver answered `counts` (c2=..., c4=...: clusters of 2, 4 CTAs at once)."""
+    return lambda size: counts.get(f"c{size}")
+
+
 def test_a_row_of_eight_ctas_goes_wide_where_the_device_runs_every_rows_wide_cluster():
     from types import SimpleNamespace
 
     from kgen.arch import DeviceFacts
 
     # 16 CTAs of at least TOPK_WIDE_SLICE_KEYS keys each, where the driver said that many wide clusters run at once
-    assert TP.topk_cluster(131072, 1, 132, wide_clusters=7) == 16
-    assert TP.topk_cluster(262144, 7, 132, wide_clusters=7) == 16
-    assert TP.topk_cluster(262144, 8, 132, wide_clusters=7) == 8  # one row too many: portable clusters
-    assert TP.topk_cluster(262144, 1, 132) == 8  # the driver was not asked, or said none
-    assert TP.topk_cluster(131000, 1, 132, wide_clusters=7) == 8  # 8188 keys a CTA of 16: too few
-    assert TP.topk_cluster(65536, 1, 132, wide_clusters=7) == 8  # 4K a CTA of 16: measured slower than 8 of 8K
-    assert TP.topk_cluster(32768, 1, 132, wide_clusters=7) == 4  # not a row of 8
-    assert TP.topk_cluster(65536, 1, 132, clusters=False, wide_clusters=7) == 1
-    assert INDEXER_TOPK.wide_cluster == TP.TOPK_CLUSTER_MAX == 16
-    h200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0, capability=90, wide_clusters=7)
+    wide = _told(c16=7)
+    assert TP.topk_cluster(131072, 1, 132, at_once=wide) == 16
+    assert TP.topk_cluster(262144, 7, 132, at_once=wide) == 16
+    assert TP.topk_cluster(262144, 8, 132, at_once=wide) == 8  # one row too many: portable clusters
+    assert TP.topk_cluster(262144, 1, 132) == 8  # the driver was not asked
+    assert TP.topk_cluster(262144, 1, 132, at_once=_told(c16=0)) == 8  # or said none
+    assert TP.topk_cluster(131000, 1, 132, at_once=wide) == 8  # 8188 keys a CTA of 16: too few
+    assert TP.topk_cluster(65536, 1, 132, at_once=wide) == 8  # 4K a CTA of 16: measured slower than 8 of 8K
+    assert TP.topk_cluster(32768, 1, 132, at_once=wide) == 4  # not a row of 8
+    assert TP.topk_cluster(65536, 1, 132, clusters=False, at_once=wide) == 1
+    assert INDEXER_TOPK.cluster_sizes == TP.TOPK_CLUSTER_SIZES == (2, 4, 8, 16)
+    h200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0, capability=90, cluster_counts=((16, 7),))
     a = SimpleNamespace(dims={"rows": 2, "max_seq_len": 262144}, device=h200)
     assert INDEXER_TOPK.grid(a)[0] == (16, 2, 1)
     assert INDEXER_TOPK.shared_bytes(a) == TP.TOPK_CLUSTER_FIXED_BYTES + 4 * 16384  # 16K keys a CTA, held
 
 
+def test_clusters_are_halved_until_the_drivers_count_of_them_runs_at_once():
+    from types import SimpleNamespace
+
+    from kgen.arch import DeviceFacts
+
+    # a cluster runs within one GPC: 33 clusters of 4 by the SM count, fewer where the GPCs' sizes leave SMs over
+    gpcs = _told(c2=66, c4=30, c8=15)
+    assert TP.topk_cluster(65536, 30, 132, at_once=gpcs) == 4
+    assert TP.topk_cluster(65536, 32, 132) == 4  # by the SM count, 128 of 132 SMs: one wave
+    assert TP.topk_cluster(65536, 32, 132, at_once=gpcs) == 2  # by the driver's, 32 clusters of 4 are two waves
+    assert TP.topk_cluster(262144, 15, 132, at_once=gpcs) == 8
+    assert TP.topk_cluster(262144, 16, 132, at_once=gpcs) == 4  # 16 clusters of 8 fit 132 SMs, not its GPCs
+    assert TP.topk_cluster(262144, 67, 132, at_once=gpcs) == 1
+    assert TP.topk_cluster(65536, 32, 132, at_once=_told(c4=0)) == 4  # no answer for 4: the SM count decides
+    facts = DeviceFacts(index=0, sm_count=132, l2_bytes=0, capability=90, cluster_counts=((4, 30), (2, 66)))
+    assert facts.clusters_at_once(4) == 30 and facts.clusters_at_once(8) is None
+    a = SimpleNamespace(dims={"rows": 32, "max_seq_len": 65536}, device=facts)
+    assert INDEXER_TOPK.grid(a)[0] == (2, 32, 1)
+    assert INDEXER_TOPK.shared_bytes(a) == TP.topk_shared_bytes(65536, 2)
+
 class _Driver:
-    """The calls DriverKernel.wide_clusters makes of cuda.bindings' driver, recorded."""
+    """The calls DriverKernel.clusters_at_once makes of cuda.bindings' driver, recorded."""
 
     class CUfunction_attribute:  # noqa: N801 - the driver's names
         CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = "max threads"
@@ -323,24 +350,27 @@ class _Driver:
         return 0, self.answer
 
 
-def test_the_driver_says_how_many_wide_clusters_run(monkeypatch):
+def test_the_driver_says_how_many_clusters_run(monkeypatch):
     from kgen import launcher
 
     kernel = launcher.DriverKernel(0, 0xF0, None, ("module", "fn", "ctx"))
     drv = _Driver()
     monkeypatch.setattr(launcher, "driver", lambda: drv)
-    assert kernel.wide_clusters(16) == 7
-    # the size allowed on the function first, then asked for with a CTA of its launch bounds, in its context
+    assert kernel.clusters_at_once(16) == 7
+    # a wide size allowed on the function first, then asked for with a CTA of its launch bounds, in its context
     assert drv.calls == [("push", "ctx"), ("set", "fn", "non-portable", 1),
                          ("occupancy", "fn", (16, 1, 1), (1024, 1, 1), 0, "cluster dimension", (16, 1, 1)), ("pop",)]
-    # a refusal or a failing call is no wide cluster, never an error
+    drv.calls.clear()
+    assert kernel.clusters_at_once(4) == 7  # a portable size: asked, nothing set
+    assert [c[0] for c in drv.calls] == ["push", "occupancy", "pop"] and drv.calls[1][-1] == (4, 1, 1)
+    # a refusal or a failing call is no answer (0), never an error
     drv = _Driver(refuse=True)
     monkeypatch.setattr(launcher, "driver", lambda: drv)
-    assert kernel.wide_clusters(16) == 0 and not [c for c in drv.calls if c[0] == "occupancy"]
+    assert kernel.clusters_at_once(16) == 0 and not [c for c in drv.calls if c[0] == "occupancy"]
     assert drv.calls[-1] == ("pop",)
     drv = _Driver(answer=RuntimeError("no such call"))
     monkeypatch.setattr(launcher, "driver", lambda: drv)
-    assert kernel.wide_clusters(16) == 0 and drv.calls[-1] == ("pop",)
+    assert kernel.clusters_at_once(8) == 0 and drv.calls[-1] == ("pop",)
 
 
 @pytest.mark.parametrize("cc", sorted(CAPACITY))

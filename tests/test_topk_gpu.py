@@ -129,8 +129,9 @@ def test_long_rows_run_on_wide_clusters_where_the_driver_says_they_fit(rows, wid
     bad, _, _ = _select_case(x, lens, 1, 512)
     assert bad == []
     op = _op(FP8)
-    wide = op.kernels[torch.cuda.current_device()]["facts"].wide_clusters  # the driver's answer for the kernel
-    print(f"clusters of {TP.TOPK_CLUSTER_MAX} CTAs that run at once: {wide}")
+    facts = op.kernels[torch.cuda.current_device()]["facts"]  # the driver's answers for the kernel
+    print(f"clusters of (CTAs, that run at once): {facts.cluster_counts} on {facts.sm_count} SMs")
+    wide = facts.clusters_at_once(TP.TOPK_CLUSTER_MAX)
     want = TP.TOPK_CLUSTER_MAX if wide >= rows else TP.TOPK_CLUSTER_PORTABLE
     grids = {entry[1] for entry in op._shapes.values()}  # every shape's launch grid so far
     assert (want, rows, 1) in grids, (want, sorted(g for g in grids if g))
