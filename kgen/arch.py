@@ -91,7 +91,8 @@ class DeviceFacts:
     capability: int  # major * 10 + minor: what one block may hold (CAPACITY), whether clusters exist
     # (CTAs a cluster, how many such clusters run at once) for the kernel being planned, as the driver answered for
     # its function (KernelAbi.cluster_sizes; kgen.launcher.DriverKernel.clusters_at_once): a cluster must fit in
-    # one GPC, so SMs / size can overstate it. Empty: not asked
+    # one GPC, so SMs / size can overstate it (H200: 30 clusters of four one-per-SM CTAs, 15 of eight; not 33 and 16).
+    # Empty: not asked
     cluster_counts: tuple[tuple[int, int], ...] = ()
 
     @property

@@ -118,8 +118,9 @@ def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *
     bench/results/topk2-2026-12-03/run1; where they fit, they pay: 64 rows of 64K, 27.5 on clusters of 2 against
     32.8, bench/results/h200-2026-12-03-s8/callB). How many run at once is `at_once(size)`, the driver's answer for
     the kernel (kgen.arch.DeviceFacts.clusters_at_once: a cluster fits within one GPC), where it gave one; else
-    `sm_count` // size. A slice past what a block's shared memory holds is read from the row in each pass
-    (topk_shared_bytes), still on the cluster's SMs.
+    `sm_count` // size (H200: 30 clusters of 4, not 33; 16 rows of 64K keys 12.7 us on clusters of 4 against 19.2
+    on 8, 32 rows 18.3 on 2 against 23.2 on 4, bench/results/h200-2026-12-05-s17). A slice past what a block's
+    shared memory holds is read from the row in each pass (topk_shared_bytes), still on the cluster's SMs.
 
     A row of TOPK_CLUSTER_PORTABLE CTAs runs on TOPK_CLUSTER_MAX instead (a wide cluster: SGLang 0.5.23's top-k runs a
     1 x 64K row on 16 CTAs) where each of them still takes TOPK_WIDE_SLICE_KEYS keys and the driver said that every
