@@ -198,6 +198,9 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
     e: dict[str, Any] = {"variant": spec.name, "store": spec.store.dtype, "batch": batch, "keys": keys,
                          "lengths": dist, "next_n": next_n, "k": k, "rows": int(vis.numel()), "max_seq_len": msl,
                          "total_keys": sum(lens)}
+    grid = getattr(select, "grid", None)  # as planned for this device (kgen.topk_plan.topk_cluster)
+    if grid:
+        e["topk_cluster"] = int(grid[0])
     rows: dict[str, Any] = {"kgen": fused, "kgen_select": select, "torch.topk": lambda: torch.topk(logits, kk, dim=1),
                             "kgen_reader+torch.topk": lambda: (reader(), torch.topk(logits, kk, dim=1))}
     absent: dict[str, str] = {}

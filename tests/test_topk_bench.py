@@ -249,6 +249,24 @@ def test_ragged_rows_sglang_reads_a_reader_of_aligned_rows_in_place(cpu_rows, fp
     assert e["check_sglang"]["rows_checked"] == 4 and e["check_sglang"]["rows_differing_beyond_ties"] == 0
 
 
+def test_the_top_k_cluster_of_the_launch_is_recorded(cpu_rows, fp8, monkeypatch):
+    from kgen.ops import topk as T
+
+    e, _ = _case(fp8, 2, 4096, "equal", 1, 512)
+    assert "topk_cluster" not in e  # a launcher that says no grid (the CPU stand-in): nothing claimed
+    select = T.prepare_select
+
+    def planned(*a):
+        launch, out = select(*a)
+        recorded = lambda: launch()  # noqa: E731
+        recorded.grid = (4, a[1].shape[0], 1)
+        return recorded, out
+
+    monkeypatch.setattr(T, "prepare_select", planned)
+    e, _ = _case(fp8, 2, 4096, "equal", 1, 512)
+    assert e["topk_cluster"] == 4
+
+
 def test_a_row_failing_its_first_call_is_absent_not_fatal(cpu_rows, fp8):
     e, _ = _case(fp8, 2, 4096, "equal", 1, 512, sglang=FakeSGLang(launch_fails=True), dg=FakeDeepGEMM(cpu_rows))
     _every_row_said(e)

@@ -262,11 +262,16 @@ class KernelOp:
 
     def prepared(self, *tensors, tune: dict[str, int] | None = None) -> Callable[[], None]:
         """Check once, load, pack once: `run()` launches the same arguments on torch's current stream
-        (the raw launcher: benchmarks, CUDA-graph capture); `tune` as in `_plan`."""
+        (the raw launcher: benchmarks, CUDA-graph capture); `tune` as in `_plan`. `run.grid` is the launch's
+        (x, y, z) blocks as planned for the device (a benchmark records it), None where nothing launches."""
         args, entry = self._plan(tensors, tune)
         run, grid, shared = entry[0], entry[1], entry[2]
         if grid is None:
-            return lambda: None
+            def launch_nothing() -> None:
+                pass
+
+            launch_nothing.grid = None  # type: ignore[attr-defined]
+            return launch_nothing
         dev = args.device.index if args.device else 0
         values = args.values(encode=encode_map)
         stream = _raw_stream
@@ -275,6 +280,7 @@ class KernelOp:
             _ = args  # keeps the tensors alive as long as the launcher
             run(grid, shared, stream(dev), *values)
 
+        launch_prepared.grid = tuple(grid)  # type: ignore[attr-defined]
         return launch_prepared
 
     # ---- CPU and fake ------------------------------------------------------------------------
