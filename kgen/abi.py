@@ -685,8 +685,9 @@ INDEXER_LOGITS = KernelAbi(
 
 
 def _topk_grid(a) -> tuple[tuple[int, int, int], int]:
-    """The top-k launch on the device the arguments were checked for: its clusters within its SMs, wide ones where
-    the driver said they run, none before sm_90 (no device: arguments checked for no GPU, the plan's sm_90 limits)."""
+    """The top-k launch on the device the arguments were checked for: its clusters no more than the driver said run
+    at once (the SMs' count where it gave none), none before sm_90 (no device: arguments checked for no GPU, the
+    plan's sm_90 limits)."""
     d = a.device
     limits = {} if d is None else {"sm_count": d.sm_count, "clusters": d.clusters, "at_once": d.clusters_at_once}
     return topk_grid(int(a.dims["rows"]), int(a.dims["max_seq_len"]), **limits)
