@@ -137,8 +137,8 @@ def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *
     cluster = 1
     while clusters and cluster < TOPK_CLUSTER_PORTABLE and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
         cluster *= 2
-    if (cluster == TOPK_CLUSTER_PORTABLE and told(TOPK_CLUSTER_MAX)
-            and topk_slice(max_seq_len, TOPK_CLUSTER_MAX) >= TOPK_WIDE_SLICE_KEYS and fits(TOPK_CLUSTER_MAX)):
+    if (cluster == TOPK_CLUSTER_PORTABLE and topk_slice(max_seq_len, TOPK_CLUSTER_MAX) >= TOPK_WIDE_SLICE_KEYS
+            and fits(TOPK_CLUSTER_MAX)):  # a wide size fits only by the driver's answer
         return TOPK_CLUSTER_MAX
     while cluster > 1 and not fits(cluster):
         cluster //= 2

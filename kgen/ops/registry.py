@@ -267,20 +267,18 @@ class KernelOp:
         args, entry = self._plan(tensors, tune)
         run, grid, shared = entry[0], entry[1], entry[2]
         if grid is None:
-            def launch_nothing() -> None:
+            def launch_prepared() -> None:
                 pass
+        else:
+            dev = args.device.index if args.device else 0
+            values = args.values(encode=encode_map)
+            stream = _raw_stream
 
-            launch_nothing.grid = None  # type: ignore[attr-defined]
-            return launch_nothing
-        dev = args.device.index if args.device else 0
-        values = args.values(encode=encode_map)
-        stream = _raw_stream
+            def launch_prepared() -> None:
+                _ = args  # keeps the tensors alive as long as the launcher
+                run(grid, shared, stream(dev), *values)
 
-        def launch_prepared() -> None:
-            _ = args  # keeps the tensors alive as long as the launcher
-            run(grid, shared, stream(dev), *values)
-
-        launch_prepared.grid = tuple(grid)  # type: ignore[attr-defined]
+        launch_prepared.grid = None if grid is None else tuple(grid)  # type: ignore[attr-defined]
         return launch_prepared
 
     # ---- CPU and fake ------------------------------------------------------------------------

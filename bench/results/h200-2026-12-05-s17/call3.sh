@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# call3 of session 17: call1 and call2 in one call of one round each (device machines were scarce this session:
-# six starts refused). Trees as in call1 (base = main efdd6c4, head = branch s17).
+# call3 of session 17 (calls 1 and 2, two rounds each, were drafted and dropped: device machines were scarce this
+# session). Trees: base = main efdd6c4 (`git archive main kgen templates specs scripts` in .xfer/base), head = branch
+# s17: session 16's fp4-cvt merged with main, and the top-k's clusters sized by the driver's count (topk-fit).
 # 1. GPU tests in head: the fp4 reader's and the top-k's (the driver's cluster counts printed);
 # 2. fp4_ring.py, the shipped ring, base then head;
 # 3. the top-k at B 16-64 x 64K and 256K keys, k 512, fp8, DeepGEMM's logits and SGLang's top-k beside, head then
