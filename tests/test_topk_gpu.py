@@ -116,6 +116,34 @@ def test_slices_past_a_blocks_shared_memory_are_read_from_the_row(kind):
         assert bad == [], (kind, k, bad[:4])
 
 
+def test_rows_past_the_drivers_count_of_clusters_run_on_smaller_ones():
+    import torch
+
+    from kgen import topk_plan as TP
+    from kgen.ops.topk import _op, prepare_select
+
+    width = 65536  # clusters of 8 by the keys, halved to what runs at once
+    x = torch.randn(1, width)
+    lens = torch.full((1,), width, dtype=torch.int32)
+    assert _select_case(x, lens, 1, 512)[0] == []  # loads the kernel: its facts hold the driver's answers
+    facts = _op(FP8).kernels[torch.cuda.current_device()]["facts"]
+    fours = facts.clusters_at_once(4)
+    assert fours and facts.clusters_at_once(2)  # the driver answered for the portable sizes
+    rows = fours + 1  # one row more than clusters of 4 run at once: smaller clusters, all at once
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, width, generator=g)
+    lens = torch.randint(width // 2, width + 1, (rows,), generator=g, dtype=torch.int32)
+    lens[0] = width
+    bad, _, _ = _select_case(x, lens, 1, 512)
+    assert bad == []
+    want = TP.topk_cluster(width, rows, facts.sm_count, at_once=facts.clusters_at_once)
+    assert want < 4 and (want == 1 or rows <= facts.clusters_at_once(want))
+    grids = {entry[1] for entry in _op(FP8)._shapes.values()}
+    assert (want, rows, 1) in grids, (want, sorted(g for g in grids if g))
+    launch, _ = prepare_select(FP8, x.cuda(), lens.cuda(), 512)  # the benchmarks' launcher says the same grid
+    assert launch.grid == (want, rows, 1)
+
+
 @pytest.mark.parametrize("rows, width", [(1, 131072), (2, 262144)])
 def test_long_rows_run_on_wide_clusters_where_the_driver_says_they_fit(rows, width):
     import torch
