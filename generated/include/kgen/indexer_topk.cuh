@@ -132,6 +132,42 @@ __host__ __device__ constexpr bool coarse_floors_invert() {
   return true;
 }
 
+// coarse_bin(order_key(f)) from the bits `u` of f + 0 (so that -0 is +0) without the order key: the magnitude's
+// code, mirrored below kCodes for a negative value, every NaN (of either sign) in the top bin. A histogram pass that
+// needs no key saves order_key's sign flip and coarse_bin's undoing of it (coarse_bins_agree checks the two agree).
+template <class C>
+__host__ __device__ __forceinline__ constexpr uint32_t value_bin(uint32_t u) {
+  constexpr int kMantissa{C::kTopkCoarseMantissaBits};
+  constexpr int kCodes = 1 << (C::kTopkCoarseBits - 1);
+  constexpr int kLow = (127 + C::kTopkCoarseLowExponent) << kMantissa;
+  constexpr uint32_t kInf = 0x7f800000u;  // the magnitude bits of inf; a NaN's are above
+  const uint32_t magnitude = u & ~kSignBit;
+  const bool negative = (u & kSignBit) != 0 && magnitude <= kInf;
+  const int unclamped = static_cast<int>(magnitude >> (23 - kMantissa)) - kLow;
+  const int code = unclamped < 0 ? 0 : (unclamped > kCodes - 1 ? kCodes - 1 : unclamped);
+  return static_cast<uint32_t>(negative ? kCodes - 1 - code : kCodes + code);
+}
+
+// value_bin agrees with coarse_bin(order_key(.)): on both sides of every bin's floor (the bits of the value whose
+// order key that is; both maps are monotone in the key, so agreeing at every step they agree everywhere), at -inf,
+// +inf, +0 and on NaNs of both signs (checked at compile time for every bin of the config)
+template <class C>
+__host__ __device__ constexpr bool coarse_bins_agree() {
+  constexpr uint32_t kBins = 1u << C::kTopkCoarseBits;
+  // the value bits of a (non-NaN) order key: order_key's inverse
+  const auto bits = [](uint32_t key) { return (key & kSignBit) != 0 ? key & ~kSignBit : ~key; };
+  for (uint32_t b = 1; b < kBins; ++b) {
+    const uint32_t f = coarse_floor<C>(b);
+    if (value_bin<C>(bits(f)) != b || value_bin<C>(bits(f - 1u)) != b - 1) return false;
+  }
+  const uint32_t nans[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0xffffffffu};
+  for (uint32_t u : nans) {
+    if (value_bin<C>(u) != kBins - 1) return false;
+  }
+  return value_bin<C>(0xff800000u) == coarse_bin<C>(0x007fffffu) && value_bin<C>(0x7f800000u) == kBins - 1 &&
+         value_bin<C>(0u) == coarse_bin<C>(kSignBit);
+}
+
 // The keys of coarse bin `bin`: [lo, hi], every key above hi in a higher bin
 struct KeyRange {
   uint32_t lo, hi;
@@ -225,19 +261,26 @@ __device__ __forceinline__ int warp_suffix_sum(int v) {
 
 // The threshold bin of `hist[0, bins)` for the `need` largest (1 <= need <= sum): the bin d with
 // sum(hist[d + 1:]) < need <= sum(hist[d:]); `sh.above` = sum(hist[d + 1:]), `sh.equal` = hist[d]. Block-wide:
-// every thread calls it after the histogram is complete; on return every thread may read sh.
-template <int Threads>
+// every thread calls it after the histogram is complete; on return every thread may read sh. Thread t scans the
+// bins [t p, (t + 1) p), p = ceil(bins / Threads): `Per` where the caller knows it at compile time (the loops
+// unrolled, no trip count to compute), else 0.
+template <int Threads, int Per = 0>
 __device__ __forceinline__ void find_threshold(const int* hist, int bins, int need, Shared& sh) {
-  const int per = (bins + Threads - 1) / Threads;
+  const int per = Per > 0 ? Per : (bins + Threads - 1) / Threads;
   const int lo = min(bins, static_cast<int>(threadIdx.x) * per), hi = min(bins, lo + per);
   int local = 0;
-  for (int b = lo; b < hi; ++b) local += hist[b];
+  if constexpr (Per > 0) {
+#pragma unroll
+    for (int i = 0; i < Per; ++i) local += lo + i < hi ? hist[lo + i] : 0;
+  } else {
+    for (int b = lo; b < hi; ++b) local += hist[b];
+  }
   const int suffix = warp_suffix_sum<32>(local);
   const int warp = static_cast<int>(threadIdx.x >> 5);
   if (lane_id() == 0) sh.warp_sum[warp] = suffix;
   __syncthreads();
   int run = suffix - local + warp_sums<Threads>(sh, warp + 1, Threads / 32);
-  for (int b = hi - 1; b >= lo; --b) {
+  const auto visit = [&](int b) {
     const int h = hist[b];
     if (run < need && run + h >= need) {
       sh.digit = b;
@@ -245,6 +288,14 @@ __device__ __forceinline__ void find_threshold(const int* hist, int bins, int ne
       sh.equal = h;
     }
     run += h;
+  };
+  if constexpr (Per > 0) {
+#pragma unroll
+    for (int i = Per - 1; i >= 0; --i) {
+      if (lo + i < hi) visit(lo + i);
+    }
+  } else {
+    for (int b = hi - 1; b >= lo; --b) visit(b);
   }
   __syncthreads();
 }
@@ -484,14 +535,14 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
   clear<T>(hist, 1 << kBits);
   if (threadIdx.x == 0) sh.emitted = sh.collected = 0;
   __syncthreads();
-  for_each_key<T, kUnroll>(x, L, [&](const bool* v, int, const uint32_t* key, bool) {
+  for_each_value<T, kUnroll>(x, L, [&](const bool* v, int, const float* value, bool) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      if (v[c]) atomicAdd(&hist[coarse_bin<C>(key[c])], 1);
+      if (v[c]) atomicAdd(&hist[value_bin<C>(__float_as_uint(__fadd_rn(value[c], 0.0f)))], 1);
     }
   });
   __syncthreads();
-  find_threshold<T>(hist, 1 << kBits, k, sh);
+  find_threshold<T, ((1 << kBits) + T - 1) / T>(hist, 1 << kBits, k, sh);
   const KeyRange bin = coarse_range<C>(static_cast<uint32_t>(sh.digit));
   const int above = sh.above, eq = sh.equal;
   if (eq > static_cast<int>(C::kTopkCandidates)) return false;
@@ -593,12 +644,12 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   clear<T>(coarse, 1 << kCoarse);
   if (t == 0) sh.emitted = sh.collected = sh.mine_out = sh.mine_in = 0;  // rank 0's are the row's counters
   __syncthreads();
-  for_each_key<T, kUnroll>(slice, n, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
+  for_each_value<T, kUnroll>(slice, n, [&](const bool* v, int first, const float* value, bool contiguous) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       if (v[c]) {
-        if (keys != nullptr) keys[contiguous ? first + c : first] = key[c];
-        atomicAdd(&coarse[coarse_bin<C>(key[c])], 1);
+        if (keys != nullptr) keys[contiguous ? first + c : first] = order_key(value[c]);
+        atomicAdd(&coarse[value_bin<C>(__float_as_uint(__fadd_rn(value[c], 0.0f)))], 1);
       }
     }
   });
@@ -714,6 +765,7 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
                 "rank_select: a thread per candidate, their words in a histogram's memory");
   static_assert(sizeof(topk::Shared) <= C::kTopkStateBytes && C::kTopkStateBytes % 16 == 0, "the state's bytes");
   static_assert(topk::coarse_floors_invert<C>(), "coarse_floor is the lowest key of each coarse bin");
+  static_assert(topk::coarse_bins_agree<C>(), "value_bin is coarse_bin of the order key");
   static_assert(C::kTopkSharedBytes == C::kTopkStateBytes + 4 * C::kTopkBins + 8 * C::kTopkCandidates,
                 "kgen/topk_plan.py's bytes");
   KGEN_DYNAMIC_SMEM(topk_smem);
@@ -758,7 +810,7 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
     }
   });
   __syncthreads();
-  topk::find_threshold<T>(hist, 1 << kFirst, k, sh);
+  topk::find_threshold<T, ((1 << kFirst) + T - 1) / T>(hist, 1 << kFirst, k, sh);
   uint32_t prefix = static_cast<uint32_t>(sh.digit) << (32 - kFirst);
   int before = 32, shift = 32 - kFirst;  // digits above `before` were decided by earlier reads
   int need = k - sh.above, eq = sh.equal;
