@@ -19,7 +19,10 @@
 #                              becomes $R/NAME_<tree>_<round>.json, the log $R/NAME_<tree>_<round>.log
 #   topk_ab ROUNDS TREES -- ARGS...
 #                              ab of scripts/topk_shapes.py ARGS (NAME topk, 110 s a run)
-#   pack NAME                  $R into $OUT/NAME.tgz (the files that come back)
+#   snap NAME                  $R as it stands into $OUT/NAME.tgz: a call the device time cuts short still returns
+#                              what its steps before the last snap wrote (the machine's lease ends a call at the
+#                              session's device time left, which can be less than the call's timeout)
+#   pack NAME                  snap NAME, then $R removed (the call's last step)
 # Results go under $R.
 ROOT=$PWD
 [ -d .peers ] || tar -xJf .xfer/pk/peers.tar.xz
@@ -66,4 +69,5 @@ topk_ab() {
   shift 3  # ROUNDS TREES --
   ab "$rounds" "$trees" topk 110 -- python3 "$ROOT/scripts/topk_shapes.py" --json {out} "$@"
 }
-pack() { tar -czf "$OUT/$1.tgz" -C "$OUT" r && rm -rf "$R"; }
+snap() { tar -czf "$OUT/$1.tgz" -C "$OUT" r; }
+pack() { snap "$1" && rm -rf "$R"; }
