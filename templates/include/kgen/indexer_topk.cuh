@@ -2,8 +2,9 @@
 //
 // One CTA per row r = b * next_n + j of the reader's fp32 logits [B * next_n, max_seq_len]. The row sees its
 // first L = clamp(seq_lens[b] - next_n + 1 + j, 0, max_seq_len) keys (kgen.score's visibility rule). Each
-// logit maps to an order-preserving uint32 (larger float -> larger key; -0 and +0 one key) and that key to a coarse
-// bin (coarse_bin: the sign, the octave within a window and the top mantissa bits; a monotone map):
+// logit maps to an order-preserving uint32 (larger float -> larger key; -0 and +0 one key) and to a coarse bin
+// (coarse_bin of the key, coarse_bin_of of the value: the sign, the octave within a window and the top mantissa
+// bits; a monotone map):
 //   * a read of the row builds the coarse bins' shared-memory histogram; a suffix scan finds the threshold bin
 //     (fewer than k keys above it, at least k in it and above);
 //   * when that bin holds at most kTopkCandidates keys (every row of at most kTopkCandidates keys), a second
@@ -146,6 +147,12 @@ __host__ __device__ __forceinline__ constexpr uint32_t value_bin(uint32_t u) {
   const int unclamped = static_cast<int>(magnitude >> (23 - kMantissa)) - kLow;
   const int code = unclamped < 0 ? 0 : (unclamped > kCodes - 1 ? kCodes - 1 : unclamped);
   return static_cast<uint32_t>(negative ? kCodes - 1 - code : kCodes + code);
+}
+
+// the coarse bin of a value, as coarse_bin(order_key(f)) (-0 folded into +0 by the same addition)
+template <class C>
+__device__ __forceinline__ uint32_t coarse_bin_of(float f) {
+  return value_bin<C>(__float_as_uint(__fadd_rn(f, 0.0f)));
 }
 
 // value_bin agrees with coarse_bin(order_key(.)): on both sides of every bin's floor (the bits of the value whose
@@ -538,7 +545,7 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
   for_each_value<T, kUnroll>(x, L, [&](const bool* v, int, const float* value, bool) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      if (v[c]) atomicAdd(&hist[value_bin<C>(__float_as_uint(__fadd_rn(value[c], 0.0f)))], 1);
+      if (v[c]) atomicAdd(&hist[coarse_bin_of<C>(value[c])], 1);
     }
   });
   __syncthreads();
@@ -649,7 +656,7 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
     for (int c = 0; c < 4; ++c) {
       if (v[c]) {
         if (keys != nullptr) keys[contiguous ? first + c : first] = order_key(value[c]);
-        atomicAdd(&coarse[value_bin<C>(__float_as_uint(__fadd_rn(value[c], 0.0f)))], 1);
+        atomicAdd(&coarse[coarse_bin_of<C>(value[c])], 1);
       }
     }
   });
