@@ -270,7 +270,7 @@ __device__ __forceinline__ int warp_suffix_sum(int v) {
 // sum(hist[d + 1:]) < need <= sum(hist[d:]); `sh.above` = sum(hist[d + 1:]), `sh.equal` = hist[d]. Block-wide:
 // every thread calls it after the histogram is complete; on return every thread may read sh. Thread t scans the
 // bins [t p, (t + 1) p), p = ceil(bins / Threads): `Per` where the caller knows it at compile time (the loops
-// unrolled, no trip count to compute), else 0.
+// unrolled, no trip count to compute: find_threshold_of), else 0.
 template <int Threads, int Per = 0>
 __device__ __forceinline__ void find_threshold(const int* hist, int bins, int need, Shared& sh) {
   const int per = Per > 0 ? Per : (bins + Threads - 1) / Threads;
@@ -305,6 +305,12 @@ __device__ __forceinline__ void find_threshold(const int* hist, int bins, int ne
     for (int b = hi - 1; b >= lo; --b) visit(b);
   }
   __syncthreads();
+}
+
+// find_threshold over a histogram of Bins counters, a number known at compile time
+template <int Threads, int Bins>
+__device__ __forceinline__ void find_threshold_of(const int* hist, int need, Shared& sh) {
+  find_threshold<Threads, (Bins + Threads - 1) / Threads>(hist, Bins, need, sh);
 }
 
 template <int Threads>
@@ -549,7 +555,7 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
     }
   });
   __syncthreads();
-  find_threshold<T, ((1 << kBits) + T - 1) / T>(hist, 1 << kBits, k, sh);
+  find_threshold_of<T, 1 << kBits>(hist, k, sh);
   const KeyRange bin = coarse_range<C>(static_cast<uint32_t>(sh.digit));
   const int above = sh.above, eq = sh.equal;
   if (eq > static_cast<int>(C::kTopkCandidates)) return false;
@@ -817,7 +823,7 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
     }
   });
   __syncthreads();
-  topk::find_threshold<T, ((1 << kFirst) + T - 1) / T>(hist, 1 << kFirst, k, sh);
+  topk::find_threshold_of<T, 1 << kFirst>(hist, k, sh);
   uint32_t prefix = static_cast<uint32_t>(sh.digit) << (32 - kFirst);
   int before = 32, shift = 32 - kFirst;  // digits above `before` were decided by earlier reads
   int need = k - sh.above, eq = sh.equal;
