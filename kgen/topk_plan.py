@@ -147,7 +147,7 @@ def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *
 
 def topk_shared_bytes(max_seq_len: int, cluster: int | None = None, shared_limit: int = TOPK_SHARED_LIMIT) -> int:
     """Dynamic shared memory of a launch: the one-CTA path's, or the cluster path's: the state, three histograms
-    (two a digit's and the merged one), rank 0's coarse candidates, then the slice's keys where they fit
+    (two a digit's and the merged one), rank 0's coarse candidates, then the slice's values where they fit
     `shared_limit` (the kernel keeps a row's slice in shared memory exactly when the launch has room for it)."""
     cluster = topk_cluster(max_seq_len) if cluster is None else int(cluster)
     if cluster <= 1:

@@ -107,9 +107,9 @@ __host__ __device__ __forceinline__ constexpr uint32_t coarse_bin(uint32_t key) 
 }
 
 // The smallest order key whose coarse bin is `bin` (in [0, 2 kCodes)), so that a threshold bin is a range of keys
-// and a read compares keys with its ends instead of binning them again. A non-negative value's code c starts at
-// magnitude (c + low) << s (code 0 at zero); a negative value's key falls as its magnitude grows (the key is
-// ~(sign | magnitude)), so its bin starts at the key of its code's largest magnitude (bin 0 at key 0).
+// and a read compares values with its ends (coarse_values) instead of binning them again. A non-negative value's
+// code c starts at magnitude (c + low) << s (code 0 at zero); a negative value's key falls as its magnitude grows
+// (the key is ~(sign | magnitude)), so its bin starts at the key of its code's largest magnitude (bin 0 at key 0).
 template <class C>
 __host__ __device__ __forceinline__ constexpr uint32_t coarse_floor(uint32_t bin) {
   constexpr uint32_t kCodes = 1u << (C::kTopkCoarseBits - 1);
@@ -183,6 +183,31 @@ template <class C>
 __device__ __forceinline__ KeyRange coarse_range(uint32_t bin) {
   constexpr uint32_t kBins = 1u << C::kTopkCoarseBits;
   return {coarse_floor<C>(bin), bin + 1 < kBins ? coarse_floor<C>(bin + 1) - 1u : 0xffffffffu};
+}
+
+// The float t with order_key(f) >= key exactly when !(f <= t), for every f (a NaN f or t makes the test true): the
+// value of the largest key below `key` that order_key gives. Below key 0 there is none (t NaN: every f passes); -0
+// has +0's key, so below +0's key lies -denorm_min's, not -0's; between +inf's key and the NaNs' there is no value
+// (t = +inf: only NaNs pass). A read of values tests them against a range of keys without building their keys.
+__device__ __forceinline__ float key_floor_value(uint32_t key) {
+  constexpr uint32_t kInfKey = 0xff800000u;  // order_key(+inf)
+  if (key == 0u) return __uint_as_float(0x7fffffffu);
+  uint32_t below = key - 1u < kInfKey ? key - 1u : kInfKey;
+  below = below == ~kSignBit ? below - 1u : below;
+  return __uint_as_float((below & kSignBit) != 0 ? below & ~kSignBit : ~below);
+}
+
+// A coarse bin as a read of values tests it: order_key(f) >= lo exactly when !(f <= from), order_key(f) > hi exactly
+// when !top && !(f <= past) (the top bin has no key above it). Two float compares a value where the keys' test
+// built each key first (an add, a NaN test and a sign flip).
+struct ValueRange {
+  float from, past;
+  bool top;
+};
+template <class C>
+__device__ __forceinline__ ValueRange coarse_values(uint32_t bin) {
+  const KeyRange keys = coarse_range<C>(bin);
+  return {key_floor_value(keys.lo), key_floor_value(keys.hi + 1u), keys.hi == 0xffffffffu};
 }
 
 // `key >> shift` for shift in [0, 32] (32: nothing, every key matches an empty prefix)
@@ -487,37 +512,49 @@ __device__ __forceinline__ void select_candidates(uint32_t* keys, const int* idx
   }
 }
 
-// f over a cluster CTA's slice, as for_each_key calls it (block-uniform, four keys a call, `first` the slice index):
-// from shared memory where the CTA holds the slice (`keys`, 16-B groups), else read again from the row (x).
+// f over a cluster CTA's slice, as for_each_value calls it (block-uniform, four values a call, `first` the slice
+// index): from shared memory where the CTA holds the slice (`held`, 16-B groups), else read again from the row (x).
 template <int Threads, int Unroll, class F>
-__device__ __forceinline__ void for_each_slice_key(const uint32_t* keys, const float* x, int n, F&& f) {
-  if (keys == nullptr) {
-    for_each_key<Threads, Unroll>(x, n, f);
+__device__ __forceinline__ void for_each_slice_value(const float* held, const float* x, int n, F&& f) {
+  if (held == nullptr) {
+    for_each_value<Threads, Unroll>(x, n, f);
     return;
   }
   for (int base = 0; base < n; base += 4 * Threads) {
     const int first = base + 4 * static_cast<int>(threadIdx.x);
-    const uint4 v = first < n ? reinterpret_cast<const uint4*>(keys)[first >> 2] : uint4{0u, 0u, 0u, 0u};
+    const float4 v = first < n ? reinterpret_cast<const float4*>(held)[first >> 2] : make_float4(0.f, 0.f, 0.f, 0.f);
     const bool ok[4] = {first < n, first + 1 < n, first + 2 < n, first + 3 < n};
-    const uint32_t key[4] = {v.x, v.y, v.z, v.w};
-    f(ok, first, key, true);
+    const float value[4] = {v.x, v.y, v.z, v.w};
+    f(ok, first, value, true);
   }
 }
 
-// The visitor of one emitting read (for_each_key's f) of a row whose coarse threshold bin holds the keys `bin`: the
-// keys above it go to `out` (at slots counted by `emitted`), the bin's (key, index) pairs to ckey / cidx (counted by
-// `collected`); indices are the visited ones plus `offset`.
-__device__ __forceinline__ auto coarse_sweep(KeyRange bin, int offset, int* emitted, int* out, int* collected,
+// for_each_slice_value with each value's order key
+template <int Threads, int Unroll, class F>
+__device__ __forceinline__ void for_each_slice_key(const float* held, const float* x, int n, F&& f) {
+  for_each_slice_value<Threads, Unroll>(
+      held, x, n, [&](const bool* ok, int first, const float* value, bool contiguous) {
+        uint32_t keys[4] = {order_key(value[0]), order_key(value[1]), order_key(value[2]), order_key(value[3])};
+        f(ok, first, keys, contiguous);
+      });
+}
+
+// The visitor of one emitting read (for_each_value's f) of a row whose coarse threshold bin is `bin`: the values
+// above it go to `out` (at slots counted by `emitted`), the bin's (order key, index) pairs to ckey / cidx (counted by
+// `collected`); indices are the visited ones plus `offset`. Values are tested as floats (coarse_values); only the
+// bin's few get a key.
+__device__ __forceinline__ auto coarse_sweep(ValueRange bin, int offset, int* emitted, int* out, int* collected,
                                              uint32_t* ckey, int* cidx) {
-  return [=](const bool* v, int first, const uint32_t* key, bool contiguous) {
+  return [=](const bool* v, int first, const float* value, bool contiguous) {
     bool take[4], in_bin[4], any = false;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      take[c] = v[c] && key[c] > bin.hi;
-      in_bin[c] = v[c] && key[c] >= bin.lo && key[c] <= bin.hi;
+      const bool above = !bin.top && !(value[c] <= bin.past);
+      take[c] = v[c] && above;
+      in_bin[c] = v[c] && !above && !(value[c] <= bin.from);
       any = any || take[c] || in_bin[c];
     }
-    // most keys lie below the threshold bin: one vote skips four of them per lane, warp by warp
+    // most values lie below the threshold bin: one vote skips four of them per lane, warp by warp
     if (!__any_sync(kFullMask, any)) return;
     int at = claim4(take, emitted);
 #pragma unroll
@@ -528,7 +565,7 @@ __device__ __forceinline__ auto coarse_sweep(KeyRange bin, int offset, int* emit
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       if (in_bin[c]) {
-        ckey[at] = key[c];
+        ckey[at] = order_key(value[c]);
         cidx[at++] = offset + (contiguous ? first + c : first);
       }
     }
@@ -556,10 +593,10 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
   });
   __syncthreads();
   find_threshold_of<T, 1 << kBits>(hist, k, sh);
-  const KeyRange bin = coarse_range<C>(static_cast<uint32_t>(sh.digit));
+  const ValueRange bin = coarse_values<C>(static_cast<uint32_t>(sh.digit));
   const int above = sh.above, eq = sh.equal;
   if (eq > static_cast<int>(C::kTopkCandidates)) return false;
-  for_each_key<T, kUnroll>(x, L, coarse_sweep(bin, 0, &sh.emitted, out, &sh.collected, ckey, cidx));
+  for_each_value<T, kUnroll>(x, L, coarse_sweep(bin, 0, &sh.emitted, out, &sh.collected, ckey, cidx));
   __syncthreads();
   select_candidates<C>(ckey, cidx, eq, k - above, hist, sh, out);
   return true;
@@ -620,7 +657,7 @@ __device__ __forceinline__ Threshold cluster_threshold(const int* h, const int b
 }
 
 // The row on a cluster of gridDim.x CTAs, this one rank blockIdx.x (the header comment; L > k): its slice's coarse
-// histogram (the slice's keys kept in shared memory where the launch gave room, else each later pass reads the
+// histogram (the slice's values kept in shared memory where the launch gave room, else each later pass reads the
 // row again), a cluster barrier, the merged histogram's threshold bin; then either one sweep of the slice (winners
 // out, the bin's pairs to rank 0, which ranks or refines them) or, when the bin overflows rank 0's candidates, a
 // digit per pass (a local histogram, a cluster barrier, the merged threshold), then one emitting read of the slice
@@ -637,7 +674,7 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   static_assert(C::kTopkClusterFixedBytes == C::kTopkStateBytes + 3 * 4 * kBins + 8 * kCap && 2 * kBins >= C::kTopkBins,
                 "kgen/topk_plan.py's TOPK_CLUSTER_FIXED_BYTES: the state, three histograms, rank 0's candidates (and "
                 "select_candidates' scratch: two histograms' memory)");
-  static_assert(C::kTopkClusterFixedBytes % 16 == 0, "the slice's keys in 16-B groups");
+  static_assert(C::kTopkClusterFixedBytes % 16 == 0, "the slice's values in 16-B groups");
   int* hists = reinterpret_cast<int*>(smem + C::kTopkStateBytes);  // two digits' histograms, alternating
   int* merged = hists + 2 * kBins;
   uint32_t* ckey = reinterpret_cast<uint32_t*>(merged + kBins);  // rank 0's: the row's coarse candidates
@@ -648,24 +685,33 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   const int lo = min(L, rank * s), n = min(L, lo + s) - lo;
   const float* slice = x + lo;
   // this rank's slice, where it fits (block-uniform), else null: every pass reads the row
-  uint32_t* keys = C::kTopkClusterFixedBytes + 4ull * s <= mem::dynamic_smem_bytes()
-                       ? reinterpret_cast<uint32_t*>(smem + C::kTopkClusterFixedBytes)
-                       : nullptr;
-  const auto key_at = [&](int i) { return keys != nullptr ? keys[i] : order_key(slice[i]); };
+  float* held = C::kTopkClusterFixedBytes + 4ull * s <= mem::dynamic_smem_bytes()
+                    ? reinterpret_cast<float*>(smem + C::kTopkClusterFixedBytes)
+                    : nullptr;
+  const auto key_at = [&](int i) { return order_key(held != nullptr ? held[i] : slice[i]); };
   // the coarse pass's histogram: the second buffer, which the digit loop's pass 1 reuses after two cluster barriers
   int* coarse = hists + kBins;
   clear<T>(coarse, 1 << kCoarse);
   if (t == 0) sh.emitted = sh.collected = sh.mine_out = sh.mine_in = 0;  // rank 0's are the row's counters
   __syncthreads();
-  for_each_value<T, kUnroll>(slice, n, [&](const bool* v, int first, const float* value, bool contiguous) {
+  const auto count = [&](const bool* v, int, const float* value, bool) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      if (v[c]) {
-        if (keys != nullptr) keys[contiguous ? first + c : first] = order_key(value[c]);
-        atomicAdd(&coarse[coarse_bin_of<C>(value[c])], 1);
-      }
+      if (v[c]) atomicAdd(&coarse[coarse_bin_of<C>(value[c])], 1);
     }
-  });
+  };
+  // block-uniform: the pass that keeps the slice is its own loop, so that the one that does not pays nothing for it
+  if (held != nullptr) {
+    for_each_value<T, kUnroll>(slice, n, [&](const bool* v, int first, const float* value, bool contiguous) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        if (v[c]) held[contiguous ? first + c : first] = value[c];
+      }
+      count(v, first, value, contiguous);
+    });
+  } else {
+    for_each_value<T, kUnroll>(slice, n, count);
+  }
   cluster::sync();  // every rank's coarse histogram is complete, rank 0's counters are zero
   // scratch: the digit loop's first buffer, not yet in use
   const Threshold th = cluster_threshold<C>(coarse, 1 << kCoarse, k, merged, hists, sh);
@@ -682,9 +728,9 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
     __syncthreads();
     uint32_t* const to_key = cluster::map(ckey, 0u) + sh.base_in;  // this rank's share of rank 0's candidates
     int* const to_idx = cluster::map(cidx, 0u) + sh.base_in;
-    for_each_slice_key<T, kUnroll>(
-        keys, slice, n,
-        coarse_sweep(coarse_range<C>(bin), lo, &sh.mine_out, out + sh.base_out, &sh.mine_in, to_key, to_idx));
+    for_each_slice_value<T, kUnroll>(
+        held, slice, n,
+        coarse_sweep(coarse_values<C>(bin), lo, &sh.mine_out, out + sh.base_out, &sh.mine_in, to_key, to_idx));
     cluster::sync();  // every rank's winners and candidates are written; no rank reads another's memory after it
     if (rank == 0) select_candidates<C>(ckey, cidx, eq, k - above, hists, sh, out);
     return;
@@ -702,7 +748,7 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
     clear<T>(h, 1 << bits);
     __syncthreads();  // every thread has read sh
     // a row's logits crowd into few digits (one exponent): the lanes of a warp with one digit add once
-    for_each_slice_key<T, kUnroll>(keys, slice, n, [&](const bool* v, int, const uint32_t* key, bool) {
+    for_each_slice_key<T, kUnroll>(held, slice, n, [&](const bool* v, int, const uint32_t* key, bool) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const bool in = v[c] && high(key[c], shift) == p;
@@ -736,7 +782,7 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   const bool all = need == eq || take == mine;
   const uint32_t p = high(prefix, shift);
   int* counter = cluster::map(&sh.emitted, 0u);
-  for_each_slice_key<T, kUnroll>(keys, slice, n, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
+  for_each_slice_key<T, kUnroll>(held, slice, n, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const uint32_t hk = high(key[c], shift);
