@@ -541,21 +541,25 @@ __device__ __forceinline__ void for_each_slice_key(const float* held, const floa
 
 // The visitor of one emitting read (for_each_value's f) of a row whose coarse threshold bin is `bin`: the values
 // above it go to `out` (at slots counted by `emitted`), the bin's (order key, index) pairs to ckey / cidx (counted by
-// `collected`); indices are the visited ones plus `offset`. Values are tested as floats (coarse_values); only the
-// bin's few get a key.
+// `collected`); indices are the visited ones plus `offset`. Values are tested as floats (coarse_values), first
+// against the bin's floor alone; only the bin's few get a key.
 __device__ __forceinline__ auto coarse_sweep(ValueRange bin, int offset, int* emitted, int* out, int* collected,
                                              uint32_t* ckey, int* cidx) {
   return [=](const bool* v, int first, const float* value, bool contiguous) {
-    bool take[4], in_bin[4], any = false;
+    bool reach[4], any = false;  // in the bin or above it
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const bool above = !bin.top && !(value[c] <= bin.past);
-      take[c] = v[c] && above;
-      in_bin[c] = v[c] && !above && !(value[c] <= bin.from);
-      any = any || take[c] || in_bin[c];
+      reach[c] = v[c] && !(value[c] <= bin.from);
+      any = any || reach[c];
     }
-    // most values lie below the threshold bin: one vote skips four of them per lane, warp by warp
+    // most values lie below the threshold bin: one compare and one vote skip four of them per lane, warp by warp
     if (!__any_sync(kFullMask, any)) return;
+    bool take[4], in_bin[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      take[c] = reach[c] && !bin.top && !(value[c] <= bin.past);
+      in_bin[c] = reach[c] && !take[c];
+    }
     int at = claim4(take, emitted);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
