@@ -159,6 +159,26 @@ def emulator(tmp_path_factory):
     return spec, build(spec, work), work
 
 
+def test_a_key_floor_value_tests_values_as_their_order_keys(tmp_path):
+    """The sweeps test values against a bin's key range as floats (key_floor_value): checked on the CPU for keys at
+    and beside every coarse floor and the key space's edges, against values around them, signed zeros, infinities
+    and NaNs of both signs (tests/topk_shim/key_floor.cc)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    from topk_emulate import build
+
+    from kgen.resolve import resolve_spec
+
+    exe = build(resolve_spec(FP8), tmp_path, program="key_floor")
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    pairs = int(r.stdout.split()[0])
+    assert pairs >= (3 << TP.TOPK_COARSE_BITS) ** 2  # three keys at each bin's floor, against at least as many values
+
+
 # values the coarse bins must order as the fp32 keys do: signed zeros, the edges of the bins' octave window
 # (kgen.topk_plan: [2^-16, 2^16), each side of both edges, both signs), magnitudes clamped below and above it,
 # subnormals, infinities, NaN, and values a bin apart and inside one bin

@@ -18,18 +18,20 @@ READER_SHIM = ROOT / "tests" / "reader_shim"
 WRITER_SHIM = ROOT / "tests" / "cpu_shim"
 
 
-def build(spec: Spec, work: Path, *, sanitize: bool = True) -> Path:
+def build(spec: Spec, work: Path, *, sanitize: bool = True, program: str = "run_topk") -> Path:
+    """The executable of tests/topk_shim/PROGRAM.cc around the rendered top-k of `spec` (default: the launch
+    emulator)."""
     work.mkdir(parents=True, exist_ok=True)
     rv = render_topk(spec)
     for rel, text in rv.files.items():
         (work / Path(rel).name).write_text(text)
-    exe = work / "run_topk"
+    exe = work / program
     flags = ["-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"] if sanitize else []
     r = subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", "-w", *flags,
                         "-include", str(READER_SHIM / "reader_shim.h"), "-include", str(SHIM / "topk_shim.h"),
                         "-I", str(READER_SHIM), "-I", str(WRITER_SHIM), "-I", str(include_dirs()[0]),
                         f'-DKGEN_KERNEL_CU="{work / "indexer_topk.cu"}"', f"-DKGEN_KERNEL={rv.name_expression}",
-                        str(SHIM / "run_topk.cc"), "-o", str(exe)], capture_output=True, text=True)
+                        str(SHIM / f"{program}.cc"), "-o", str(exe)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     return exe
 

@@ -4,10 +4,10 @@
 # 1. head's top-k GPU tests, beside the peers' builds; 2. the top-k at B 1-64 x 4K, 64K, 256K keys, equal and +-30 %
 # next_n 2, k 512, fp8, SGLang's top-k and DeepGEMM's logits beside, base and head alternating; 3. ncu of head's
 # top-k and SGLang's at 16 x 256K and 1 x 256K (profile_topk.py); 4. a second A/B round. From the repo root:
-#   run(command="bash bench/results/h200-2026-12-05-s19/call3.sh", carry=[".whl", ".xfer/pk", ".xfer/base"],
+#   run(command="bash bench/results/h100-2026-12-05-s19/call3.sh", carry=[".whl", ".xfer/pk", ".xfer/base"],
 #       timeout_s=600)
 cd "$(dirname "$0")/../../.."
-HERE=bench/results/h200-2026-12-05-s19
+HERE=bench/results/h100-2026-12-05-s19
 source scripts/device_call.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 ( in_tree head $R/pytest_topk_gpu_head.log 200 python3 -m pytest -q -p no:cacheprovider -rs tests/test_topk_gpu.py ) &

@@ -4,10 +4,10 @@
 # +-30 % next_n 2) on main (head): SpeedOfLight, MemoryWorkloadAnalysis, WarpStateStats, InstructionStats,
 # LaunchStats, Occupancy, SchedulerStats, SourceCounters; 3. the top-k A/B of pf against head at rows of 4K and 8K
 # keys (the one-CTA path the prefetch touches), equal and +-30 % next_n 2, k 512, two rounds. From the repo root:
-#   run(command="bash bench/results/h200-2026-12-05-s19/call1.sh", carry=[".whl", ".xfer/pk", ".xfer/pf"],
+#   run(command="bash bench/results/h100-2026-12-05-s19/call1.sh", carry=[".whl", ".xfer/pk", ".xfer/pf"],
 #       timeout_s=600)
 cd "$(dirname "$0")/../../.."
-HERE=bench/results/h200-2026-12-05-s19
+HERE=bench/results/h100-2026-12-05-s19
 source scripts/device_call.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 ( in_tree pf $R/pytest_topk_gpu_pf.log 230 python3 -m pytest -q -s -p no:cacheprovider -rs tests/test_topk_gpu.py ) \
