@@ -46,6 +46,9 @@ TOPK_STATE_BYTES = 256  # kgen::topk::Shared (counters, the threshold, one sum p
 TOPK_CLUSTER_BITS = 11
 TOPK_CLUSTER_BINS = 1 << TOPK_CLUSTER_BITS
 TOPK_SLICE_KEYS = 8192
+# the longest row the one-CTA path takes: a cluster's barriers and merge cost more than reading a row this long on
+# one SM
+TOPK_ONE_CTA_KEYS = TOPK_SLICE_KEYS
 TOPK_CLUSTER_CANDIDATES = 4096  # the coarse threshold bin's (key, index) pairs rank 0 gathers from the cluster
 TOPK_SHARED_LIMIT = SM90.block_shared_bytes  # sm_90's (and sm_100's) opt-in dynamic shared memory per block
 # a cluster CTA's shared memory ahead of its slice: the state, three histograms (two a digit's, the merged one)
@@ -135,6 +138,8 @@ def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *
         return size <= TOPK_CLUSTER_PORTABLE and (sm_count is None or rows * size <= int(sm_count))
 
     cluster = 1
+    if max_seq_len <= TOPK_ONE_CTA_KEYS:
+        return cluster
     while clusters and cluster < TOPK_CLUSTER_PORTABLE and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
         cluster *= 2
     if (cluster == TOPK_CLUSTER_PORTABLE and topk_slice(max_seq_len, TOPK_CLUSTER_MAX) >= TOPK_WIDE_SLICE_KEYS
