@@ -46,9 +46,12 @@ TOPK_STATE_BYTES = 256  # kgen::topk::Shared (counters, the threshold, one sum p
 TOPK_CLUSTER_BITS = 11
 TOPK_CLUSTER_BINS = 1 << TOPK_CLUSTER_BITS
 TOPK_SLICE_KEYS = 8192
-# the longest row the one-CTA path takes: a cluster's barriers and merge cost more than reading a row this long on
-# one SM
-TOPK_ONE_CTA_KEYS = TOPK_SLICE_KEYS
+# the longest row the one-CTA path takes: a cluster's barriers and merges cost more than one SM's reads of a row this
+# long. H100, two rounds (bench/results/h100-2026-12-05-s19, call4): rows of 12K keys 10.5-10.8 us on clusters of 2
+# against 7.4-7.8 on one CTA, 16K 10.9-11.5 against 8.4-9.0; rows of 24K on one CTA 1.04-1.05x the time of clusters
+# of 4 at 1 and 8 rows (1.16-1.17x for rows up to 32K), 0.87x at 32 and 64 rows (where the plan halves clusters for
+# the SMs): the bound stays at 16K
+TOPK_ONE_CTA_KEYS = 16384
 TOPK_CLUSTER_CANDIDATES = 4096  # the coarse threshold bin's (key, index) pairs rank 0 gathers from the cluster
 TOPK_SHARED_LIMIT = SM90.block_shared_bytes  # sm_90's (and sm_100's) opt-in dynamic shared memory per block
 # a cluster CTA's shared memory ahead of its slice: the state, three histograms (two a digit's, the merged one)
@@ -116,7 +119,7 @@ def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *
                  at_once: Callable[[int], int | None] | None = None) -> int:
     """CTAs per row: the smallest power of two giving each at most TOPK_SLICE_KEYS keys, at most TOPK_CLUSTER_PORTABLE,
     halved until the rows' clusters all run at once (one 1024-thread CTA per SM); 1 (the one-CTA path) for rows of at
-    most TOPK_SLICE_KEYS keys and on a device without `clusters` (before sm_90). A second wave of clusters costs more
+    most TOPK_ONE_CTA_KEYS keys and on a device without `clusters` (before sm_90). A second wave of clusters costs more
     than the split saves (H200, 32 rows of 64K keys, 55.9 us on clusters of 8 against 32.6 on one CTA each,
     bench/results/topk2-2026-12-03/run1; where they fit, they pay: 64 rows of 64K, 27.5 on clusters of 2 against
     32.8, bench/results/h200-2026-12-03-s8/callB). How many run at once is `at_once(size)`, the driver's answer for

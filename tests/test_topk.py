@@ -238,9 +238,11 @@ def test_kernel_source_on_the_cpu_matches_the_reference(emulator, kind):
 def test_the_plan_splits_long_rows_over_a_cluster():
 
 
-    # short rows stay on one CTA; a power of two of CTAs holds at most TOPK_SLICE_KEYS keys each, up to 8
-    assert [TP.topk_cluster(n) for n in (1, 4096, 8192, 8193, 16384, 32768, 65536, 262144)] == [1, 1, 1, 2, 2, 4,
-                                                                                               8, 8]
+    # rows of up to TOPK_ONE_CTA_KEYS keys stay on one CTA; a longer one on a power of two of CTAs holding at most
+    # TOPK_SLICE_KEYS keys each, up to 8
+    assert TP.TOPK_ONE_CTA_KEYS == 16384 and TP.TOPK_SLICE_KEYS == 8192
+    assert [TP.topk_cluster(n) for n in (1, 4096, 8193, 16384, 16385, 32768, 32769, 65536, 262144)] == [1, 1, 1, 1, 4,
+                                                                                                      4, 8, 8, 8]
     assert TP.topk_cluster(8 * TP.TOPK_SLICE_CAP + 1) == 8  # no slice fits: each CTA reads its slice from the row
     assert TP.topk_grid(6, 65536) == ((8, 6, 1), TP.TOPK_THREADS)
     # on a device, clusters halved until every row's cluster runs at once (one CTA per SM): 16 rows of 8 CTAs
@@ -249,7 +251,7 @@ def test_the_plan_splits_long_rows_over_a_cluster():
     assert TP.topk_grid(16, 65536, sm_count=132) == ((8, 16, 1), TP.TOPK_THREADS)
     assert TP.topk_grid(17, 65536, sm_count=132) == ((4, 17, 1), TP.TOPK_THREADS)
     assert [TP.topk_cluster(65536, rows, 132) for rows in (32, 34, 66, 67)] == [4, 2, 2, 1]
-    assert TP.topk_cluster(16384, rows=66, sm_count=132) == 2 and TP.topk_cluster(16384, rows=67, sm_count=132) == 1
+    assert TP.topk_cluster(16385, rows=66, sm_count=132) == 2 and TP.topk_cluster(16385, rows=67, sm_count=132) == 1
     assert TP.topk_cluster(262144, rows=8, sm_count=132) == 8 and TP.topk_cluster(262144, rows=32, sm_count=132) == 4
     assert TP.topk_shared_bytes(262144, 4) == TP.TOPK_CLUSTER_FIXED_BYTES  # slices of 64K keys: none held
     assert TP.topk_shared_bytes(262144, 1) == TP.TOPK_SHARED_BYTES  # the one-CTA path asks for its own
