@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# call4 of session 19: how long a row the one-CTA path should take. Trees: head = main (35a1c0d; rows of up to 8K keys
+# call4 of session 19: how long a row the one-CTA path should take. Trees: head = 4da5e58 (rows of up to 8K keys
 # on one CTA, longer ones on clusters of 2 and up), one16 and one32 = head with TOPK_ONE_CTA_KEYS 16384 and 32768
 # (branch topk-one-cta's constant). The top-k at B 1, 8, 32, 64 x 8K, 12K, 16K, 24K keys, equal and +-30 % next_n 2
 # (rows up to 1.3x the keys), k 512, fp8, SGLang's top-k and DeepGEMM's logits beside; two rounds, the trees
