@@ -190,8 +190,8 @@ __device__ __forceinline__ KeyRange coarse_range(uint32_t bin) {
 // has +0's key, so below +0's key lies -denorm_min's, not -0's; between +inf's key and the NaNs' there is no value
 // (t = +inf: only NaNs pass). A read of values tests them against a range of keys without building their keys.
 __device__ __forceinline__ float key_floor_value(uint32_t key) {
-  constexpr uint32_t kInfKey = 0xff800000u;  // order_key(+inf)
-  if (key == 0u) return __uint_as_float(0x7fffffffu);
+  constexpr uint32_t kInfKey = 0xff800000u;          // order_key(+inf)
+  if (key == 0u) return __uint_as_float(~kSignBit);  // a NaN
   uint32_t below = key - 1u < kInfKey ? key - 1u : kInfKey;
   below = below == ~kSignBit ? below - 1u : below;
   return __uint_as_float((below & kSignBit) != 0 ? below & ~kSignBit : ~below);
