@@ -482,6 +482,7 @@ def test_a_cluster_launch_packs_its_cluster_dimension_per_call(pdl):
     (4, "ties", 2, 2048, False),
     (3, "one_value", 1, 512, False),
     (2, "one_bin", 1, 512, False),
+    (2, "specials", 2, 512, False),  # the threshold in the top bin (no key above it), NaNs, values read from the row
 ])
 def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, next_n, k, held):
     from topk_emulate import launch
