@@ -198,8 +198,8 @@ __device__ __forceinline__ float key_floor_value(uint32_t key) {
 }
 
 // A coarse bin as a read of values tests it: order_key(f) >= lo exactly when !(f <= from), order_key(f) > hi exactly
-// when !top && !(f <= past) (the top bin has no key above it). Two float compares a value where the keys' test
-// built each key first (an add, a NaN test and a sign flip).
+// when !top && !(f <= past) (the top bin has no key above it). A float compare or two a value (coarse_sweep), where
+// the keys' test built each key first (an add, a NaN test and a sign flip).
 struct ValueRange {
   float from, past;
   bool top;
