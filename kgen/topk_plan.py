@@ -140,9 +140,9 @@ def topk_cluster(max_seq_len: int, rows: int = 1, sm_count: int | None = None, *
             return rows <= count
         return size <= TOPK_CLUSTER_PORTABLE and (sm_count is None or rows * size <= int(sm_count))
 
-    cluster = 1
     if max_seq_len <= TOPK_ONE_CTA_KEYS:
-        return cluster
+        return 1
+    cluster = 1
     while clusters and cluster < TOPK_CLUSTER_PORTABLE and topk_slice(max_seq_len, cluster) > TOPK_SLICE_KEYS:
         cluster *= 2
     if (cluster == TOPK_CLUSTER_PORTABLE and topk_slice(max_seq_len, TOPK_CLUSTER_MAX) >= TOPK_WIDE_SLICE_KEYS

@@ -394,13 +394,19 @@ __device__ __forceinline__ void for_each_value(const float* x, int n, F&& f) {
   }
 }
 
+// a visitor of four values that hands `f` their order keys instead (f outlives it: the caller's read)
+template <class F>
+__device__ __forceinline__ auto keyed(F& f) {
+  return [&f](const bool* ok, int first, const float* value, bool contiguous) {
+    uint32_t keys[4] = {order_key(value[0]), order_key(value[1]), order_key(value[2]), order_key(value[3])};
+    f(ok, first, keys, contiguous);
+  };
+}
+
 // for_each_value with each value's order key
 template <int Threads, int Unroll, class F>
 __device__ __forceinline__ void for_each_key(const float* x, int n, F&& f) {
-  for_each_value<Threads, Unroll>(x, n, [&](const bool* ok, int first, const float* value, bool contiguous) {
-    uint32_t keys[4] = {order_key(value[0]), order_key(value[1]), order_key(value[2]), order_key(value[3])};
-    f(ok, first, keys, contiguous);
-  });
+  for_each_value<Threads, Unroll>(x, n, keyed(f));
 }
 
 // the bits at and above `shift` (shift in [0, 32]; 32: none)
@@ -532,11 +538,7 @@ __device__ __forceinline__ void for_each_slice_value(const float* held, const fl
 // for_each_slice_value with each value's order key
 template <int Threads, int Unroll, class F>
 __device__ __forceinline__ void for_each_slice_key(const float* held, const float* x, int n, F&& f) {
-  for_each_slice_value<Threads, Unroll>(
-      held, x, n, [&](const bool* ok, int first, const float* value, bool contiguous) {
-        uint32_t keys[4] = {order_key(value[0]), order_key(value[1]), order_key(value[2]), order_key(value[3])};
-        f(ok, first, keys, contiguous);
-      });
+  for_each_slice_value<Threads, Unroll>(held, x, n, keyed(f));
 }
 
 // The visitor of one emitting read (for_each_value's f) of a row whose coarse threshold bin is `bin`: the values
