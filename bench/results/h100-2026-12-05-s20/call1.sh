@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # call1 of session 20: branch topk-push against main (base: .xfer/base, 4524152). push (.xfer/push, cbc5343): the
 # cluster's coarse histograms added into rank 0's, rank 0 finding the threshold, the first barrier's wait after the
-# pass, relaxed arrivals where a rank publishes nothing; head (this checkout): push + candidates ranked by warp votes.
+# pass, relaxed arrivals where a rank publishes nothing; head (this checkout, main + topk-push.patch): push, winners
+# stored after the last barrier, candidates ranked by warp votes.
 # 1. head's top-k and chained-op GPU tests, beside the peers' builds; 2. the top-k A/B at B 1, 8, 32, 64 x 4K, 64K,
 # 256K keys, equal and +-30 % next_n 2, k 512, fp8, base and head; 3. ncu of head's top-k and SGLang's at 1 x 64K,
 # 1 x 4K and 8 x 64K (profile_topk.py); 4. push on the same shapes; 5. a second round of head and base (each step's
