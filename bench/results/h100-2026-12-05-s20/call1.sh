@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# call1 of session 20: branch topk-push against main (base: .xfer/base, 4524152). push (.xfer/push, cbc5343): the
+# call1 of session 20: branch topk-push against main (base: .xfer/base, 4524152). push (.xfer/push, patch 1 alone): the
 # cluster's coarse histograms added into rank 0's, rank 0 finding the threshold, the first barrier's wait after the
 # pass, relaxed arrivals where a rank publishes nothing; head (this checkout, main + topk-push.patch): push, winners
 # stored after the last barrier, candidates ranked by warp votes.

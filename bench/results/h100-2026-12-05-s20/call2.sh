@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# call2 of session 20, call1 cut to the device time left (about 220 s): head's (branch topk-push) top-k and chained-op
-# GPU tests, then one round of the top-k A/B of base (main 4524152) and head (main + topk-push.patch) at B 1 and 8 x
-# 4K, 64K, 256K keys. From
-# the repo root of the branch:
+# call2 of session 20, call1 cut to the device time left (about 220 s): head's top-k and chained-op GPU tests, then
+# one round of the top-k A/B of base (main 4524152) and head (main + topk-push.patch) at B 1 and 8 x 4K, 64K, 256K
+# keys. From the repo root of the patched checkout:
 #   run(command="bash bench/results/h100-2026-12-05-s20/call2.sh", carry=[".whl", ".xfer/pk", ".xfer/base"],
 #       timeout_s=220)
 cd "$(dirname "$0")/../../.."
