@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
 namespace kgen_cpu {
@@ -31,7 +32,16 @@ inline T* map(T* p, unsigned rank) {
     std::abort();
   return reinterpret_cast<T*>(c->ctas[rank]->smem + at);
 }
-inline void sync() { kgen_cpu::tl_cluster->bar.arrive_and_wait(); }
+// the split barrier: a thread's arrival waits in its token until the thread waits (at most one phase behind, as
+// std::barrier allows: no phase completes without this thread's next arrival)
+inline thread_local std::optional<std::barrier<>::arrival_token> tl_arrival;
+inline void arrive(bool = true) { tl_arrival.emplace(kgen_cpu::tl_cluster->bar.arrive()); }
+inline void wait() {
+  if (!tl_arrival) std::abort();  // a wait with no arrival before it
+  kgen_cpu::tl_cluster->bar.wait(std::move(*tl_arrival));
+  tl_arrival.reset();
+}
+inline void sync(bool = true) { kgen_cpu::tl_cluster->bar.arrive_and_wait(); }
 }  // namespace cluster
 }  // namespace kgen
 
