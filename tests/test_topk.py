@@ -205,8 +205,10 @@ def logits_of(kind: str, rows: int, width: int, g: torch.Generator) -> torch.Ten
             "one_value": lambda: torch.full((rows, width), -0.0),
             # distinct values inside one or two coarse bins: the digit-by-digit fallback
             "one_bin": lambda: 1.0 + 1e-4 * torch.randn(rows, width, generator=g),
-            # a few dozen keys in the threshold bin, ties among them: the rank count's order
+            # a few dozen keys in the threshold bin, ties among them: the votes' order
             "rounded": lambda: torch.round(100 * torch.randn(rows, width, generator=g)) / 100,
+            # a few hundred keys of one value in the threshold bin: the rank count's order
+            "quarters": lambda: torch.round(4 * torch.randn(rows, width, generator=g)) / 4,
             "randn_ties": lambda: torch.randn(rows, width, generator=g).clamp(min=0.5),
             # one key in 20 far above the rest: on a cluster of 4 or more the k-th key's chunk of the merged
             # histogram lies below the chunk of the larger keys (the coarse pass; one_bin_spread: the digit loop)
@@ -220,7 +222,7 @@ def _spread(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("kind", ["randn", "ties", "one_value", "one_bin", "specials", "zero_threshold",
-                                  "rounded"])
+                                  "rounded", "quarters"])
 def test_kernel_source_on_the_cpu_matches_the_reference(emulator, kind):
     from topk_emulate import launch
 
