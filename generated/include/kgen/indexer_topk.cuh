@@ -20,15 +20,16 @@
 // A long row runs on a cluster of C = gridDim.x CTAs (the launch's cluster dimension is (gridDim.x, 1, 1); rank =
 // blockIdx.x, kgen.topk_plan.topk_cluster picks C from max_seq_len). CTA r takes keys [r * s, (r + 1) * s) of the row
 // (s = ceil(L / C) rounded up to four), held in shared memory where the launch gave it room (else each pass reads the
-// slice again from the row: kgen.topk_plan.topk_shared_bytes); every digit (kTopkClusterBits bits) is a local
-// histogram, a cluster barrier, and a merge through distributed shared memory: rank r sums the C histograms' chunk r of
-// the bins, and after a second cluster barrier every CTA finds the same threshold from the chunks' counts and the one
-// chunk that holds it (cluster_threshold). The coarse bins come first, as on one CTA: when the merged threshold bin
-// holds at most kTopkClusterCandidates keys, one read of each slice emits its winners and sends its share of the bin's
-// (key, index) pairs into rank 0's shared memory (offsets from atomics on rank 0's counters), and rank 0 refines them
-// alone. Else the digit loop: winners go to the row's output at positions counted by an atomic in rank 0's shared
-// memory; keys equal to the k-th value are taken in index order across the ranks (rank r takes its first
-// min(eq_r, need - sum of eq below r), eq_r read from the ranks' last histograms). No global workspace.
+// slice again from the row: kgen.topk_plan.topk_shared_bytes). The coarse bins come first, as on one CTA: each rank
+// adds its histogram of them into rank 0's, where rank 0 alone finds the row's threshold bin. When that bin holds at
+// most kTopkClusterCandidates keys, one read of each slice emits its winners and sends its share of the bin's (key,
+// index) pairs into rank 0's shared memory (offsets from atomics on rank 0's counters), and rank 0 refines them
+// alone. Else the digit loop, every digit (kTopkClusterBits bits) a local histogram, a cluster barrier and a merge
+// through distributed shared memory: rank r sums the C histograms' chunk r of the bins, and after a second cluster
+// barrier every CTA finds the same threshold from the chunks' counts and the one chunk that holds it
+// (cluster_threshold); winners go to the row's output at positions counted by an atomic in rank 0's shared memory;
+// keys equal to the k-th value are taken in index order across the ranks (rank r takes its first min(eq_r, need - sum
+// of eq below r), eq_r read from the ranks' last histograms). No global workspace.
 // On one CTA, a bin that still overflows after all 32 bits (more than kTopkCandidates keys equal to the k-th
 // value) is emitted by one ordered read of the row (a block scan per chunk), the same rule.
 //
@@ -59,13 +60,29 @@ __device__ __forceinline__ T* map(T* p, unsigned rank) {
   return p;  // no clusters before sm_90: every launch has one CTA per row
 #endif
 }
-// every thread of every CTA of the cluster arrives; shared-memory writes before it are visible after it
-__device__ __forceinline__ void sync() {
+// The cluster barrier in two halves: arrive, work that needs no other CTA, then wait (until every thread of every
+// CTA of the cluster arrived). A thread whose memory writes before the barrier another CTA reads after it arrives
+// with `publish` (release: a GPU-scope memory barrier first, which waits for the thread's stores, global ones too);
+// a thread that publishes nothing arrives relaxed, without it. The wait acquires. sync() is the two at once.
+__device__ __forceinline__ void arrive(bool publish = true) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#else
-  __syncthreads();
+  if (publish) {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  } else {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  }
 #endif
+}
+__device__ __forceinline__ void wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __syncthreads();  // no clusters before sm_90: the CTA alone
+#endif
+}
+__device__ __forceinline__ void sync(bool publish = true) {
+  arrive(publish);
+  wait();
 }
 }  // namespace cluster
 }  // namespace kgen
@@ -338,6 +355,32 @@ __device__ __forceinline__ void find_threshold_of(const int* hist, int need, Sha
   find_threshold<Threads, (Bins + Threads - 1) / Threads>(hist, Bins, need, sh);
 }
 
+// suffix[b] = sum(hist[b:]) for every b of a histogram of Bins counters, Bins / Threads of them a thread. Block-wide:
+// on return every thread may read `suffix` (and sh.warp_sum is free again).
+template <int Threads, int Bins>
+__device__ __forceinline__ void suffix_sums(const int* hist, int* suffix, Shared& sh) {
+  constexpr int kPer = Bins / Threads;
+  static_assert(kPer * Threads == Bins, "whole bins a thread");
+  const int lo = static_cast<int>(threadIdx.x) * kPer;
+  int v[kPer], local = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    v[i] = hist[lo + i];
+    local += v[i];
+  }
+  const int suffix_of_lanes = warp_suffix_sum<32>(local);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  if (lane_id() == 0) sh.warp_sum[warp] = suffix_of_lanes;
+  __syncthreads();
+  int run = suffix_of_lanes - local + warp_sums<Threads>(sh, warp + 1, Threads / 32);
+#pragma unroll
+  for (int i = kPer - 1; i >= 0; --i) {
+    run += v[i];
+    suffix[lo + i] = run;
+  }
+  __syncthreads();
+}
+
 template <int Threads>
 __device__ __forceinline__ void clear(int* hist, int bins) {
   for (int i = static_cast<int>(threadIdx.x); i < bins; i += Threads) hist[i] = 0;
@@ -498,15 +541,43 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
   emit(t < n && ahead < need, t < n ? idx[t] : 0, &sh.emitted, out);
 }
 
+// rank_select's order by votes, for n <= 32 Words candidates: lane l holds the words of candidates l, l + 32, ...
+// (Words of them; 0, below every candidate's word (~index sets its bit 31), past n) and warp w ranks candidates w,
+// w + warps, ...: the words above a candidate's are the population of one ballot per held word. No barrier, and a
+// warp's chain is (n / warps) x Words ballots where each of rank_select's threads compares n words in turn.
+template <int Threads, int Words>
+__device__ __forceinline__ void vote_select(const uint32_t* keys, const int* idx, const int n, const int need,
+                                            Shared& sh, int* out) {
+  constexpr int kWarps = Threads / 32;
+  const auto word = [&](int c) {
+    return static_cast<unsigned long long>(keys[c]) << 32 | static_cast<uint32_t>(~idx[c]);
+  };
+  const int lane = lane_id();
+  unsigned long long held[Words];
+#pragma unroll
+  for (int w = 0; w < Words; ++w) held[w] = lane + 32 * w < n ? word(lane + 32 * w) : 0ull;
+  for (int c = static_cast<int>(threadIdx.x >> 5); c < n; c += kWarps) {  // warp-uniform
+    const unsigned long long mine = word(c);
+    int ahead = 0;
+#pragma unroll
+    for (int w = 0; w < Words; ++w) ahead += __popc(__ballot_sync(kFullMask, held[w] > mine));
+    emit(lane == 0 && ahead < need, idx[c], &sh.emitted, out);
+  }
+}
+
 // The `eq` candidates keys[0, eq) (complete, in shared memory), `need` of them to take (1 <= need <= eq), the
-// larger key first and, among equal keys, the lower index: ranked by a thread each (at most kTopkRankCap), else
-// refined from the first bit and, when the bits run out, by index. `hist` is free shared memory of kTopkBins
-// counters (the rank count's words, the refinement's histograms).
+// larger key first and, among equal keys, the lower index: ranked by votes (at most 32 kTopkVoteWords) or by a
+// thread each (at most kTopkRankCap), else refined from the first bit and, when the bits run out, by index. `hist` is
+// free shared memory of kTopkBins counters (the rank count's words, the refinement's histograms).
 template <class C>
 __device__ __forceinline__ void select_candidates(uint32_t* keys, const int* idx, const int eq, int need, int* hist,
                                                   Shared& sh, int* out) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kRefine = static_cast<int>(C::kTopkRefineBits);
+  if (eq <= 32 * static_cast<int>(C::kTopkVoteWords)) {
+    vote_select<T, static_cast<int>(C::kTopkVoteWords)>(keys, idx, eq, need, sh, out);
+    return;
+  }
   if (eq <= static_cast<int>(C::kTopkRankCap)) {
     rank_select<T>(keys, idx, eq, need, reinterpret_cast<unsigned long long*>(hist), sh, out);
     return;
@@ -695,11 +766,15 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
                     ? reinterpret_cast<float*>(smem + C::kTopkClusterFixedBytes)
                     : nullptr;
   const auto key_at = [&](int i) { return order_key(held != nullptr ? held[i] : slice[i]); };
-  // the coarse pass's histogram: the second buffer, which the digit loop's pass 1 reuses after two cluster barriers
-  int* coarse = hists + kBins;
+  // The coarse pass. Every rank adds its histogram into rank 0's `merged`, rank 0 finds the row's threshold bin
+  // there and the others read it from rank 0's state: three cluster barriers, the first one's wait after the pass.
+  int* coarse = hists + kBins;  // this rank's: the second buffer (the digit loop's pass 1 reuses it)
+  int* suffix = hists;          // suffix sums of `coarse`: the first buffer, the digit loop's pass 0 reuses it
   clear<T>(coarse, 1 << kCoarse);
+  if (rank == 0) clear<T>(merged, 1 << kCoarse);
   if (t == 0) sh.emitted = sh.collected = sh.mine_out = sh.mine_in = 0;  // rank 0's are the row's counters
   __syncthreads();
+  cluster::arrive(rank == 0);  // rank 0's zeros; the wait after the pass (every CTA of the cluster has started)
   const auto count = [&](const bool* v, int, const float* value, bool) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -718,16 +793,26 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   } else {
     for_each_value<T, kUnroll>(slice, n, count);
   }
-  cluster::sync();  // every rank's coarse histogram is complete, rank 0's counters are zero
-  // scratch: the digit loop's first buffer, not yet in use
-  const Threshold th = cluster_threshold<C>(coarse, 1 << kCoarse, k, merged, hists, sh);
+  cluster::wait();  // rank 0's histogram and counters are zero
+  __syncthreads();  // this rank's histogram is complete
+  int* const row_hist = cluster::map(merged, 0u);
+  for (int b = t; b < (1 << kCoarse); b += T) {
+    const int c = coarse[b];
+    if (c != 0) atomicAdd(row_hist + b, c);  // no return value: a reduction in rank 0's shared memory
+  }
+  cluster::arrive();  // this rank's bins are in rank 0's histogram
+  // meanwhile: this rank's own count above each bin, its share of the row's output when that bin is the threshold
+  suffix_sums<T, 1 << kCoarse>(coarse, suffix, sh);
+  cluster::wait();  // rank 0's histogram is the row's
+  if (rank == 0) find_threshold_of<T, 1 << kCoarse>(merged, k, sh);
+  cluster::sync(rank == 0);  // rank 0's state holds the row's threshold bin
+  const Shared& row = *cluster::map(&sh, 0u);
+  const Threshold th{row.digit, row.above, row.equal};
   if (th.equal <= kCap) {  // the row's threshold bin fits rank 0's candidates: one emitting read, rank 0 refines
     const uint32_t bin = static_cast<uint32_t>(th.digit);
     const int above = th.above, eq = th.equal;
-    int mine = 0;
-    for (int b = t; b < (1 << kCoarse); b += T) mine += b > static_cast<int>(bin) ? coarse[b] : 0;
-    mine = block_sum<T>(mine, sh);
     if (t == 0) {
+      const int mine = bin + 1 < (1u << kCoarse) ? suffix[bin + 1] : 0;
       sh.base_out = atomicAdd(cluster::map(&sh.emitted, 0u), mine);
       sh.base_in = atomicAdd(cluster::map(&sh.collected, 0u), coarse[bin]);
     }
