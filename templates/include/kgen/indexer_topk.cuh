@@ -798,7 +798,7 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   int* const row_hist = cluster::map(merged, 0u);
   for (int b = t; b < (1 << kCoarse); b += T) {
     const int c = coarse[b];
-    if (c != 0) atomicAdd(row_hist + b, c);  // no return value: a reduction in rank 0's shared memory
+    if (c != 0) atomicAdd(row_hist + b, c);  // result unused: waited for by the release
   }
   cluster::arrive();  // this rank's bins are in rank 0's histogram
   // meanwhile: this rank's own count above each bin, its share of the row's output when that bin is the threshold
