@@ -308,6 +308,17 @@ __device__ __forceinline__ int warp_suffix_sum(int v) {
   return v;
 }
 
+// The sum of `local` over the threads above this one (block-wide, every thread calls it: one barrier between
+// the warps' sums being written and read)
+template <int Threads>
+__device__ __forceinline__ int sum_above(int local, Shared& sh) {
+  const int suffix = warp_suffix_sum<32>(local);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  if (lane_id() == 0) sh.warp_sum[warp] = suffix;
+  __syncthreads();
+  return suffix - local + warp_sums<Threads>(sh, warp + 1, Threads / 32);
+}
+
 // The threshold bin of `hist[0, bins)` for the `need` largest (1 <= need <= sum): the bin d with
 // sum(hist[d + 1:]) < need <= sum(hist[d:]); `sh.above` = sum(hist[d + 1:]), `sh.equal` = hist[d]. Block-wide:
 // every thread calls it after the histogram is complete; on return every thread may read sh. Thread t scans the
@@ -324,11 +335,7 @@ __device__ __forceinline__ void find_threshold(const int* hist, int bins, int ne
   } else {
     for (int b = lo; b < hi; ++b) local += hist[b];
   }
-  const int suffix = warp_suffix_sum<32>(local);
-  const int warp = static_cast<int>(threadIdx.x >> 5);
-  if (lane_id() == 0) sh.warp_sum[warp] = suffix;
-  __syncthreads();
-  int run = suffix - local + warp_sums<Threads>(sh, warp + 1, Threads / 32);
+  int run = sum_above<Threads>(local, sh);
   const auto visit = [&](int b) {
     const int h = hist[b];
     if (run < need && run + h >= need) {
@@ -368,11 +375,7 @@ __device__ __forceinline__ void suffix_sums(const int* hist, int* suffix, Shared
     v[i] = hist[lo + i];
     local += v[i];
   }
-  const int suffix_of_lanes = warp_suffix_sum<32>(local);
-  const int warp = static_cast<int>(threadIdx.x >> 5);
-  if (lane_id() == 0) sh.warp_sum[warp] = suffix_of_lanes;
-  __syncthreads();
-  int run = suffix_of_lanes - local + warp_sums<Threads>(sh, warp + 1, Threads / 32);
+  int run = sum_above<Threads>(local, sh);
 #pragma unroll
   for (int i = kPer - 1; i >= 0; --i) {
     run += v[i];
@@ -512,6 +515,12 @@ __device__ void break_ties(uint32_t* keys, const int* idx, const int n, const ui
   refine<Threads, RefineBits>(keys, idx, n, prefix, shift, need, eq, hist, sh, out);
 }
 
+// A candidate's place in the selection order as one 64-bit word: the key above ~index (the larger key first, then
+// the lower index; bit 31 of ~index is set, so every candidate's word is above 0)
+__device__ __forceinline__ unsigned long long candidate_word(uint32_t key, int index) {
+  return static_cast<unsigned long long>(key) << 32 | static_cast<uint32_t>(~index);
+}
+
 // Exact selection among a few candidates (n <= Threads; keys, idx in shared memory, complete): `need` of them, the
 // larger key first and, among equal keys, the lower index. Each candidate becomes one 64-bit word, key above ~index,
 // so that the order is the words' order; thread c counts the words above its own (every thread reads the same word
@@ -524,7 +533,7 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
   const int t = static_cast<int>(threadIdx.x);
   unsigned long long word = 0;
   if (t < n) {
-    word = static_cast<unsigned long long>(keys[t]) << 32 | static_cast<uint32_t>(~idx[t]);
+    word = candidate_word(keys[t], idx[t]);
     scratch[t] = word;
   }
   __syncthreads();
@@ -542,16 +551,14 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
 }
 
 // rank_select's order by votes, for n <= 32 Words candidates: lane l holds the words of candidates l, l + 32, ...
-// (Words of them; 0, below every candidate's word (~index sets its bit 31), past n) and warp w ranks candidates w,
-// w + warps, ...: the words above a candidate's are the population of one ballot per held word. No barrier, and a
-// warp's chain is (n / warps) x Words ballots where each of rank_select's threads compares n words in turn.
+// (Words of them; 0, below every candidate's word, past n) and warp w ranks candidates w, w + warps, ...: the words
+// above a candidate's are the population of one ballot per held word. No barrier, and a warp's chain is (n / warps)
+// x Words ballots where each of rank_select's threads compares n words in turn.
 template <int Threads, int Words>
 __device__ __forceinline__ void vote_select(const uint32_t* keys, const int* idx, const int n, const int need,
                                             Shared& sh, int* out) {
   constexpr int kWarps = Threads / 32;
-  const auto word = [&](int c) {
-    return static_cast<unsigned long long>(keys[c]) << 32 | static_cast<uint32_t>(~idx[c]);
-  };
+  const auto word = [&](int c) { return candidate_word(keys[c], idx[c]); };
   const int lane = lane_id();
   unsigned long long held[Words];
 #pragma unroll
