@@ -524,9 +524,11 @@ __device__ __forceinline__ unsigned long long candidate_word(uint32_t key, int i
 // Exact selection among a few candidates (n <= Threads; keys, idx in shared memory, complete): `need` of them, the
 // larger key first and, among equal keys, the lower index. Each candidate becomes one 64-bit word, key above ~index,
 // so that the order is the words' order; thread c counts the words above its own (every thread reads the same word
-// at once: a broadcast, eight loads in flight) and takes its candidate when fewer than `need` are. `scratch` holds
-// the n words (free shared memory: a histogram's). n^2 comparisons against the refinement's dozen barriers: the
-// plan's kTopkRankCap says where.
+// at once: a broadcast, eight loads in flight) and takes its candidate when fewer than `need` are. The words being
+// distinct, the count is the candidate's rank, and rank r's index goes to slot sh.emitted + r of `out` with no atomic
+// (the keys above the candidates have all claimed their slots: a barrier passed since). `scratch` holds the n words
+// (free shared memory: a histogram's). n^2 comparisons against the refinement's dozen barriers: the plan's
+// kTopkRankCap says where.
 template <int Threads>
 __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx, const int n, const int need,
                                             unsigned long long* scratch, Shared& sh, int* out) {
@@ -537,29 +539,29 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
     scratch[t] = word;
   }
   __syncthreads();
-  int ahead = 0;
   if (t < n) {
     constexpr int kInFlight = 8;
-    int c = 0;
+    int ahead = 0, c = 0;
     for (; c + kInFlight <= n; c += kInFlight) {
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u) ahead += scratch[c + u] > word ? 1 : 0;
     }
     for (; c < n; ++c) ahead += scratch[c] > word ? 1 : 0;
+    if (ahead < need) out[sh.emitted + ahead] = idx[t];
   }
-  emit(t < n && ahead < need, t < n ? idx[t] : 0, &sh.emitted, out);
 }
 
 // rank_select's order by votes, for n <= 32 Words candidates: lane l holds the words of candidates l, l + 32, ...
 // (Words of them; 0, below every candidate's word, past n) and warp w ranks candidates w, w + warps, ...: the words
-// above a candidate's are the population of one ballot per held word. No barrier, and a warp's chain is (n / warps)
-// x Words ballots where each of rank_select's threads compares n words in turn.
+// above a candidate's are the population of one ballot per held word, its rank, so lane 0 stores a winner at its
+// slot as rank_select does. No barrier and no atomic, and a warp's chain is (n / warps) x Words ballots where each of
+// rank_select's threads compares n words in turn.
 template <int Threads, int Words>
 __device__ __forceinline__ void vote_select(const uint32_t* keys, const int* idx, const int n, const int need,
                                             Shared& sh, int* out) {
   constexpr int kWarps = Threads / 32;
   const auto word = [&](int c) { return candidate_word(keys[c], idx[c]); };
-  const int lane = lane_id();
+  const int lane = lane_id(), first = sh.emitted;
   unsigned long long held[Words];
 #pragma unroll
   for (int w = 0; w < Words; ++w) held[w] = lane + 32 * w < n ? word(lane + 32 * w) : 0ull;
@@ -568,7 +570,7 @@ __device__ __forceinline__ void vote_select(const uint32_t* keys, const int* idx
     int ahead = 0;
 #pragma unroll
     for (int w = 0; w < Words; ++w) ahead += __popc(__ballot_sync(kFullMask, held[w] > mine));
-    emit(lane == 0 && ahead < need, idx[c], &sh.emitted, out);
+    if (lane == 0 && ahead < need) out[first + ahead] = idx[c];
   }
 }
 
