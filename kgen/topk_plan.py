@@ -13,8 +13,7 @@ reader's do through kgen.reader_layout.reader_constants:
   top TOPK_COARSE_MANTISSA_BITS mantissa bits), whose threshold bin's keys, when at most TOPK_CANDIDATES (one
   CTA) or TOPK_CLUSTER_CANDIDATES (a cluster, gathered in rank 0) of them, are refined in shared memory
   TOPK_REFINE_BITS bits at a time (the values' bits, then, among keys of the k-th value, the indices: the lower
-  index wins), or, when at most TOPK_RANK_CAP, ranked by a thread each (the same order; at most 32 x
-  TOPK_VOTE_WORDS: by warp votes);
+  index wins), or, when at most TOPK_RANK_CAP, ranked by a thread each (the same order);
 * else, one CTA per row (`topk_cluster` = 1): the global digits, TOPK_FIRST_BITS bits first, then
   TOPK_NEXT_BITS bits per further read of the row while the threshold bin holds more than TOPK_CANDIDATES keys;
 * else, a cluster of C CTAs per row (sm_90+): each CTA holds its slice in shared memory where one block's shared
@@ -38,7 +37,6 @@ TOPK_NEXT_BITS = 10
 TOPK_REFINE_BITS = 11
 TOPK_CANDIDATES = 6144
 TOPK_RANK_CAP = 512  # at most this many candidates: a thread each counts those ahead of it (n^2 comparisons)
-TOPK_VOTE_WORDS = 4  # at most 32 x this many candidates: ranked by warp votes, each lane holding this many of them
 TOPK_VECTOR_UNROLL = 4  # float4 loads in flight per thread in a row read
 TOPK_BINS = 1 << max(TOPK_FIRST_BITS, TOPK_NEXT_BITS, TOPK_REFINE_BITS)
 TOPK_MAX_K = 1 << 16  # the largest k the op takes (the engines' are 512 and 2048)
@@ -98,7 +96,6 @@ def topk_constants() -> dict[str, int]:
         "kTopkRefineBits": TOPK_REFINE_BITS,
         "kTopkCandidates": TOPK_CANDIDATES,
         "kTopkRankCap": TOPK_RANK_CAP,
-        "kTopkVoteWords": TOPK_VOTE_WORDS,
         "kTopkBins": TOPK_BINS,
         "kTopkUnroll": TOPK_VECTOR_UNROLL,
         "kTopkStateBytes": TOPK_STATE_BYTES,

@@ -205,9 +205,9 @@ def logits_of(kind: str, rows: int, width: int, g: torch.Generator) -> torch.Ten
             "one_value": lambda: torch.full((rows, width), -0.0),
             # distinct values inside one or two coarse bins: the digit-by-digit fallback
             "one_bin": lambda: 1.0 + 1e-4 * torch.randn(rows, width, generator=g),
-            # a few dozen keys in the threshold bin, ties among them: the votes' order
+            # a few dozen keys in the threshold bin, ties among them: the rank count's order
             "rounded": lambda: torch.round(100 * torch.randn(rows, width, generator=g)) / 100,
-            # a few hundred keys of one value in the threshold bin: the rank count's order
+            # a few hundred keys of one value in the threshold bin: the rank count's order among ties
             "quarters": lambda: torch.round(4 * torch.randn(rows, width, generator=g)) / 4,
             "randn_ties": lambda: torch.randn(rows, width, generator=g).clamp(min=0.5),
             # one key in 20 far above the rest: on a cluster of 4 or more the k-th key's chunk of the merged

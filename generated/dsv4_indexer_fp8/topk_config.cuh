@@ -18,7 +18,6 @@ struct dsv4_indexer_fp8 : kgen_cfg::dsv4_indexer_fp8 {
   static constexpr long long kTopkRefineBits = 11;
   static constexpr long long kTopkCandidates = 6144;
   static constexpr long long kTopkRankCap = 512;
-  static constexpr long long kTopkVoteWords = 4;
   static constexpr long long kTopkBins = 4096;
   static constexpr long long kTopkUnroll = 4;
   static constexpr long long kTopkStateBytes = 256;

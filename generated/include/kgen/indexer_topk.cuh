@@ -551,42 +551,15 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
   }
 }
 
-// rank_select's order by votes, for n <= 32 Words candidates: lane l holds the words of candidates l, l + 32, ...
-// (Words of them; 0, below every candidate's word, past n) and warp w ranks candidates w, w + warps, ...: the words
-// above a candidate's are the population of one ballot per held word, its rank, so lane 0 stores a winner at its
-// slot as rank_select does. No barrier and no atomic, and a warp's chain is (n / warps) x Words ballots where each of
-// rank_select's threads compares n words in turn.
-template <int Threads, int Words>
-__device__ __forceinline__ void vote_select(const uint32_t* keys, const int* idx, const int n, const int need,
-                                            Shared& sh, int* out) {
-  constexpr int kWarps = Threads / 32;
-  const auto word = [&](int c) { return candidate_word(keys[c], idx[c]); };
-  const int lane = lane_id(), first = sh.emitted;
-  unsigned long long held[Words];
-#pragma unroll
-  for (int w = 0; w < Words; ++w) held[w] = lane + 32 * w < n ? word(lane + 32 * w) : 0ull;
-  for (int c = static_cast<int>(threadIdx.x >> 5); c < n; c += kWarps) {  // warp-uniform
-    const unsigned long long mine = word(c);
-    int ahead = 0;
-#pragma unroll
-    for (int w = 0; w < Words; ++w) ahead += __popc(__ballot_sync(kFullMask, held[w] > mine));
-    if (lane == 0 && ahead < need) out[first + ahead] = idx[c];
-  }
-}
-
 // The `eq` candidates keys[0, eq) (complete, in shared memory), `need` of them to take (1 <= need <= eq), the
-// larger key first and, among equal keys, the lower index: ranked by votes (at most 32 kTopkVoteWords) or by a
-// thread each (at most kTopkRankCap), else refined from the first bit and, when the bits run out, by index. `hist` is
-// free shared memory of kTopkBins counters (the rank count's words, the refinement's histograms).
+// larger key first and, among equal keys, the lower index: ranked by a thread each (at most kTopkRankCap), else
+// refined from the first bit and, when the bits run out, by index. `hist` is free shared memory of kTopkBins counters
+// (the rank count's words, the refinement's histograms).
 template <class C>
 __device__ __forceinline__ void select_candidates(uint32_t* keys, const int* idx, const int eq, int need, int* hist,
                                                   Shared& sh, int* out) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kRefine = static_cast<int>(C::kTopkRefineBits);
-  if (eq <= 32 * static_cast<int>(C::kTopkVoteWords)) {
-    vote_select<T, static_cast<int>(C::kTopkVoteWords)>(keys, idx, eq, need, sh, out);
-    return;
-  }
   if (eq <= static_cast<int>(C::kTopkRankCap)) {
     rank_select<T>(keys, idx, eq, need, reinterpret_cast<unsigned long long*>(hist), sh, out);
     return;
