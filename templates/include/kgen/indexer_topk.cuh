@@ -793,21 +793,17 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   if (th.equal <= kCap) {  // the row's threshold bin fits rank 0's candidates: one emitting read, rank 0 refines
     const uint32_t bin = static_cast<uint32_t>(th.digit);
     const int above = th.above, eq = th.equal;
-    const int mine = bin + 1 < (1u << kCoarse) ? suffix[bin + 1] : 0;  // this rank's keys above the bin
     if (t == 0) {
+      const int mine = bin + 1 < (1u << kCoarse) ? suffix[bin + 1] : 0;
       sh.base_out = atomicAdd(cluster::map(&sh.emitted, 0u), mine);
       sh.base_in = atomicAdd(cluster::map(&sh.collected, 0u), coarse[bin]);
     }
     __syncthreads();
-    // A rank other than 0 stages its winners in its three histograms (free from here: read by no rank, the digit loop
-    // not taken) and stores them after the last barrier, so that its release there waits for no global store.
-    int* const stage = rank != 0 && mine <= 3 * kBins ? hists : nullptr;  // block-uniform
-    uint32_t* const to_key = cluster::map(ckey, 0u) + sh.base_in;         // this rank's share of rank 0's candidates
+    uint32_t* const to_key = cluster::map(ckey, 0u) + sh.base_in;  // this rank's share of rank 0's candidates
     int* const to_idx = cluster::map(cidx, 0u) + sh.base_in;
     for_each_slice_value<T, kUnroll>(
         held, slice, n,
-        coarse_sweep(coarse_values<C>(bin), lo, &sh.mine_out, stage != nullptr ? stage : out + sh.base_out, &sh.mine_in,
-                     to_key, to_idx));
+        coarse_sweep(coarse_values<C>(bin), lo, &sh.mine_out, out + sh.base_out, &sh.mine_in, to_key, to_idx));
     if (rank == 0) {
       __syncthreads();       // rank 0's own candidates, for its threads
       cluster::sync(false);  // the others' candidates are in rank 0's memory; it publishes nothing
@@ -815,9 +811,6 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
       return;
     }
     cluster::sync();  // this rank's candidates are in rank 0's memory; no rank reads another's memory after it
-    if (stage != nullptr) {
-      for (int i = t; i < mine; i += T) out[sh.base_out + i] = stage[i];
-    }
     return;
   }
   // more than kCap keys in the coarse threshold bin (a row of few distinct values): the slice's digits, one at a
