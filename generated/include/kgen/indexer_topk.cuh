@@ -515,12 +515,6 @@ __device__ void break_ties(uint32_t* keys, const int* idx, const int n, const ui
   refine<Threads, RefineBits>(keys, idx, n, prefix, shift, need, eq, hist, sh, out);
 }
 
-// A candidate's place in the selection order as one 64-bit word: the key above ~index (the larger key first, then
-// the lower index; bit 31 of ~index is set, so every candidate's word is above 0)
-__device__ __forceinline__ unsigned long long candidate_word(uint32_t key, int index) {
-  return static_cast<unsigned long long>(key) << 32 | static_cast<uint32_t>(~index);
-}
-
 // Exact selection among a few candidates (n <= Threads; keys, idx in shared memory, complete): `need` of them, the
 // larger key first and, among equal keys, the lower index. Each candidate becomes one 64-bit word, key above ~index,
 // so that the order is the words' order; thread c counts the words above its own (every thread reads the same word
@@ -535,7 +529,7 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
   const int t = static_cast<int>(threadIdx.x);
   unsigned long long word = 0;
   if (t < n) {
-    word = candidate_word(keys[t], idx[t]);
+    word = static_cast<unsigned long long>(keys[t]) << 32 | static_cast<uint32_t>(~idx[t]);
     scratch[t] = word;
   }
   __syncthreads();
