@@ -20,12 +20,5 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 peers_ready
 topk_ab 2 "head wide4k slice4k one8k" -- --batches 1,8 --keys 16384,32768,65536 --ks 512 --others "" --time-limit 30
 snap call3
-in_tree head $R/ncu_head.log 90 ncu --clock-control none -k regex:topk -c 12 --section SpeedOfLight \
-  --section WarpStateStats --section InstructionStats --section LaunchStats --section SourceCounters \
-  -o $R/prof_head python3 $ROOT/bench/results/h100-2026-12-05-s19/profile_topk.py 1:65536:equal:1 1:4096:equal:1 \
-  8:65536:equal:1
-ncu --import $R/prof_head.ncu-rep --page details > $R/details_head.txt 2>&1
-ncu --import $R/prof_head.ncu-rep --page source --csv --print-source sass 2> $R/src.err | gzip > $R/src_head.csv.gz
-grep -E "^  [a-zA-Z_].*\(|Duration|Executed Instructions  " $R/details_head.txt | cut -c1-120 | head -30
-rm -f $R/prof_head.ncu-rep
+topk_ncu head 1:65536:equal:1 1:4096:equal:1 8:65536:equal:1
 pack call3
