@@ -45,12 +45,17 @@ TOPK_STATE_BYTES = 256  # kgen::topk::Shared (counters, the threshold, one sum p
 # the cluster path: keys per CTA the cluster size aims at, the most a CTA holds, the largest (portable) cluster
 TOPK_CLUSTER_BITS = 11
 TOPK_CLUSTER_BINS = 1 << TOPK_CLUSTER_BITS
-TOPK_SLICE_KEYS = 8192
+# the most keys a CTA of a cluster takes: since a cluster merges its coarse histograms through rank 0, the more CTAs
+# the better up to 4K keys each. H100, two rounds (bench/results/h100-2026-12-06-s22, call1): 4096 against 8192, the
+# top-k alone 0.88x at 1 and 8 rows of 32K keys (8 CTAs of 4K against 4 of 8K), 0.95x at 1 x 64K (16 against 8), 0.91x
+# at 1 x 16K +-30 %, within 1 % at every other shape of B 1, 8, 32 x 4K-64K
+TOPK_SLICE_KEYS = 4096
 # the longest row the one-CTA path takes: a cluster's barriers and merges cost more than one SM's reads of a row this
 # long. H100, two rounds (bench/results/h100-2026-12-05-s19, call4): rows of 12K keys 10.5-10.8 us on clusters of 2
 # against 7.4-7.8 on one CTA, 16K 10.9-11.5 against 8.4-9.0; rows of 24K on one CTA 1.04-1.05x the time of clusters
 # of 4 at 1 and 8 rows (1.16-1.17x for rows up to 32K), 0.87x at 32 and 64 rows (where the plan halves clusters for
-# the SMs): the bound stays at 16K
+# the SMs): the bound stays at 16K. With the merge through rank 0, rows of 16K on clusters of 2 still take 1.18-1.20x
+# one CTA's time at 1, 8 and 32 rows (bench/results/h100-2026-12-06-s22, call1)
 TOPK_ONE_CTA_KEYS = 16384
 TOPK_CLUSTER_CANDIDATES = 4096  # the coarse threshold bin's (key, index) pairs rank 0 gathers from the cluster
 TOPK_SHARED_LIMIT = SM90.block_shared_bytes  # sm_90's (and sm_100's) opt-in dynamic shared memory per block
@@ -65,8 +70,8 @@ TOPK_CLUSTER_PORTABLE = CLUSTER_PORTABLE
 # the sizes a plan picks from (powers of two): the launch stack asks the driver how many of each run at once
 TOPK_CLUSTER_SIZES = tuple(1 << i for i in range(1, TOPK_CLUSTER_MAX.bit_length()))
 # the fewest keys a CTA of a wide cluster takes. H200, one process, three rounds (bench/results/h200-2026-12-05-s15,
-# call2): 16 CTAs of 16K keys (rows of 256K) cut the top-k 15-17 % against 8 of 32K; 16 of 4K (rows of 64K) cost
-# 2-3 % against 8 of 8K. Rows of 128K (8K a CTA of 16) were not measured.
+# call2): 16 CTAs of 16K keys (rows of 256K) cut the top-k 15-17 % against 8 of 32K; with the merge through rank 0,
+# 16 of 4K (rows of 64K) cut it 5 % against 8 of 8K (H100, s22's call1 above).
 TOPK_WIDE_SLICE_KEYS = TOPK_SLICE_KEYS
 
 

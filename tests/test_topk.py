@@ -242,9 +242,12 @@ def test_the_plan_splits_long_rows_over_a_cluster():
 
     # rows of up to TOPK_ONE_CTA_KEYS keys stay on one CTA; a longer one on a power of two of CTAs holding at most
     # TOPK_SLICE_KEYS keys each, up to 8
-    assert TP.TOPK_ONE_CTA_KEYS == 16384 and TP.TOPK_SLICE_KEYS == 8192
-    assert [TP.topk_cluster(n) for n in (1, 4096, 8193, 16384, 16385, 32768, 32769, 65536, 262144)] == [1, 1, 1, 1, 4,
-                                                                                                      4, 8, 8, 8]
+    assert TP.TOPK_ONE_CTA_KEYS == 16384 and TP.TOPK_SLICE_KEYS == 4096
+    assert [TP.topk_cluster(n) for n in (1, 4096, 8193, 16384, 16385, 32768, 32769, 65536, 262144)] == [1, 1, 1, 1, 8,
+                                                                                                      8, 8, 8, 8]
+    with pytest.MonkeyPatch.context() as mp:  # the powers of two below 8, where a slice holds more
+        mp.setattr(TP, "TOPK_SLICE_KEYS", 8192)
+        assert [TP.topk_cluster(n) for n in (16385, 32768, 32769)] == [4, 4, 8]
     assert TP.topk_cluster(8 * TP.TOPK_SLICE_CAP + 1) == 8  # no slice fits: each CTA reads its slice from the row
     assert TP.topk_grid(6, 65536) == ((8, 6, 1), TP.TOPK_THREADS)
     # on a device, clusters halved until every row's cluster runs at once (one CTA per SM): 16 rows of 8 CTAs
@@ -295,9 +298,9 @@ def test_a_row_of_eight_ctas_goes_wide_where_the_device_runs_every_rows_wide_clu
     assert TP.topk_cluster(262144, 8, 132, at_once=wide) == 8  # one row too many: portable clusters
     assert TP.topk_cluster(262144, 1, 132) == 8  # the driver was not asked
     assert TP.topk_cluster(262144, 1, 132, at_once=_told(c16=0)) == 8  # or said none
-    assert TP.topk_cluster(131000, 1, 132, at_once=wide) == 8  # 8188 keys a CTA of 16: too few
-    assert TP.topk_cluster(65536, 1, 132, at_once=wide) == 8  # 4K a CTA of 16: measured slower than 8 of 8K
-    assert TP.topk_cluster(32768, 1, 132, at_once=wide) == 4  # not a row of 8
+    assert TP.topk_cluster(65536, 1, 132, at_once=wide) == 16  # 4K a CTA of 16
+    assert TP.topk_cluster(65000, 1, 132, at_once=wide) == 8  # 4064 keys a CTA of 16: too few
+    assert TP.topk_cluster(16385, 1, 132, at_once=wide) == 8  # 1028 keys a CTA of 16: too few
     assert TP.topk_cluster(65536, 1, 132, clusters=False, at_once=wide) == 1
     assert INDEXER_TOPK.cluster_sizes == TP.TOPK_CLUSTER_SIZES == (2, 4, 8, 16)
     h200 = DeviceFacts(index=0, sm_count=132, l2_bytes=0, capability=90, cluster_counts=((16, 7),))

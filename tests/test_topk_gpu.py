@@ -81,7 +81,8 @@ def test_select_on_each_cluster_size(width, kind):
 
     from kgen.topk_plan import topk_cluster
 
-    assert topk_cluster(width) > 1  # 4, 8, 8, 8 CTAs per row
+    # 8 CTAs per row by the keys; the 16 rows' clusters of 8 do not all run at once on a 132-SM part: 4 there
+    assert topk_cluster(width) == 8
     g = torch.Generator().manual_seed(width)
     next_n = 4
     lens = torch.tensor([width, width - 999, 2500, 2048], dtype=torch.int32)  # ragged; rows at and below k
