@@ -136,7 +136,7 @@ def chained():
 
 @pytest.fixture(scope="module")
 def case():
-    return RC.make_case(resolve_spec(FP8), [17000, 300], next_n=2, seed=2, device="cpu")  # a cluster of 4
+    return RC.make_case(resolve_spec(FP8), [17000, 300], next_n=2, seed=2, device="cpu")  # a cluster of 8
 
 
 def test_one_call_launches_the_reader_then_the_top_k(chained, case):
@@ -151,7 +151,7 @@ def test_one_call_launches_the_reader_then_the_top_k(chained, case):
     assert _pointer(chained.select, pb, "indices") == got.data_ptr()
     assert got.dtype == torch.int32 and got.shape == (4, 512)
     # the top-k's launch: grid (cluster, rows, 1), the cluster dimension and PDL attributes
-    assert cb[:3] == (4, 4, 1) and cb[-1] == 2 and cb[-3] == STREAM_HANDLE
+    assert cb[:3] == (8, 4, 1) and cb[-1] == 2 and cb[-3] == STREAM_HANDLE
     assert chained.chain.counts()[0] >= 1
 
 

@@ -239,6 +239,7 @@ struct Shared {
   int mine_out, mine_in;    // a cluster rank's own winners and candidates, counted as it writes them
   int base_out, base_in;    // where they go: this rank's offsets in the row's output and rank 0's candidates
   int chunk;                // a cluster rank's count of the keys in its chunk of the merged histogram
+  ValueRange range;         // the coarse threshold bin's values (find_coarse_threshold, the one-CTA path)
   int warp_sum[32];
 };
 
@@ -323,9 +324,13 @@ __device__ __forceinline__ int sum_above(int local, Shared& sh) {
 // sum(hist[d + 1:]) < need <= sum(hist[d:]); `sh.above` = sum(hist[d + 1:]), `sh.equal` = hist[d]. Block-wide:
 // every thread calls it after the histogram is complete; on return every thread may read sh. Thread t scans the
 // bins [t p, (t + 1) p), p = ceil(bins / Threads): `Per` where the caller knows it at compile time (the loops
-// unrolled, no trip count to compute: find_threshold_of), else 0.
-template <int Threads, int Per = 0>
-__device__ __forceinline__ void find_threshold(const int* hist, int bins, int need, Shared& sh) {
+// unrolled, no trip count to compute: find_threshold_of), else 0. The one thread that finds the bin also calls
+// found(bin) before the last barrier (what every thread would derive from the bin, derived once).
+struct NoHook {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+template <int Threads, int Per = 0, class Found = NoHook>
+__device__ __forceinline__ void find_threshold(const int* hist, int bins, int need, Shared& sh, Found found = {}) {
   const int per = Per > 0 ? Per : (bins + Threads - 1) / Threads;
   const int lo = min(bins, static_cast<int>(threadIdx.x) * per), hi = min(bins, lo + per);
   int local = 0;
@@ -342,6 +347,7 @@ __device__ __forceinline__ void find_threshold(const int* hist, int bins, int ne
       sh.digit = b;
       sh.above = run;
       sh.equal = h;
+      found(b);
     }
     run += h;
   };
@@ -357,9 +363,19 @@ __device__ __forceinline__ void find_threshold(const int* hist, int bins, int ne
 }
 
 // find_threshold over a histogram of Bins counters, a number known at compile time
-template <int Threads, int Bins>
-__device__ __forceinline__ void find_threshold_of(const int* hist, int need, Shared& sh) {
-  find_threshold<Threads, (Bins + Threads - 1) / Threads>(hist, Bins, need, sh);
+template <int Threads, int Bins, class Found = NoHook>
+__device__ __forceinline__ void find_threshold_of(const int* hist, int need, Shared& sh, Found found = {}) {
+  find_threshold<Threads, (Bins + Threads - 1) / Threads>(hist, Bins, need, sh, found);
+}
+
+// find_threshold_of over a coarse histogram, the threshold bin's value range (coarse_values) in sh.range: built by
+// the thread that finds the bin, where every thread would build it after the scan (one CTA: 0.94-0.96x the top-k's
+// time at rows of 4K keys, H100, bench/results/h100-2026-12-06-s22 call2; a cluster's ranks build it themselves:
+// built by rank 0 and read from it, it cost 3 % at 1 x 64K and 1 x 256K)
+template <class C>
+__device__ __forceinline__ void find_coarse_threshold(const int* hist, int need, Shared& sh) {
+  find_threshold_of<C::kTopkThreads, 1 << C::kTopkCoarseBits>(
+      hist, need, sh, [&sh](int bin) { sh.range = coarse_values<C>(static_cast<uint32_t>(bin)); });
 }
 
 // suffix[b] = sum(hist[b:]) for every b of a histogram of Bins counters, Bins / Threads of them a thread. Block-wide:
@@ -645,8 +661,8 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
     }
   });
   __syncthreads();
-  find_threshold_of<T, 1 << kBits>(hist, k, sh);
-  const ValueRange bin = coarse_values<C>(static_cast<uint32_t>(sh.digit));
+  find_coarse_threshold<C>(hist, k, sh);
+  const ValueRange bin = sh.range;
   const int above = sh.above, eq = sh.equal;
   if (eq > static_cast<int>(C::kTopkCandidates)) return false;
   for_each_value<T, kUnroll>(x, L, coarse_sweep(bin, 0, &sh.emitted, out, &sh.collected, ckey, cidx));
@@ -911,10 +927,13 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
   }
   const int row = static_cast<int>(blockIdx.y + gridDim.y * blockIdx.z);
   if (row >= p.batch * p.next_n) return;  // the z dimension's last slab
-  const int b = row / p.next_n, j = row - b * p.next_n;
-  long long visible = static_cast<long long>(p.seq_lens[b]) - p.next_n + 1 + j;
-  visible = visible < 0 ? 0 : (visible > p.max_seq_len ? p.max_seq_len : visible);
-  const int L = static_cast<int>(visible), k = p.k;
+  // the row's sequence and token: next_n is a power of two in the engines' MTP (1, 2, 4), a shift, not a division
+  const int n = p.next_n;
+  const int b = (n & (n - 1)) == 0 ? row >> (__ffs(n) - 1) : row / n, j = row - b * n;
+  // the keys token j sees, seq_lens[b] - (next_n - 1 - j), in [0, max_seq_len]: subtracted only where it stays
+  // positive (no overflow for any seq_lens)
+  const int s = p.seq_lens[b], hidden = n - 1 - j;
+  const int L = s <= hidden ? 0 : min(s - hidden, p.max_seq_len), k = p.k;
   int* out = p.indices + static_cast<long long>(row) * k;
   const float* x = p.logits + static_cast<long long>(row) * p.max_seq_len;
   const int t = static_cast<int>(threadIdx.x);
