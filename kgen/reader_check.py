@@ -81,50 +81,56 @@ def q_dtype(spec: Spec):
     return getattr(torch, torch_name(RL.reader_q_dtype(spec)))
 
 
-def write_pages(spec: Spec, num_pages: int, *, seed: int, device: str = "cuda", max_written: int = 1 << 16):
+def write_pages(spec: Spec, num_pages: int, *, seed: int, device: str = "cuda", chunk_tokens: int = 1 << 16):
     """uint8 [num_pages, page_bytes]: every slot written by the reference writer (random rows with the
-    writer's norm/RoPE/Hadamard/quantization). Beyond `max_written` tokens, whole written pages repeat."""
+    writer's norm/RoPE/Hadamard/quantization), `chunk_tokens` tokens at a time, each chunk from its own seed: no
+    two pages alike, as in an engine's cache (pages that repeat give a row's logits exact ties that real keys do
+    not have). The first chunk's inputs come from the CPU's generator (the bytes every case had), later ones from
+    the device's, at the device's pace."""
     torch = _torch()
     from . import reference as R
 
     lay = L.compute(spec)
     P = lay.page_size
-    base_pages = max(1, min(num_pages, max_written // P))
-    n = base_pages * P
-    base = torch.zeros((base_pages, lay.page_bytes), dtype=torch.uint8, device=device)
-    R.norm_rope_store(spec, *writer_inputs(spec, n, seed=seed, device=device), torch.arange(n, device=device), base)
-    if base_pages == num_pages:
-        return base
-    reps = -(-num_pages // base_pages)
-    return base.repeat(reps, 1)[:num_pages].contiguous()
+    per = max(1, chunk_tokens // P)
+    cache = torch.zeros((num_pages, lay.page_bytes), dtype=torch.uint8, device=device)
+    for i, first in enumerate(range(0, num_pages, per)):
+        pages = cache[first:first + per]
+        n = pages.shape[0] * P
+        inputs = writer_inputs(spec, n, seed=seed + i, device=device, on_device=i > 0)
+        R.norm_rope_store(spec, *inputs, torch.arange(n, device=device), pages)
+    return cache
 
 
-def writer_inputs(spec: Spec, n: int, *, seed: int, device: str = "cuda") -> tuple[Any, Any, Any, Any, Any]:
+def writer_inputs(spec: Spec, n: int, *, seed: int, device: str = "cuda",
+                  on_device: bool = False) -> tuple[Any, Any, Any, Any, Any]:
     """(x, weight, bias, freqs, positions) of `n` random tokens for the spec's writer (None where the
-    spec has no such input)."""
+    spec has no such input), drawn by a CPU generator (the same values on every device) or, `on_device`,
+    by the device's own."""
     torch = _torch()
     from . import inputs as I
 
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    at = device if on_device else "cpu"
+    g = torch.Generator(device=at).manual_seed(seed)
     dt = getattr(torch, torch_name(spec.input_dtype))
     D = spec.head_dim
-    x = (3 * torch.randn(n, D, generator=g)).to(device=device, dtype=dt)
+    x = (3 * torch.randn(n, D, generator=g, device=at)).to(device=device, dtype=dt)
     weight: Any = None
     bias: Any = None
     freqs: Any = None
     positions: Any = None
     if spec.norm.kind != "none":
-        weight = (1 + 0.1 * torch.randn(D, generator=g)).to(device=device, dtype=dt)
+        weight = (1 + 0.1 * torch.randn(D, generator=g, device=at)).to(device=device, dtype=dt)
     if spec.norm.kind == "layernorm":
-        bias = (0.1 * torch.randn(D, generator=g)).to(device=device, dtype=dt)
+        bias = (0.1 * torch.randn(D, generator=g, device=at)).to(device=device, dtype=dt)
     if spec.rope.dim:
         freqs = I.rope_freqs(4096, spec.rope.dim, device=device)
-        positions = torch.randint(0, 4096, (n,), generator=g).to(device)
+        positions = torch.randint(0, 4096, (n,), generator=g, device=at).to(device)
     return x, weight, bias, freqs, positions
 
 
 def make_case(spec: Spec, seq_lens: list[int], *, next_n: int = 1, seed: int = 0, device: str = "cuda",
-              extra_pages: int = 3, max_written: int = 1 << 16, max_seq_len: int | None = None):
+              extra_pages: int = 3, max_seq_len: int | None = None):
     """Inputs of one call: q, weights, cache, block_table (disjoint random pages per sequence,
     garbage past each sequence's last page), seq_lens, max_seq_len."""
     torch = _torch()
@@ -135,7 +141,7 @@ def make_case(spec: Spec, seq_lens: list[int], *, next_n: int = 1, seed: int = 0
     max_pages = max(1, max(need))
     num_pages = sum(need) + extra_pages
     g = torch.Generator(device="cpu").manual_seed(seed + 1)
-    cache = write_pages(spec, num_pages, seed=seed, device=device, max_written=max_written)
+    cache = write_pages(spec, num_pages, seed=seed, device=device)
     perm = torch.randperm(num_pages, generator=g)
     table = torch.randint(-3, 4 * num_pages, (B, max_pages), generator=g)
     at = 0

@@ -592,6 +592,16 @@ def test_fp4_operand_conversion_matches_the_mma_sync_widening(tmp_path):
     assert run.returncode == 0 and run.stdout.strip().endswith("0 mismatches in 2097152 values"), run.stdout[-2000:]
 
 
+def test_a_long_cases_pages_are_all_distinct():
+    # past one chunk of written tokens no page repeats (a repeat gives a row exact ties real keys lack); the first
+    # chunk keeps the bytes a one-chunk case had
+    spec = spec_of("fp8")
+    P = L.compute(spec).page_size
+    pages = rc.write_pages(spec, 10, seed=4, device="cpu", chunk_tokens=4 * P)
+    assert len({bytes(page.numpy()) for page in pages}) == 10
+    assert torch.equal(pages[:4], rc.write_pages(spec, 4, seed=4, device="cpu", chunk_tokens=4 * P))
+
+
 # ---------------------------------------------------------------------------------------------
 # argument checks: metadata only, before any launch, each naming its argument
 
