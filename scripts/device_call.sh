@@ -9,6 +9,9 @@
 # the background (DeepGEMM, SGLang's top-k). Then:
 #   el                         seconds since the call began, for the log
 #   peers_ready                wait for both builds; deep_gemm on PYTHONPATH
+#   tests_beside_peers TREE TEST...
+#                              pytest of TEST... in TREE (200 s at most, $R/pytest_TREE.log) while the peers build,
+#                              then peers_ready; prints the failures and the count
 #   in_tree TREE LOG LIMIT CMD...
 #                              CMD from TREE's root (head: this checkout; else .xfer/TREE), kgen imported from that
 #                              tree, stdout and stderr to LOG, at most LIMIT seconds (SIGINT: the bench scripts
@@ -46,6 +49,15 @@ peers_ready() {
   wait $SG_PID; echo "sglang top-k build rc=$? $(el)"
   wait $DG_PID; echo "deepgemm build rc=$? $(el)"
   eval "$(cat /tmp/dg_env)"  # deep_gemm's tree ahead of /tmp/site and the repository on PYTHONPATH
+}
+tests_beside_peers() {
+  local tree=$1 pt
+  shift
+  ( in_tree "$tree" "$R/pytest_$tree.log" 200 python3 -m pytest -p no:cacheprovider -rs "$@" ) &
+  pt=$!
+  peers_ready
+  wait $pt; echo "tests done $(el)"
+  grep -E "^(FAILED|ERROR)|passed|failed" "$R/pytest_$tree.log" | cut -c1-300 | head -12
 }
 in_tree() {
   local tree=$1 log=$2 limit=$3 dir=$ROOT rc
