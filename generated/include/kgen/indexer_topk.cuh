@@ -369,9 +369,9 @@ __device__ __forceinline__ void find_threshold_of(const int* hist, int need, Sha
 }
 
 // find_threshold_of over a coarse histogram, the threshold bin's value range (coarse_values) in sh.range: built by
-// the thread that finds the bin, where every thread would build it after the scan (one CTA: 0.94-0.96x the top-k's
-// time at rows of 4K keys, H100, bench/results/h100-2026-12-06-s22 call2; a cluster's ranks build it themselves:
-// built by rank 0 and read from it, it cost 3 % at 1 x 64K and 1 x 256K)
+// the thread that finds the bin, where every thread would build it after the scan (with the prologue's cuts, 0.94-
+// 0.96x the top-k's time at rows of 4K keys; H100, bench/results/h100-2026-12-06-s22, call2). The cluster path lets
+// each rank build it: read from rank 0's state after the cluster barrier, it cost 3 % at 1 x 64K and 1 x 256K.
 template <class C>
 __device__ __forceinline__ void find_coarse_threshold(const int* hist, int need, Shared& sh) {
   find_threshold_of<C::kTopkThreads, 1 << C::kTopkCoarseBits>(
