@@ -4,7 +4,8 @@
 # threshold-bin key before claiming slots for them; ncu of call2's lean: the claim's 18 instructions ran on all 32
 # warps at 1 x 4K, 7 of them with such a key; CPU emulator tests pass, 64 registers, no spill). 1. vote's top-k GPU
 # tests beside the peers' builds; 2. vote against head at B 1, 8, 32, 64 x 4K, 64K, 256K, k 512, equal lengths and
-# +-30 % (next_n 2), two rounds; 3. on an H200 only: head's whole top-k bench. Made from the repository root as:
+# +-30 % (next_n 2), two rounds (the first A/B on cases whose pages never repeat: each 64K tokens written afresh, so
+# allow for the writing); 3. on an H200 only: head's whole top-k bench. Made from the repository root as:
 #   rm -rf .xfer/vote && mkdir -p .xfer/vote && git archive HEAD kgen templates specs scripts tests pyproject.toml |
 #     tar -x -C .xfer/vote && patch -p1 -d .xfer/vote < bench/results/h100-2026-12-06-s22/vote-in-bin.patch
 #   run(command="bash bench/results/h100-2026-12-06-s22/call5.sh", carry=[".whl", ".xfer/pk", ".xfer/vote"],
@@ -15,7 +16,7 @@ source scripts/device_call.sh
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$GPU"
 tests_beside_peers vote tests/test_topk_gpu.py tests/test_topk_native.py
 snap call5
-topk_ab 2 "head vote" -- --batches 1,8,32,64 --keys 4096,65536,262144 --ks 512 --others "" --time-limit 45
+topk_ab 2 "head vote" -- --batches 1,8,32,64 --keys 4096,65536,262144 --ks 512 --others "" --time-limit 80
 snap call5
 case $GPU in
   *H200*) in_tree head $R/full_head.log 180 python3 scripts/topk_shapes.py --json $R/full_head.json \
