@@ -5,17 +5,20 @@
 # warps at 1 x 4K, 7 of them with such a key; CPU emulator tests pass, 64 registers, no spill). Tree chain2: main
 # with chain2-clear-shift.patch (a cluster CTA's slice by a shift where the cluster size is a power of two, as the
 # plan's always are: lean's ncu at 1 x 64K shows the 32-bit division's ~22 instructions on every warp; the histograms
-# cleared by unrolled loops of a compile-time count; 344 fewer SASS instructions, 64 registers, no spill). 1. both
-# trees' top-k GPU tests (vote's beside the peers' builds); 2. vote and chain2 against head at B 1, 8, 32, 64 x 4K,
-# 64K, 256K, k 512, equal lengths and +-30 % (next_n 2), two rounds (the first A/B on cases whose pages never
-# repeat: each 64K tokens written afresh, so allow for the writing); 3. on an H200, when the call has spent less than
-# 400 s: head's whole top-k bench. Made from the repository root as:
-#   for t in vote:vote-in-bin chain2:chain2-clear-shift; do rm -rf .xfer/${t%%:*} && mkdir -p .xfer/${t%%:*} &&
-#     git archive HEAD kgen templates specs scripts tests pyproject.toml | tar -x -C .xfer/${t%%:*} &&
-#     patch -p1 -d .xfer/${t%%:*} < bench/results/h100-2026-12-06-s22/${t#*:}.patch; done
+# cleared by unrolled loops of a compile-time count; 344 fewer SASS instructions, 64 registers, no spill). Tree both:
+# the two patches. 1. vote's and chain2's top-k GPU tests (vote's beside the peers' builds); 2. vote, chain2 and both
+# against head at B 1, 8, 32, 64 x 4K, 64K, 256K, k 512, equal lengths and +-30 % (next_n 2), two rounds, the second
+# in the reverse order, a snap after each (the first A/B on cases whose pages never repeat: each 64K tokens written
+# afresh, so allow for the writing); 3. on an H200, when the call has spent less than 400 s: head's whole top-k
+# bench. Made from the repository root as:
+#   P=bench/results/h100-2026-12-06-s22
+#   for t in vote chain2 both; do rm -rf .xfer/$t && mkdir -p .xfer/$t &&
+#     git archive HEAD kgen templates specs scripts tests pyproject.toml | tar -x -C .xfer/$t; done
+#   patch -p1 -d .xfer/vote < $P/vote-in-bin.patch && patch -p1 -d .xfer/both < $P/vote-in-bin.patch
+#   patch -p1 -d .xfer/chain2 < $P/chain2-clear-shift.patch && patch -p1 -d .xfer/both < $P/chain2-clear-shift.patch
 #   run(command="bash bench/results/h100-2026-12-06-s22/call5.sh", carry=[".whl", ".xfer/pk", ".xfer/vote",
-#       ".xfer/chain2"], timeout_s=600)
-# Read: python bench/results/h100-2026-12-06-s21/trees_table.py DIR/r head vote chain2
+#       ".xfer/chain2", ".xfer/both"], timeout_s=600)
+# Read: python bench/results/h100-2026-12-06-s21/trees_table.py DIR/r/ab head vote chain2 both
 cd "$(dirname "$0")/../../.."
 source scripts/device_call.sh
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$GPU"
@@ -24,7 +27,13 @@ in_tree chain2 $R/pytest_chain2.log 200 python3 -m pytest -p no:cacheprovider -r
   tests/test_topk_native.py
 grep -E "^(FAILED|ERROR)|passed|failed" $R/pytest_chain2.log | cut -c1-300 | head -12
 snap call5
-topk_ab 2 "head vote chain2" -- --batches 1,8,32,64 --keys 4096,65536,262144 --ks 512 --others "" --time-limit 80
+SHAPES=(--batches 1,8,32,64 --keys 4096,65536,262144 --ks 512 --others "" --time-limit 80)
+mkdir -p $R/ab
+topk_ab 1 "head vote chain2 both" -- "${SHAPES[@]}"
+mv $R/topk_*_1.* $R/ab/
+snap call5
+topk_ab 1 "both chain2 vote head" -- "${SHAPES[@]}"
+for f in $R/topk_*_1.*; do mv "$f" "$R/ab/$(basename "${f/_1./_2.}")"; done  # round 2
 snap call5
 case $GPU:$(( $(date +%s) - T0 < 400 )) in
   *H200*:1) in_tree head $R/full_head.log 180 python3 scripts/topk_shapes.py --json $R/full_head.json \
