@@ -239,9 +239,15 @@ struct Shared {
   int mine_out, mine_in;    // a cluster rank's own winners and candidates, counted as it writes them
   int base_out, base_in;    // where they go: this rank's offsets in the row's output and rank 0's candidates
   int chunk;                // a cluster rank's count of the keys in its chunk of the merged histogram
-  ValueRange range;         // the coarse threshold bin's values (find_coarse_threshold, the one-CTA path)
+  ValueRange range;         // the coarse threshold bin's values (coarse_select's)
   int warp_sum[32];
 };
+
+// a / d for a >= 0 and d >= 1: a shift where d is a power of two (the launch's next_n and cluster sizes are), else
+// a 32-bit division (~24 instructions on a warp's dependent chain)
+__device__ __forceinline__ int quotient(int a, int d) {
+  return (d & (d - 1)) == 0 ? a >> (__ffs(d) - 1) : a / d;
+}
 
 __device__ __forceinline__ int lane_id() {
   return static_cast<int>(threadIdx.x & 31);
@@ -366,16 +372,6 @@ __device__ __forceinline__ void find_threshold(const int* hist, int bins, int ne
 template <int Threads, int Bins, class Found = NoHook>
 __device__ __forceinline__ void find_threshold_of(const int* hist, int need, Shared& sh, Found found = {}) {
   find_threshold<Threads, (Bins + Threads - 1) / Threads>(hist, Bins, need, sh, found);
-}
-
-// find_threshold_of over a coarse histogram, the threshold bin's value range (coarse_values) in sh.range: built by
-// the thread that finds the bin, where every thread would build it after the scan (with the prologue's cuts, 0.94-
-// 0.96x the top-k's time at rows of 4K keys; H100, bench/results/h100-2026-12-06-s22, call2). The cluster path lets
-// each rank build it: read from rank 0's state after the cluster barrier, it cost 3 % at 1 x 64K and 1 x 256K.
-template <class C>
-__device__ __forceinline__ void find_coarse_threshold(const int* hist, int need, Shared& sh) {
-  find_threshold_of<C::kTopkThreads, 1 << C::kTopkCoarseBits>(
-      hist, need, sh, [&sh](int bin) { sh.range = coarse_values<C>(static_cast<uint32_t>(bin)); });
 }
 
 // suffix[b] = sum(hist[b:]) for every b of a histogram of Bins counters, Bins / Threads of them a thread. Block-wide:
@@ -661,7 +657,12 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
     }
   });
   __syncthreads();
-  find_coarse_threshold<C>(hist, k, sh);
+  // the bin's value range built by the thread that finds the bin, where every thread would build it after the scan
+  // (with the prologue's cuts, 0.94-0.96x the top-k's time at rows of 4K keys; H100, bench/results/
+  // h100-2026-12-06-s22, call2). The cluster path lets each rank build it: read from rank 0's state after the
+  // cluster barrier, it cost 3 % at 1 x 64K and 1 x 256K.
+  find_threshold_of<T, 1 << kBits>(hist, k, sh,
+                                   [&sh](int bin) { sh.range = coarse_values<C>(static_cast<uint32_t>(bin)); });
   const ValueRange bin = sh.range;
   const int above = sh.above, eq = sh.equal;
   if (eq > static_cast<int>(C::kTopkCandidates)) return false;
@@ -927,9 +928,9 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
   }
   const int row = static_cast<int>(blockIdx.y + gridDim.y * blockIdx.z);
   if (row >= p.batch * p.next_n) return;  // the z dimension's last slab
-  // the row's sequence and token: next_n is a power of two in the engines' MTP (1, 2, 4), a shift, not a division
+  // the row's sequence and token (next_n is a power of two in the engines' MTP: 1, 2, 4)
   const int n = p.next_n;
-  const int b = (n & (n - 1)) == 0 ? row >> (__ffs(n) - 1) : row / n, j = row - b * n;
+  const int b = topk::quotient(row, n), j = row - b * n;
   // the keys token j sees, seq_lens[b] - (next_n - 1 - j), in [0, max_seq_len]: subtracted only where it stays
   // positive (no overflow for any seq_lens)
   const int s = p.seq_lens[b], hidden = n - 1 - j;
