@@ -22,9 +22,11 @@
 #                              becomes $R/NAME_<tree>_<round>.json, the log $R/NAME_<tree>_<round>.log
 #   topk_ab ROUNDS TREES -- ARGS...
 #                              ab of scripts/topk_shapes.py ARGS (NAME topk, 110 s a run)
-#   topk_ncu TREE B:KEYS:LENGTHS:NEXT_N...
-#                              ncu of TREE's top-k and SGLang's on those shapes (bench/results/h100-2026-12-05-s19/
-#                              profile_topk.py): $R/details_TREE.txt, the SASS source counters $R/src_TREE.csv.gz
+#   topk_ncu TREE SHAPE...
+#                              ncu of TREE's top-k and SGLang's on those shapes ($TOPK_PROFILE's script, by default
+#                              bench/results/h100-2026-12-05-s19/profile_topk.py, shapes B:KEYS:LENGTHS:NEXT_N; session
+#                              23's takes B:KEYS:LENGTHS:NEXT_N:K): $R/details_TREE.txt, the SASS source counters
+#                              $R/src_TREE.csv.gz
 #   snap NAME                  $R as it stands into $OUT/NAME.tgz: a call the device time cuts short still returns
 #                              what its steps before the last snap wrote (the machine's lease ends a call at the
 #                              session's device time left, which can be less than the call's timeout)
@@ -89,7 +91,7 @@ topk_ncu() {
   shift
   in_tree "$tree" "$R/ncu_$tree.log" 90 ncu --clock-control none -k regex:topk -c 12 --section SpeedOfLight \
     --section WarpStateStats --section InstructionStats --section LaunchStats --section SourceCounters \
-    -o "$R/prof_$tree" python3 "$ROOT/bench/results/h100-2026-12-05-s19/profile_topk.py" "$@"
+    -o "$R/prof_$tree" python3 "$ROOT/${TOPK_PROFILE:-bench/results/h100-2026-12-05-s19/profile_topk.py}" "$@"
   ncu --import "$R/prof_$tree.ncu-rep" --page details > "$R/details_$tree.txt" 2>&1
   ncu --import "$R/prof_$tree.ncu-rep" --page source --csv --print-source sass 2> "$R/src.err" |
     gzip > "$R/src_$tree.csv.gz"

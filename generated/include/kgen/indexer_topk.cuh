@@ -401,6 +401,16 @@ __device__ __forceinline__ void clear(int* hist, int bins) {
   for (int i = static_cast<int>(threadIdx.x); i < bins; i += Threads) hist[i] = 0;
 }
 
+// clear over a histogram of Bins counters, a number known at compile time: unrolled, no trip count to compute
+template <int Threads, int Bins>
+__device__ __forceinline__ void clear_of(int* hist) {
+#pragma unroll
+  for (int i = 0; i < (Bins + Threads - 1) / Threads; ++i) {
+    const int b = i * Threads + static_cast<int>(threadIdx.x);
+    if (Bins % Threads == 0 || b < Bins) hist[b] = 0;
+  }
+}
+
 // the sum of every thread's `v` (block-wide; every thread gets it)
 template <int Threads>
 __device__ __forceinline__ int block_sum(int v, Shared& sh) {
@@ -615,17 +625,20 @@ __device__ __forceinline__ auto coarse_sweep(ValueRange bin, int offset, int* em
     }
     // most values lie below the threshold bin: one compare and one vote skip four of them per lane, warp by warp
     if (!__any_sync(kFullMask, any)) return;
-    bool take[4], in_bin[4];
+    bool take[4], in_bin[4], any_in = false;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       take[c] = reach[c] && !bin.top && !(value[c] <= bin.past);
       in_bin[c] = reach[c] && !take[c];
+      any_in = any_in || in_bin[c];
     }
     int at = claim4(take, emitted);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       if (take[c]) out[at++] = offset + (contiguous ? first + c : first);
     }
+    // the bin holds a few of the row's keys: most warps that reach here have none of them, one vote says so
+    if (!__any_sync(kFullMask, any_in)) return;
     at = claim4(in_bin, collected);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -647,7 +660,7 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kBits = static_cast<int>(C::kTopkCoarseBits);
   constexpr int kUnroll = static_cast<int>(C::kTopkUnroll);
-  clear<T>(hist, 1 << kBits);
+  clear_of<T, 1 << kBits>(hist);
   if (threadIdx.x == 0) sh.emitted = sh.collected = 0;
   __syncthreads();
   for_each_value<T, kUnroll>(x, L, [&](const bool* v, int, const float* value, bool) {
@@ -751,7 +764,7 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   int* cidx = reinterpret_cast<int*>(ckey + kCap);
   const int t = static_cast<int>(threadIdx.x);
   const int rank = static_cast<int>(blockIdx.x), ranks = static_cast<int>(gridDim.x);
-  const int s = ((L + ranks - 1) / ranks + 3) & ~3;
+  const int s = (quotient(L + ranks - 1, ranks) + 3) & ~3;  // ceil(L / ranks) rounded up to four
   const int lo = min(L, rank * s), n = min(L, lo + s) - lo;
   const float* slice = x + lo;
   // this rank's slice, where it fits (block-uniform), else null: every pass reads the row
@@ -763,8 +776,8 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
   // there and the others read it from rank 0's state: three cluster barriers, the first one's wait after the pass.
   int* coarse = hists + kBins;  // this rank's: the second buffer (the digit loop's pass 1 reuses it)
   int* suffix = hists;          // suffix sums of `coarse`: the first buffer, the digit loop's pass 0 reuses it
-  clear<T>(coarse, 1 << kCoarse);
-  if (rank == 0) clear<T>(merged, 1 << kCoarse);
+  clear_of<T, 1 << kCoarse>(coarse);
+  if (rank == 0) clear_of<T, 1 << kCoarse>(merged);
   if (t == 0) sh.emitted = sh.collected = sh.mine_out = sh.mine_in = 0;  // rank 0's are the row's counters
   __syncthreads();
   cluster::arrive(rank == 0);  // rank 0's zeros; the wait after the pass (every CTA of the cluster has started)
@@ -952,7 +965,7 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
   if (topk::coarse_select<C>(x, L, k, out, hist, ckey, cidx, sh)) return;
 
   // the first digit's histogram over the whole row
-  topk::clear<T>(hist, 1 << kFirst);
+  topk::clear_of<T, 1 << kFirst>(hist);
   __syncthreads();
   topk::for_each_key<T, kUnroll>(x, L, [&](const bool* v, int, const uint32_t* key, bool) {
 #pragma unroll
