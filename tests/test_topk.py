@@ -237,6 +237,36 @@ def test_kernel_source_on_the_cpu_matches_the_reference(emulator, kind):
     assert got[2, :299].tolist() == list(range(299)) and (got[2, 299:] == -1).all()  # 300 - 2 + 1 keys
 
 
+def _bin_of_size(size: int, need: int, width: int, k: int, g: torch.Generator) -> torch.Tensor:
+    """A row whose coarse threshold bin holds `size` keys (pairs of them equal), `need` of them to take: k - need keys
+    above it, the rest below, at shuffled positions."""
+    assert 1 <= need <= size and k - need + size <= width
+    bin_values = 1.0 + (torch.arange(size) // 2).float() * 2.0**-15  # one coarse bin: [1, 1 + 1/32)
+    above = 8.0 + torch.arange(k - need).float() / k
+    below = torch.full((width - size - (k - need),), -1.0)
+    row = torch.cat([above, bin_values, below])
+    return row[torch.randperm(width, generator=g)]
+
+
+# threshold bins the rank count orders, up to TOPK_RANK_CAP candidates: one, a warp's and a block's edges
+RANK_SIZES = [(1, 1), (2, 1), (31, 16), (32, 32), (33, 1), (64, 63), (65, 33), (128, 100), (129, 129),
+              (256, 7), (257, 200), (511, 256), (512, 511)]
+
+
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_the_rank_count_orders_threshold_bins_of_every_size(emulator, cluster):
+    from topk_emulate import launch
+
+    spec, exe, work = emulator
+    assert max(size for size, _ in RANK_SIZES) == TP.TOPK_RANK_CAP
+    g = torch.Generator().manual_seed(3)
+    width, k = (4096, 512) if cluster == 1 else (16400, 512)
+    x = torch.stack([_bin_of_size(size, need, width, k, g) for size, need in RANK_SIZES])
+    lens = torch.full((len(RANK_SIZES),), width, dtype=torch.int32)
+    got = launch(spec, exe, work, x, lens, k, cluster=cluster)
+    assert score.same_sets(got, score.topk_reference(x, lens, 1, k)) == []
+
+
 def test_the_plan_splits_long_rows_over_a_cluster():
 
 
