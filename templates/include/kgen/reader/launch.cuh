@@ -77,6 +77,20 @@ __device__ __forceinline__ long long token_row(const P& p, int b, int t) {
   return static_cast<long long>(b) * p.next_n + t;
 }
 
+// The visibility rule (kgen.score's): query token t0 + t (of its sequence's next_n) of a sequence of seq_len keys
+// sees keys [0, visible_end): the keys up to its own, seq_len - (next_n - 1 - t0 - t) of them; a group of ntok
+// tokens from t0 sees what its last one does, group_visible_end = visible_end(t0, ntok - 1). I: the type the caller
+// computes in (64 bits where seq_len may be near 2^31). The order of the additions is part of each form: the
+// compiler keeps it, so another order changes every reader's machine code.
+template <class I = int, class P>
+__device__ __forceinline__ I visible_end(const P& p, int seq_len, int t0, int t = 0) {
+  return static_cast<I>(seq_len) - p.next_n + 1 + t0 + t;
+}
+template <class I = int, class P>
+__device__ __forceinline__ I group_visible_end(const P& p, int seq_len, int t0, int ntok) {
+  return static_cast<I>(seq_len) - p.next_n + t0 + ntok;
+}
+
 }  // namespace reader
 
 }  // namespace kgen

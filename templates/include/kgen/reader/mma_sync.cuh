@@ -218,7 +218,7 @@ struct IndexerLogits {
     const int seq_len = __ldg(p.seq_lens + b);
     const int* table = reader::table_row(p, b);
     // the last key any of this CTA's tokens can see
-    const int visible_end = seq_len - p.next_n + t0 + ntok;
+    const int visible_end = reader::group_visible_end(p, seq_len, t0, ntok);
     int k0 = static_cast<int>(key0) + warp * kWarpKeys;
 
     // the first tile's rows are requested before q is staged: the two latencies overlap
@@ -269,7 +269,7 @@ struct IndexerLogits {
         for (int t = 0; t < ntok; ++t) {
           float v[kRows] = {};
           // a tile none of whose keys token t sees costs no mma (its logits are -inf)
-          const int passes = k0 < seq_len - p.next_n + 1 + t0 + t ? kNT : 0;
+          const int passes = k0 < reader::visible_end(p, seq_len, t0, t) ? kNT : 0;
 #pragma unroll 1
           for (int n0 = 0; n0 < passes; n0 += kNTP) {
             float acc[kMT][kNTP][4];
@@ -289,7 +289,7 @@ struct IndexerLogits {
         for (int t = 0; t < ntok; ++t) {
           float v[kRows] = {};
           float my_scale = 1.0f;
-          const int passes = k0 < seq_len - p.next_n + 1 + t0 + t ? kNT : 0;
+          const int passes = k0 < reader::visible_end(p, seq_len, t0, t) ? kNT : 0;
 #pragma unroll 1
           for (int n0 = 0; n0 < passes; n0 += kNTP) {
             float acc[kMT][kNTP][4];
@@ -395,7 +395,7 @@ struct IndexerLogits {
       if (r == tig) mine = x;
     }
     if (my_key < key_end) {
-      const bool visible = my_key < seq_len - p.next_n + 1 + t;
+      const bool visible = my_key < reader::visible_end(p, seq_len, t);
       const float out = !visible ? -__int_as_float(0x7f800000) : my_bad ? __int_as_float(0x7fc00000) : mine * my_scale;
       p.logits[reader::token_row(p, b, t) * p.max_seq_len + my_key] = out;
     }

@@ -63,7 +63,7 @@ struct Work {
   }
   // the 64-key tiles of a pair's tokens [t0, +ntok) of a sequence of seq_len keys
   __device__ static __forceinline__ int tiles_of(const typename C::Params& p, int t0, int ntok, int seq_len) {
-    const long long vis = static_cast<long long>(seq_len) - p.next_n + t0 + ntok;
+    const long long vis = reader::group_visible_end<long long>(p, seq_len, t0, ntok);
     const long long end = vis < 0 ? 0 : vis < p.max_seq_len ? vis : p.max_seq_len;
     return static_cast<int>(static_cast<unsigned>(end + kTile - 1) / static_cast<unsigned>(kTile));
   }
@@ -257,7 +257,7 @@ struct Work {
     }
     // keys [0, visible(t)) are the pair's token t's
     __device__ __forceinline__ int visible(const typename C::Params& p, int t) const {
-      return at.seq_len - p.next_n + 1 + at.t0 + t;
+      return reader::visible_end(p, at.seq_len, at.t0, t);
     }
   };
 
