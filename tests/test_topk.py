@@ -248,7 +248,7 @@ def _bin_of_size(size: int, need: int, width: int, k: int, g: torch.Generator) -
     return row[torch.randperm(width, generator=g)]
 
 
-# threshold bins the rank count orders, up to TOPK_RANK_CAP candidates: one, a warp's and a block's edges
+# threshold bins the rank count orders: one candidate, each side of 32, 64, 128 and 256, up to TOPK_RANK_CAP
 RANK_SIZES = [(1, 1), (2, 1), (31, 16), (32, 32), (33, 1), (64, 63), (65, 33), (128, 100), (129, 129),
               (256, 7), (257, 200), (511, 256), (512, 511)]
 
