@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# call5 of session 23, the session's last 330 s of device time. Tree words: main (33f79cd) with words.patch (the
+# call5 of session 23, the session's last 330 s of device time. Tree words: main (7eda325) with words.patch (the
 # sweep writes a bin it will rank as candidate_words, key above ~index, straight into the candidates' array, where
 # the rank count rewrote them from keys and indices after one more barrier: one barrier and a shared-memory round
 # trip off the critical path of every row, one CTA or a cluster's rank 0). 1. words' GPU tests beside the peers'
