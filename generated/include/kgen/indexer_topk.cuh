@@ -670,10 +670,9 @@ __device__ bool coarse_select(const float* x, const int L, const int k, int* out
     }
   });
   __syncthreads();
-  // the bin's value range built by the thread that finds the bin, where every thread would build it after the scan
-  // (with the prologue's cuts, 0.94-0.96x the top-k's time at rows of 4K keys; H100, bench/results/
-  // h100-2026-12-06-s22, call2). The cluster path lets each rank build it: read from rank 0's state after the
-  // cluster barrier, it cost 3 % at 1 x 64K and 1 x 256K.
+  // the thread that finds the bin builds its value range, once and off the other threads' chain (every thread
+  // building it after the scan was slower: docs/reader.md); the cluster path has each rank build its own, where
+  // reading rank 0's after the cluster barrier would add a remote read to every rank's chain
   find_threshold_of<T, 1 << kBits>(hist, k, sh,
                                    [&sh](int bin) { sh.range = coarse_values<C>(static_cast<uint32_t>(bin)); });
   const ValueRange bin = sh.range;
