@@ -80,22 +80,24 @@ def reader_tokens_per_cta(spec: Spec) -> int:
 # whole bf16 tile, per pipeline step; fp4's 3: the fewest that still give 4 CTAs per SM, not measured yet);
 # kReaderWgL2Prefetch: the L2 prefetch size of its key copies. kReaderWgTma: the TMA variant where it reads
 # the layout (reader_wg_tma_layout), its ring of kReaderWgTmaStages tiles shared by kReaderWgConsumers
-# warpgroups (one producer warp per CTA: more consumers starve it). Each value was picked on the H200 from
+# warpgroups (one producer warp per CTA: more consumers starve it); kReaderWgKeyRegisters: its fp8 tiles into the
+# wgmma's A registers once for every MTP token (reader_wg_key_registers; MTP launches pick it by shape,
+# kgen.reader_plan.READER_WG_KEY_REGISTER_TOKENS). Each value was picked on the H200 from
 # the runs whose READMEs hold the figures: bench/results/h200-2026-11-30/reader/run2-f16-widened (prefetch),
 # reader2 and reader3 (the cp.async ring and L2 prefetch), tma1 (the TMA variant and its rings).
 READER_TUNING_DEFAULTS = {
     "bf16": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
              "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0,
              "kReaderWgTma": 1, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0,
-             "kReaderWgPairs": 0, "kReaderWgSplit": 0},
+             "kReaderWgPairs": 0, "kReaderWgSplit": 0, "kReaderWgKeyRegisters": 0},
     "fp8_e4m3": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
                  "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0,
                  "kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0,
-                 "kReaderWgPairs": 0, "kReaderWgSplit": 0},
+                 "kReaderWgPairs": 0, "kReaderWgSplit": 0, "kReaderWgKeyRegisters": 0},
     "fp4_e2m1": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
                  "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0,
                  "kReaderWgTma": 0, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0,
-                 "kReaderWgPairs": 0, "kReaderWgSplit": 0},
+                 "kReaderWgPairs": 0, "kReaderWgSplit": 0, "kReaderWgKeyRegisters": 0},
 }
 
 # The sm_90a path (wgmma, kgen.arch.has_wgmma): a tile of READER_WG_TILE_KEYS consecutive keys is the
@@ -371,6 +373,19 @@ def reader_wg_pairs(lay: Layout, tune: dict[str, int] | None = None) -> bool:
     return fits and reader_wg_tokens_per_cta(lay, reader_wg_stages(lay, tune), tma) >= 2
 
 
+def reader_wg_key_registers(lay: Layout, tune: dict[str, int] | None = None) -> bool:
+    """Does the reader rendered with `tune` score MTP tokens from fp8 tiles in the wgmma's A registers
+    (kReaderWgKeyRegisters 1, where the TMA variant runs one token per group on rows of one 128-B chunk: the tile's
+    16 registers a thread)? A warpgroup loads its tile once (ldmatrix) and hands the stage back before any wgmma;
+    each token's 64 heads are two m64n32 groups, the next one issued before the last one is summed, so a wgmma
+    runs while the warpgroup adds up the heads. Else every token's m64n64 group reads the tile from shared memory
+    and waits before its sums (kgen.reader_plan.reader_wg_key_tune picks it per launch)."""
+    merged = {**_tuning(lay.spec), **(tune or {})}
+    return (bool(merged["kReaderWgKeyRegisters"]) and lay.spec.store.dtype == "fp8_e4m3"
+            and reader_wg_tma(lay, tune) and not reader_wg_pairs(lay, tune)
+            and reader_wg_chunks(lay) == 1)
+
+
 def reader_wg_tma_layout(lay: Layout) -> bool:
     """Can the TMA variant read a layout the wgmma path reads (reader_wgmma: rows of whole 128-B chunks at
     offset 0, 16-B aligned pages, one 4-B fp8 scale per token)? Its own rules on top: bf16 or fp8 keys as
@@ -485,6 +500,7 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         "kReaderWgStages": stages,  # the ring of the variant that runs
         "kReaderWgPairs": int(pairs),  # the tuning's wish, where the CTA holds two tokens
         "kReaderWgSplit": int(split),  # likewise, where the TMA variant runs pairs
+        "kReaderWgKeyRegisters": int(reader_wg_key_registers(lay, tune)),  # likewise, where it applies
     }
 
 

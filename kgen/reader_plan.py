@@ -17,6 +17,7 @@ from .layout import Layout, compute
 from .reader_layout import (
     READER_WARP_KEYS,
     READER_WARPS,
+    READER_WG_MAX_TOKENS,
     READER_WG_TILE_KEYS,
     readable,
     reader_q_token_bytes,
@@ -25,6 +26,7 @@ from .reader_layout import (
     reader_wg_consumers,
     reader_wg_ctas_per_sm,
     reader_wg_enabled,
+    reader_wg_key_registers,
     reader_wg_pairs,
     reader_wg_smem_bytes,
     reader_wg_split,
@@ -97,16 +99,36 @@ def reader_wg_pair_tune(lay: Layout, tune: dict[str, int] | None, next_n: int) -
     return paired if reader_wg_tma(lay, paired) and reader_wg_pairs(lay, paired) else tune
 
 
+# The TMA variant's fp8 tiles in the wgmma's A registers (kReaderWgKeyRegisters, reader_layout.reader_wg_key_registers)
+# for launches of at least this many query tokens per sequence, by key dtype. Both cubins in one process on the same
+# tensors (H100, graphs, bench/results/h100-2026-12-06-s24/, calls 2 and 3; B x keys 1 x 4K ... 64 x 32K, equal,
+# +-30 % and uniform lengths) against the cubin whose every token reads the keys from shared memory: next_n 4
+# 0.91-0.94x its time (0.99x at 1 x 4K), next_n 3 0.95-0.96x, next_n 2 0.98-1.03x, next_n 1 1.00-1.07x (two m64n32
+# groups and their waits cost one token what they save the next).
+READER_WG_KEY_REGISTER_TOKENS: dict[str, int] = {"fp8_e4m3": 3}
+
+
+def reader_wg_key_tune(lay: Layout, tune: dict[str, int] | None, next_n: int) -> dict[str, int] | None:
+    """`tune` plus the keys-in-registers cubin for a TMA-variant launch of next_n >= READER_WG_KEY_REGISTER_TOKENS'
+    entry, unless `tune` fixes kReaderWgKeyRegisters or that cubin would not read the layout; `tune` otherwise."""
+    least = READER_WG_KEY_REGISTER_TOKENS.get(lay.spec.store.dtype)
+    if least is None or next_n < least or (tune and "kReaderWgKeyRegisters" in tune):
+        return tune
+    keyed = {**(tune or {}), "kReaderWgKeyRegisters": 1}
+    return keyed if reader_wg_key_registers(lay, keyed) else tune
+
+
 def reader_wg_shape_tune(lay: Layout, tune: dict[str, int] | None, batch: int, next_n: int, max_seq_len: int,
                          sm_count: int, l2_bytes: int = 0) -> dict[str, int] | None:
     """The tuning a wgmma-path launch of this shape runs (the result None: the shipped default):
-    - the TMA variant: `tune` plus the pair cubin where next_n >= 2 (reader_wg_pair_tune), plus the
+    - the TMA variant: `tune` plus the pair cubin where next_n >= 2 (reader_wg_pair_tune), the keys in registers
+      where next_n reaches READER_WG_KEY_REGISTER_TOKENS (reader_wg_key_tune), plus the
       evict-first L2 policy where the launch's keys overflow the L2 (reader_wg_evict_first; `l2_bytes` 0:
       unknown, never), unless `tune` fixes kReaderWgEvictFirst;
     - the cp.async variant: `tune` itself where it fixes kReaderWgStages or the key dtype has no shape rule
       (READER_WG_SHAPE_STAGES), else `tune` plus this shape's stages."""
     if reader_wg_tma(lay, tune):
-        tune = reader_wg_pair_tune(lay, tune, next_n)
+        tune = reader_wg_key_tune(lay, reader_wg_pair_tune(lay, tune, next_n), next_n)
         if (tune and "kReaderWgEvictFirst" in tune) or not reader_wg_evict_first(lay, batch, next_n, max_seq_len,
                                                                                   l2_bytes, tune):
             return tune
@@ -271,11 +293,12 @@ def launch_tune(args, arch: str, tune: dict | None = None) -> dict | None:
 
 def ring_tunes(spec: Spec, tune: dict | None) -> list[dict | None]:
     """`tune` and the tunings reader_wg_shape_tune picks for it at other shapes (the cp.async variant's ring
-    of small launches, the TMA variant's L2 policy of large ones and its pair cubin of MTP launches): the
-    cubins a run of `tune` may load."""
+    of small launches, the TMA variant's L2 policy of large ones, its pair and keys-in-registers cubins of MTP
+    launches): the cubins a run of `tune` may load."""
     if not readable(spec) or not reader_wg_enabled(compute(spec), tune):
         return [tune]
     lay = compute(spec)
     shapes = [(1, 1, 1, 1, 1 << 40), (1 << 10, 1, 1 << 20, 1, 1)]  # one key, an L2 it fits; more than SMs and L2 hold
-    tunes = [tune] + [reader_wg_shape_tune(lay, tune, b, n, k, sms, l2) for n in (1, 2) for b, _, k, sms, l2 in shapes]
+    tunes = [tune] + [reader_wg_shape_tune(lay, tune, b, n, k, sms, l2) for n in (1, 2, READER_WG_MAX_TOKENS)
+                      for b, _, k, sms, l2 in shapes]
     return [t for i, t in enumerate(tunes) if t not in tunes[:i]]

@@ -430,9 +430,13 @@ def test_ring_by_launch_shape():
     assert RP.reader_wg_shape_tune(bf16, None, 1, 1, 4096, 132) is None
     assert rc.ring_tunes(spec_of("bf16"), CP) == [CP]
     assert rc.ring_tunes(spec_of("fp8"), CP) == [CP, {**CP, "kReaderWgStages": 2}]
-    # the TMA variant's cubins: the default, and the evict-first L2 policy of launches the L2 cannot hold
-    for key in ("fp8", "bf16", "dsv32"):
-        assert rc.ring_tunes(spec_of(key), None) == [None, {"kReaderWgEvictFirst": 1}]
+    # the TMA variant's cubins: the default, the evict-first L2 policy of launches the L2 cannot hold, and (fp8) the
+    # keys in registers of MTP launches, with either policy
+    assert rc.ring_tunes(spec_of("bf16"), None) == [None, {"kReaderWgEvictFirst": 1}]
+    keys = {"kReaderWgKeyRegisters": 1}
+    for key in ("fp8", "dsv32"):
+        assert rc.ring_tunes(spec_of(key), None) == [None, {"kReaderWgEvictFirst": 1}, keys,
+                                                     {**keys, "kReaderWgEvictFirst": 1}]
     assert rc.ring_tunes(spec_of("fp4"), None) == [None]  # the mma.sync path: no ring
 
 
@@ -448,9 +452,10 @@ def test_evict_first_where_the_launch_overflows_the_l2():
     edge = l2 // 132  # keys whose bytes just fill the L2
     assert RP.reader_wg_shape_tune(fp8, None, 1, 1, edge, 132, l2) is None
     assert RP.reader_wg_shape_tune(fp8, None, 1, 1, edge + 1, 132, l2) == ef
-    # MTP: up to 4 tokens share a staging of the keys, 5 tokens read them twice
-    assert RP.reader_wg_shape_tune(fp8, None, 1, 4, edge, 132, l2) is None
-    assert RP.reader_wg_shape_tune(fp8, None, 1, 5, edge, 132, l2) == ef
+    # MTP: up to 4 tokens share a staging of the keys, 5 tokens read them twice (both with the keys in registers)
+    keys = {"kReaderWgKeyRegisters": 1}
+    assert RP.reader_wg_shape_tune(fp8, None, 1, 4, edge, 132, l2) == keys
+    assert RP.reader_wg_shape_tune(fp8, None, 1, 5, edge, 132, l2) == {**keys, **ef}
     # bf16 keys are 256 B: 1 x 256K overflows
     assert RP.reader_wg_shape_tune(bf16, None, 1, 1, 262144, 132, l2) == ef
     # an unknown L2 (0), a tuning that fixes the policy, the cp.async variant: no rule
@@ -503,6 +508,29 @@ def test_pair_cubin_plan_and_its_shape_rule(monkeypatch):
     assert RL.reader_wg_pairs(fp4, {"kReaderWgPairs": 1}) and RL.reader_wg_pairs(fp8, {**CP, "kReaderWgPairs": 1})
     assert not RL.reader_wg_pairs(bf16, {**CP, "kReaderWgPairs": 1})  # one token per CTA (two chunks per row)
     assert RL.reader_wg_ctas_per_sm(fp4, 1, 3, pairs=True) == 2
+
+
+def test_keys_in_registers_where_the_tma_variant_runs_fp8_tiles_of_one_chunk():
+    fp8, bf16, fp4 = (L.compute(spec_of(k)) for k in ("fp8", "bf16", "fp4"))
+    keys = {"kReaderWgKeyRegisters": 1}
+    assert RL.reader_wg_key_registers(fp8, keys) and not RL.reader_wg_key_registers(fp8)
+    assert not RL.reader_wg_key_registers(fp8, {**keys, **CP})  # the cp.async variant stages wgmma's shared operand
+    assert not RL.reader_wg_key_registers(fp8, {**keys, "kReaderWgPairs": 1})  # m64n128 groups read A from smem
+    for lay in (bf16, fp4):  # bf16's A is 32 registers a thread; fp4 widens into registers its own way
+        assert not RL.reader_wg_key_registers(lay, keys)
+    wide = L.compute(with_(spec_of("fp8"), head_dim=256, store={"block": 256}, host={}))  # 2 chunks: 32 registers
+    assert RL.reader_wg_tma(wide) and not RL.reader_wg_key_registers(wide, keys)
+    name = fp8.spec.name
+    assert "kReaderWgKeyRegisters = 0;" in render_reader(fp8.spec).files[f"{name}/logits_config.cuh"]
+    assert "kReaderWgKeyRegisters = 1;" in render_reader(fp8.spec, tune=keys).files[f"{name}/logits_config.cuh"]
+    # picked per launch: MTP launches of READER_WG_KEY_REGISTER_TOKENS tokens or more, unless the tuning says
+    least = RP.READER_WG_KEY_REGISTER_TOKENS["fp8_e4m3"]
+    assert RP.reader_wg_shape_tune(fp8, None, 32, least, 65536, 132) == keys
+    assert RP.reader_wg_shape_tune(fp8, None, 32, least - 1, 65536, 132) is None
+    assert RP.reader_wg_shape_tune(fp8, {"kReaderWgKeyRegisters": 0}, 32, 4, 65536, 132) == {"kReaderWgKeyRegisters": 0}
+    assert RP.reader_wg_shape_tune(bf16, None, 32, 4, 65536, 132) is None
+    assert "kReaderWgKeyRegisters" not in RP.reader_wg_shape_tune(fp8, CP, 32, 4, 65536, 132)
+    assert keys in rc.ring_tunes(fp8.spec, None)
 
 
 def test_register_split_plan():
@@ -812,6 +840,7 @@ def test_pair_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms,
 
 
 TMA = {"kReaderWgTma": 1}
+KEYS = {"kReaderWgKeyRegisters": 1}  # fp8 tiles in the wgmma's A registers (MTP launches pick it by shape)
 
 
 # the TMA variant (the shipped cubin of bf16 and fp8 keys; tests/reader_shim emulates its mbarriers, tensor and
@@ -829,6 +858,9 @@ TMA = {"kReaderWgTma": 1}
     ("bf16", [2, 300, 64, 1000, 3], 4, PAIRS, 1),
     ("dsv32", [1, 2, 900, 64, 130], 4, None, 1),
     ("fp8", [i * 37 % 190 for i in range(140)], 1, None, 4),
+    ("fp8", [0, 1, 3, 64, 65, 129, 700, 2], 4, KEYS, 1),
+    ("fp8", [3, 70, 200, 1], 3, {**KEYS, "kReaderWgTmaStages": 2, "kReaderWgConsumers": 1}, 2),
+    ("dsv32", [1, 2, 900, 64, 130], 1, KEYS, 4),
 ])
 def test_tma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms, tmp_path):
     spec = spec_of(key)
@@ -836,6 +868,10 @@ def test_tma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms, 
     lay = L.compute(spec)
     assert RL.reader_wg_tma(lay, tune)
     assert RL.reader_wg_split(lay, tune) == bool(tune.get("kReaderWgSplit"))
+    # fp8 keys in the wgmma's A registers where asked (one token per group)
+    fp8 = spec.store.dtype == "fp8_e4m3"
+    assert RL.reader_wg_key_registers(lay, tune) == (fp8 and tune.get("kReaderWgKeyRegisters") == 1
+                                                     and not RL.reader_wg_pairs(lay, tune))
     r = emulated_result(spec, lens, next_n, tmp_path, "emulated wgmma tma", tune=tune, wgmma=True, sm_count=sms)
     assert r.ok, r
     assert r.rows_compared > 0 and r.relative_error < 1e-5

@@ -61,6 +61,7 @@ struct dsv4_indexer_bf16 : kgen_cfg::dsv4_indexer_bf16 {
   static constexpr long long kReaderWgEvictFirst = 0;
   static constexpr long long kReaderWgPairs = 0;
   static constexpr long long kReaderWgSplit = 0;
+  static constexpr long long kReaderWgKeyRegisters = 0;
 
   // The kernel's one parameter, passed by value as `const __grid_constant__ Params`. kgen/abi.py
   // describes it (ABI version 2) and packs the same bytes for every launch.

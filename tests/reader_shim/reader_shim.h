@@ -189,6 +189,7 @@ inline void fence_async_proxy() {}
 inline void mma_fence() {}
 inline int opaque(int v) { return v; }
 inline void mma_commit() {}
+template <int N = 0>
 inline void mma_wait() {}
 
 inline const unsigned char* operand_byte(unsigned long long desc, int row, int byte) {
@@ -250,6 +251,37 @@ inline void mma_bf16_ra(float (&d)[N], const uint32_t (&a)[4], unsigned long lon
         d[4 * j + 2 * i + c] = sum;
       }
   cta->bar.arrive_and_wait();  // every thread has read the registers before they are published again
+}
+// e4m3 m64n32k32 with A from registers (WgTmaLogits' fp8 tiles, 32 heads a group): a thread's accumulators are
+// rows of its own warp, so the warp publishes its A registers (register i of lane 4 gid + tig: row gid + 8 (i % 2)
+// of the warp's 16, bytes 4 tig + 16 (i / 2) .. + 3, the lowest k in the low byte) and each thread sums its own
+inline void mma_e4m3_ra(float (&d)[16], const uint32_t (&a)[4], unsigned long long db, uint32_t accumulate) {
+  MmaTable* t = publish(a, 0u, 0u);
+  const int lane = static_cast<int>(tl_thread.x & 31u), gid = lane / 4, tig = lane % 4;
+  for (int j = 0; j < 4; ++j)
+    for (int i = 0; i < 2; ++i)
+      for (int c = 0; c < 2; ++c) {
+        const int n = 8 * j + 2 * tig + c;
+        float sum = accumulate ? d[4 * j + 2 * i + c] : 0.0f;
+        for (int k = 0; k < 32; ++k) {
+          const uint32_t reg = t->regs[4 * gid + (k % 16) / 4][2 * (k / 16) + i];
+          sum += e4m3_value(reg >> (8 * (k % 4))) * e4m3_value(*operand_byte(db, n, k));
+        }
+        d[4 * j + 2 * i + c] = sum;
+      }
+  t->bar.arrive_and_wait();  // every lane has read the table before it is written again
+}
+// ldmatrix .x4 (16-bit elements): every lane publishes its row address; lane l then reads, of matrix j, the row
+// lane 8 j + l / 4 addressed, at byte 4 (l % 4) (a row address not 16-B aligned, or past the buffer, aborts)
+inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  MmaTable* t = publish({addr, 0u, 0u, 0u}, 0u, 0u);
+  const int lane = static_cast<int>(tl_thread.x & 31u);
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t row = t->regs[8 * j + lane / 4][0];  // a row of 16 B, 16-B aligned
+    if (row % 16 || row + 16 > tl_cta->smem_bytes) std::abort();
+    std::memcpy(&r[j], tl_cta->smem + row + 4 * (lane % 4), 4);
+  }
+  t->bar.arrive_and_wait();
 }
 
 // The TMA variant's primitives. An mbarrier is Cta::mbarriers[its shared address], waited for on a condition

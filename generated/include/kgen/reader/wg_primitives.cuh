@@ -60,8 +60,10 @@ __device__ __forceinline__ void mma_fence() {
 __device__ __forceinline__ void mma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
+// until at most N committed groups are pending
+template <int N = 0>
 __device__ __forceinline__ void mma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 // `v`, as a value the compiler cannot see through: what is computed from it inside a loop stays inside (the
 // TMA variant's q staging, whose per-thread addresses hoisted out of the tile loop held about ten registers
@@ -238,6 +240,27 @@ __device__ __forceinline__ void mma_bf16_ra(float (&d)[64], const uint32_t (&a)[
       : KGEN_WGMMA_D16(0), KGEN_WGMMA_D16(16), KGEN_WGMMA_D16(32), KGEN_WGMMA_D16(48)
       : KGEN_WGMMA_A_REGS, "l"(b), "r"(accumulate));
 }
+// e4m3 m64n32k32 with A from registers (fp8 tiles loaded once for every MTP token, WgTmaLogits; d[16]: 32 of a
+// token's heads): the same fragment as bf16's k16 in bytes (register i: row 16 warp + gid + 8 (i % 2), bytes
+// 4 tig + 16 (i / 2) + {0 .. 3}, the lowest k in the low byte)
+__device__ __forceinline__ void mma_e4m3_ra(float (&d)[16], const uint32_t (&a)[4], unsigned long long b,
+                                            uint32_t accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+      ", {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+      : KGEN_WGMMA_D16(0)
+      : KGEN_WGMMA_A_REGS, "l"(b), "r"(accumulate));
+}
+// four 8 x 8 matrices of 16-bit elements from shared memory: lane l gives the address of row l % 8 of matrix l / 8
+// and receives, of matrix j, row l / 4's bytes 4 (l % 4) .. + 3 in r[j]
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
 #undef KGEN_WGMMA_A_REGS
 #undef KGEN_WGMMA_D16
 #undef KGEN_WGMMA_M64N64_OPERANDS
@@ -257,6 +280,13 @@ __device__ __forceinline__ void keep(float (&d)[N]) {
 #if !defined(KGEN_CPU_SHIM)
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#endif
+}
+
+// the row sums are computed here: what reads the accumulators behind them stays above the next wgmma
+__device__ __forceinline__ void keep_sums(float& a, float& b, float& c, float& d) {
+#if !defined(KGEN_CPU_SHIM)
+  asm volatile("" : "+f"(a), "+f"(b), "+f"(c), "+f"(d)::"memory");
 #endif
 }
 
@@ -286,6 +316,27 @@ __device__ __forceinline__ void tile_mma(float (&acc)[N], uint32_t a_lo, uint32_
   mma_commit();
   mma_wait();
   keep(acc);
+}
+
+// A 64-key tile of fp8 rows (one 128-B chunk each, 128-B swizzled from `tile`, 1024-B aligned) into the wgmma A
+// registers of the calling warp's rows 16 warp .. + 15, k-step s in a[s]: one ldmatrix a k-step, whose matrices j
+// (rows + 8 (j % 2), bytes + 16 (j / 2) of the k-step's 32) are the fragment's registers (mma_e4m3_ra)
+template <int Steps>
+__device__ __forceinline__ void load_key_fragments(uint32_t (&a)[Steps][4], uint32_t tile, int warp, int lane) {
+  const int j = lane / 8;  // the matrix whose row this lane addresses
+  const int row = 16 * warp + 8 * (j % 2) + lane % 8;
+#pragma unroll
+  for (int s = 0; s < Steps; ++s) ldmatrix_x4(a[s], tile + swizzled128(row, 2 * s + j / 2));
+}
+
+// acc = the tile in `a` (load_key_fragments) times 32 heads of q, the B operand's rows from `b_lo` on (one 128-B
+// chunk a row), as one committed group; mma_wait tells when it is done
+template <int Steps>
+__device__ __forceinline__ void issue_mma_ra(float (&acc)[16], const uint32_t (&a)[Steps][4], uint32_t b_lo) {
+  mma_fence();
+#pragma unroll
+  for (int s = 0; s < Steps; ++s) mma_e4m3_ra(acc, a[s], desc_sw128_of(b_lo + 2 * s), s > 0 ? 1u : 0u);
+  mma_commit();
 }
 
 }  // namespace wg

@@ -188,6 +188,9 @@ KGEN_HD constexpr bool wg_constants_agree() {
                 : wg_threads<C>() * (C::kReaderWgTma ? C::kReaderWgTmaPairRegisters : C::kReaderWgPairRegisters) <=
                       C::kReaderSmRegisters))) &&
          (C::kReaderWgSplit == 0 || (C::kReaderWgSplit == 1 && C::kReaderWgTma == 1 && C::kReaderWgPairs == 1)) &&
+         (C::kReaderWgKeyRegisters == 0 ||
+          (C::kReaderWgKeyRegisters == 1 && C::kReaderWgTma == 1 && C::kReaderWgPairs == 0 &&
+           C::kStoreDtype == Dtype::fp8_e4m3 && C::kReaderWgChunks == 1)) &&
          C::kReaderWgTmaBarrierBytes == kWgTmaBarrierBytes && C::kReaderWgTmaProducerThreads == kWgTmaProducerThreads &&
          C::kReaderWgTmaShareBytes == kWgTmaShareBytes;
 }

@@ -5,7 +5,8 @@
 // d[4j + 2i + c] = row 16w + gid + 8i, column (head) 8j + 2tig + c. The sum over heads is per thread
 // (relu, * w), then over the quad's 4 lanes; lanes tig 0 and 1 store rows gid and gid + 8. Of m64n128 (two
 // tokens' 64 heads each) d[0, 32) are the first token's columns, d[32, 64) the second's: each half is
-// one m64n64's accumulators, and goes through the same epilogue.
+// one m64n64's accumulators, and goes through the same epilogue. Two m64n32 groups (keys in registers) are a
+// token's heads [0, 32) and [32, 64), summed in the order of m64n64's columns.
 #pragma once
 
 #include "launch.cuh"
@@ -23,22 +24,25 @@ namespace wg {
 __device__ __forceinline__ int finish_row(int warp, int gid, int tig) {
   return 16 * warp + gid + 8 * tig;
 }
-// `factor`: this thread's row's (finish_row; its scale, 1, or NaN for a bad page)
-__device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, const float* wt, float factor, float* out,
-                                            int k0, int key_end, int visible_t, int warp, int gid, int tig) {
-  float v0 = 0.0f, v1 = 0.0f;  // rows gid and gid + 8 of the warp's 16
-  if (any) {
-    float u0 = 0.0f, u1 = 0.0f;  // the odd heads' sums: two chains per row, half as deep
+// acc's J column groups (8 heads each, their weights from `wt` on) added into the row sums: v0 and u0 row gid's even
+// and odd heads, v1 and u1 row gid + 8's (four chains, each half as deep as one per row)
+template <int J>
+__device__ __forceinline__ void add_head_sums(const float (&acc)[4 * J], const float* wt, int tig, float& v0, float& u0,
+                                              float& v1, float& u1) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 w = *reinterpret_cast<const float2*>(wt + 8 * j + 2 * tig);
-      v0 = fmaf(w.x, fmaxf(acc[4 * j], 0.0f), v0);
-      u0 = fmaf(w.y, fmaxf(acc[4 * j + 1], 0.0f), u0);
-      v1 = fmaf(w.x, fmaxf(acc[4 * j + 2], 0.0f), v1);
-      u1 = fmaf(w.y, fmaxf(acc[4 * j + 3], 0.0f), u1);
-    }
-    v0 += u0;
-    v1 += u1;
+  for (int j = 0; j < J; ++j) {
+    const float2 w = *reinterpret_cast<const float2*>(wt + 8 * j + 2 * tig);
+    v0 = fmaf(w.x, fmaxf(acc[4 * j], 0.0f), v0);
+    u0 = fmaf(w.y, fmaxf(acc[4 * j + 1], 0.0f), u0);
+    v1 = fmaf(w.x, fmaxf(acc[4 * j + 2], 0.0f), v1);
+    u1 = fmaf(w.y, fmaxf(acc[4 * j + 3], 0.0f), u1);
+  }
+}
+// the row sums added over the quad's lanes; lanes tig 0 and 1 store rows gid and gid + 8 as `out`[key], times
+// `factor` (the row's scale, 1, or NaN for a bad page), -inf at keys the token does not see
+__device__ __forceinline__ void store_row_sums(float v0, float v1, bool any, float factor, float* out, int k0,
+                                               int key_end, int visible_t, int warp, int gid, int tig) {
+  if (any) {
     v0 += __shfl_xor_sync(num::kFullMask, v0, 1);
     v0 += __shfl_xor_sync(num::kFullMask, v0, 2);
     v1 += __shfl_xor_sync(num::kFullMask, v1, 1);
@@ -51,6 +55,13 @@ __device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, co
       out[key] = logit;
     }
   }
+}
+// `factor`: this thread's row's (finish_row; its scale, 1, or NaN for a bad page)
+__device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, const float* wt, float factor, float* out,
+                                            int k0, int key_end, int visible_t, int warp, int gid, int tig) {
+  float v0 = 0.0f, u0 = 0.0f, v1 = 0.0f, u1 = 0.0f;
+  if (any) add_head_sums<8>(acc, wt, tig, v0, u0, v1, u1);
+  store_row_sums(v0 + u0, v1 + u1, any, factor, out, k0, key_end, visible_t, warp, gid, tig);
 }
 // token u's (0 or 1) accumulators of an m64n128 group
 __device__ __forceinline__ const float (&token_half(const float (&acc)[64], int u))[32] {

@@ -22,7 +22,9 @@ namespace detail {
 //   read 32 columns at a time, one entry per lane, ahead of the copies that need it.
 // - warpgroup g scores tiles g, g + kConsumers, ...: it waits for the stage's `full` phase, multiplies
 //   (the same wgmma and epilogue as WgLogits; kReaderWgPairs: two tokens per m64n128 group), and its four warps arrive
-//   on the stage's `empty` barrier, which the producer waits for before it refills the stage.
+//   on the stage's `empty` barrier, which the producer waits for before it refills the stage. kReaderWgKeyRegisters
+//   (fp8 MTP launches): the tile is first loaded into the A registers and the stage handed back at once
+//   (score_from_registers).
 // q and the weights are staged once per CTA by the consumers (cp.async, as WgLogits). The CTA's share of the
 // work (wg::Work) is the producer's alone to compute: it publishes it in shared memory behind an mbarrier, which
 // the consumers wait for after they started staging the guess's q (the share where every length is the longest).
@@ -51,6 +53,10 @@ struct WgTmaLogits {
   // the register split (kReaderWgSplit): the producer a warpgroup that lowers its registers, the consumers raise
   static constexpr bool kSplit = C::kReaderWgSplit != 0;
   static constexpr int kProducerThreads = kSplit ? reader::kWgSplitProducerThreads : reader::kWgTmaProducerThreads;
+  // fp8 tiles into the wgmma's A registers once for every token (kReaderWgKeyRegisters): the stage goes back to the
+  // producer before the first token's wgmma, and no token's wgmma reads the keys from shared memory again
+  static constexpr bool kKeyRegisters = C::kReaderWgKeyRegisters != 0;
+  static constexpr int kKeySteps{reader::kWgChunkBytes / 32};  // k32 steps of a 128-B row
 
   static_assert(reader::wg_readable<C>() && reader::wg_tma_readable<C>() && C::kReaderWgTma == 1,
                 "[wgmma-tma] a layout the variant reads");
@@ -64,6 +70,8 @@ struct WgTmaLogits {
   static_assert(C::kPageSize % kTile == 0, "[wgmma-tma] a tile lies in one page");
   static_assert(!kScaled || (C::kScaleStride == 4 && C::kScaleRegionOffset % 16 == 0),
                 "[wgmma-tma] a tile's scales are one 16-B aligned 256-B copy");
+  static_assert(!kKeyRegisters || (kFp8 && kChunks == 1 && !kPairs),
+                "[wgmma-tma] keys in registers: fp8 rows of one 128-B chunk, one token per group");
   static_assert(kStages % kConsumers == 0 && kStages >= 2 && kStages <= 32,
                 "[wgmma-tma] whole rounds: a warpgroup reads a stage's previous tile before it waits for the next (a "
                 "barrier is never two phases behind); a bit per stage in the producer's mask");
@@ -147,6 +155,50 @@ struct WgTmaLogits {
     }
   }
 
+  // kKeyRegisters: the tile's tokens from its rows in the A registers (wg::load_key_fragments), each token's
+  // 32-head halves as m64n32 groups, each issued before the half ahead of it is summed: a wgmma runs while the
+  // warpgroup sums the previous half, with the 32 accumulators one m64n64 group takes. A token that sees no key of
+  // the tile (visibility grows with the token) stores -inf and issues nothing.
+  __device__ static void score_from_registers(const typename C::Params& p, const Smem& sm,
+                                              const typename Work::Cursor& at, const uint32_t (&keys)[kKeySteps][4],
+                                              uint32_t q_lo, int k0, float factor, int gwarp, int lane) {
+    constexpr uint32_t kHalfUnits = H / 2 * kChunkBytes / 16;  // heads [32, 64) of a token's q, in descriptor units
+    const int gid = lane / 4, tig = lane % 4, ntok = at.at.ntok;
+    int t = 0;
+    for (; t < ntok && k0 >= at.visible(p, t); ++t)
+      wg::store_row_sums(0.0f, 0.0f, false, factor, at.row(p, t), k0, p.max_seq_len, at.visible(p, t), gwarp, gid, tig);
+    if (t == ntok) return;
+    float lo[16], hi[16];  // heads [0, 32) and [32, 64) of a token
+    wg::issue_mma_ra(lo, keys, q_lo + t * kQTokenUnits);
+    // unrolled, and a path per case: an accumulator array in flight never meets another value of itself where
+    // paths join (ptxas would copy it there, and serialize every wgmma)
+#pragma unroll
+    for (int u = 0; u < kTokens; ++u, ++t) {
+      const uint32_t q_t = q_lo + t * kQTokenUnits;
+      const float* wt = sm.w + t * H;
+      float* out = at.row(p, t);
+      const int visible_t = at.visible(p, t);
+      wg::issue_mma_ra(hi, keys, q_t + kHalfUnits);
+      wg::mma_wait<1>();
+      wg::keep(lo);
+      float v0 = 0.0f, u0 = 0.0f, v1 = 0.0f, u1 = 0.0f;
+      wg::add_head_sums<4>(lo, wt, tig, v0, u0, v1, u1);
+      if (t + 1 == ntok) {
+        wg::mma_wait<0>();
+        wg::keep(hi);
+        wg::add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
+        wg::store_row_sums(v0 + u0, v1 + u1, true, factor, out, k0, p.max_seq_len, visible_t, gwarp, gid, tig);
+        break;
+      }
+      wg::keep_sums(v0, u0, v1, u1);  // lo summed before the next token's first half overwrites it
+      wg::issue_mma_ra(lo, keys, q_t + kQTokenUnits);
+      wg::mma_wait<1>();
+      wg::keep(hi);
+      wg::add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
+      wg::store_row_sums(v0 + u0, v1 + u1, true, factor, out, k0, p.max_seq_len, visible_t, gwarp, gid, tig);
+    }
+  }
+
   __device__ static void run(const typename C::Params& p) {
     KGEN_DYNAMIC_SMEM(smem);
     // the warp's index as a warp-uniform value (a broadcast): ptxas then knows the role branches below, and
@@ -222,7 +274,8 @@ struct WgTmaLogits {
     const typename Work::Share share = *sm.share;
 
     const int group = warp / 4, gwarp = warp % 4;
-    const uint32_t keys_lo = wg::desc_sw128_lo(wg::smem_addr(sm.keys)), q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
+    const uint32_t keys_addr = wg::smem_addr(sm.keys);
+    const uint32_t keys_lo = wg::desc_sw128_lo(keys_addr), q_lo = wg::desc_sw128_lo(wg::smem_addr(sm.q));
     const int row = wg::finish_row(gwarp, gid, tig);
     // q's token and chunk strides in descriptor units (wg::q_chunk_index)
     const uint32_t q_step = kPairs ? static_cast<uint32_t>(ntok_max) * (kQChunkBytes / 16) : kQChunkBytes / 16;
@@ -258,32 +311,39 @@ struct WgTmaLogits {
       const uint32_t a_lo = keys_lo + s * (kStageBytes / 16);
       const float factor = tig < 2 ? sm.row_info[s * kTile + row] : 0.0f;  // the row's scale, 1, or NaN
       const int ntok = at.at.ntok;
+      if constexpr (kKeyRegisters) {
+        uint32_t keys[kKeySteps][4];  // the tile's A operand
+        wg::load_key_fragments(keys, keys_addr + s * kStageBytes, gwarp, lane);
+        release(s);  // before any token's wgmma: none reads the stage
+        score_from_registers(p, sm, at, keys, q_lo, k0, factor, gwarp, lane);
+      } else {
 #pragma unroll 1
-      for (int t = 0; t < ntok; ++t) {
-        const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
-        const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
-        // one array for both groups of the pair cubin: ptxas then gives the m64n64 group's 32 accumulators the
-        // registers of the m64n128 group's first half (two arrays do not fit 4 warpgroups per SM)
-        float acc[kPairs ? 64 : 32];
-        if constexpr (kPairs) {
-          if (t + 1 < ntok) {  // tokens t and t + 1 in one m64n128 group: the second sees one key more
-            const int visible_u = at.visible(p, t + 1);
-            const bool any_u = k0 < visible_u;
-            if (any_u)
-              wg::tile_mma<kFp8, kChunks, 64>(acc, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
-            if (t + 2 == ntok) release(s);
-            wg::finish_with(wg::token_half(acc, 0), any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len,
-                            visible_t, gwarp, gid, tig);
-            wg::finish_with(wg::token_half(acc, 1), any_u, sm.w + (t + 1) * H, factor, at.row(p, t + 1), k0,
-                            p.max_seq_len, visible_u, gwarp, gid, tig);
-            ++t;
-            continue;
+        for (int t = 0; t < ntok; ++t) {
+          const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
+          const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
+          // one array for both groups of the pair cubin: ptxas then gives the m64n64 group's 32 accumulators the
+          // registers of the m64n128 group's first half (two arrays do not fit 4 warpgroups per SM)
+          float acc[kPairs ? 64 : 32];
+          if constexpr (kPairs) {
+            if (t + 1 < ntok) {  // tokens t and t + 1 in one m64n128 group: the second sees one key more
+              const int visible_u = at.visible(p, t + 1);
+              const bool any_u = k0 < visible_u;
+              if (any_u)
+                wg::tile_mma<kFp8, kChunks, 64>(acc, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
+              if (t + 2 == ntok) release(s);
+              wg::finish_with(wg::token_half(acc, 0), any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len,
+                              visible_t, gwarp, gid, tig);
+              wg::finish_with(wg::token_half(acc, 1), any_u, sm.w + (t + 1) * H, factor, at.row(p, t + 1), k0,
+                              p.max_seq_len, visible_u, gwarp, gid, tig);
+              ++t;
+              continue;
+            }
           }
+          float (&one)[32] = wg::first_token(acc);
+          if (any) wg::tile_mma<kFp8, kChunks>(one, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
+          if (t == ntok - 1) release(s);
+          wg::finish_with(one, any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid, tig);
         }
-        float (&one)[32] = wg::first_token(acc);
-        if (any) wg::tile_mma<kFp8, kChunks>(one, a_lo, kBoxBytes / 16, q_lo + t * kQTokenUnits, q_step, false);
-        if (t == ntok - 1) release(s);
-        wg::finish_with(one, any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid, tig);
       }
     }
   }
