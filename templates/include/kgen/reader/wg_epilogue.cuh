@@ -38,16 +38,17 @@ __device__ __forceinline__ void add_head_sums(const float (&acc)[4 * J], const f
     u1 = fmaf(w.y, fmaxf(acc[4 * j + 3], 0.0f), u1);
   }
 }
-// the row sums added over the quad's lanes; lanes tig 0 and 1 store rows gid and gid + 8 as `out`[key], times
-// `factor` (the row's scale, 1, or NaN for a bad page), -inf at keys the token does not see
-__device__ __forceinline__ void store_row_sums(float v0, float v1, bool any, float factor, float* out, int k0,
-                                               int key_end, int visible_t, int warp, int gid, int tig) {
-  if (any) {
-    v0 += __shfl_xor_sync(num::kFullMask, v0, 1);
-    v0 += __shfl_xor_sync(num::kFullMask, v0, 2);
-    v1 += __shfl_xor_sync(num::kFullMask, v1, 1);
-    v1 += __shfl_xor_sync(num::kFullMask, v1, 2);
-  }
+// the row sums added over the quad's 4 lanes
+__device__ __forceinline__ void quad_sums(float& v0, float& v1) {
+  v0 += __shfl_xor_sync(num::kFullMask, v0, 1);
+  v0 += __shfl_xor_sync(num::kFullMask, v0, 2);
+  v1 += __shfl_xor_sync(num::kFullMask, v1, 1);
+  v1 += __shfl_xor_sync(num::kFullMask, v1, 2);
+}
+// lanes tig 0 and 1 store rows gid and gid + 8 (their quad's sums v0, v1) as `out`[key], times `factor` (the row's
+// scale, 1, or NaN for a bad page), -inf at keys the token does not see
+__device__ __forceinline__ void store_logit(float v0, float v1, float factor, float* out, int k0, int key_end,
+                                            int visible_t, int warp, int gid, int tig) {
   if (tig < 2) {
     const int key = k0 + finish_row(warp, gid, tig);
     if (key < key_end) {
@@ -59,9 +60,15 @@ __device__ __forceinline__ void store_row_sums(float v0, float v1, bool any, flo
 // `factor`: this thread's row's (finish_row; its scale, 1, or NaN for a bad page)
 __device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, const float* wt, float factor, float* out,
                                             int k0, int key_end, int visible_t, int warp, int gid, int tig) {
-  float v0 = 0.0f, u0 = 0.0f, v1 = 0.0f, u1 = 0.0f;
-  if (any) add_head_sums<8>(acc, wt, tig, v0, u0, v1, u1);
-  store_row_sums(v0 + u0, v1 + u1, any, factor, out, k0, key_end, visible_t, warp, gid, tig);
+  float v0 = 0.0f, v1 = 0.0f;  // rows gid and gid + 8 of the warp's 16
+  if (any) {
+    float u0 = 0.0f, u1 = 0.0f;  // the odd heads' sums: two chains per row, half as deep
+    add_head_sums<8>(acc, wt, tig, v0, u0, v1, u1);
+    v0 += u0;
+    v1 += u1;
+    quad_sums(v0, v1);
+  }
+  store_logit(v0, v1, factor, out, k0, key_end, visible_t, warp, gid, tig);
 }
 // token u's (0 or 1) accumulators of an m64n128 group
 __device__ __forceinline__ const float (&token_half(const float (&acc)[64], int u))[32] {

@@ -155,6 +155,12 @@ struct WgTmaLogits {
     }
   }
 
+  // the row sums over the quad, stored (wg::store_logit)
+  __device__ static __forceinline__ void finish_sums(float v0, float v1, float factor, float* out, int k0, int key_end,
+                                                     int visible_t, int gwarp, int gid, int tig) {
+    wg::quad_sums(v0, v1);
+    wg::store_logit(v0, v1, factor, out, k0, key_end, visible_t, gwarp, gid, tig);
+  }
   // kKeyRegisters: the tile's tokens from its rows in the A registers (wg::load_key_fragments), each token's
   // 32-head halves as m64n32 groups, each issued before the half ahead of it is summed: a wgmma runs while the
   // warpgroup sums the previous half, with the 32 accumulators one m64n64 group takes. A token that sees no key of
@@ -166,7 +172,7 @@ struct WgTmaLogits {
     const int gid = lane / 4, tig = lane % 4, ntok = at.at.ntok;
     int t = 0;
     for (; t < ntok && k0 >= at.visible(p, t); ++t)
-      wg::store_row_sums(0.0f, 0.0f, false, factor, at.row(p, t), k0, p.max_seq_len, at.visible(p, t), gwarp, gid, tig);
+      wg::store_logit(0.0f, 0.0f, factor, at.row(p, t), k0, p.max_seq_len, at.visible(p, t), gwarp, gid, tig);
     if (t == ntok) return;
     float lo[16], hi[16];  // heads [0, 32) and [32, 64) of a token
     wg::issue_mma_ra(lo, keys, q_lo + t * kQTokenUnits);
@@ -187,7 +193,7 @@ struct WgTmaLogits {
         wg::mma_wait<0>();
         wg::keep(hi);
         wg::add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
-        wg::store_row_sums(v0 + u0, v1 + u1, true, factor, out, k0, p.max_seq_len, visible_t, gwarp, gid, tig);
+        finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, gwarp, gid, tig);
         break;
       }
       wg::keep_sums(v0, u0, v1, u1);  // lo summed before the next token's first half overwrites it
@@ -195,7 +201,7 @@ struct WgTmaLogits {
       wg::mma_wait<1>();
       wg::keep(hi);
       wg::add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
-      wg::store_row_sums(v0 + u0, v1 + u1, true, factor, out, k0, p.max_seq_len, visible_t, gwarp, gid, tig);
+      finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, gwarp, gid, tig);
     }
   }
 
