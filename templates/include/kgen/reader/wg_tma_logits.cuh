@@ -176,13 +176,13 @@ struct WgTmaLogits {
     if (t == ntok) return;
     float lo[16], hi[16];  // heads [0, 32) and [32, 64) of a token
     wg::issue_mma_ra(lo, keys, q_lo + t * kQTokenUnits);
+    float* out = at.row(p, t);  // token t's logits row; the next token's is max_seq_len further
     // unrolled, and a path per case: an accumulator array in flight never meets another value of itself where
     // paths join (ptxas would copy it there, and serialize every wgmma)
 #pragma unroll
     for (int u = 0; u < kTokens; ++u, ++t) {
       const uint32_t q_t = q_lo + t * kQTokenUnits;
       const float* wt = sm.w + t * H;
-      float* out = at.row(p, t);
       const int visible_t = at.visible(p, t);
       wg::issue_mma_ra(hi, keys, q_t + kHalfUnits);
       wg::mma_wait<1>();
@@ -202,6 +202,7 @@ struct WgTmaLogits {
       wg::keep(hi);
       wg::add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
       finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, gwarp, gid, tig);
+      out += p.max_seq_len;
     }
   }
 
