@@ -7,21 +7,11 @@ gzipped): per kernel, its samples by stall reason, and the instructions (opcode)
 from __future__ import annotations
 
 import collections
-import csv
-import gzip
 import sys
+from pathlib import Path
 
-
-def kernels(path: str) -> list[dict]:
-    out: list[dict] = []
-    for row in csv.reader(gzip.open(path, "rt")):
-        if len(row) >= 2 and row[0] == "Kernel Name":
-            out.append({"name": row[1], "rows": []})
-        elif row and row[0] == "Address":
-            out[-1]["header"] = row
-        elif out and row and row[0].startswith("0x"):
-            out[-1]["rows"].append(row)
-    return out
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "h100-2026-12-05-s19"))
+from sass_runs import kernels  # noqa: E402  (session 19's reader of ncu's source page)
 
 
 def main() -> None:

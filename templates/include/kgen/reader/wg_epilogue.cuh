@@ -57,6 +57,12 @@ __device__ __forceinline__ void store_logit(float v0, float v1, float factor, fl
     }
   }
 }
+// a thread's row sums over its quad, stored (store_logit)
+__device__ __forceinline__ void finish_sums(float v0, float v1, float factor, float* out, int k0, int key_end,
+                                            int visible_t, int warp, int gid, int tig) {
+  quad_sums(v0, v1);
+  store_logit(v0, v1, factor, out, k0, key_end, visible_t, warp, gid, tig);
+}
 // `factor`: this thread's row's (finish_row; its scale, 1, or NaN for a bad page)
 __device__ __forceinline__ void finish_with(const float (&acc)[32], bool any, const float* wt, float factor, float* out,
                                             int k0, int key_end, int visible_t, int warp, int gid, int tig) {

@@ -290,6 +290,11 @@ __device__ __forceinline__ void keep_sums(float& a, float& b, float& c, float& d
 #endif
 }
 
+// the wgmma k-steps of one 128-B chunk of a row: 32 B each (k32 e4m3, k16 bf16)
+KGEN_HD constexpr int chunk_steps() {
+  return reader::kWgChunkBytes / 32;
+}
+
 // acc (+)= a 64-key tile's A operand times q's B operand, over `Chunks` 128-B chunks of their rows (the A
 // chunks `a_step`, q's `b_step` descriptor units apart from `a_lo`, `b_lo`), four wgmma k-steps of 32 B each
 // (k32 e4m3 for `Fp8`, else k16 bf16); `add` false: the first k-step overwrites acc. Waits for the group.
@@ -297,12 +302,11 @@ __device__ __forceinline__ void keep_sums(float& a, float& b, float& c, float& d
 template <bool Fp8, int Chunks, int N = 32>
 __device__ __forceinline__ void tile_mma(float (&acc)[N], uint32_t a_lo, uint32_t a_step, uint32_t b_lo,
                                          uint32_t b_step, bool add) {
-  constexpr int kSteps{reader::kWgChunkBytes / 32};
   mma_fence();
 #pragma unroll
   for (int kc = 0; kc < Chunks; ++kc) {
 #pragma unroll
-    for (int k = 0; k < kSteps; ++k) {
+    for (int k = 0; k < chunk_steps(); ++k) {
       const unsigned long long da = desc_sw128_of(a_lo + kc * a_step + 2 * k);
       const unsigned long long db = desc_sw128_of(b_lo + kc * b_step + 2 * k);
       const uint32_t accumulate = add || kc > 0 || k > 0 ? 1u : 0u;

@@ -56,7 +56,6 @@ struct WgTmaLogits {
   // fp8 tiles into the wgmma's A registers once for every token (kReaderWgKeyRegisters): the stage goes back to the
   // producer before the first token's wgmma, and no token's wgmma reads the keys from shared memory again
   static constexpr bool kKeyRegisters = C::kReaderWgKeyRegisters != 0;
-  static constexpr int kKeySteps{reader::kWgChunkBytes / 32};  // k32 steps of a 128-B row
 
   static_assert(reader::wg_readable<C>() && reader::wg_tma_readable<C>() && C::kReaderWgTma == 1,
                 "[wgmma-tma] a layout the variant reads");
@@ -155,19 +154,14 @@ struct WgTmaLogits {
     }
   }
 
-  // the row sums over the quad, stored (wg::store_logit)
-  __device__ static __forceinline__ void finish_sums(float v0, float v1, float factor, float* out, int k0, int key_end,
-                                                     int visible_t, int gwarp, int gid, int tig) {
-    wg::quad_sums(v0, v1);
-    wg::store_logit(v0, v1, factor, out, k0, key_end, visible_t, gwarp, gid, tig);
-  }
   // kKeyRegisters: the tile's tokens from its rows in the A registers (wg::load_key_fragments), each token's
   // 32-head halves as m64n32 groups, each issued before the half ahead of it is summed: a wgmma runs while the
   // warpgroup sums the previous half, with the 32 accumulators one m64n64 group takes. A token that sees no key of
   // the tile (visibility grows with the token) stores -inf and issues nothing.
   __device__ static void score_from_registers(const typename C::Params& p, const Smem& sm,
-                                              const typename Work::Cursor& at, const uint32_t (&keys)[kKeySteps][4],
-                                              uint32_t q_lo, int k0, float factor, int gwarp, int lane) {
+                                              const typename Work::Cursor& at,
+                                              const uint32_t (&keys)[wg::chunk_steps()][4], uint32_t q_lo, int k0,
+                                              float factor, int gwarp, int lane) {
     constexpr uint32_t kHalfUnits = H / 2 * kChunkBytes / 16;  // heads [32, 64) of a token's q, in descriptor units
     const int gid = lane / 4, tig = lane % 4, ntok = at.at.ntok;
     int t = 0;
@@ -193,7 +187,7 @@ struct WgTmaLogits {
         wg::mma_wait<0>();
         wg::keep(hi);
         wg::add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
-        finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, gwarp, gid, tig);
+        wg::finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, gwarp, gid, tig);
         break;
       }
       wg::keep_sums(v0, u0, v1, u1);  // lo summed before the next token's first half overwrites it
@@ -201,7 +195,7 @@ struct WgTmaLogits {
       wg::mma_wait<1>();
       wg::keep(hi);
       wg::add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
-      finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, gwarp, gid, tig);
+      wg::finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, gwarp, gid, tig);
       out += p.max_seq_len;
     }
   }
@@ -319,7 +313,7 @@ struct WgTmaLogits {
       const float factor = tig < 2 ? sm.row_info[s * kTile + row] : 0.0f;  // the row's scale, 1, or NaN
       const int ntok = at.at.ntok;
       if constexpr (kKeyRegisters) {
-        uint32_t keys[kKeySteps][4];  // the tile's A operand
+        uint32_t keys[wg::chunk_steps()][4];  // the tile's A operand
         wg::load_key_fragments(keys, keys_addr + s * kStageBytes, gwarp, lane);
         release(s);  // before any token's wgmma: none reads the stage
         score_from_registers(p, sm, at, keys, q_lo, k0, factor, gwarp, lane);
