@@ -846,7 +846,7 @@ KEYS = {"kReaderWgKeyRegisters": 1}  # fp8 tiles in the wgmma's A registers (MTP
 # the TMA variant (the shipped cubin of bf16 and fp8 keys; tests/reader_shim emulates its mbarriers, tensor and
 # bulk copies, named barriers): a producer warp and 1-3 consumer warpgroups, rings of 2-12 stages, pairs and the
 # register split, ragged lengths, next_n 1-4, a share crossing sequences, more CTAs than tiles, more than 128
-# (sequence, token group) pairs
+# and 256 (sequence, token group) pairs
 @pytest.mark.parametrize("key,lens,next_n,tune,sms", [
     ("fp8", [1, 63, 64, 65, 300], 1, None, 4),
     ("fp8", [0, 1, 3, 64, 65, 129, 700, 2], 4, None, 1),
@@ -858,6 +858,7 @@ KEYS = {"kReaderWgKeyRegisters": 1}  # fp8 tiles in the wgmma's A registers (MTP
     ("bf16", [2, 300, 64, 1000, 3], 4, PAIRS, 1),
     ("dsv32", [1, 2, 900, 64, 130], 4, None, 1),
     ("fp8", [i * 37 % 190 for i in range(140)], 1, None, 4),
+    ("fp8", [i * 53 % 300 for i in range(300)], 2, None, 16),  # shares that start in a third round of pairs
     ("fp8", [0, 1, 3, 64, 65, 129, 700, 2], 4, KEYS, 1),
     ("fp8", [3, 70, 200, 1], 3, {**KEYS, "kReaderWgTmaStages": 2, "kReaderWgConsumers": 1}, 2),
     ("dsv32", [1, 2, 900, 64, 130], 1, KEYS, 4),
