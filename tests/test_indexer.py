@@ -330,7 +330,8 @@ def test_wgmma_path_choice():
     assert c["kReaderWgmma"] == 0 and c["kReaderWgChunks"] == 0 and c["kReaderWgTokensPerCta"] == 0
 
 
-TMA = {"kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2}
+# the TMA variant on a ring of 8 stages (module-level TMA, below, is the variant on its default ring)
+TMA_RING8 = {"kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2}
 
 
 def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
@@ -340,15 +341,15 @@ def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
     for s in (fp8, bf16, dsv32):
         lay = L.compute(s)
         assert RL.reader_wg_tma_layout(lay) and RL.reader_wg_tma(lay)  # the default where it reads the layout
-        assert RL.reader_wg_tma(lay, TMA) and runs_wgmma(s, "sm_90a", TMA) and not RL.reader_wg_tma(lay, CP)
-    assert not RL.reader_wg_tma_layout(L.compute(fp4)) and not RL.reader_wg_tma(L.compute(fp4), TMA)
+        assert RL.reader_wg_tma(lay, TMA_RING8) and runs_wgmma(s, "sm_90a", TMA_RING8) and not RL.reader_wg_tma(lay, CP)
+    assert not RL.reader_wg_tma_layout(L.compute(fp4)) and not RL.reader_wg_tma(L.compute(fp4), TMA_RING8)
     # a tile must lie in one page (one box), fp8's 64 scales one 16-B aligned 256-B copy
     assert not RL.reader_wg_tma_layout(L.compute(with_(fp8, layout={"page_size": 32})))
     assert RL.reader_wg_tma_layout(L.compute(with_(fp8, layout={"page_size": 128})))
     assert not RL.reader_wg_tma_layout(L.compute(with_(fp8, layout={"scale_stride": 8})))
     # where the variant does not read, kReaderWgTma 1 renders the cp.async variant (the constant says so)
-    assert RL.reader_constants(L.compute(fp4), TMA)["kReaderWgTma"] == 0
-    assert RL.reader_constants(L.compute(fp8), {**TMA, "kReaderWgmma": 0})["kReaderWgTma"] == 0
+    assert RL.reader_constants(L.compute(fp4), TMA_RING8)["kReaderWgTma"] == 0
+    assert RL.reader_constants(L.compute(fp8), {**TMA_RING8, "kReaderWgmma": 0})["kReaderWgTma"] == 0
 
     lay = L.compute(fp8)
     # per stage: 64 rows of 128 B, 64 scale words, two 8-B mbarriers; per token q (64 x 128 B) and weights;
@@ -367,15 +368,15 @@ def test_tma_variant_reads_whole_page_tiles_of_bf16_and_fp8_keys():
     cp_regs = RL.reader_wg_plan_registers("fp8_e4m3", False, False)
     assert cp_regs >= RL.READER_WG_REGISTERS
     assert RL.reader_wg_ctas_per_sm(small, 1, 2) == 65536 // (128 * cp_regs) == 4
-    c = RL.reader_constants(lay, TMA)
+    c = RL.reader_constants(lay, TMA_RING8)
     assert c["kReaderWgTma"] == 1 and c["kReaderWgMinBlocks"] == 2 and c["kReaderWgTokensPerCta"] == 4
-    (gx, gy, gz), threads, smem, per = RP.reader_launch(fp8, 128, 1, 65536, 132, wgmma=True, tune=TMA)
+    (gx, gy, gz), threads, smem, per = RP.reader_launch(fp8, 128, 1, 65536, 132, wgmma=True, tune=TMA_RING8)
     assert threads == 288 and smem == RL.reader_wg_smem_bytes(lay, 1, 8, tma=True) and (gy, gz) == (1, 1)
     assert gx == 2 * 132 and gx * per >= 128 * 65536
     # next_n 4: q of 4 tokens beside the 8 stages, still 2 CTAs per SM
     assert RL.reader_wg_ctas_per_sm(lay, 4, 8, tma=True, consumers=2) == 2
     # the ring is the CTA's: no shallow ring for small launches
-    assert RP.reader_wg_shape_tune(lay, TMA, 1, 1, 4096, 132) == TMA
+    assert RP.reader_wg_shape_tune(lay, TMA_RING8, 1, 1, 4096, 132) == TMA_RING8
     assert RP.reader_wg_shape_tune(lay, CP, 1, 1, 4096, 132) == {**CP, "kReaderWgStages": 2}
 
 
