@@ -29,6 +29,8 @@ from kgen.validate import validate_paths
 SHAPES = [(32, 65536, "equal", n) for n in (1, 2, 4)] + [(128, 16384, "uniform", n) for n in (1, 2, 4)] + [
     (1, 65536, "equal", n) for n in (1, 2)]
 ONE_TOKEN = {"kReaderWgPairs": 0}
+# an entry's own fields and its two fixed launches; the other launches are keys beside them (checked where an entry is
+# built), so no MTP_TUNES name may be one of these
 ENTRY_FIELDS = ("variant", "batch", "keys", "lengths", "next_n", "max_seq_len", "total_keys", "bytes", "tunes",
                 "peer_absent", "max_abs_difference_vs_shipped", "shipped", "peer")
 
@@ -99,6 +101,7 @@ def main() -> None:
             e = {"variant": spec.name, "batch": b, "keys": k, "lengths": dist, "next_n": n, "max_seq_len": msl,
                  "total_keys": sum(lens), "bytes": nbytes, "tunes": {k2: v for k2, v in tunes.items()},
                  "peer_absent": peer_why if "peer" not in runs else None}
+            assert set(e) <= set(ENTRY_FIELDS), "ENTRY_FIELDS names every field of an entry"
             for name in order:
                 for how in ("cold", "graph"):
                     ms = sum(times[name][how]) / 2
