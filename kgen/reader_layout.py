@@ -92,7 +92,7 @@ READER_TUNING_DEFAULTS = {
              "kReaderWgPairs": 0, "kReaderWgSplit": 0, "kReaderWgKeyRegisters": 0},
     "fp8_e4m3": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
                  "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0,
-                 "kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0,
+                 "kReaderWgTma": 1, "kReaderWgTmaStages": 4, "kReaderWgConsumers": 2, "kReaderWgEvictFirst": 0,
                  "kReaderWgPairs": 0, "kReaderWgSplit": 0, "kReaderWgKeyRegisters": 0},
     "fp4_e2m1": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
                  "kReaderWgStages": 3, "kReaderWgL2Prefetch": 0,
