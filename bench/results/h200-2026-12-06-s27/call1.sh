@@ -3,7 +3,7 @@
 # cubin's ring 16 -> 8): the reader's and the fused top-k's GPU tests; then, in head, the shipped cubin (the ring of
 # 4) beside the ring of 8 (`s8`, main's default), the keys in registers on the ring of 4 (`kr`) and DeepGEMM in one
 # process on the same tensors, over the MTP bench's shapes, two processes (the second on the shapes reversed).
-#   run(command="bash bench/results/gpu-2026-12-06-s27/call1.sh", carry=[".whl", ".xfer/pk"])
+#   run(command="bash bench/results/h200-2026-12-06-s27/call1.sh", carry=[".whl", ".xfer/pk"])
 cd "$(dirname "$0")/../../.."
 source scripts/device_call.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.sm --format=csv,noheader
