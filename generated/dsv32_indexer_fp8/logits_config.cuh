@@ -53,10 +53,10 @@ struct dsv32_indexer_fp8 : kgen_cfg::dsv32_indexer_fp8 {
   static constexpr long long kReaderMinBlocks = 0;
   static constexpr long long kReaderHeadPasses = 2;
   static constexpr long long kReaderWgmma = 1;
-  static constexpr long long kReaderWgStages = 8;
+  static constexpr long long kReaderWgStages = 4;
   static constexpr long long kReaderWgL2Prefetch = 0;
   static constexpr long long kReaderWgTma = 1;
-  static constexpr long long kReaderWgTmaStages = 8;
+  static constexpr long long kReaderWgTmaStages = 4;
   static constexpr long long kReaderWgConsumers = 2;
   static constexpr long long kReaderWgEvictFirst = 0;
   static constexpr long long kReaderWgPairs = 0;
