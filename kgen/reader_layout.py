@@ -84,7 +84,8 @@ def reader_tokens_per_cta(spec: Spec) -> int:
 # wgmma's A registers once for every MTP token (reader_wg_key_registers; MTP launches pick it by shape,
 # kgen.reader_plan.READER_WG_KEY_REGISTER_TOKENS). Each value was picked on the H200 from
 # the runs whose READMEs hold the figures: bench/results/h200-2026-11-30/reader/run2-f16-widened (prefetch),
-# reader2 and reader3 (the cp.async ring and L2 prefetch), tma1 (the TMA variant and its rings).
+# reader2 and reader3 (the cp.async ring and L2 prefetch), tma1 (the TMA variant and its rings); fp8's TMA ring of 4
+# from bench/results/h200-2026-12-06-s27/ (call1: 0.94-1.01x the ring of 8's time, one process, every MTP shape).
 READER_TUNING_DEFAULTS = {
     "bf16": {"kReaderPrefetch": 0, "kReaderMinBlocks": 0, "kReaderHeadPasses": 2, "kReaderWgmma": 1,
              "kReaderWgStages": 4, "kReaderWgL2Prefetch": 0,

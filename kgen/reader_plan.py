@@ -57,9 +57,9 @@ READER_WG_SHAPE_STAGES: dict[str, tuple[int, int]] = {"fp8_e4m3": (2, 49152)}
 # threads need twice the accumulators (reader_layout.READER_WG_TMA_PAIR_REGISTERS), so its CTA has an SM to
 # itself; READER_WG_PAIR_RING is the ring that keeps as many key bytes in flight per SM as the one-token
 # cubin's two CTAs. No key dtype loads it by shape (READER_WG_PAIR_STAGES is empty): measured beside the
-# one-token cubin on the H200 it is slower (fp8 32 x 64K next_n 2: 164.5 against 111.2 us cold; next_n 4:
-# 265.6 against 189.0), as fast as the one-token cubin on the same one-CTA ring (162.2 / 247.4 us): the
-# warpgroups per SM bind, not the wgmma count (bench/results/mtp-2026-12-03/README.md).
+# one-token cubin on the H200 (fp8 rings of 16 and 8 then) it is slower (fp8 32 x 64K next_n 2: 164.5 against
+# 111.2 us cold; next_n 4: 265.6 against 189.0), as fast as the one-token cubin on the same one-CTA ring
+# (162.2 / 247.4 us): the warpgroups per SM bind, not the wgmma count (bench/results/mtp-2026-12-03/README.md).
 READER_WG_PAIR_RING: dict[str, int] = {"fp8_e4m3": 8, "bf16": 8}
 READER_WG_PAIR_STAGES: dict[str, int] = {}  # key dtype -> ring of the pair cubin its MTP launches load
 
