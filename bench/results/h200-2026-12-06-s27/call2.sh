@@ -20,4 +20,7 @@ ab 1 "base head" mtp 100 -- env MTP_ALTERNATIVES=0 MTP_SHAPES="$S" MTP_TUNES="$T
 snap call2
 ab 1 "head base" mtpr 100 -- env MTP_ALTERNATIVES=0 MTP_SHAPES="$S" MTP_TUNES="$T" \
   python3 $ROOT/scripts/reader_mtp_bench.py {out} specs/dsv4/indexer_fp8.yaml
+for t in base head; do  # the second round as mtp_<tree>_2 (reader_trees.py reads NAME_<tree>_*)
+  for x in json log; do mv "$R/mtpr_${t}_1.$x" "$R/mtp_${t}_2.$x" 2>/dev/null; done
+done
 pack call2

@@ -13,6 +13,9 @@ ab 1 "base head" mtp 40 -- env MTP_ALTERNATIVES=0 MTP_SHAPES="$S" \
   python3 $ROOT/scripts/reader_mtp_bench.py {out} specs/dsv4/indexer_fp8.yaml
 ab 1 "head base" mtpr 40 -- env MTP_ALTERNATIVES=0 MTP_SHAPES="$S" \
   python3 $ROOT/scripts/reader_mtp_bench.py {out} specs/dsv4/indexer_fp8.yaml
+for t in base head; do  # the second round as mtp_<tree>_2 (reader_trees.py reads NAME_<tree>_*)
+  for x in json log; do mv "$R/mtpr_${t}_1.$x" "$R/mtp_${t}_2.$x" 2>/dev/null; done
+done
 snap call3
 in_tree head $R/pytest_head.log 150 python3 -m pytest -p no:cacheprovider -rs tests/test_gpu_indexer.py
 grep -E "^(FAILED|ERROR)|passed|failed" "$R/pytest_head.log" | cut -c1-300 | head -12
