@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# call2 of session 27: head = the branch reader-lean-loop (the one-token TMA cubins' walk jumps to the warpgroup's
-# next tile within a pair, and a token's logits row is stepped, not re-derived): its GPU tests, then base (the ring of
-# 4, the branch fp8-ring4) and head in alternating processes, two rounds (the second head first, its files mtpr_*), DeepGEMM and (kr) the keys-in-registers
-# cubin beside, over the MTP bench's shapes.
-#   base travels packed: mkdir -p .xfer/base; git archive fp8-ring4 kgen templates specs scripts pyproject.toml |
+# call2 of session 27: head = main with reader-lean-loop.patch applied (the one-token TMA cubins' walk jumps to the
+# warpgroup's next tile within a pair, and a token's logits row is stepped, not re-derived): its GPU tests, then
+# base (main: the ring of 4) and head in alternating processes, two rounds (the second head first, its files
+# mtpr_*), DeepGEMM and (kr) the keys-in-registers cubin beside, over the MTP bench's shapes.
+#   base travels packed: mkdir -p .xfer/base; git archive main kgen templates specs scripts pyproject.toml |
 #   tar -x -C .xfer/base; tar -cJf .xfer/ab/trees.tar.xz -C .xfer base
 #   run(command="bash bench/results/h200-2026-12-06-s27/call2.sh", carry=[".whl", ".xfer/pk", ".xfer/ab"])
 cd "$(dirname "$0")/../../.."
