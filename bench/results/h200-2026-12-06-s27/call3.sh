@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# call3 of session 27 (call2 cut to the device time left: about 300 s with the start): head = main with reader-lean-
-# loop.patch applied. First base (the ring of 4, main) and head in alternating processes, one round each way, on the
-# shapes where the walk's instructions show (next_n 2, short and long rows), no peer waited for; then head's GPU
-# tests of the reader.
+# call3 of session 27 (call2 cut to the device time left: about 300 s with the start): head = main with
+# reader-lean-loop.patch applied. First base (the ring of 4, main) and head in alternating processes, one round each
+# way, on the shapes where the walk's instructions show (next_n 2, short and long rows), no peer waited for; then
+# head's GPU tests of the reader.
+#   base packed as for call2.sh
 #   run(command="bash bench/results/h200-2026-12-06-s27/call3.sh", carry=[".whl", ".xfer/pk", ".xfer/ab"])
 cd "$(dirname "$0")/../../.."
 source scripts/device_call.sh
