@@ -55,18 +55,26 @@ READER_WG_SHAPE_STAGES: dict[str, tuple[int, int]] = {"fp8_e4m3": (2, 49152)}
 # The TMA variant's pair cubin for MTP launches (next_n >= 2): two tokens per m64n128 wgmma group
 # (kReaderWgPairs) where the one-token cubin runs an m64n64 group, its wait and its epilogue per token. Its
 # threads need twice the accumulators (reader_layout.READER_WG_TMA_PAIR_REGISTERS), so its CTA has an SM to
-# itself; READER_WG_PAIR_RING is the ring that keeps as many key bytes in flight per SM as the one-token
-# cubin's two CTAs. No key dtype loads it by shape (READER_WG_PAIR_STAGES is empty): measured beside the
+# itself; its ring (reader_wg_pair_ring) keeps as many key bytes in flight per SM as the one-token cubin's
+# CTAs. No key dtype loads it by shape (READER_WG_PAIR_STAGES is empty): measured beside the
 # one-token cubin on the H200 (fp8 rings of 16 and 8 then) it is slower (fp8 32 x 64K next_n 2: 164.5 against
 # 111.2 us cold; next_n 4: 265.6 against 189.0), as fast as the one-token cubin on the same one-CTA ring
 # (162.2 / 247.4 us): the warpgroups per SM bind, not the wgmma count (bench/results/mtp-2026-12-03/README.md).
-READER_WG_PAIR_RING: dict[str, int] = {"fp8_e4m3": 8, "bf16": 8}
 READER_WG_PAIR_STAGES: dict[str, int] = {}  # key dtype -> ring of the pair cubin its MTP launches load
 
 
+def reader_wg_pair_ring(lay: Layout) -> int | None:
+    """The pair cubin's ring: the one-token cubin's default ring times its CTAs per SM (the same key bytes in flight
+    per SM); None where the TMA variant does not read the layout."""
+    if not reader_wg_tma(lay):
+        return None
+    stages = reader_wg_stages(lay)
+    return stages * reader_wg_ctas_per_sm(lay, 1, stages, True, reader_wg_consumers(lay))
+
+
 def reader_wg_pair_tuning(lay: Layout, tune: dict[str, int] | None = None) -> dict[str, int]:
-    """`tune` as the pair cubin (kReaderWgPairs 1 on READER_WG_PAIR_RING's ring unless `tune` fixes one)."""
-    ring = READER_WG_PAIR_RING.get(lay.spec.store.dtype)
+    """`tune` as the pair cubin (kReaderWgPairs 1 on reader_wg_pair_ring's ring unless `tune` fixes one)."""
+    ring = reader_wg_pair_ring(lay)
     return {**({"kReaderWgTmaStages": ring} if ring else {}), **(tune or {}), "kReaderWgPairs": 1}
 
 

@@ -79,7 +79,7 @@ def main() -> None:
                     split = split_of(lay, ring and {"kReaderWgTmaStages": ring}) if split_of else None
                     if split and is_split and is_split(lay, split):
                         tunes["split" if ring is None else f"split{ring}"] = split
-                ring = RP.READER_WG_PAIR_RING.get(spec.store.dtype)
+                ring = RP.reader_wg_pair_tuning(lay).get("kReaderWgTmaStages")
                 if ring and os.environ.get("MTP_CONTROL", "1") == "1" and b * k >= 32 * 65536:
                     tunes["one_token_ring"] = {**ONE_TOKEN, "kReaderWgTmaStages": ring}
             for name, tune in extra.items():

@@ -479,9 +479,10 @@ def test_pair_cubin_plan_and_its_shape_rule(monkeypatch):
 
     fp8, bf16, fp4 = (L.compute(spec_of(k)) for k in ("fp8", "bf16", "fp4"))
     assert RP.READER_WG_PAIR_STAGES == {}  # measured slower: no launch shape loads it (reader_plan)
+    assert RP.reader_wg_pair_ring(fp4) is None  # no TMA variant, no pair ring
     for lay in (fp8, bf16):
         pair = RP.reader_wg_pair_tuning(lay)
-        assert pair == {"kReaderWgTmaStages": RP.READER_WG_PAIR_RING[lay.spec.store.dtype], "kReaderWgPairs": 1}
+        assert pair == {"kReaderWgTmaStages": RP.reader_wg_pair_ring(lay), "kReaderWgPairs": 1}
         assert RL.reader_wg_pairs(lay, pair) and RL.reader_wg_tma(lay, pair) and not RL.reader_wg_pairs(lay)
         assert RL.reader_wg_tokens_per_cta(lay, RL.reader_wg_stages(lay, pair), tma=True) == 4
         # one CTA per SM at the pair registers; its ring as many key bytes as the one-token cubin's two CTAs
@@ -489,15 +490,14 @@ def test_pair_cubin_plan_and_its_shape_rule(monkeypatch):
         assert RL.reader_wg_ctas_per_sm(lay, 1, RL.reader_wg_stages(lay, pair), True, consumers, True) == 1
         assert RL.reader_wg_tma_threads(consumers) * RL.READER_WG_TMA_PAIR_REGISTERS <= RL.READER_SM_REGISTERS
         stages = RL.reader_wg_stages(lay)
-        assert RP.READER_WG_PAIR_RING[lay.spec.store.dtype] == stages * RL.reader_wg_ctas_per_sm(
+        assert RP.reader_wg_pair_ring(lay) == stages * RL.reader_wg_ctas_per_sm(
             lay, 1, stages, True, consumers)
         rv = render_reader(lay.spec, tune=pair).files[f"{lay.spec.name}/logits_config.cuh"]
         assert "kReaderWgPairs = 1;" in rv and "kReaderWgMinBlocks = 1;" in rv
         # three consumer warpgroups do not fit one SM at the pair registers: no pairs there
         assert not RL.reader_wg_pairs(lay, {**pair, "kReaderWgTmaStages": 12, "kReaderWgConsumers": 3})
         # the shape rule, where a key dtype has a ring: MTP launches of the TMA variant load the pair cubin
-        dtype = lay.spec.store.dtype
-        monkeypatch.setitem(RP.READER_WG_PAIR_STAGES, dtype, RP.READER_WG_PAIR_RING[dtype])
+        monkeypatch.setitem(RP.READER_WG_PAIR_STAGES, lay.spec.store.dtype, RP.reader_wg_pair_ring(lay))
         assert RP.reader_wg_shape_tune(lay, None, 32, 1, 65536, 132) is None
         for n in (2, 3, 4, 5):
             assert RP.reader_wg_shape_tune(lay, None, 32, n, 65536, 132) == pair
