@@ -285,11 +285,25 @@ struct WgTmaLogits {
       __syncwarp();
       if (lane == 0) wg::bar_arrive(sm.empty(s));
     };
-    // Every warpgroup walks every tile of the share (warpgroup g scores tiles g, g + kConsumers, ...) and
-    // takes part in each change of pair alike: all consumers are done with the last pair's q (their tiles
-    // before the change), then restage the pair's q and weights together.
+    // Warpgroup g scores tiles g, g + kConsumers, ... of the share, and every warpgroup takes part in each change
+    // of pair alike: all consumers are done with the last pair's q (their tiles before the change), then restage
+    // the pair's q and weights together. So each warpgroup meets every pair's first tile; within a pair the
+    // keys-in-registers and fp8 pair cubins jump from tile i (warpgroup `turn`'s) to the warpgroup's next one
+    // (skip_ahead; the loop's step lands on it): on the H100 0.99x, 0.93-1.03x and 0.92-0.97x the time (keys in
+    // registers, pair, split). The others walk tile by tile: the m64n64 one-token cubin took 1.00-1.01x its time
+    // with the jump, and with it NVRTC 13.0's ptxas serializes bf16's split cubin's wgmma
+    // (bench/results/h100-2026-12-06-s28/README.md).
     typename Work::Cursor at(p, share);
     bool q_used = false;  // some tile was scored with the staged q
+    const auto skip_ahead = [&](int& i, int turn) {
+      if constexpr (kKeyRegisters || (kPairs && kFp8)) {
+        const int skip = group - turn + (group > turn ? 0 : kConsumers) - 1;  // tiles between, of other warpgroups
+        if (at.tile + skip + 1 < at.at.ntiles) {
+          at.tile += skip;
+          i += skip;
+        }
+      }
+    };
 #pragma unroll 1
     for (int i = 0; i < share.count; ++i, at.advance(p)) {
       if (at.pair != qpair) {
@@ -305,7 +319,11 @@ struct WgTmaLogits {
         q_pending = false;
       }
       q_used = true;
-      if (i % kConsumers != group) continue;
+      const int turn = i % kConsumers;  // the warpgroup that scores tile i
+      if (turn != group) {
+        skip_ahead(i, turn);
+        continue;
+      }
       const int s = i % kStages;
       const int k0 = at.k0();
       wg::bar_wait(sm.full(s), static_cast<uint32_t>(i / kStages) & 1u);
@@ -346,6 +364,7 @@ struct WgTmaLogits {
           wg::finish_with(one, any, sm.w + t * H, factor, at.row(p, t), k0, p.max_seq_len, visible_t, gwarp, gid, tig);
         }
       }
+      skip_ahead(i, turn);
     }
   }
 };

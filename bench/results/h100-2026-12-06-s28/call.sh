@@ -6,7 +6,7 @@
 #   bash call.sh ROUND   one process per tree (base, head; the second round head first) of the MTP bench over
 #                        next_n 1, 2 and 4, shipped beside DeepGEMM, the keys-in-registers cubin (kr), the pair
 #                        cubin (pair) and its register split (split), files mtp_<tree>_<ROUND>.*
-#   run(command="bash bench/results/h200-2026-12-06-s28/call.sh tests 1", carry=[".whl", ".xfer/pk", ".xfer/ab"])
+#   run(command="bash bench/results/h100-2026-12-06-s28/call.sh tests 1", carry=[".whl", ".xfer/pk", ".xfer/ab"])
 cd "$(dirname "$0")/../../.."
 source scripts/device_call.sh
 [ -d .xfer/base ] || tar -xJf .xfer/ab/trees.tar.xz -C .xfer
