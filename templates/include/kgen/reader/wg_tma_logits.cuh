@@ -56,6 +56,11 @@ struct WgTmaLogits {
   // fp8 tiles into the wgmma's A registers once for every token (kReaderWgKeyRegisters): the stage goes back to the
   // producer before the first token's wgmma, and no token's wgmma reads the keys from shared memory again
   static constexpr bool kKeyRegisters = C::kReaderWgKeyRegisters != 0;
+  // a warpgroup jumps from one of its tiles to its next within a pair (skip_ahead) where that was measured faster:
+  // on the H100 0.99x, 0.93-1.03x and 0.92-0.97x the time (keys in registers, pair, split). The m64n64 one-token
+  // cubin walks tile by tile (1.00-1.01x with the jump), and so do bf16's pair cubins (with the jump NVRTC 13.0's
+  // ptxas serializes bf16's split cubin's wgmma); bench/results/h100-2026-12-06-s28/README.md
+  static constexpr bool kSkipAhead = kKeyRegisters || (kPairs && kFp8);
 
   static_assert(reader::wg_readable<C>() && reader::wg_tma_readable<C>() && C::kReaderWgTma == 1,
                 "[wgmma-tma] a layout the variant reads");
@@ -287,16 +292,12 @@ struct WgTmaLogits {
     };
     // Warpgroup g scores tiles g, g + kConsumers, ... of the share, and every warpgroup takes part in each change
     // of pair alike: all consumers are done with the last pair's q (their tiles before the change), then restage
-    // the pair's q and weights together. So each warpgroup meets every pair's first tile; within a pair the
-    // keys-in-registers and fp8 pair cubins jump from tile i (warpgroup `turn`'s) to the warpgroup's next one
-    // (skip_ahead; the loop's step lands on it): on the H100 0.99x, 0.93-1.03x and 0.92-0.97x the time (keys in
-    // registers, pair, split). The others walk tile by tile: the m64n64 one-token cubin took 1.00-1.01x its time
-    // with the jump, and with it NVRTC 13.0's ptxas serializes bf16's split cubin's wgmma
-    // (bench/results/h100-2026-12-06-s28/README.md).
+    // the pair's q and weights together. So each warpgroup meets every pair's first tile; within a pair, where
+    // kSkipAhead, it jumps from tile i (warpgroup `turn`'s) to its own next one (the loop's step lands on it).
     typename Work::Cursor at(p, share);
     bool q_used = false;  // some tile was scored with the staged q
     const auto skip_ahead = [&](int& i, int turn) {
-      if constexpr (kKeyRegisters || (kPairs && kFp8)) {
+      if constexpr (kSkipAhead) {
         const int skip = group - turn + (group > turn ? 0 : kConsumers) - 1;  // tiles between, of other warpgroups
         if (at.tile + skip + 1 < at.at.ntiles) {
           at.tile += skip;
