@@ -1,30 +1,28 @@
 #!/usr/bin/env bash
-# Session 29's first call: main as it stands (3894941's kernels), asked on the H200.
-# 1. the whole top-k bench (scripts/topk_shapes.py: fp8, bf16 and fp4 keys, B 1-64 x 4K-256K, k 512 and 2048,
-#    equal and +-30 % with next_n 2), DeepGEMM's logits and SGLang 0.5.23's top-k in the same process: the top-k's
-#    first H200 figures since session 17;
-# 2. session 28's call2 (the reader's MTP bench, three processes: the shipped cubin beside DeepGEMM, the
-#    keys-in-registers cubin (kr, whose rule next_n >= 3 was set before the jump), the register split on 4 and on 3
-#    consumers) while the call has spent less than 420 s.
+# Session 29's call: head = the working tree with the fused slot transform (`indexer_topk_slots`: the top-k's
+# body as select_row, then the row's indices mapped to cache slots in place; indexer_topk's machine code moved by
+# the restructure), base = main 143d0f4 (packed into .xfer/pk/base.tar.xz, carried with the peers).
+# 1. head's GPU tests of the top-k (the slots ops and their chain among them) beside SGLang's top-k build;
+# 2. the top-k alone, base against head, at B 1, 8, 32, 64 x 4K, 64K, 256K, k 512, equal and +-30 % (next_n 2),
+#    two rounds, the second in reverse order (SGLang's top-k in the same processes);
+# 3. while the call has spent less than 380 s, head's whole top-k bench (the peers in the same process).
 #   run(command="bash bench/results/h200-2026-12-07-s29/call1.sh", carry=[".whl", ".xfer/pk"], timeout_s=600)
-# Read: python bench/results/h100-2026-12-06-s22/full_table.py DIR/r/full_head.json
-#       python bench/results/h100-2026-12-06-s28/tunes_trees.py DIR/r   (mtp2_head_<round>.json)
+# Read: python bench/results/h100-2026-12-06-s21/trees_table.py DIR/r/ab base head
+#       python bench/results/h100-2026-12-06-s22/full_table.py DIR/r/full_head.json
 cd "$(dirname "$0")/../../.."
+[ -d .xfer/base ] || tar -xJf .xfer/pk/base.tar.xz -C .xfer
 source scripts/device_call.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
-peers_ready
-in_tree head $R/full_head.log 240 python3 scripts/topk_shapes.py --json $R/full_head.json --time-limit 220
+tests_beside_peers head tests/test_topk_gpu.py tests/test_topk_native.py
 snap call1
-S=1:65536:equal:1,1:65536:equal:2,8:65536:uniform:2,32:65536:equal:1,32:65536:equal:2,32:65536:pm30:2
-S=$S,128:16384:uniform:2,64:4096:pm30:2,64:8192:pm30:2,128:65536:equal:2,8:4096:pm30:2,128:4096:pm30:2
-T='{"kr": {"kReaderWgKeyRegisters": 1},
-    "split": {"kReaderWgTmaStages": 16, "kReaderWgConsumers": 4, "kReaderWgPairs": 1, "kReaderWgSplit": 1},
-    "split3": {"kReaderWgTmaStages": 12, "kReaderWgConsumers": 3, "kReaderWgPairs": 1, "kReaderWgSplit": 1}}'
-for round in 1 2 3; do
-  (( $(date +%s) - T0 < 420 )) || break
-  ab 1 head mtp2 100 -- env MTP_ALTERNATIVES=0 MTP_SHAPES="$S" MTP_TUNES="$T" \
-    python3 "$ROOT/scripts/reader_mtp_bench.py" {out} specs/dsv4/indexer_fp8.yaml
-  for f in $R/mtp2_head_1.*; do mv "$f" "${f/_1./_$round.}"; done
-  snap call1
-done
+SHAPES=(--batches 1,8,32,64 --keys 4096,65536,262144 --ks 512 --others "" --time-limit 80)
+mkdir -p $R/ab
+topk_ab 1 "base head" -- "${SHAPES[@]}"
+mv $R/topk_*_1.* $R/ab/
+topk_ab 1 "head base" -- "${SHAPES[@]}"
+for f in $R/topk_*_1.*; do mv "$f" "$R/ab/$(basename "${f/_1./_2.}")"; done  # round 2
+snap call1
+if (( $(date +%s) - T0 < 380 )); then
+  in_tree head $R/full_head.log 150 python3 scripts/topk_shapes.py --json $R/full_head.json --time-limit 130
+fi
 pack call1
