@@ -644,6 +644,12 @@ def _reader_cache_map(a: Args) -> MapGeometry | None:
     return cache_map_geometry(a.layout, int(cache.shape[0]))
 
 
+# the paged cache's block table, as the reader and indexer_topk_slots read it
+_BLOCK_TABLE = Tensor("block_table", "int32_t", lambda s: "int32", lambda s, lay: ("B", "max_pages"),
+                      "[B, max_pages] page of key s: block_table[b, s / page_size]",
+                      lambda s, lay, d: f"[B, max_pages] with B = {d.get('B')}")
+_MAX_PAGES = Scalar("max_pages", "int32", lambda d, lay: d["max_pages"], "block_table columns", source="block_table")
+
 INDEXER_LOGITS = KernelAbi(
     kernel="indexer_logits",
     version=2,
@@ -664,9 +670,7 @@ INDEXER_LOGITS = KernelAbi(
         Tensor("cache", "uint8_t", lambda s: "uint8", lambda s, lay: ("num_pages", lay.page_bytes),
                "[num_pages, page_bytes]", lambda s, lay, d: f"[num_pages, {lay.page_bytes}]",
                detail=lambda s, lay: f"({lay.page_bytes_formula()})"),
-        Tensor("block_table", "int32_t", lambda s: "int32", lambda s, lay: ("B", "max_pages"),
-               "[B, max_pages] page of key s: block_table[b, s / page_size]",
-               lambda s, lay, d: f"[B, max_pages] with B = {d.get('B')}"),
+        _BLOCK_TABLE,
         Tensor("seq_lens", "int32_t", lambda s: "int32", lambda s, lay: ("B",), "[B]",
                lambda s, lay, d: f"[B] with B = {d.get('B')}"),
         Tensor("logits", "float", lambda s: "float32", lambda s, lay: ("rows", "max_seq_len"),
@@ -675,7 +679,7 @@ INDEXER_LOGITS = KernelAbi(
         Scalar("num_pages", "int64", lambda d, lay: d["num_pages"], "pages of the cache", source="cache"),
         Scalar("batch", "int32", lambda d, lay: d["B"], "B", source="q"),
         Scalar("next_n", "int32", lambda d, lay: d["next_n"], "query tokens per sequence", source="q"),
-        Scalar("max_pages", "int32", lambda d, lay: d["max_pages"], "block_table columns", source="block_table"),
+        _MAX_PAGES,
         Scalar("max_seq_len", "int32", lambda d, lay: d["max_seq_len"], "logits columns", source="logits"),
     ),
     grid=lambda a: launch_of(a)[:2],
@@ -699,6 +703,23 @@ def _topk_shared_bytes(a) -> int:
     return topk_shared_bytes(int(a.dims["max_seq_len"]), _topk_grid(a)[0][0], **limit)
 
 
+# the top-k kernels' inputs and scalars (`output`: the tensor whose columns are k)
+_TOPK_INPUTS = (
+    Tensor("logits", "float", lambda s: "float32", lambda s, lay: ("rows", "max_seq_len"),
+           "[B * next_n, max_seq_len] the reader's fp32 logits", lambda s, lay, d: "[B * next_n, max_seq_len]"),
+    Tensor("seq_lens", "int32_t", lambda s: "int32", lambda s, lay: ("B",), "[B]",
+           lambda s, lay, d: f"[B] with B = {d.get('B')}"),
+)
+
+
+def _topk_scalars(output: str) -> tuple[Scalar, ...]:
+    return (Scalar("batch", "int32", lambda d, lay: d["B"], "B", source="seq_lens"),
+            Scalar("next_n", "int32", lambda d, lay: d["rows"] // max(d["B"], 1), "query rows per sequence",
+                   source="logits"),
+            Scalar("max_seq_len", "int32", lambda d, lay: d["max_seq_len"], "logits columns", source="logits"),
+            Scalar("k", "int32", lambda d, lay: d["K"], "keys selected per row", source=output))
+
+
 # the read side's top-k over the reader's logits (kgen.topk_plan: its launch; docs/reader.md, "Top-k")
 INDEXER_TOPK = KernelAbi(
     kernel="indexer_topk",
@@ -708,18 +729,11 @@ INDEXER_TOPK = KernelAbi(
     output="indices",
     doc="the k largest visible logits of each query row (radix select), as int32 key indices",
     fields=(
-        Tensor("logits", "float", lambda s: "float32", lambda s, lay: ("rows", "max_seq_len"),
-               "[B * next_n, max_seq_len] the reader's fp32 logits", lambda s, lay, d: "[B * next_n, max_seq_len]"),
-        Tensor("seq_lens", "int32_t", lambda s: "int32", lambda s, lay: ("B",), "[B]",
-               lambda s, lay, d: f"[B] with B = {d.get('B')}"),
+        *_TOPK_INPUTS,
         Tensor("indices", "int32_t", lambda s: "int32", lambda s, lay: ("rows", "K"),
                "[B * next_n, k] int32 out: key indices, -1 past a row's visible keys",
                lambda s, lay, d: f"[{d.get('rows')}, k]", written=True),
-        Scalar("batch", "int32", lambda d, lay: d["B"], "B", source="seq_lens"),
-        Scalar("next_n", "int32", lambda d, lay: d["rows"] // max(d["B"], 1), "query rows per sequence",
-               source="logits"),
-        Scalar("max_seq_len", "int32", lambda d, lay: d["max_seq_len"], "logits columns", source="logits"),
-        Scalar("k", "int32", lambda d, lay: d["K"], "keys selected per row", source="indices"),
+        *_topk_scalars("indices"),
     ),
     grid=_topk_grid,
     shared_bytes=_topk_shared_bytes,
@@ -727,4 +741,29 @@ INDEXER_TOPK = KernelAbi(
     cluster_sizes=TOPK_CLUSTER_SIZES,
 )
 
-KERNELS: dict[str, KernelAbi] = {a.kernel: a for a in (NORM_ROPE_STORE, INDEXER_LOGITS, INDEXER_TOPK)}
+# indexer_topk whose output is each selected key's cache slot through the block table (SGLang's topk_transform_paged,
+# fused): the same selection (kgen::topk::select_row), then the row's indices mapped in place (topk::map_to_slots)
+INDEXER_TOPK_SLOTS = KernelAbi(
+    kernel="indexer_topk_slots",
+    version=1,
+    namespace="kgen_topk_slots",
+    exists=readable,
+    output="slots",
+    doc="indexer_topk's selection as int32 cache slots: block_table[b, i / page_size] * page_size + i % page_size",
+    fields=(
+        *_TOPK_INPUTS,
+        _BLOCK_TABLE,
+        Tensor("slots", "int32_t", lambda s: "int32", lambda s, lay: ("rows", "K"),
+               "[B * next_n, k] int32 out: cache slots (-1: past a row's keys, no page)",
+               lambda s, lay, d: f"[{d.get('rows')}, k]", written=True),
+        *_topk_scalars("slots"),
+        _MAX_PAGES,
+    ),
+    grid=_topk_grid,
+    shared_bytes=_topk_shared_bytes,
+    cluster_x=True,
+    cluster_sizes=TOPK_CLUSTER_SIZES,
+)
+
+KERNELS: dict[str, KernelAbi] = {a.kernel: a for a in (NORM_ROPE_STORE, INDEXER_LOGITS, INDEXER_TOPK,
+                                                       INDEXER_TOPK_SLOTS)}

@@ -148,6 +148,28 @@ extern "C" int kgen_sglang_topk(float* scores, int64_t rows, int64_t cols, int64
   });
 }
 
+// The same with SGLang's page table transform: out holds page_table[row, i >> log2(page_size)] * page_size +
+// i % page_size for each selected raw index i (page_table int32 [rows, pages], one row per query row, as the
+// engine expands it), -1 past a row's length.
+extern "C" int kgen_sglang_topk_paged(float* scores, int64_t rows, int64_t cols, int64_t stride, int32_t* seq_lens,
+                                      int32_t* page_table, int64_t pages, int64_t page_size, int32_t* out, int64_t k,
+                                      int32_t* metadata, int32_t device, void* stream) {
+  int64_t x_shape[2] = {rows, cols}, x_stride[2] = {stride, 1};
+  int64_t s_shape[1] = {rows}, s_stride[1] = {1};
+  int64_t p_shape[2] = {rows, pages}, p_stride[2] = {pages, 1};
+  int64_t o_shape[2] = {rows, k}, o_stride[2] = {k, 1};
+  int64_t m_shape[2] = {rows + 1, 2}, m_stride[2] = {2, 1};
+  DLTensor x = view(scores, kF32, device, 2, x_shape, x_stride);
+  DLTensor s = view(seq_lens, kI32, device, 1, s_shape, s_stride);
+  DLTensor t = view(page_table, kI32, device, 2, p_shape, p_stride);
+  DLTensor o = view(out, kI32, device, 2, o_shape, o_stride);
+  DLTensor m = view(metadata, kI32, device, 2, m_shape, m_stride);
+  return guarded(device, stream, [&] {
+    Kernel::transform_paged(&x, &s, tvm::ffi::Optional<tvm::ffi::TensorView>(tvm::ffi::TensorView(&t)), &o,
+                            static_cast<int>(page_size), &m, tvm::ffi::Optional<tvm::ffi::TensorView>());
+  });
+}
+
 extern "C" const char* kgen_sglang_topk_error() { return g_error.c_str(); }
 """
 
@@ -248,6 +270,7 @@ class Peer:
         p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
         lib.kgen_sglang_topk_plan.argtypes = [p, i64, p, i32, i32, p]
         lib.kgen_sglang_topk.argtypes = [p, i64, i64, i64, p, p, i64, p, i32, p]
+        lib.kgen_sglang_topk_paged.argtypes = [p, i64, i64, i64, p, p, i64, i64, p, i64, p, i32, p]
         lib.kgen_sglang_topk_error.restype = ctypes.c_char_p
 
     @classmethod
@@ -281,12 +304,13 @@ class Peer:
 
         return torch.zeros((rows + 1, PLAN_COLS), dtype=torch.int32, device=f"cuda:{self.device}")
 
-    def prepare(self, scores, seq_lens, k: int, *, threshold: int = -1):
+    def prepare(self, scores, seq_lens, k: int, *, threshold: int = -1, page_table=None, page_size: int = 1):
         """(plan, select, indices, metadata): plan() runs SGLang's plan over `seq_lens` into metadata,
         select() its top-k over `scores` (fp32 [rows, L], row stride a multiple of 4) into indices (int32
         [rows, k]), both on torch's current stream with the pointers packed here. SGLang plans before the
         scorer: its top-k kernels read the plan before their PDL wait, so some other stream work (the scorer)
-        must come between plan() and select()."""
+        must come between plan() and select(). With a `page_table` (int32 [rows, pages], contiguous) the
+        indices are SGLang's page-table transform of them (cache slots, `page_size` a power of two)."""
         import torch
 
         if scores.dtype != torch.float32 or scores.dim() != 2 or scores.stride(1) != 1:
@@ -299,6 +323,9 @@ class Peer:
             raise ValueError("seq_lens: contiguous int32 [rows]")
         if not 0 < k <= MAX_TOPK:
             raise ValueError(f"k must be in (0, {MAX_TOPK}]")
+        if page_table is not None and (page_table.dtype != torch.int32 or page_table.dim() != 2
+                                       or page_table.shape[0] != rows or not page_table.is_contiguous()):
+            raise ValueError("page_table: contiguous int32 [rows, pages]")
         out = torch.empty((rows, k), dtype=torch.int32, device=scores.device)
         meta = self.metadata(rows)
         lib, dev, stream = self.lib, scores.device.index or 0, self._stream
@@ -307,13 +334,20 @@ class Peer:
 
         # the closures hold the tensors whose addresses they pass: a caller that keeps only them (a padded copy of
         # the scores made for this call) must not have that memory freed and reused under SGLang's kernels
-        held = (scores, seq_lens, out, meta)
+        held = (scores, seq_lens, out, meta, page_table)
 
         def plan(_held=held) -> None:
             self._check(lib.kgen_sglang_topk_plan(lp, rows, mp, threshold, dev, stream()), "top-k plan")
 
-        def select(_held=held) -> None:
-            self._check(lib.kgen_sglang_topk(sp, rows, cols, stride, lp, op, k, mp, dev, stream()), "top-k")
+        if page_table is None:
+            def select(_held=held) -> None:
+                self._check(lib.kgen_sglang_topk(sp, rows, cols, stride, lp, op, k, mp, dev, stream()), "top-k")
+        else:
+            tp, pages = page_table.data_ptr(), int(page_table.shape[1])
+
+            def select(_held=held) -> None:
+                self._check(lib.kgen_sglang_topk_paged(sp, rows, cols, stride, lp, tp, pages, page_size, op, k, mp,
+                                                       dev, stream()), "top-k (paged)")
 
         return plan, select, out, meta
 

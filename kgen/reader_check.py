@@ -670,6 +670,7 @@ class TopkResult:
     k: int = 0
     rows: int = 0
     rows_differing: int = 0  # rows whose set differs from the reference's (must be 0)
+    slots_rows_differing: int = 0  # rows where indexer_topk_slots' set is not the reference's slots (must be 0)
     ties: int = 0  # keys outside the selected that share a row's k-th logit (where the tie rule decides)
     torch_topk_differences: int = 0  # keys where torch.topk's set differs from the reference's (ties only)
     reason: str = ""
@@ -693,15 +694,17 @@ def topk_cases(spec: Spec, seed: int = 0) -> list[tuple[list[int], int, int]]:
 
 def run_topk_case(spec: Spec, seq_lens: list[int], *, next_n: int, k: int, seed: int = 0) -> TopkResult:
     """The op on one case: its indices against the reference top-k of the reader's own logits (the same
-    kernel's), and torch.topk's against the reference (they may differ only at ties)."""
+    kernel's), indexer_topk_slots' slots against the reference's through the block table, and torch.topk's
+    against the reference (they may differ only at ties)."""
     torch = _torch()
-    from .ops import indexer_logits, indexer_topk
-    from .score import same_sets, topk_reference, topk_ties, visible_lengths
+    from .ops import indexer_logits, indexer_topk, indexer_topk_slots
+    from .score import same_sets, topk_reference, topk_slots, topk_ties, visible_lengths
 
     args = make_case(spec, seq_lens, next_n=next_n, seed=seed)
     name = f"B={len(seq_lens)} next_n={next_n} k={k} lens={_lens_text(seq_lens)}"
     q, weights, cache, table, lens, msl = args
     got = indexer_topk(spec, q, weights, cache, table, lens, msl, k).cpu()
+    slots = indexer_topk_slots(spec, q, weights, cache, table, lens, msl, k).cpu()
     logits = indexer_logits(spec, q, weights, cache, table, lens, msl).cpu()
     torch.cuda.synchronize()
     want = topk_reference(logits, args[4].cpu(), next_n, k)
@@ -718,8 +721,12 @@ def run_topk_case(spec: Spec, seq_lens: list[int], *, next_n: int, k: int, seed:
     for row in bad[:4]:
         g, w = set(got[row].tolist()), set(want[row].tolist())
         r.examples.append({"row": row, "kernel_only": sorted(g - w)[:8], "reference_only": sorted(w - g)[:8]})
-    r.ok = not bad
-    r.reason = "" if r.ok else f"{len(bad)} row(s) select another set than the reference"
+    r.slots_rows_differing = len(same_sets(slots, topk_slots(want, table.cpu(), next_n, spec.layout.page_size)))
+    r.ok = not bad and not r.slots_rows_differing
+    r.reason = "; ".join(
+        ([f"{len(bad)} row(s) select another set than the reference"] if bad else [])
+        + ([f"{r.slots_rows_differing} row(s) of slots differ from the reference's"] if r.slots_rows_differing
+           else []))
     return r
 
 

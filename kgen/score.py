@@ -394,14 +394,17 @@ def topk_reference(logits: torch.Tensor, seq_lens, next_n: int, k: int) -> torch
 def topk_slots(indices: torch.Tensor, block_table: torch.Tensor, next_n: int, page_size: int) -> torch.Tensor:
     """The cache slots of top-k key indices [B * next_n, k] through the block table (SGLang's
     `topk_transform_paged`: slot = block_table[b, i // page_size] * page_size + i % page_size for row
-    r = b * next_n + j; -1 stays -1): int32 [B * next_n, k]."""
-    rows = int(indices.shape[0])
+    r = b * next_n + j; -1 stays -1, and a key with no page, a negative entry or a column past the table, gets -1):
+    int32 [B * next_n, k], what `indexer_topk_slots` returns."""
+    rows, cols = int(indices.shape[0]), int(block_table.shape[1])
     b = torch.arange(rows, device=indices.device) // next_n
     i = indices.to(torch.int64)
-    seen = i >= 0
-    page = torch.where(seen, i // page_size, 0)
-    slot = block_table.to(torch.int64)[b[:, None], page] * page_size + torch.where(seen, i % page_size, 0)
-    return torch.where(seen, slot, -1).to(torch.int32)
+    col = torch.where(i >= 0, i // page_size, cols)
+    inside = col < cols
+    table = torch.cat([block_table.to(torch.int64), block_table.new_full((block_table.shape[0], 1), -1).long()], 1)
+    page = table[b[:, None], torch.where(inside, col, cols)]  # column `cols`: the -1 appended
+    slot = page * page_size + torch.where(inside, i % page_size, 0)
+    return torch.where(page >= 0, slot, -1).to(torch.int32)
 
 
 def same_sets(got: torch.Tensor, want: torch.Tensor) -> list[int]:

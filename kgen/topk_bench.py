@@ -4,20 +4,25 @@ process on the same tensors (issue 21).
 Per shape (B x keys, k, lengths equal or +-30 %, next_n; rows = B * next_n, row j of a sequence of length L sees
 L - next_n + 1 + j keys) the reader's logits once, then on those logits
   kgen_select              kgen's top-k kernel alone (kgen.ops.topk.prepare_select)
+  kgen_select_slots        its twin that writes cache slots through the block table (indexer_topk_slots' kernel)
   torch.topk               torch.topk(logits, k)
   sglang_topk              SGLang 0.5.23's TopKKernel<true>::transform_paged, no page table (raw indices), its plan
                            made outside the timing (kgen.peer_sglang_topk)
   sglang_plan              SGLang's TopKKernel<true>::plan alone, where it launches anything (rows beyond SGLang's
                            cluster pool; SGLang plans once per step, before the scorer)
+  sglang_topk_slots        sglang_topk with its page table (the block table, a row per query row): cache slots, the
+                           peer of kgen_select_slots
 and the whole step (scores and top-k)
   kgen                     torch.ops.kgen.indexer_topk's two kernels (reader, then top-k with PDL)
+  kgen_slots               torch.ops.kgen.indexer_topk_slots' two kernels (the top-k's output: cache slots)
   kgen_reader+X            kgen's reader then X (X = torch.topk, sglang_topk)
   deepgemm+X               deep_gemm.fp8_paged_mqa_logits then X (fp8 keys, next_n <= 2, where deep_gemm imports)
 cold (L2 flushed) and in CUDA graphs (kgen.timing.Timer). A row that is not measured is in the entry's `absent`
 with the reason: its peer absent (no kit, no nvcc, no GPU, KGEN_BENCH_PEER=0), a layout or next_n the peer does
 not take, or its first call failed (every row is called once before any timing, so a failing one is named, never
 fatal). Ratios only between rows of one entry (`ratios`). kgen's, kgen_select's and SGLang's index sets are
-checked against torch.topk's on the same logits (`set_check`).
+checked against torch.topk's on the same logits (`set_check`); kgen's slots against kgen.score.topk_slots of
+kgen_select's indices (`slots_check`: the rows whose slot sets differ).
 
 reader_check holds the read side's cases and the DeepGEMM plumbing this module calls; it imports nothing from
 here (kgen.bench runs the top-k after the reader's batches), so the import graph stays one-way.
@@ -42,8 +47,9 @@ TOPK_BENCH_WHAT = __doc__.split("\n\n")[1] if __doc__ else ""
 SELECTS = ("torch.topk", "sglang_topk")  # the standalone top-ks kgen_select is compared with
 READER_ROWS = ("kgen_reader+torch.topk", "kgen_reader+sglang_topk")
 DEEPGEMM_ROWS = ("deepgemm+torch.topk", "deepgemm+sglang_topk")
-SGLANG_ROWS = ("sglang_topk", "sglang_plan", "kgen_reader+sglang_topk", "deepgemm+sglang_topk")
-ROWS = ("kgen", "kgen_select", *SELECTS, "sglang_plan", *READER_ROWS, *DEEPGEMM_ROWS)
+SGLANG_ROWS = ("sglang_topk", "sglang_plan", "kgen_reader+sglang_topk", "deepgemm+sglang_topk", "sglang_topk_slots")
+SLOTS_ROWS = ("kgen_slots", "kgen_select_slots", "sglang_topk_slots")  # the selection as cache slots
+ROWS = ("kgen", "kgen_select", *SELECTS, "sglang_plan", *READER_ROWS, *DEEPGEMM_ROWS, *SLOTS_ROWS)
 TIMINGS = (("cold", {"lo": 10, "hi": 30}), ("graph", {"lo": 10, "hi": 20}))
 _IMPORT = object()  # bench_topk's default: DeepGEMM as reader_check.peer_module finds it
 
@@ -96,14 +102,17 @@ def _fastest(t: dict, names) -> str | None:
 def ratios(t: dict) -> dict:
     """From one timing mode's {row: us}: kgen / the fastest unfused step (`fastest_peer`: every kgen_reader+X and
     deepgemm+X row), kgen / the fastest deepgemm+X and / the fastest kgen_reader+X (issue 21's bf16 / fp4 goal is
-    judged by this one: kgen's own reader, the same keys), kgen_select / the fastest standalone top-k. A ratio
-    whose rows are absent is left out."""
+    judged by this one: kgen's own reader, the same keys), kgen_select / the fastest standalone top-k, kgen_slots /
+    kgen (what the slots cost), kgen_select_slots / SGLang's top-k with its page table. A ratio whose rows are
+    absent is left out."""
     out: dict[str, Any] = {}
     for base, fastest_key, ratio_key, names in (
             ("kgen", "fastest_peer", "ratio_kgen_to_fastest_peer", READER_ROWS + DEEPGEMM_ROWS),
             ("kgen", "deepgemm_fastest", "ratio_kgen_to_deepgemm_fastest", DEEPGEMM_ROWS),
             ("kgen", "reader_fastest", "ratio_kgen_to_reader_fastest", READER_ROWS),
-            ("kgen_select", "select_fastest_peer", "ratio_kgen_select_to_fastest", SELECTS)):
+            ("kgen_select", "select_fastest_peer", "ratio_kgen_select_to_fastest", SELECTS),
+            ("kgen_slots", "slots_base", "ratio_kgen_slots_to_kgen", ("kgen",)),
+            ("kgen_select_slots", "slots_peer", "ratio_kgen_select_slots_to_sglang", ("sglang_topk_slots",))):
         best = _fastest(t, names)
         if best is not None and isinstance(t.get(base), float):
             out[fastest_key], out[ratio_key] = best, t[base] / t[best]
@@ -144,10 +153,11 @@ def set_check(got, want_values, want_indices, logits, vis) -> dict:
 # one shape
 
 
-def _sglang_rows(torch, peer, logits, vis, k: int, reader, rows: dict, absent: dict, e: dict):
+def _sglang_rows(torch, peer, logits, vis, k: int, reader, rows: dict, absent: dict, e: dict, paged=None):
     """SGLang's rows on the reader's logits (`reader` writes `logits`, rows 16-B strided where it can:
-    aligned_reader): (plan, select, indices, metadata), or None with every SGLang row in `absent`. The plan is
-    made here, outside every timing, as SGLang makes it once per step."""
+    aligned_reader): (plan, select, indices, metadata, slots), or None with every SGLang row in `absent`. The plan
+    is made here, outside every timing, as SGLang makes it once per step. `paged` (page table, page size): the
+    sglang_topk_slots row too, its output `slots` (else None)."""
     scores = P.padded_scores(torch, logits)
     e["sglang_scores"] = "the logits" if scores is logits else f"a copy, rows padded to {scores.stride(0)}"
     plan, select, indices, meta = peer.prepare(scores, vis, k)
@@ -162,11 +172,16 @@ def _sglang_rows(torch, peer, logits, vis, k: int, reader, rows: dict, absent: d
     else:
         rows["sglang_plan"] = plan
     rows["sglang_topk"] = select
+    slots = None
+    if paged is not None:  # (the block table a row per query row, the page size): the slots, on the same plan
+        _, rows["sglang_topk_slots"], slots, slots_meta = peer.prepare(scores, vis, k, page_table=paged[0],
+                                                                       page_size=paged[1])
+        slots_meta.copy_(meta)  # the plan depends on the lengths alone
     if scores is logits:
         rows["kgen_reader+sglang_topk"] = lambda: (reader(), select())
     else:  # (unreached from bench_topk_case, whose reader writes aligned rows) a copy would add a pass
         absent["kgen_reader+sglang_topk"] = "the reader's logits rows are not 16-byte strided"
-    return plan, select, indices, meta
+    return plan, select, indices, meta, slots
 
 
 def aligned_reader(spec: Spec, args: tuple):
@@ -183,7 +198,7 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
     """One shape: every row of TOPK_BENCH_WHAT that can run (`peer`: deep_gemm or None; `sglang`: SGLang's
     loaded top-k or None), cold and graph, the ratios, and the set checks."""
     from .ops.topk import prepare, prepare_select
-    from .score import visible_lengths
+    from .score import same_sets, topk_slots, visible_lengths
 
     lens = RC.batch_lens(batch, keys, dist, seed, next_n)
     msl = max(lens)
@@ -193,6 +208,8 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
     reader, logits = RC.launcher(spec, args)
     reader()  # the logits every standalone top-k reads
     select, select_idx = prepare_select(spec, logits, seq_lens, k)
+    fused_slots, fused_slots_out = prepare(spec, q, weights, cache, table, seq_lens, msl, k, slots=True)
+    select_slots, select_slots_out = prepare_select(spec, logits, seq_lens, k, block_table=table)
     vis = visible_lengths(seq_lens.cpu(), next_n).to(torch.int32).to(logits.device)
     kk = min(k, msl)
     e: dict[str, Any] = {"variant": spec.name, "store": spec.store.dtype, "batch": batch, "keys": keys,
@@ -202,7 +219,8 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
     if grid:
         e["topk_cluster"] = int(grid[0])
     rows: dict[str, Any] = {"kgen": fused, "kgen_select": select, "torch.topk": lambda: torch.topk(logits, kk, dim=1),
-                            "kgen_reader+torch.topk": lambda: (reader(), torch.topk(logits, kk, dim=1))}
+                            "kgen_reader+torch.topk": lambda: (reader(), torch.topk(logits, kk, dim=1)),
+                            "kgen_slots": fused_slots, "kgen_select_slots": select_slots}
     absent: dict[str, str] = {}
     sg = None
     if sglang is None:
@@ -214,7 +232,9 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
                 e["sglang_reader_max_seq_len"] = int(wide[1].shape[1])
                 wide[0]()
             sg_reader, sg_logits = wide if wide is not None else (reader, logits)
-            sg = _sglang_rows(torch, sglang, sg_logits[:, :msl], vis, k, sg_reader, rows, absent, e)
+            per_row = table.repeat_interleave(next_n, dim=0).contiguous()  # SGLang's page table: a row per query
+            sg = _sglang_rows(torch, sglang, sg_logits[:, :msl], vis, k, sg_reader, rows, absent, e,
+                              paged=(per_row, spec.layout.page_size))
         except Exception as ex:  # noqa: BLE001 - recorded per row
             failed = f"SGLang's top-k did not prepare: {type(ex).__name__}: {ex}"[:400]
             absent.update({n: failed for n in SGLANG_ROWS if n not in rows and n not in absent})
@@ -227,7 +247,7 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
 
         rows["deepgemm+torch.topk"] = lambda: torch.topk(dg_logits(), kk, dim=1)
         if sg is not None:
-            _, _, sg_idx, meta = sg
+            _, _, sg_idx, meta, _ = sg
             dg_out = torch.empty_like(sg_idx)
             rows["deepgemm+sglang_topk"] = lambda: sglang.launch(dg_logits(), vis, dg_out, meta)
     else:
@@ -267,13 +287,24 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
             torch.cuda.synchronize()
             e[f"check_{name}"] = set_check(indices.cpu(), want_vals, want_idx, logits_cpu, vis_cpu)
     if sg is not None and "sglang_topk" in rows:
-        plan, sg_select, sg_idx, _ = sg
+        plan, sg_select, sg_idx, _, _ = sg
         sg_idx.fill_(-2)  # poisoned: every slot must be written
         plan()
         torch.cuda.synchronize()  # the plan done before the top-k reads it (its reads come before its PDL wait)
         sg_select()
         torch.cuda.synchronize()
         e["check_sglang"] = set_check(sg_idx.cpu(), want_vals, want_idx, logits_cpu, vis_cpu)
+    if "kgen_select" in rows:  # the slots: rows whose set differs from kgen's indices through the table
+        want_slots = topk_slots(select_idx.cpu(), table.cpu(), next_n, spec.layout.page_size)
+        slot_rows: list[tuple[str, Any, Any]] = [("kgen_slots", fused_slots, fused_slots_out),
+                                                 ("kgen_select_slots", select_slots, select_slots_out)]
+        if sg is not None and sg[4] is not None:
+            slot_rows.append(("sglang_topk_slots", rows.get("sglang_topk_slots"), sg[4]))
+        for name, launch, out in slot_rows:
+            if name in rows:
+                launch()
+                torch.cuda.synchronize()
+                e.setdefault("slots_check", {})[name] = len(same_sets(out.cpu(), want_slots))
     if "check_kgen" in e:  # the keys kgen bench wrote before the peers' checks
         e["rows_checked"] = e["check_kgen"]["rows_checked"]
         e["rows_differing_from_torch_topk"] = e["check_kgen"]["rows_differing"]
@@ -350,5 +381,7 @@ def topk_line(e: dict) -> str:
         parts.append(f"{how}: {vals} us ({rs})")
     checks = " ".join(f"{n.removeprefix('check_')} {c['rows_differing_beyond_ties']}/{c['rows_checked']}"
                       f"+{c['short_rows_wrong']}/{c['short_rows']}" for n, c in e.items() if n.startswith("check_"))
+    slots = " ".join(f"{n} {c}" for n, c in e.get("slots_check", {}).items())
     return (f"{head} " + " | ".join(parts) + f" | beyond ties/long + wrong/short: {checks}"
+            + (f" | slot rows differing: {slots}" if slots else "")
             + (f" | absent {', '.join(sorted(e['absent']))}" if e.get("absent") else ""))

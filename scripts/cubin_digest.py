@@ -13,7 +13,7 @@ where their headers did not change):
     KGEN_CACHE_DIR=/tmp/c python scripts/cubin_digest.py --text > after.txt && cmp before.txt after.txt
 
 Compiles (NVRTC, no GPU needed) every shipped writer variant and, where a variant is readable, its
-reader under several tunings, for every target. A digest is the sha256 of every ELF section of the
+reader under several tunings and its top-k kernels, for every target. A digest is the sha256 of every ELF section of the
 cubin but the string tables, with the symbol tables' name offsets zeroed: NVRTC names internal
 symbols after its temporary directory, so two compiles of the same source differ there and only there.
 `--text`: the machine code alone (the .text sections), for a change that may move constants in the
@@ -27,13 +27,15 @@ import hashlib
 import struct
 from pathlib import Path
 
+from kgen.abi import INDEXER_LOGITS, KERNELS, NORM_ROPE_STORE
 from kgen.compile import compile_rendered
 from kgen.diagnostics import KgenError
 from kgen.reader_layout import readable
-from kgen.render import render_reader, render_variant
+from kgen.render import render_kernel, render_reader, render_variant
 from kgen.validate import validate_paths
 
 ROOT = Path(__file__).resolve().parents[1]
+READ_SIDE = tuple(k for k in KERNELS.values() if k not in (NORM_ROPE_STORE, INDEXER_LOGITS))  # the top-k kernels
 TUNINGS = (None, {"kReaderWgmma": 0}, {"kReaderPrefetch": 1}, {"kReaderHeadPasses": 1}, {"kReaderWgL2Prefetch": 1},
            {"kReaderMinBlocks": 2}, {"kReaderWgTma": 0}, {"kReaderWgEvictFirst": 1},
            {"kReaderWgTmaStages": 12, "kReaderWgConsumers": 3})
@@ -77,6 +79,9 @@ def main() -> None:
                     print(f"reader {name} {arch} {tune} refused [{e.problems[0].rule}]")
                     continue
                 print(f"reader {name} {arch} {tune} {digest(kernel.cubin, text_only)}")
+            for kabi in READ_SIDE:
+                kernel = compile_rendered(render_kernel(spec, kabi), arch, progress=None)
+                print(f"{kabi.kernel} {name} {arch} {digest(kernel.cubin, text_only)}")
 
 
 if __name__ == "__main__":

@@ -85,7 +85,8 @@ def reader_cost(batch: int, keys: int) -> dict:
 def topk_cost(batch: int, keys: int, k: int) -> dict:
     """The fused top-k op's host cost on the reader's inputs: eager calls of torch.ops.kgen.indexer_topk (one
     native dispatch: the reader then the top-k, kgen.native's chain), its Python implementation (the chain's
-    checked twin: two native ops), and the top-k op alone on given logits."""
+    checked twin: two native ops), and the top-k op alone on given logits; the same for the slots ops
+    (indexer_topk_slots, its own chain)."""
     import torch
 
     from kgen import native, ops
@@ -95,26 +96,33 @@ def topk_cost(batch: int, keys: int, k: int) -> dict:
     v = ops.resolve(name)
     q, w, cache, table, lens, msl = make_case(v.spec, [keys] * batch, seed=0)
     op = torch.ops.kgen.indexer_topk
-    for _ in range(3):  # loads both kernels, installs the chain, learns the shapes
+    slots = torch.ops.kgen.indexer_topk_slots
+    for _ in range(3):  # loads the kernels, installs the chains, learns the shapes
         op(name, q, w, cache, table, lens, msl, k)
+        slots(name, q, w, cache, table, lens, msl, k)
     torch.cuda.synchronize()
     logits = torch.ops.kgen.indexer_logits(name, q, w, cache, table, lens, msl)
-    chain = native.installed_chain(ops.NAMESPACE, "indexer_topk")
-    before = chain.counts() if chain else None
+    chains = {n: native.installed_chain(ops.NAMESPACE, n) for n in ("indexer_topk", "indexer_topk_slots")}
+    before = {n: c.counts() for n, c in chains.items() if c is not None}
     pieces = {
         "op (packet)": lambda: op(name, q, w, cache, table, lens, msl, k),
         "Python kernel (checked twin: two native ops)": lambda: torch.ops.kgen._indexer_topk_checked(
             name, q, w, cache, table, lens, msl, k),
         "top-k op alone (logits given)": lambda: torch.ops.kgen.indexer_topk_logits(name, logits, lens, k),
         "reader op alone": lambda: torch.ops.kgen.indexer_logits(name, q, w, cache, table, lens, msl),
+        "slots op (packet)": lambda: slots(name, q, w, cache, table, lens, msl, k),
+        "slots op alone (logits given)": lambda: torch.ops.kgen.indexer_topk_logits_slots(name, logits, lens, table,
+                                                                                          k),
     }
     out: dict = {"batch": batch, "keys": keys, "k": k, "us_per_call": {n: per_call_us(f) for n, f in pieces.items()}}
     out["host_us_per_call"] = out["us_per_call"]["op (packet)"]
-    if chain is not None and before is not None:
-        after = chain.counts()
-        out["native_chain_calls"] = {"launched": after[0] - before[0], "declined": after[1] - before[1]}
-    else:
-        out["native_chain_calls"] = None
+    calls = {}
+    for n, c in chains.items():
+        if c is not None and n in before:
+            after = c.counts()
+            calls[n] = {"launched": after[0] - before[n][0], "declined": after[1] - before[n][1]}
+    out["native_chain_calls"] = calls.get("indexer_topk")
+    out["native_slots_chain_calls"] = calls.get("indexer_topk_slots")
     return out
 
 

@@ -103,5 +103,5 @@ def test_wheel_works_outside_the_repo(tmp_path):
     rows = json.loads(r.stdout)["results"]
     (row,) = [x for x in rows if x["kernel"] == "norm_rope_store"]
     assert row["ok"] and row["variant"] == "dsv4_indexer_bf16" and row["arch"] == "sm_90a"
-    assert {x["kernel"] for x in rows} == {"norm_rope_store", "indexer_logits", "indexer_topk"}
+    assert {x["kernel"] for x in rows} == {"norm_rope_store", "indexer_logits", "indexer_topk", "indexer_topk_slots"}
     assert all(x["ok"] for x in rows)

@@ -161,7 +161,8 @@ def built(kit, tmp_path_factory):
 @pytest.mark.slow
 def test_nvcc_compiles_the_launcher_for_sm_90a(built):
     dest, so, probe_so = built
-    for path, symbols in ((so, ("kgen_sglang_topk", "kgen_sglang_topk_plan", "kgen_sglang_topk_error")),
+    for path, symbols in ((so, ("kgen_sglang_topk", "kgen_sglang_topk_paged", "kgen_sglang_topk_plan",
+                                "kgen_sglang_topk_error")),
                           (probe_so, ("kgen_sglang_cluster_probe",))):
         archs = _cuda_elf_archs(path.read_bytes())
         assert archs and set(archs) == {90}, archs
@@ -184,6 +185,9 @@ def test_errors_come_back_as_text_without_a_gpu(built):
     assert rc == 1 and "topk must be in (0, 2048]" in peer.lib.kgen_sglang_topk_error().decode()
     rc = peer.lib.kgen_sglang_topk(None, 4, 63, 63, None, None, 16, None, 0, None)
     assert rc == 1 and "multiple of 4" in peer.lib.kgen_sglang_topk_error().decode()
+    # the paged entry hands SGLang its page table and page size (checked by SGLang before any CUDA call)
+    rc = peer.lib.kgen_sglang_topk_paged(None, 4, 64, 64, None, None, 2, 48, None, 16, None, 0, None)
+    assert rc == 1 and "page_size must be power of 2" in peer.lib.kgen_sglang_topk_error().decode()
     with pytest.raises(RuntimeError, match="SGLang's top-k failed"):
         peer._check(1, "top-k")
     from kgen import runtime

@@ -182,8 +182,8 @@ def test_render_variant_api():
         assert rv.kernel_file == f"{spec.name}/kernel.cu" and rv.kernel_file in rv.files
         assert rv.name_expression == f"kgen::norm_rope_store<kgen_cfg::{spec.name}>"
         # the read side (docs/ops.md): the reader and its top-k
-        reader = ("logits_config.cuh", "indexer_logits.cu", "topk_config.cuh", "indexer_topk.cu") if readable(
-            spec) else ()
+        reader = ("logits_config.cuh", "indexer_logits.cu", "topk_config.cuh", "indexer_topk.cu",
+                  "topk_slots_config.cuh", "indexer_topk_slots.cu") if readable(spec) else ()
         assert set(rv.files) == {f"{spec.name}/{f}" for f in ("config.cuh", "kernel.cu", "host.h", "host.py", *reader)}
         cu, cfg = rv.files[rv.kernel_file], rv.files[f"{spec.name}/config.cuh"]
         # FlashInfer's split: the config header holds the struct, the .cu only includes it and

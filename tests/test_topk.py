@@ -66,6 +66,11 @@ def test_slots_follow_the_block_table():
     table = torch.tensor([[7, 2, 9]], dtype=torch.int32)
     slots = score.topk_slots(idx, table, next_n=2, page_size=64)
     assert slots.tolist() == [[7 * 64, 2 * 64 + 1, -1], [9 * 64 + 2, 7 * 64 + 3, 2 * 64]]
+    table[0, 1] = -1  # no page: its keys' slots are -1
+    assert score.topk_slots(idx, table, 2, 64).tolist() == [[7 * 64, -1, -1], [9 * 64 + 2, 7 * 64 + 3, -1]]
+    # a column past the table: no page either (as the reader reads it)
+    assert score.topk_slots(idx, table[:, :2].contiguous(), 2, 64).tolist() == [[7 * 64, -1, -1], [-1, 7 * 64 + 3, -1]]
+    assert score.topk_slots(idx, table[:, :0], 2, 64).tolist() == [[-1] * 3] * 2
 
 
 def test_same_sets_ignores_order_and_sees_a_changed_member():
@@ -96,13 +101,38 @@ def test_cpu_op_is_the_reference_over_the_reference_logits(case):
     assert (got[2] == -1).all() and got[3, 0] == 0 and (got[3, 1:] == -1).all()  # sequence 1 has one key
 
 
+def test_cpu_slots_ops_are_the_selection_through_the_table(case):
+    q, w, cache, table, lens, msl = case
+    logits = torch.ops.kgen.indexer_logits(FP8, *case)
+    want = score.topk_slots(score.topk_reference(logits, lens, 2, 64), table, 2, 64)
+    assert torch.equal(torch.ops.kgen.indexer_topk_slots(FP8, q, w, cache, table, lens, msl, 64), want)
+    assert torch.equal(torch.ops.kgen.indexer_topk_logits_slots(FP8, logits, lens, table, 64), want)
+    assert (want >= 0).sum() == (torch.ops.kgen.indexer_topk(FP8, q, w, cache, table, lens, msl, 64) >= 0).sum()
+
+
+def test_slots_past_a_short_block_table_are_minus_one_and_a_bad_table_one_line(case):
+    q, w, cache, table, lens, msl = case
+    logits = torch.ops.kgen.indexer_logits(FP8, *case)
+    short = table[:, :2].contiguous()  # keys from 128 on have no page
+    got = torch.ops.kgen.indexer_topk_logits_slots(FP8, logits, lens, short, 64)
+    indices = score.topk_reference(logits, lens, 2, 64)
+    assert torch.equal(got, score.topk_slots(indices, short, 2, 64))
+    assert ((indices >= 128) <= (got == -1)).all() and (got[indices >= 128] == -1).any()
+    with pytest.raises(ArgumentError, match=r"^block_table: expected int32 \[B, max_pages\] with B = 3"):
+        torch.ops.kgen.indexer_topk_logits_slots(FP8, logits, lens, table.long(), 64)
+
+
 def test_fake_op_gives_the_shape(case):
     q, w, cache, table, lens, msl = case
     with torch._subclasses.FakeTensorMode() as mode:
         fake = [mode.from_tensor(t) for t in (q, w, cache, table, lens)]
         out = torch.ops.kgen.indexer_topk(FP8, *fake, msl, 100)
         sel = torch.ops.kgen.indexer_topk_logits(FP8, mode.from_tensor(torch.zeros(6, msl)), fake[4], 7)
+        slots = torch.ops.kgen.indexer_topk_slots(FP8, *fake, msl, 100)
+        sel_slots = torch.ops.kgen.indexer_topk_logits_slots(FP8, mode.from_tensor(torch.zeros(6, msl)), fake[4],
+                                                             fake[3], 7)
     assert out.shape == (6, 100) and out.dtype == torch.int32 and sel.shape == (6, 7)
+    assert slots.shape == (6, 100) and slots.dtype == torch.int32 and sel_slots.shape == (6, 7)
 
 
 @pytest.mark.parametrize("k, message", [
@@ -536,6 +566,49 @@ def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, 
     short = next_n  # the second sequence's first row: k - next_n + 1 keys, then -1
     n = k - next_n + 1
     assert got[short, :n].tolist() == list(range(n)) and (got[short, n:] == -1).all()
+
+
+@pytest.fixture(scope="module")
+def slots_emulator(tmp_path_factory):
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    from topk_emulate import build
+
+    from kgen.resolve import resolve_spec
+
+    spec = resolve_spec(FP8)
+    work = tmp_path_factory.mktemp("topk_slots_emu")
+    return spec, build(spec, work, kernel="indexer_topk_slots"), work
+
+
+@pytest.mark.parametrize("cluster, kind, next_n, k", [
+    (1, "randn", 2, 512),  # one CTA: the coarse pass
+    (1, "one_bin", 1, 512),  # one CTA: the digit reads
+    (4, "randn", 2, 500),  # a cluster: rank 0 finishes after the others' sweep
+    (2, "one_bin", 1, 512),  # a cluster's digit loop
+    (8, "spread", 2, 2048),
+])
+def test_slots_kernel_on_the_cpu_is_the_selection_through_the_table(slots_emulator, cluster, kind, next_n, k):
+    from topk_emulate import launch
+
+    spec, exe, work = slots_emulator
+    page = spec.layout.page_size
+    g = torch.Generator().manual_seed(5 + cluster)
+    width = 9001 if cluster > 1 else 4099
+    x = logits_of(kind, 2 * next_n, width, g)
+    lens = torch.tensor([width - 17, k], dtype=torch.int32)  # the second sequence's rows see <= k keys
+    pages = -(-width // page)
+    table = torch.randperm(4 * pages, generator=g)[: 2 * pages].reshape(2, pages).to(torch.int32)  # distinct pages
+    table[:, 0] = -1  # no page for keys 0..63 of either sequence: their slots are -1
+    got = launch(spec, exe, work, x, lens, k, cluster=cluster, block_table=table)
+    want = score.topk_slots(score.topk_reference(x, lens, next_n, k), table, next_n, page)
+    assert score.same_sets(got, want) == []
+    short = next_n  # the second sequence's first row: keys 0 .. k - next_n, its first page's slots -1
+    n = k - next_n + 1
+    assert got[short, page:n].tolist() == [int(table[1, i // page]) * page + i % page for i in range(page, n)]
+    assert (got[short, :page] == -1).all() and (got[short, n:] == -1).all()
 
 
 def test_ties_past_the_eighth_rank_of_a_wide_cluster_go_in_index_order(emulator):

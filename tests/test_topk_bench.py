@@ -11,6 +11,7 @@ import math
 import pytest
 
 from kgen import topk_bench as TB
+from kgen.score import topk_slots
 
 torch = pytest.importorskip("torch")
 
@@ -90,7 +91,7 @@ class FakeSGLang:
             idx = torch.topk(scores[r, :n], min(n, out.shape[1]), largest=not self.wrong).indices
             out[r, :idx.numel()] = idx.to(torch.int32)
 
-    def prepare(self, scores, vis, k):
+    def prepare(self, scores, vis, k, page_table=None, page_size=1):
         out = torch.empty((scores.shape[0], k), dtype=torch.int32)
         meta = torch.zeros((scores.shape[0] + 1, 2), dtype=torch.int32)
 
@@ -98,7 +99,12 @@ class FakeSGLang:
             if self.plans:
                 meta[0] = torch.tensor([0, scores.shape[0]])
 
-        return plan, (lambda: self._select(scores, vis, out)), out, meta
+        def select():
+            self._select(scores, vis, out)
+            if page_table is not None:  # SGLang's transform: the table a row per query row
+                out.copy_(topk_slots(out, page_table, 1, page_size))
+
+        return plan, select, out, meta
 
     def launch(self, scores, vis, out, meta):
         if self.launch_fails:
@@ -151,7 +157,7 @@ def cpu_rows(monkeypatch):
     """kgen's reader, top-k and fused op as the Torch path and the reference on the CPU; returns what was made."""
     from kgen import reader_check as RC
     from kgen.ops import topk as T
-    from kgen.score import indexer_logits_torch, topk_reference
+    from kgen.score import indexer_logits_torch, topk_reference, topk_slots
 
     made: dict = {}
     orig = RC.make_case
@@ -165,12 +171,16 @@ def cpu_rows(monkeypatch):
         made["logits" if args[-1] == made["args"][-1] else "aligned_logits"] = logits
         return (lambda: None), logits
 
-    def prepare_select(spec, logits, seq_lens, k):
-        out = topk_reference(logits, seq_lens, logits.shape[0] // seq_lens.shape[0], k).to(torch.int32)
+    def prepare_select(spec, logits, seq_lens, k, block_table=None):
+        next_n = logits.shape[0] // seq_lens.shape[0]
+        out = topk_reference(logits, seq_lens, next_n, k).to(torch.int32)
+        if block_table is not None:
+            out = topk_slots(out, block_table, next_n, spec.layout.page_size)
         return (lambda: None), out
 
-    def prepare(spec, q, w, cache, table, seq_lens, msl, k):
-        return prepare_select(spec, indexer_logits_torch(spec, q, w, cache, table, seq_lens, msl), seq_lens, k)
+    def prepare(spec, q, w, cache, table, seq_lens, msl, k, slots=False):
+        return prepare_select(spec, indexer_logits_torch(spec, q, w, cache, table, seq_lens, msl), seq_lens, k,
+                              block_table=table if slots else None)
 
     monkeypatch.setattr(RC, "make_case", functools.wraps(orig)(make_case))
     monkeypatch.setattr(RC, "launcher", launcher)
@@ -199,11 +209,12 @@ def _every_row_said(e):
 
 
 def test_every_row_beside_both_peers(cpu_rows, fp8):
-    # cold ms in row order: kgen, kgen_select, torch.topk, kgen_reader+torch.topk, sglang_plan, sglang_topk,
-    # kgen_reader+sglang_topk, deepgemm+torch.topk, deepgemm+sglang_topk; then graph, the same rows reversed
-    cold = [0.007, 0.003, 0.009, 0.002, 0.008, 0.001, 0.006, 0.005, 0.004]
+    # ms in row order: kgen, kgen_select, torch.topk, kgen_reader+torch.topk, kgen_slots, kgen_select_slots,
+    # sglang_plan, sglang_topk, sglang_topk_slots, kgen_reader+sglang_topk, deepgemm+torch.topk, deepgemm+sglang_topk
+    cold = [0.007, 0.003, 0.009, 0.002, 0.0105, 0.0045, 0.008, 0.001, 0.0015, 0.006, 0.005, 0.004]
+    graph = [0.004, 0.005, 0.006, 0.001, 0.008, 0.0065, 0.008, 0.002, 0.0026, 0.009, 0.003, 0.007]
     e, timer = _case(fp8, 2, 4096, "equal", 1, 512, sglang=FakeSGLang(plans=True), dg=FakeDeepGEMM(cpu_rows),
-                     ms=cold + cold[::-1])
+                     ms=cold + graph)
     assert e["sglang_scores"] == "the logits" and e["sglang_plan_written"] and e["absent"] == {}
     _every_row_said(e)
     assert e["peer"] == {"name": "deep_gemm.fp8_paged_mqa_logits", "present": True}
@@ -214,13 +225,16 @@ def test_every_row_beside_both_peers(cpu_rows, fp8):
     assert c["deepgemm_fastest"] == "deepgemm+sglang_topk"
     assert c["ratio_kgen_to_deepgemm_fastest"] == pytest.approx(1.75)
     assert c["select_fastest_peer"] == "sglang_topk" and c["ratio_kgen_select_to_fastest"] == pytest.approx(3.0)
-    # graph (the reversed list): kgen 4, kgen_select 5, torch.topk 6, kgen_reader+torch.topk 1, sglang_topk 2,
-    # kgen_reader+sglang_topk 9, deepgemm+torch.topk 3, deepgemm+sglang_topk 7
+    assert c["ratio_kgen_slots_to_kgen"] == pytest.approx(1.5)
+    assert c["slots_peer"] == "sglang_topk_slots" and c["ratio_kgen_select_slots_to_sglang"] == pytest.approx(3.0)
     assert g["fastest_peer"] == g["reader_fastest"] == "kgen_reader+torch.topk"
     assert g["ratio_kgen_to_fastest_peer"] == pytest.approx(4.0) == g["ratio_kgen_to_reader_fastest"]
     assert g["deepgemm_fastest"] == "deepgemm+torch.topk"
     assert g["ratio_kgen_to_deepgemm_fastest"] == pytest.approx(4 / 3)
     assert g["select_fastest_peer"] == "sglang_topk" and g["ratio_kgen_select_to_fastest"] == pytest.approx(2.5)
+    assert g["ratio_kgen_slots_to_kgen"] == pytest.approx(2.0)
+    assert g["ratio_kgen_select_slots_to_sglang"] == pytest.approx(2.5)
+    assert e["slots_check"] == {"kgen_slots": 0, "kgen_select_slots": 0, "sglang_topk_slots": 0}
     assert set(g["graph_errors"]) == set(TB.ROWS)
     for name in ("check_kgen", "check_kgen_select", "check_sglang"):
         assert e[name]["rows_checked"] == 2 and e[name]["rows_differing_beyond_ties"] == 0, (name, e[name])
@@ -256,8 +270,8 @@ def test_the_top_k_cluster_of_the_launch_is_recorded(cpu_rows, fp8, monkeypatch)
     assert "topk_cluster" not in e  # a launcher that says no grid (the CPU stand-in): nothing claimed
     select = T.prepare_select
 
-    def planned(*a):
-        launch, out = select(*a)
+    def planned(*a, **kw):
+        launch, out = select(*a, **kw)
         recorded = lambda: launch()  # noqa: E731
         recorded.grid = (4, a[1].shape[0], 1)
         return recorded, out
@@ -280,6 +294,7 @@ def test_the_set_check_catches_a_wrong_peer(cpu_rows, fp8):
     assert e["check_sglang"]["rows_differing_beyond_ties"] == 2 and e["check_sglang"]["examples"]
     assert e["check_kgen"]["rows_differing_beyond_ties"] == 0
     assert "sglang 2/2" in TB.topk_line(e)
+    assert e["slots_check"] == {"kgen_slots": 0, "kgen_select_slots": 0, "sglang_topk_slots": 2}  # its slots too
 
 
 def test_a_bf16_variant_gets_the_reader_ratio(cpu_rows):

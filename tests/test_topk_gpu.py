@@ -215,3 +215,48 @@ def test_bad_k_is_one_located_error():
     args = RC.make_case(resolve_spec(FP8), [100], seed=1)
     with pytest.raises(ArgumentError, match=r"^k: expected an int in \[1, 65536\], got 0$"):
         indexer_topk(FP8, *args, 0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.rsplit("::", 1)[-1])
+@pytest.mark.parametrize("lens, next_n, k", [([70000, 5000, 300], 2, 512), ([131075, 17], 1, 2048),
+                                             ([9000, 40000, 600, 1], 4, 512)])
+def test_slots_are_the_selection_through_the_block_table(variant, lens, next_n, k):
+    from kgen import reader_check as RC
+    from kgen.ops import indexer_logits, indexer_topk, indexer_topk_logits_slots, indexer_topk_slots
+    from kgen.resolve import resolve_spec
+    from kgen.score import same_sets, topk_reference, topk_slots
+
+    spec = resolve_spec(variant)
+    page = spec.layout.page_size
+    q, w, cache, table, seq_lens, msl = RC.make_case(spec, lens, next_n=next_n, seed=7)
+    indices = indexer_topk(variant, q, w, cache, table, seq_lens, msl, k).cpu()
+    slots = indexer_topk_slots(variant, q, w, cache, table, seq_lens, msl, k).cpu()
+    again = indexer_topk_slots(variant, q, w, cache, table, seq_lens, msl, k).cpu()  # the fast path (the chain)
+    want = topk_slots(indices, table.cpu(), next_n, page)
+    assert same_sets(slots, want) == [] and same_sets(again, want) == []
+    logits = indexer_logits(variant, q, w, cache, table, seq_lens, msl)
+    chosen = topk_slots(topk_reference(logits.cpu(), seq_lens.cpu(), next_n, k), table.cpu(), next_n, page)
+    assert same_sets(indexer_topk_logits_slots(variant, logits, seq_lens, table, k).cpu(), chosen) == []
+
+
+def test_slots_in_a_cuda_graph_repeat_the_same_sets():
+    import torch
+
+    from kgen import reader_check as RC
+    from kgen.ops import indexer_topk_slots
+    from kgen.resolve import resolve_spec
+    from kgen.score import same_sets
+
+    args = RC.make_case(resolve_spec(FP8), [70000, 5000], next_n=2, seed=3)
+    first = indexer_topk_slots(FP8, *args, 512)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        indexer_topk_slots(FP8, *args, 512)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        captured = indexer_topk_slots(FP8, *args, 512)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert same_sets(first, captured) == []

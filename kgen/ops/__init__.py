@@ -12,6 +12,8 @@ Schemas (docs/ops.md):
     kgen::indexer_topk(str variant, Tensor q, Tensor weights, Tensor cache, Tensor block_table,
                        Tensor seq_lens, int max_seq_len, int k) -> Tensor
     kgen::indexer_topk_logits(str variant, Tensor logits, Tensor seq_lens, int k) -> Tensor
+    kgen::indexer_topk_slots(...as indexer_topk...) -> Tensor        # the selection as cache slots
+    kgen::indexer_topk_logits_slots(str variant, Tensor logits, Tensor seq_lens, Tensor block_table, int k) -> Tensor
 
 * CPU: the Torch reference (kgen.reference: the same bytes as the kernel). CUDA: the kernel, on
   torch's current stream, no device sync (so CUDA-graph capture records it). Meta/fake: shape checks
@@ -41,7 +43,7 @@ Another op is added with `define_op` (schema, fake, CPU impl) and `implement(nam
 kernel is one more table in kgen.abi.KERNELS, run by a `KernelOp` (kgen.ops.registry).
 
 The package: kgen.ops.registry (registration, variants, KernelOp), kgen.ops.writer (norm_rope_store),
-kgen.ops.reader (indexer_logits), kgen.ops.topk (indexer_topk, indexer_topk_logits).
+kgen.ops.reader (indexer_logits), kgen.ops.topk (indexer_topk, indexer_topk_logits and their _slots twins).
 """
 
 from __future__ import annotations
@@ -64,11 +66,21 @@ from .registry import (
     resolve,
     variant_name,
 )
-from .topk import indexer_topk, indexer_topk_logits, indexer_topk_logits_op, indexer_topk_op
+from .topk import (
+    indexer_topk,
+    indexer_topk_logits,
+    indexer_topk_logits_op,
+    indexer_topk_logits_slots,
+    indexer_topk_logits_slots_op,
+    indexer_topk_op,
+    indexer_topk_slots,
+    indexer_topk_slots_op,
+)
 from .writer import NORM_ROPE_STORE_SCHEMA, check_arguments, norm_rope_store, norm_rope_store_op, prepare
 
 __all__ = ["NAMESPACE", "NORM_ROPE_STORE_SCHEMA", "ArgumentError", "KernelOp", "Variant", "_native_kernel",
            "_variants", "aot_dir", "check_arguments", "define_op", "forget", "implement", "indexer_logits",
            "indexer_logits_op", "indexer_topk", "indexer_topk_logits", "indexer_topk_logits_op",
-           "indexer_topk_op", "kernel_op", "native_kernel", "norm_rope_store", "norm_rope_store_op", "prepare",
+           "indexer_topk_logits_slots", "indexer_topk_logits_slots_op", "indexer_topk_op", "indexer_topk_slots",
+           "indexer_topk_slots_op", "kernel_op", "native_kernel", "norm_rope_store", "norm_rope_store_op", "prepare",
            "resolve", "resolve_spec", "use_aot", "variant_name"]

@@ -54,6 +54,7 @@ inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 
 
 template <class T> T __ldg(const T* p) { return *p; }
+template <class T> T __ldcg(const T* p) { return *p; }  // the L2-only load: one memory on the CPU
 template <class T> void __stcs(T* p, T v) { *p = v; }
 
 inline float __shfl_xor_sync(unsigned, float v, int m) {

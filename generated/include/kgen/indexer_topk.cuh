@@ -262,15 +262,26 @@ __device__ __forceinline__ int warp_sums(const Shared& sh, int lo, int hi) {
   return __reduce_add_sync(kFullMask, w >= lo && w < hi && w < Threads / 32 ? sh.warp_sum[w] : 0);
 }
 
+// Where a row's selected keys go (`out` below): a pointer into the row's k outputs that writes key index i at a slot;
+// `out + n` is the pointer n slots on (a cluster rank's share of the row's output). One type for both kernels, so that
+// indexer_topk_slots selects with indexer_topk's machine code and maps the row to slots after (slots_of_row).
+struct IndicesOut {
+  int* at;
+  __device__ __forceinline__ void put(int slot, int i) const { at[slot] = i; }
+  __device__ __forceinline__ void none(int slot) const { at[slot] = -1; }
+  __device__ __forceinline__ IndicesOut operator+(int n) const { return {at + n}; }
+};
+
 // a warp-uniform call: each lane with `take` writes `value` at the next free position of `out`
-__device__ __forceinline__ void emit(bool take, int value, int* counter, int* out) {
+template <class Out>
+__device__ __forceinline__ void emit(bool take, int value, int* counter, Out out) {
   const unsigned m = __ballot_sync(kFullMask, take);
   if (m == 0) return;
   const int leader = __ffs(m) - 1;
   int base = 0;
   if (lane_id() == leader) base = atomicAdd(counter, __popc(m));
   base = __shfl_sync(kFullMask, base, leader);
-  if (take) out[base + __popc(m & ((1u << lane_id()) - 1u))] = value;
+  if (take) out.put(base + __popc(m & ((1u << lane_id()) - 1u)), value);
 }
 
 __device__ __forceinline__ void push(bool take, uint32_t key, int index, int* counter, uint32_t* keys, int* idx) {
@@ -486,9 +497,9 @@ __device__ __forceinline__ uint32_t above_mask(int shift) {
 // them to take (1 <= need <= eq), RefineBits bits per step: the ones above each step's threshold digit are
 // emitted. Returns true when done (every selected candidate emitted), false when the bits ran out with
 // need < eq (ties on the full key: prefix, eq and need say which).
-template <int Threads, int RefineBits>
+template <int Threads, int RefineBits, class Out>
 __device__ bool refine(const uint32_t* keys, const int* idx, const int n, uint32_t& prefix, int& shift, int& need,
-                       int& eq, int* hist, Shared& sh, int* out) {
+                       int& eq, int* hist, Shared& sh, Out out) {
   while (need < eq && shift > 0) {
     const int bits = min(RefineBits, shift), next = shift - bits;
     const uint32_t mask = (1u << bits) - 1u;
@@ -524,9 +535,9 @@ __device__ bool refine(const uint32_t* keys, const int* idx, const int n, uint32
 
 // After `refine` ran out of bits (more than `need` of the n candidates equal the k-th value `value`): the lower
 // index wins. ~index orders them (indices < 2^31: bit 31 set; the other candidates become 0, matching nothing).
-template <int Threads, int RefineBits>
+template <int Threads, int RefineBits, class Out>
 __device__ void break_ties(uint32_t* keys, const int* idx, const int n, const uint32_t value, int need, int eq,
-                           int* hist, Shared& sh, int* out) {
+                           int* hist, Shared& sh, Out out) {
   __syncthreads();  // refine's readers of keys are done
   for (int c = static_cast<int>(threadIdx.x); c < n; c += Threads) {
     keys[c] = keys[c] == value ? ~static_cast<uint32_t>(idx[c]) : 0u;
@@ -545,9 +556,9 @@ __device__ void break_ties(uint32_t* keys, const int* idx, const int n, const ui
 // (the keys above the candidates have all claimed their slots: a barrier passed since). `scratch` holds the n words
 // (free shared memory: a histogram's). n^2 comparisons against the refinement's dozen barriers: the plan's
 // kTopkRankCap says where.
-template <int Threads>
+template <int Threads, class Out>
 __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx, const int n, const int need,
-                                            unsigned long long* scratch, Shared& sh, int* out) {
+                                            unsigned long long* scratch, Shared& sh, Out out) {
   const int t = static_cast<int>(threadIdx.x);
   unsigned long long word = 0;
   if (t < n) {
@@ -563,7 +574,7 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
       for (int u = 0; u < kInFlight; ++u) ahead += scratch[c + u] > word ? 1 : 0;
     }
     for (; c < n; ++c) ahead += scratch[c] > word ? 1 : 0;
-    if (ahead < need) out[sh.emitted + ahead] = idx[t];
+    if (ahead < need) out.put(sh.emitted + ahead, idx[t]);
   }
 }
 
@@ -571,9 +582,9 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
 // larger key first and, among equal keys, the lower index: ranked by a thread each (at most kTopkRankCap), else
 // refined from the first bit and, when the bits run out, by index. `hist` is free shared memory of kTopkBins counters
 // (the rank count's words, the refinement's histograms).
-template <class C>
+template <class C, class Out>
 __device__ __forceinline__ void select_candidates(uint32_t* keys, const int* idx, const int eq, int need, int* hist,
-                                                  Shared& sh, int* out) {
+                                                  Shared& sh, Out out) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kRefine = static_cast<int>(C::kTopkRefineBits);
   if (eq <= static_cast<int>(C::kTopkRankCap)) {
@@ -614,7 +625,8 @@ __device__ __forceinline__ void for_each_slice_key(const float* held, const floa
 // above it go to `out` (at slots counted by `emitted`), the bin's (order key, index) pairs to ckey / cidx (counted by
 // `collected`); indices are the visited ones plus `offset`. Values are tested as floats (coarse_values), first
 // against the bin's floor alone; only the bin's few get a key.
-__device__ __forceinline__ auto coarse_sweep(ValueRange bin, int offset, int* emitted, int* out, int* collected,
+template <class Out>
+__device__ __forceinline__ auto coarse_sweep(ValueRange bin, int offset, int* emitted, Out out, int* collected,
                                              uint32_t* ckey, int* cidx) {
   return [=](const bool* v, int first, const float* value, bool contiguous) {
     bool reach[4], any = false;  // in the bin or above it
@@ -635,7 +647,7 @@ __device__ __forceinline__ auto coarse_sweep(ValueRange bin, int offset, int* em
     int at = claim4(take, emitted);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      if (take[c]) out[at++] = offset + (contiguous ? first + c : first);
+      if (take[c]) out.put(at++, offset + (contiguous ? first + c : first));
     }
     // the bin holds a few of the row's keys: most warps that reach here have none of them, one vote says so
     if (!__any_sync(kFullMask, any_in)) return;
@@ -654,8 +666,8 @@ __device__ __forceinline__ auto coarse_sweep(ValueRange bin, int offset, int* em
 // emits the keys above the bin and copies the bin's (key, index) pairs into shared memory, ranked there (at most
 // kTopkRankCap) or refined from the first bit. Returns false, having emitted nothing, when the bin holds more than
 // kTopkCandidates keys (the digit-by-digit reads take the row).
-template <class C>
-__device__ bool coarse_select(const float* x, const int L, const int k, int* out, int* hist, uint32_t* ckey, int* cidx,
+template <class C, class Out>
+__device__ bool coarse_select(const float* x, const int L, const int k, Out out, int* hist, uint32_t* ckey, int* cidx,
                               Shared& sh) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kBits = static_cast<int>(C::kTopkCoarseBits);
@@ -744,8 +756,8 @@ __device__ __forceinline__ Threshold cluster_threshold(const int* h, const int b
 // out, the bin's pairs to rank 0, which ranks or refines them) or, when the bin overflows rank 0's candidates, a
 // digit per pass (a local histogram, a cluster barrier, the merged threshold), then one emitting read of the slice
 // (and, for keys equal to the k-th value, an ordered one).
-template <class C>
-__device__ void cluster_select(const float* x, const int L, const int k, int* out, unsigned char* smem, Shared& sh) {
+template <class C, class Out>
+__device__ bool cluster_select(const float* x, const int L, const int k, Out out, unsigned char* smem, Shared& sh) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kBits = static_cast<int>(C::kTopkClusterBits);
   constexpr int kBins = static_cast<int>(C::kTopkClusterBins);
@@ -831,10 +843,10 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
       __syncthreads();       // rank 0's own candidates, for its threads
       cluster::sync(false);  // the others' candidates are in rank 0's memory; it publishes nothing
       select_candidates<C>(ckey, cidx, eq, k - above, hists, sh, out);
-      return;
+      return true;
     }
     cluster::sync();  // this rank's candidates are in rank 0's memory; no rank reads another's memory after it
-    return;
+    return false;
   }
   // more than kCap keys in the coarse threshold bin (a row of few distinct values): the slice's digits, one at a
   // time, from the top
@@ -906,12 +918,22 @@ __device__ void cluster_select(const float* x, const int L, const int k, int* ou
     }
   }
   cluster::sync();  // rank 0's counter and every CTA's histograms outlive their last remote reader
+  return rank == 0;
 }
 
-}  // namespace topk
+// What a CTA of select_row wrote of its row's output: nothing; its own threads' slots (a short row: thread t of rank r
+// wrote slots r T + t, + C T, ...); or the whole row, complete and visible to it (a row's one CTA, or rank 0 of a
+// cluster, which finishes last, after a cluster barrier every other rank's writes came before).
+enum class Written { kNone, kOwn, kRow };
 
-template <class C>
-__global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_constant__ typename C::Params p) {
+// the row of the CTA (of a cluster: all of its CTAs'): its grid is (cluster, rows, 1), or a z dimension of row slabs
+__device__ __forceinline__ int row_index() {
+  return static_cast<int>(blockIdx.y + gridDim.y * blockIdx.z);
+}
+
+// The kernels' body: the row's key indices into `out` ([B * next_n, k], the kernel's output), this CTA's share of them.
+template <class C, class Params>
+__device__ __forceinline__ Written select_row(const Params& p, int* const out_rows) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kCap = static_cast<int>(C::kTopkCandidates);
   constexpr int kUnroll = static_cast<int>(C::kTopkUnroll);
@@ -923,13 +945,13 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
   static_assert(C::kTopkClusterBins == (1 << C::kTopkClusterBits), "the cluster path's histogram");
   static_assert(C::kTopkRankCap <= T && 8 * C::kTopkRankCap <= 4 * C::kTopkClusterBins,
                 "rank_select: a thread per candidate, their words in a histogram's memory");
-  static_assert(sizeof(topk::Shared) <= C::kTopkStateBytes && C::kTopkStateBytes % 16 == 0, "the state's bytes");
-  static_assert(topk::coarse_floors_invert<C>(), "coarse_floor is the lowest key of each coarse bin");
-  static_assert(topk::coarse_bins_agree<C>(), "value_bin is coarse_bin of the order key");
+  static_assert(sizeof(Shared) <= C::kTopkStateBytes && C::kTopkStateBytes % 16 == 0, "the state's bytes");
+  static_assert(coarse_floors_invert<C>(), "coarse_floor is the lowest key of each coarse bin");
+  static_assert(coarse_bins_agree<C>(), "value_bin is coarse_bin of the order key");
   static_assert(C::kTopkSharedBytes == C::kTopkStateBytes + 4 * C::kTopkBins + 8 * C::kTopkCandidates,
                 "kgen/topk_plan.py's bytes");
   KGEN_DYNAMIC_SMEM(topk_smem);
-  topk::Shared& sh = *reinterpret_cast<topk::Shared*>(topk_smem);
+  Shared& sh = *reinterpret_cast<Shared*>(topk_smem);
   int* hist = reinterpret_cast<int*>(topk_smem + C::kTopkStateBytes);
   uint32_t* ckey = reinterpret_cast<uint32_t*>(hist + C::kTopkBins);
   int* cidx = reinterpret_cast<int*>(ckey + C::kTopkCandidates);
@@ -938,42 +960,45 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
     mem::pdl_wait();
     mem::pdl_launch_dependents();
   }
-  const int row = static_cast<int>(blockIdx.y + gridDim.y * blockIdx.z);
-  if (row >= p.batch * p.next_n) return;  // the z dimension's last slab
+  const int row = row_index();
+  if (row >= p.batch * p.next_n) return Written::kNone;  // the z dimension's last slab
   // the row's sequence and token (next_n is a power of two in the engines' MTP: 1, 2, 4)
   const int n = p.next_n;
-  const int b = topk::quotient(row, n), j = row - b * n;
+  const int b = quotient(row, n), j = row - b * n;
   // the keys token j sees, seq_lens[b] - (next_n - 1 - j), in [0, max_seq_len]: subtracted only where it stays
   // positive (no overflow for any seq_lens)
   const int s = p.seq_lens[b], hidden = n - 1 - j;
   const int L = s <= hidden ? 0 : min(s - hidden, p.max_seq_len), k = p.k;
-  int* out = p.indices + static_cast<long long>(row) * k;
+  const IndicesOut out{out_rows + static_cast<long long>(row) * k};
   const float* x = p.logits + static_cast<long long>(row) * p.max_seq_len;
   const int t = static_cast<int>(threadIdx.x);
   const int rank = static_cast<int>(blockIdx.x), ranks = static_cast<int>(gridDim.x);
   if (L <= k) {
-    for (int i = rank * T + t; i < k; i += ranks * T) out[i] = i < L ? i : -1;
-    return;
+    for (int i = rank * T + t; i < k; i += ranks * T) {
+      if (i < L) {
+        out.put(i, i);
+      } else {
+        out.none(i);
+      }
+    }
+    return Written::kOwn;
   }
-  if (ranks > 1) {
-    topk::cluster_select<C>(x, L, k, out, topk_smem, sh);
-    return;
-  }
+  if (ranks > 1) return cluster_select<C>(x, L, k, out, topk_smem, sh) ? Written::kRow : Written::kNone;
 
   // the coarse pass takes every row whose threshold bin fits the candidates (every row of at most kCap keys)
-  if (topk::coarse_select<C>(x, L, k, out, hist, ckey, cidx, sh)) return;
+  if (coarse_select<C>(x, L, k, out, hist, ckey, cidx, sh)) return Written::kRow;
 
   // the first digit's histogram over the whole row
-  topk::clear_of<T, 1 << kFirst>(hist);
+  clear_of<T, 1 << kFirst>(hist);
   __syncthreads();
-  topk::for_each_key<T, kUnroll>(x, L, [&](const bool* v, int, const uint32_t* key, bool) {
+  for_each_key<T, kUnroll>(x, L, [&](const bool* v, int, const uint32_t* key, bool) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       if (v[c]) atomicAdd(&hist[key[c] >> (32 - kFirst)], 1);
     }
   });
   __syncthreads();
-  topk::find_threshold_of<T, 1 << kFirst>(hist, k, sh);
+  find_threshold_of<T, 1 << kFirst>(hist, k, sh);
   uint32_t prefix = static_cast<uint32_t>(sh.digit) << (32 - kFirst);
   int before = 32, shift = 32 - kFirst;  // digits above `before` were decided by earlier reads
   int need = k - sh.above, eq = sh.equal;
@@ -986,12 +1011,12 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
     const uint32_t mask = (1u << bits) - 1u;
     // the digits decided by earlier reads (mb) and with this read's (ms): a key matches the prefix on mb
     // (it is still undecided) and is above, in or below the threshold bin on ms
-    const uint32_t mb = topk::above_mask(before), ms = topk::above_mask(shift);
+    const uint32_t mb = above_mask(before), ms = above_mask(shift);
     const uint32_t pb = prefix & mb, ps = prefix & ms;
     __syncthreads();  // every thread has read sh
-    if (bits) topk::clear<T>(hist, 1 << bits);
+    if (bits) clear<T>(hist, 1 << bits);
     __syncthreads();
-    topk::for_each_key<T, kUnroll>(x, L, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
+    for_each_key<T, kUnroll>(x, L, [&](const bool* v, int first, const uint32_t* key, bool contiguous) {
       bool take[4], in_bin[4], any = false;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
@@ -1002,27 +1027,27 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
         any = any || take[c] || in_bin[c];
       }
       // most keys lie below the threshold bin: one vote skips four of them per lane, warp by warp
-      if (!__any_sync(topk::kFullMask, any)) return;
+      if (!__any_sync(kFullMask, any)) return;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int i = contiguous ? first + c : first;
-        topk::emit(take[c], i, &sh.emitted, out);
+        emit(take[c], i, &sh.emitted, out);
         if (collect) {
-          topk::push(in_bin[c], key[c], i, &sh.collected, ckey, cidx);
+          push(in_bin[c], key[c], i, &sh.collected, ckey, cidx);
         } else if (bits && in_bin[c]) {
           atomicAdd(&hist[(key[c] >> next) & mask], 1);
         }
       }
     });
     __syncthreads();
-    if (all) return;
+    if (all) return Written::kRow;
     if (collect) {
       const int n = eq;
-      if (topk::refine<T, C::kTopkRefineBits>(ckey, cidx, n, prefix, shift, need, eq, hist, sh, out)) return;
-      topk::break_ties<T, C::kTopkRefineBits>(ckey, cidx, n, prefix, need, eq, hist, sh, out);
-      return;
+      if (refine<T, C::kTopkRefineBits>(ckey, cidx, n, prefix, shift, need, eq, hist, sh, out)) return Written::kRow;
+      break_ties<T, C::kTopkRefineBits>(ckey, cidx, n, prefix, need, eq, hist, sh, out);
+      return Written::kRow;
     }
-    topk::find_threshold<T>(hist, 1 << bits, need, sh);
+    find_threshold<T>(hist, 1 << bits, need, sh);
     prefix |= static_cast<uint32_t>(sh.digit) << next;
     before = shift;
     shift = next;
@@ -1032,24 +1057,67 @@ __global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_con
 
   // the ordered read: keys above the k-th value (matching the digits decided before), and the first `need`
   // keys equal to it in index order (a block-wide count per chunk of T keys)
-  const uint32_t pb = topk::high(prefix, before);
+  const uint32_t pb = high(prefix, before);
   int taken = 0;
   for (int base = 0; base < L; base += T) {
     const int i = base + t;
     const bool v = i < L;
-    const uint32_t key = v ? topk::order_key(x[i]) : 0u;
-    const bool m = v && topk::high(key, before) == pb;
-    topk::emit(m && key > prefix, i, &sh.emitted, out);
+    const uint32_t key = v ? order_key(x[i]) : 0u;
+    const bool m = v && high(key, before) == pb;
+    emit(m && key > prefix, i, &sh.emitted, out);
     const bool tie = m && key == prefix;
-    const unsigned ballot = __ballot_sync(topk::kFullMask, tie);
+    const unsigned ballot = __ballot_sync(kFullMask, tie);
     __syncthreads();  // the last chunk's readers of warp_sum are done
-    if (topk::lane_id() == 0) sh.warp_sum[t >> 5] = __popc(ballot);
+    if (lane_id() == 0) sh.warp_sum[t >> 5] = __popc(ballot);
     __syncthreads();
-    const int rank = __popc(ballot & ((1u << topk::lane_id()) - 1u)) + topk::warp_sums<T>(sh, 0, t >> 5);
-    const int total = topk::warp_sums<T>(sh, 0, T / 32);
-    topk::emit(tie && taken + rank < need, i, &sh.emitted, out);
+    const int rank = __popc(ballot & ((1u << lane_id()) - 1u)) + warp_sums<T>(sh, 0, t >> 5);
+    const int total = warp_sums<T>(sh, 0, T / 32);
+    emit(tie && taken + rank < need, i, &sh.emitted, out);
     taken += total;
   }
+  return Written::kRow;
+}
+
+// indexer_topk_slots after select_row: the row's key indices `out` (k of them, -1 past its keys) become their cache
+// slots, page * 2^Shift + i % 2^Shift with page = table[i >> Shift] (`table`: the row's sequence's block table row of
+// `pages` entries; 2^Shift = page_size, a power of two): SGLang's topk_transform_paged, fused. A key with no page (a
+// negative entry, or a column past the table, as the reader reads it) gets -1, as a slot past the row's keys.
+// Mapped after the selection rather than as each index is written: the sweeps that write are at the kernel's
+// register limit, and a slot at each write spilled there.
+template <int Shift, int Threads>
+__device__ __forceinline__ void map_to_slots(int* out, const int* table, const int pages, const int k,
+                                             const Written written) {
+  const int t = static_cast<int>(threadIdx.x);
+  int first = t, step = Threads;
+  if (written == Written::kOwn) {  // a short row's slots, each read back by the thread that wrote it
+    first += static_cast<int>(blockIdx.x) * Threads;
+    step *= static_cast<int>(gridDim.x);
+  } else {
+    __syncthreads();  // the CTA's own writes; other ranks' came before the cluster barrier it passed last
+  }
+  for (int i = first; i < k; i += step) {
+    const int key = __ldcg(out + i);  // from the L2: other CTAs of the cluster wrote some
+    const int page = key < 0 || (key >> Shift) >= pages ? -1 : table[key >> Shift];
+    out[i] = page < 0 ? -1 : static_cast<int>(static_cast<unsigned>(page) << Shift | (key & ((1 << Shift) - 1)));
+  }
+}
+
+}  // namespace topk
+
+template <class C>
+__global__ void __launch_bounds__(C::kTopkThreads) indexer_topk(const __grid_constant__ typename C::Params p) {
+  topk::select_row<C>(p, p.indices);
+}
+
+// indexer_topk's selection as cache slots through the block table (topk::map_to_slots)
+template <class C>
+__global__ void __launch_bounds__(C::kTopkThreads) indexer_topk_slots(const __grid_constant__ typename C::Params p) {
+  const topk::Written written = topk::select_row<C>(p, p.slots);
+  if (written == topk::Written::kNone) return;
+  const int row = topk::row_index(), b = topk::quotient(row, p.next_n);
+  topk::map_to_slots<static_cast<int>(C::kPageShift), static_cast<int>(C::kTopkThreads)>(
+      p.slots + static_cast<long long>(row) * p.k, p.block_table + static_cast<long long>(b) * p.max_pages, p.max_pages,
+      p.k, written);
 }
 
 }  // namespace kgen
