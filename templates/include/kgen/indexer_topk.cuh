@@ -262,26 +262,15 @@ __device__ __forceinline__ int warp_sums(const Shared& sh, int lo, int hi) {
   return __reduce_add_sync(kFullMask, w >= lo && w < hi && w < Threads / 32 ? sh.warp_sum[w] : 0);
 }
 
-// Where a row's selected keys go (`out` below): a pointer into the row's k outputs that writes key index i at a slot;
-// `out + n` is the pointer n slots on (a cluster rank's share of the row's output). One type for both kernels, so that
-// indexer_topk_slots selects with indexer_topk's machine code and maps the row to slots after (slots_of_row).
-struct IndicesOut {
-  int* at;
-  __device__ __forceinline__ void put(int slot, int i) const { at[slot] = i; }
-  __device__ __forceinline__ void none(int slot) const { at[slot] = -1; }
-  __device__ __forceinline__ IndicesOut operator+(int n) const { return {at + n}; }
-};
-
 // a warp-uniform call: each lane with `take` writes `value` at the next free position of `out`
-template <class Out>
-__device__ __forceinline__ void emit(bool take, int value, int* counter, Out out) {
+__device__ __forceinline__ void emit(bool take, int value, int* counter, int* out) {
   const unsigned m = __ballot_sync(kFullMask, take);
   if (m == 0) return;
   const int leader = __ffs(m) - 1;
   int base = 0;
   if (lane_id() == leader) base = atomicAdd(counter, __popc(m));
   base = __shfl_sync(kFullMask, base, leader);
-  if (take) out.put(base + __popc(m & ((1u << lane_id()) - 1u)), value);
+  if (take) out[base + __popc(m & ((1u << lane_id()) - 1u))] = value;
 }
 
 __device__ __forceinline__ void push(bool take, uint32_t key, int index, int* counter, uint32_t* keys, int* idx) {
@@ -497,9 +486,9 @@ __device__ __forceinline__ uint32_t above_mask(int shift) {
 // them to take (1 <= need <= eq), RefineBits bits per step: the ones above each step's threshold digit are
 // emitted. Returns true when done (every selected candidate emitted), false when the bits ran out with
 // need < eq (ties on the full key: prefix, eq and need say which).
-template <int Threads, int RefineBits, class Out>
+template <int Threads, int RefineBits>
 __device__ bool refine(const uint32_t* keys, const int* idx, const int n, uint32_t& prefix, int& shift, int& need,
-                       int& eq, int* hist, Shared& sh, Out out) {
+                       int& eq, int* hist, Shared& sh, int* out) {
   while (need < eq && shift > 0) {
     const int bits = min(RefineBits, shift), next = shift - bits;
     const uint32_t mask = (1u << bits) - 1u;
@@ -535,9 +524,9 @@ __device__ bool refine(const uint32_t* keys, const int* idx, const int n, uint32
 
 // After `refine` ran out of bits (more than `need` of the n candidates equal the k-th value `value`): the lower
 // index wins. ~index orders them (indices < 2^31: bit 31 set; the other candidates become 0, matching nothing).
-template <int Threads, int RefineBits, class Out>
+template <int Threads, int RefineBits>
 __device__ void break_ties(uint32_t* keys, const int* idx, const int n, const uint32_t value, int need, int eq,
-                           int* hist, Shared& sh, Out out) {
+                           int* hist, Shared& sh, int* out) {
   __syncthreads();  // refine's readers of keys are done
   for (int c = static_cast<int>(threadIdx.x); c < n; c += Threads) {
     keys[c] = keys[c] == value ? ~static_cast<uint32_t>(idx[c]) : 0u;
@@ -556,9 +545,9 @@ __device__ void break_ties(uint32_t* keys, const int* idx, const int n, const ui
 // (the keys above the candidates have all claimed their slots: a barrier passed since). `scratch` holds the n words
 // (free shared memory: a histogram's). n^2 comparisons against the refinement's dozen barriers: the plan's
 // kTopkRankCap says where.
-template <int Threads, class Out>
+template <int Threads>
 __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx, const int n, const int need,
-                                            unsigned long long* scratch, Shared& sh, Out out) {
+                                            unsigned long long* scratch, Shared& sh, int* out) {
   const int t = static_cast<int>(threadIdx.x);
   unsigned long long word = 0;
   if (t < n) {
@@ -574,7 +563,7 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
       for (int u = 0; u < kInFlight; ++u) ahead += scratch[c + u] > word ? 1 : 0;
     }
     for (; c < n; ++c) ahead += scratch[c] > word ? 1 : 0;
-    if (ahead < need) out.put(sh.emitted + ahead, idx[t]);
+    if (ahead < need) out[sh.emitted + ahead] = idx[t];
   }
 }
 
@@ -582,9 +571,9 @@ __device__ __forceinline__ void rank_select(const uint32_t* keys, const int* idx
 // larger key first and, among equal keys, the lower index: ranked by a thread each (at most kTopkRankCap), else
 // refined from the first bit and, when the bits run out, by index. `hist` is free shared memory of kTopkBins counters
 // (the rank count's words, the refinement's histograms).
-template <class C, class Out>
+template <class C>
 __device__ __forceinline__ void select_candidates(uint32_t* keys, const int* idx, const int eq, int need, int* hist,
-                                                  Shared& sh, Out out) {
+                                                  Shared& sh, int* out) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kRefine = static_cast<int>(C::kTopkRefineBits);
   if (eq <= static_cast<int>(C::kTopkRankCap)) {
@@ -625,8 +614,7 @@ __device__ __forceinline__ void for_each_slice_key(const float* held, const floa
 // above it go to `out` (at slots counted by `emitted`), the bin's (order key, index) pairs to ckey / cidx (counted by
 // `collected`); indices are the visited ones plus `offset`. Values are tested as floats (coarse_values), first
 // against the bin's floor alone; only the bin's few get a key.
-template <class Out>
-__device__ __forceinline__ auto coarse_sweep(ValueRange bin, int offset, int* emitted, Out out, int* collected,
+__device__ __forceinline__ auto coarse_sweep(ValueRange bin, int offset, int* emitted, int* out, int* collected,
                                              uint32_t* ckey, int* cidx) {
   return [=](const bool* v, int first, const float* value, bool contiguous) {
     bool reach[4], any = false;  // in the bin or above it
@@ -647,7 +635,7 @@ __device__ __forceinline__ auto coarse_sweep(ValueRange bin, int offset, int* em
     int at = claim4(take, emitted);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      if (take[c]) out.put(at++, offset + (contiguous ? first + c : first));
+      if (take[c]) out[at++] = offset + (contiguous ? first + c : first);
     }
     // the bin holds a few of the row's keys: most warps that reach here have none of them, one vote says so
     if (!__any_sync(kFullMask, any_in)) return;
@@ -666,8 +654,8 @@ __device__ __forceinline__ auto coarse_sweep(ValueRange bin, int offset, int* em
 // emits the keys above the bin and copies the bin's (key, index) pairs into shared memory, ranked there (at most
 // kTopkRankCap) or refined from the first bit. Returns false, having emitted nothing, when the bin holds more than
 // kTopkCandidates keys (the digit-by-digit reads take the row).
-template <class C, class Out>
-__device__ bool coarse_select(const float* x, const int L, const int k, Out out, int* hist, uint32_t* ckey, int* cidx,
+template <class C>
+__device__ bool coarse_select(const float* x, const int L, const int k, int* out, int* hist, uint32_t* ckey, int* cidx,
                               Shared& sh) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kBits = static_cast<int>(C::kTopkCoarseBits);
@@ -756,8 +744,8 @@ __device__ __forceinline__ Threshold cluster_threshold(const int* h, const int b
 // out, the bin's pairs to rank 0, which ranks or refines them) or, when the bin overflows rank 0's candidates, a
 // digit per pass (a local histogram, a cluster barrier, the merged threshold), then one emitting read of the slice
 // (and, for keys equal to the k-th value, an ordered one).
-template <class C, class Out>
-__device__ bool cluster_select(const float* x, const int L, const int k, Out out, unsigned char* smem, Shared& sh) {
+template <class C>
+__device__ bool cluster_select(const float* x, const int L, const int k, int* out, unsigned char* smem, Shared& sh) {
   constexpr int T = static_cast<int>(C::kTopkThreads);
   constexpr int kBits = static_cast<int>(C::kTopkClusterBits);
   constexpr int kBins = static_cast<int>(C::kTopkClusterBins);
@@ -969,18 +957,12 @@ __device__ __forceinline__ Written select_row(const Params& p, int* const out_ro
   // positive (no overflow for any seq_lens)
   const int s = p.seq_lens[b], hidden = n - 1 - j;
   const int L = s <= hidden ? 0 : min(s - hidden, p.max_seq_len), k = p.k;
-  const IndicesOut out{out_rows + static_cast<long long>(row) * k};
+  int* out = out_rows + static_cast<long long>(row) * k;
   const float* x = p.logits + static_cast<long long>(row) * p.max_seq_len;
   const int t = static_cast<int>(threadIdx.x);
   const int rank = static_cast<int>(blockIdx.x), ranks = static_cast<int>(gridDim.x);
   if (L <= k) {
-    for (int i = rank * T + t; i < k; i += ranks * T) {
-      if (i < L) {
-        out.put(i, i);
-      } else {
-        out.none(i);
-      }
-    }
+    for (int i = rank * T + t; i < k; i += ranks * T) out[i] = i < L ? i : -1;
     return Written::kOwn;
   }
   if (ranks > 1) return cluster_select<C>(x, L, k, out, topk_smem, sh) ? Written::kRow : Written::kNone;
