@@ -12,15 +12,17 @@ The contract (kgen.score.topk_reference): each row's k largest visible logits as
 first among equal logits; a row with L <= k visible keys holds 0..L-1 then -1; the kernel's rows are sets
 (no particular order). The slots ops write each selected key i as its cache slot, block_table[b, i / page_size] *
 page_size + i % page_size (SGLang's topk_transform_paged, fused into the kernel: kgen.abi.INDEXER_TOPK_SLOTS; the
-reference is kgen.score.topk_slots), -1 where the row has no key or the key's table entry is negative.
+reference is kgen.score.topk_slots), -1 where the row has no key or the key has no page (a negative table
+entry, a column past the table).
 
 CUDA: indexer_topk runs torch.ops.kgen.indexer_logits (the reader, its own fast path) into a logits tensor of
 the call, then indexer_topk_logits: the top-k kernel's KernelOp (kgen.ops.registry; its table is
 kgen.abi.INDEXER_TOPK), launched with programmatic stream serialization where the spec asks for PDL, so it
 starts while the reader drains. Once both have native kernels (kgen.native), the first call installs their
 chain at indexer_topk's CUDA key: one dispatch checks and launches both from C++ (k checked first), and
-whatever it declines goes to `_indexer_topk_checked`, this Python implementation. CPU: kgen.score's Torch
-paths (the reader's reference logits, then the reference top-k). Fake: the shape.
+whatever it declines goes to `_indexer_topk_checked`, this Python implementation. indexer_topk_slots is the same
+with indexer_topk_logits_slots (kgen.abi.INDEXER_TOPK_SLOTS) and its own chain. CPU: kgen.score's Torch paths (the
+reader's reference logits, then the reference top-k, then topk_slots). Fake: the shape.
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@
 // value) is emitted by one ordered read of the row (a block scan per chunk), the same rule.
 //
 // Output: indices [B * next_n, k] int32. A row with L > k holds k distinct indices < L in no particular order;
-// a row with L <= k holds 0..L-1 ascending, then -1 (SGLang's and vLLM's padding). Every number the kernel
+// a row with L <= k holds 0..L-1 ascending, then -1 (SGLang's and vLLM's padding). indexer_topk_slots runs the same
+// selection, then writes each index as its cache slot through the block table (map_to_slots). Every number the kernel
 // builds in (threads, digits, capacity, shared memory) comes from kgen/topk_plan.py through the config.
 #pragma once
 
