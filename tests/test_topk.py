@@ -176,6 +176,11 @@ def test_the_table_is_in_the_registry_and_renders_the_plans_numbers():
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory):
+    return _emulator(tmp_path_factory, "indexer_topk")
+
+
+def _emulator(tmp_path_factory, kernel: str):
+    """(spec, executable, work directory) of the launch emulator around `kernel` of the fp8 variant."""
     import shutil
 
     if shutil.which("g++") is None:
@@ -185,8 +190,8 @@ def emulator(tmp_path_factory):
     from kgen.resolve import resolve_spec
 
     spec = resolve_spec(FP8)
-    work = tmp_path_factory.mktemp("topk_emu")
-    return spec, build(spec, work), work
+    work = tmp_path_factory.mktemp(kernel)
+    return spec, build(spec, work, kernel=kernel), work
 
 
 def test_a_key_floor_value_tests_values_as_their_order_keys(tmp_path):
@@ -570,17 +575,7 @@ def test_cluster_path_on_the_cpu_matches_the_reference(emulator, cluster, kind, 
 
 @pytest.fixture(scope="module")
 def slots_emulator(tmp_path_factory):
-    import shutil
-
-    if shutil.which("g++") is None:
-        pytest.skip("no g++")
-    from topk_emulate import build
-
-    from kgen.resolve import resolve_spec
-
-    spec = resolve_spec(FP8)
-    work = tmp_path_factory.mktemp("topk_slots_emu")
-    return spec, build(spec, work, kernel="indexer_topk_slots"), work
+    return _emulator(tmp_path_factory, "indexer_topk_slots")
 
 
 @pytest.mark.parametrize("cluster, kind, next_n, k", [

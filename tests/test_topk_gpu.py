@@ -1,7 +1,8 @@
 """torch.ops.kgen.indexer_topk on the GPU: the kernel's sets against kgen.score.topk_reference over the reader's
 own logits (exact: the kernel applies the reference's tie rule), for ragged lengths, next_n 1..4, k = 512 and
 2048, every layout the reader reads (fp8, bf16, fp4); the select op alone on crafted logits (ties, one value,
-a narrow range, NaN, -0, 256K keys); CUDA-graph capture and the per-call fast path. Marked `gpu`; skipped
+a narrow range, NaN, -0, 256K keys); CUDA-graph capture and the per-call fast path; indexer_topk_slots and
+indexer_topk_logits_slots against kgen.score.topk_slots of the indices. Marked `gpu`; skipped
 cleanly without a GPU."""
 
 from __future__ import annotations
@@ -181,26 +182,28 @@ def test_short_rows_pad_with_minus_one():
     assert sorted(got[3].tolist()) == sorted(torch.topk(x[3], 512).indices.tolist())
 
 
-def test_graph_capture_and_fast_path_repeat_the_same_sets():
+@pytest.mark.parametrize("op_name", ["indexer_topk", "indexer_topk_slots"])
+def test_graph_capture_and_fast_path_repeat_the_same_sets(op_name):
     import torch
 
+    from kgen import ops
     from kgen import reader_check as RC
-    from kgen.ops import indexer_topk
     from kgen.resolve import resolve_spec
     from kgen.score import same_sets
 
+    op = getattr(ops, op_name)  # the indices, or the cache slots (its own kernel and chain)
     spec = resolve_spec(FP8)
     args = RC.make_case(spec, [70000, 5000], next_n=2, seed=3)
-    first = indexer_topk(FP8, *args, 512)
-    again = indexer_topk(FP8, *args, 512)  # the fast path (native or Python entry)
+    first = op(FP8, *args, 512)
+    again = op(FP8, *args, 512)  # the fast path (native or Python entry)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        indexer_topk(FP8, *args, 512)
+        op(FP8, *args, 512)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):
-        captured = indexer_topk(FP8, *args, 512)
+        captured = op(FP8, *args, 512)
     graph.replay()
     torch.cuda.synchronize()
     assert same_sets(first, again) == [] and same_sets(first, captured) == []
@@ -238,25 +241,3 @@ def test_slots_are_the_selection_through_the_block_table(variant, lens, next_n, 
     chosen = topk_slots(topk_reference(logits.cpu(), seq_lens.cpu(), next_n, k), table.cpu(), next_n, page)
     assert same_sets(indexer_topk_logits_slots(variant, logits, seq_lens, table, k).cpu(), chosen) == []
 
-
-def test_slots_in_a_cuda_graph_repeat_the_same_sets():
-    import torch
-
-    from kgen import reader_check as RC
-    from kgen.ops import indexer_topk_slots
-    from kgen.resolve import resolve_spec
-    from kgen.score import same_sets
-
-    args = RC.make_case(resolve_spec(FP8), [70000, 5000], next_n=2, seed=3)
-    first = indexer_topk_slots(FP8, *args, 512)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        indexer_topk_slots(FP8, *args, 512)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=side):
-        captured = indexer_topk_slots(FP8, *args, 512)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert same_sets(first, captured) == []
