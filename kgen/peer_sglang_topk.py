@@ -130,27 +130,10 @@ extern "C" int kgen_sglang_topk_plan(int32_t* seq_lens, int64_t rows, int32_t* m
   return guarded(device, stream, [&] { Kernel::plan(&s, &m, threshold); });
 }
 
-// SGLang's transform_paged without a page table: the raw top-k indices of scores fp32 [rows, cols] (row
-// stride `stride`) into out int32 [rows, k], -1 past a row's length.
-extern "C" int kgen_sglang_topk(float* scores, int64_t rows, int64_t cols, int64_t stride, int32_t* seq_lens,
-                                int32_t* out, int64_t k, int32_t* metadata, int32_t device, void* stream) {
-  int64_t x_shape[2] = {rows, cols}, x_stride[2] = {stride, 1};
-  int64_t s_shape[1] = {rows}, s_stride[1] = {1};
-  int64_t o_shape[2] = {rows, k}, o_stride[2] = {k, 1};
-  int64_t m_shape[2] = {rows + 1, 2}, m_stride[2] = {2, 1};
-  DLTensor x = view(scores, kF32, device, 2, x_shape, x_stride);
-  DLTensor s = view(seq_lens, kI32, device, 1, s_shape, s_stride);
-  DLTensor o = view(out, kI32, device, 2, o_shape, o_stride);
-  DLTensor m = view(metadata, kI32, device, 2, m_shape, m_stride);
-  return guarded(device, stream, [&] {
-    Kernel::transform_paged(&x, &s, tvm::ffi::Optional<tvm::ffi::TensorView>(), &o, KGEN_PEER_PAGE_SIZE, &m,
-                            tvm::ffi::Optional<tvm::ffi::TensorView>());
-  });
-}
-
-// The same with SGLang's page table transform: out holds page_table[row, i >> log2(page_size)] * page_size +
-// i % page_size for each selected raw index i (page_table int32 [rows, pages], one row per query row, as the
-// engine expands it), -1 past a row's length.
+// SGLang's transform_paged over scores fp32 [rows, cols] (row stride `stride`) into out int32 [rows, k], -1 past a
+// row's length: with a page table (int32 [rows, pages], one row per query row, as the engine expands it) each
+// selected raw index i as page_table[row, i >> log2(page_size)] * page_size + i % page_size; without one (null) the
+// raw indices.
 extern "C" int kgen_sglang_topk_paged(float* scores, int64_t rows, int64_t cols, int64_t stride, int32_t* seq_lens,
                                       int32_t* page_table, int64_t pages, int64_t page_size, int32_t* out, int64_t k,
                                       int32_t* metadata, int32_t device, void* stream) {
@@ -164,10 +147,18 @@ extern "C" int kgen_sglang_topk_paged(float* scores, int64_t rows, int64_t cols,
   DLTensor t = view(page_table, kI32, device, 2, p_shape, p_stride);
   DLTensor o = view(out, kI32, device, 2, o_shape, o_stride);
   DLTensor m = view(metadata, kI32, device, 2, m_shape, m_stride);
+  using Table = tvm::ffi::Optional<tvm::ffi::TensorView>;
   return guarded(device, stream, [&] {
-    Kernel::transform_paged(&x, &s, tvm::ffi::Optional<tvm::ffi::TensorView>(tvm::ffi::TensorView(&t)), &o,
-                            static_cast<int>(page_size), &m, tvm::ffi::Optional<tvm::ffi::TensorView>());
+    Kernel::transform_paged(&x, &s, page_table == nullptr ? Table() : Table(tvm::ffi::TensorView(&t)), &o,
+                            static_cast<int>(page_size), &m, Table());
   });
+}
+
+// The raw top-k indices (no page table).
+extern "C" int kgen_sglang_topk(float* scores, int64_t rows, int64_t cols, int64_t stride, int32_t* seq_lens,
+                                int32_t* out, int64_t k, int32_t* metadata, int32_t device, void* stream) {
+  return kgen_sglang_topk_paged(scores, rows, cols, stride, seq_lens, nullptr, 0, KGEN_PEER_PAGE_SIZE, out, k,
+                                metadata, device, stream);
 }
 
 extern "C" const char* kgen_sglang_topk_error() { return g_error.c_str(); }

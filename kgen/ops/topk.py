@@ -52,16 +52,17 @@ SELECT = "indexer_topk_logits"  # the op whose schema lists the kernel's tensors
 INT_ARGS = {"K": 3}  # the select op's int argument 3 (k) gives the indices' columns
 SLOTS = INDEXER_TOPK_SLOTS.kernel
 SELECT_SLOTS = "indexer_topk_logits_slots"  # its select op: (variant, logits, seq_lens, block_table, k)
-SLOTS_INT_ARGS = {"K": 4}
+# per top-k kernel: its select op and the select op's int argument that gives the output's columns (k)
+_SELECTS = {KERNEL: (SELECT, INT_ARGS), SLOTS: (SELECT_SLOTS, {"K": 4})}
 
 
-def _op(variant: str):
-    return _kernel_ops.get((variant, KERNEL)) or kernel_op(variant, KERNEL, int_args=INT_ARGS, op_name=SELECT)
-
-
-def _slots_op(variant: str):
-    return (_kernel_ops.get((variant, SLOTS))
-            or kernel_op(variant, SLOTS, int_args=SLOTS_INT_ARGS, op_name=SELECT_SLOTS))
+def _op(variant: str, kernel: str = KERNEL):
+    """The KernelOp of top-k kernel `kernel` (indexer_topk, or indexer_topk_slots) of a variant."""
+    hit = _kernel_ops.get((variant, kernel))
+    if hit is not None:
+        return hit
+    name, int_args = _SELECTS[kernel]
+    return kernel_op(variant, kernel, int_args=int_args, op_name=name)
 
 
 def check_logits(spec: Spec, logits, seq_lens, k, indices=None, *, require_cuda: bool = True,
@@ -110,7 +111,7 @@ def prepare_select(variant, logits, seq_lens, k: int, *, block_table=None) -> tu
     """(launch, indices) of the top-k kernel alone over `logits` (another scorer's, e.g. DeepGEMM's); with a
     `block_table`, the slots kernel and its slots."""
     key = variant_name(variant)
-    op = _op(key) if block_table is None else _slots_op(key)
+    op = _op(key, KERNEL if block_table is None else SLOTS)
     args = check_logits(op.spec, logits, seq_lens, k, block_table=block_table)
     return op.prepared(*(args.tensors[n] for n in op.names)), args.tensors[op.abi.output]
 
@@ -177,15 +178,13 @@ def _select_fake(variant, logits, seq_lens, table, k):
 
 
 def _by_variant(path):
-    """A select path as the op of kernel `indexer_topk` runs it: (variant, logits, seq_lens, k)."""
-    return lambda variant, logits, seq_lens, k: path(_kernel_ops.get((variant, KERNEL)) or _op(variant), logits,
-                                                     seq_lens, None, k)
+    """A select path as indexer_topk_logits runs it: (variant, logits, seq_lens, k)."""
+    return lambda variant, logits, seq_lens, k: path(_op(variant), logits, seq_lens, None, k)
 
 
 def _slots_by_variant(path):
-    """A select path as the op of kernel `indexer_topk_slots` runs it: (variant, logits, seq_lens, block_table, k)."""
-    return lambda variant, logits, seq_lens, table, k: path(_kernel_ops.get((variant, SLOTS)) or _slots_op(variant),
-                                                            logits, seq_lens, table, k)
+    """A select path as indexer_topk_logits_slots runs it: (variant, logits, seq_lens, block_table, k)."""
+    return lambda variant, logits, seq_lens, table, k: path(_op(variant, SLOTS), logits, seq_lens, table, k)
 
 
 SELECT_SCHEMA = "(str variant, Tensor logits, Tensor seq_lens, int k) -> Tensor"
@@ -229,16 +228,13 @@ def _fused_cuda(name: str, select_name: str, select, chain_args: list[int], page
     return run
 
 
-def _topk_cpu(variant, q, weights, cache, block_table, seq_lens, max_seq_len, k):
-    check_topk_k(k)
-    logits = _indexer_logits_cpu(variant, q, weights, cache, block_table, seq_lens, max_seq_len)
-    return _select_cpu(variant, logits, seq_lens, None, k)
+def _fused_cpu(paged: bool):
+    def run(variant, q, weights, cache, block_table, seq_lens, max_seq_len, k):
+        check_topk_k(k)
+        logits = _indexer_logits_cpu(variant, q, weights, cache, block_table, seq_lens, max_seq_len)
+        return _select_cpu(variant, logits, seq_lens, block_table if paged else None, k)
 
-
-def _slots_cpu(variant, q, weights, cache, block_table, seq_lens, max_seq_len, k):
-    check_topk_k(k)
-    logits = _indexer_logits_cpu(variant, q, weights, cache, block_table, seq_lens, max_seq_len)
-    return _select_cpu(variant, logits, seq_lens, block_table, k)
+    return run
 
 
 def _topk_fake(variant, q, weights, cache, block_table, seq_lens, max_seq_len, k):
@@ -250,11 +246,11 @@ def _topk_fake(variant, q, weights, cache, block_table, seq_lens, max_seq_len, k
 TOPK_SCHEMA = ("(str variant, Tensor q, Tensor weights, Tensor cache, Tensor block_table, Tensor seq_lens, "
                "int max_seq_len, int k) -> Tensor")
 _topk_cuda = _fused_cuda(KERNEL, SELECT, indexer_topk_logits_op, CHAIN_SELECT_ARGS, paged=False)
-indexer_topk_op = define_op(KERNEL, TOPK_SCHEMA, fake=_topk_fake, cpu=_topk_cpu, cuda=_topk_cuda)
+indexer_topk_op = define_op(KERNEL, TOPK_SCHEMA, fake=_topk_fake, cpu=_fused_cpu(paged=False), cuda=_topk_cuda)
 # the Python CUDA implementation under its own name: the native chain, once installed, hands it what it declines
 define_op(f"_{KERNEL}_checked", TOPK_SCHEMA, fake=_topk_fake, cuda=_topk_cuda)
 _slots_cuda = _fused_cuda(SLOTS, SELECT_SLOTS, indexer_topk_logits_slots_op, CHAIN_SLOTS_ARGS, paged=True)
-indexer_topk_slots_op = define_op(SLOTS, TOPK_SCHEMA, fake=_topk_fake, cpu=_slots_cpu, cuda=_slots_cuda)
+indexer_topk_slots_op = define_op(SLOTS, TOPK_SCHEMA, fake=_topk_fake, cpu=_fused_cpu(paged=True), cuda=_slots_cuda)
 define_op(f"_{SLOTS}_checked", TOPK_SCHEMA, fake=_topk_fake, cuda=_slots_cuda)
 
 
