@@ -10,7 +10,9 @@ calls that the launch queue never fills: a kernel slower than its launch would o
 and the figure would be the device's). The pieces: the current-stream lookups, the generated Python
 check alone, the dispatcher into an empty Python op, the Python kernel (the checked twin each native
 kernel falls back to), and the native kernels' counters (launched natively vs declined; the top-k: its
-native chain's)."""
+native chain's). Every piece is timed twice: with the GPU idle between loops (`us_per_call`, as kgen bench
+measures the writer) and behind a sleeping kernel (`us_per_call_gpu_busy`: the host's cost alone, whatever
+the kernel's length)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "specs" / "dsv4" / "indexer_fp8.yaml"
 
 
-def per_call_us(fn) -> float:
+# Cycles of torch.cuda._sleep queued ahead of a "GPU busy" loop: ~15 ms at the H100's and H200's ~2 GHz, longer
+# than a loop of HOST_CALLS calls at 40 us each, so every call of the loop is queued behind it.
+SLEEP_CYCLES = 30_000_000
+
+
+def per_call_us(fn, busy: bool = False) -> float:
+    """Median microseconds per call of fn over HOST_LOOPS loops. `busy`: each loop runs while the stream is held
+    by a sleeping kernel, so the device never sets the pace and the figure is the host's alone (an idle GPU lets
+    a kernel longer than its launch pace the loop, and a launch into an idle queue can cost the driver more)."""
     import torch
 
     from kgen.host_cost import HOST_CALLS, HOST_LOOPS
@@ -35,12 +45,20 @@ def per_call_us(fn) -> float:
     out = []
     for _ in range(HOST_LOOPS):
         torch.cuda.synchronize()
+        if busy:
+            torch.cuda._sleep(SLEEP_CYCLES)
         t0 = time.perf_counter_ns()
         for _ in range(HOST_CALLS):
             fn()
         out.append((time.perf_counter_ns() - t0) / HOST_CALLS / 1000)
     torch.cuda.synchronize()
     return round(statistics.median(out), 3)
+
+
+def timed(pieces: dict) -> dict:
+    """Each piece's microseconds per call with the GPU idle between loops and, apart, behind a busy GPU."""
+    return {"us_per_call": {k: per_call_us(f) for k, f in pieces.items()},
+            "us_per_call_gpu_busy": {k: per_call_us(f, busy=True) for k, f in pieces.items()}}
 
 
 def reader_cost(batch: int, keys: int) -> dict:
@@ -74,8 +92,9 @@ def reader_cost(batch: int, keys: int) -> dict:
         "generated Python check": lambda: check(q, w, cache, table, lens, logits),
         "torch.empty of the logits": lambda: torch.empty((batch, msl), dtype=torch.float32, device="cuda"),
     }
-    out: dict = {"batch": batch, "keys": keys, "us_per_call": {k: per_call_us(f) for k, f in pieces.items()}}
+    out: dict = {"batch": batch, "keys": keys, **timed(pieces)}
     out["host_us_per_call"] = out["us_per_call"]["op (packet)"]
+    out["host_us_per_call_gpu_busy"] = out["us_per_call_gpu_busy"]["op (packet)"]
     if kernel is not None and before is not None:
         after = kernel.counts()
         out["native_calls"] = {"launched": after[0] - before[0], "declined": after[1] - before[1]}
@@ -114,8 +133,9 @@ def topk_cost(batch: int, keys: int, k: int) -> dict:
         "slots op alone (logits given)": lambda: torch.ops.kgen.indexer_topk_logits_slots(name, logits, lens, table,
                                                                                           k),
     }
-    out: dict = {"batch": batch, "keys": keys, "k": k, "us_per_call": {n: per_call_us(f) for n, f in pieces.items()}}
+    out: dict = {"batch": batch, "keys": keys, "k": k, **timed(pieces)}
     out["host_us_per_call"] = out["us_per_call"]["op (packet)"]
+    out["host_us_per_call_gpu_busy"] = out["us_per_call_gpu_busy"]["op (packet)"]
     calls = {}
     for n, c in chains.items():
         if c is not None and n in before:
@@ -163,8 +183,9 @@ def main() -> int:
         "Python kernel (checked twin)": lambda: torch.ops.kgen._norm_rope_store_checked(name, *args),
         "raw launcher (prepare().run, ctypes)": raw,
     }
-    writer = {"tokens": a.tokens, "us_per_call": {k: per_call_us(f) for k, f in pieces.items()}}
+    writer = {"tokens": a.tokens, **timed(pieces)}
     writer["host_us_per_call"] = writer["us_per_call"]["op (packet)"]
+    writer["host_us_per_call_gpu_busy"] = writer["us_per_call_gpu_busy"]["op (packet)"]
     if kernel is not None and before is not None:
         after = kernel.counts()
         writer["native_calls"] = {"launched": after[0] - before[0], "declined": after[1] - before[1]}
