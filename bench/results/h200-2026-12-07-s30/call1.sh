@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Session 30's call: main as it stands (cf8e98f and after).
+# Session 30's call: main as it stands (a0ce127: cf8e98f and the host cost behind a busy GPU), frozen as the tree
+# "main" (.xfer/pk/main.tar.xz: git archive a0ce127 -- . ':!bench/results' ':!generated'), so that the working tree
+# may move while the device is awaited.
 # 1. the top-k's GPU tests (never run on the GPU since d36d46c / 04e164c / cf8e98f) while the peers build;
 # 2. the three ops' host cost per eager call, with the GPU idle and, apart, behind a sleeping kernel
 #    (scripts/host_breakdown.py: the second figure is the host's alone);
@@ -12,12 +14,13 @@
 #       python bench/results/h200-2026-12-07-s29/slots_table.py DIR/r/topk_main.json
 #       python bench/results/h100-2026-12-06-s28/tunes_trees.py DIR/r
 cd "$(dirname "$0")/../../.."
+[ -d .xfer/main ] || { mkdir -p .xfer/main && tar -xJf .xfer/pk/main.tar.xz -C .xfer/main; }
 source scripts/device_call.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
-tests_beside_peers head tests/test_topk_gpu.py tests/test_topk_native.py
-in_tree head $R/host.log 90 python3 scripts/host_breakdown.py --json $R/host.json
+tests_beside_peers main tests/test_topk_gpu.py tests/test_topk_native.py
+in_tree main $R/host.log 90 python3 scripts/host_breakdown.py --json $R/host.json
 snap call1
-in_tree head $R/topk_main.log 160 python3 scripts/topk_shapes.py --json $R/topk_main.json --batches 1,8,32,64 \
+in_tree main $R/topk_main.log 160 python3 scripts/topk_shapes.py --json $R/topk_main.json --batches 1,8,32,64 \
   --keys 4096,65536,262144 --ks 512 --others "" --time-limit 140
 snap call1
 if (( $(date +%s) - T0 < 400 )); then
@@ -26,7 +29,7 @@ if (( $(date +%s) - T0 < 400 )); then
   T='{"kr": {"kReaderWgKeyRegisters": 1},
       "split": {"kReaderWgTmaStages": 16, "kReaderWgConsumers": 4, "kReaderWgPairs": 1, "kReaderWgSplit": 1},
       "split3": {"kReaderWgTmaStages": 12, "kReaderWgConsumers": 3, "kReaderWgPairs": 1, "kReaderWgSplit": 1}}'
-  ab 1 head mtp2 150 -- env MTP_ALTERNATIVES=0 MTP_SHAPES="$S" MTP_TUNES="$T" \
-    python3 "$ROOT/scripts/reader_mtp_bench.py" {out} specs/dsv4/indexer_fp8.yaml
+  ab 1 main mtp2 150 -- env MTP_ALTERNATIVES=0 MTP_SHAPES="$S" MTP_TUNES="$T" \
+    python3 scripts/reader_mtp_bench.py {out} specs/dsv4/indexer_fp8.yaml
 fi
 pack call1
