@@ -36,10 +36,12 @@ _namespaces = itertools.count()
 
 
 class Chained:
-    """The chain on test ops' CPU keys; `entry_points` (launch, stream, context addresses) replace the recording
-    stubs (bench/results/topk2-2026-12-03/host_cpu_chain.py: C stubs, for timing)."""
+    """The chain on test ops' CPU keys (`device` "cuda": their CUDA keys, CUDA tensors); `entry_points` (launch,
+    stream, context addresses) replace the recording stubs (bench/results/topk2-2026-12-03/host_cpu_chain.py: C
+    stubs, for timing; bench/results/h200-2026-12-07-s30/host_parts.py: the same on a GPU, the driver left out)."""
 
-    def __init__(self, entry_points: list[int] | None = None):
+    def __init__(self, entry_points: list[int] | None = None, device: str = "cpu"):
+        dispatch_key = device.upper()
         self.spec = resolve_spec(FP8)
         self.reader = kernel_op(FP8, "indexer_logits", int_args=READER_INT_ARGS)
         self.select = kernel_op(FP8, "indexer_topk", int_args=T.INT_ARGS, op_name=T.SELECT)
@@ -69,14 +71,14 @@ class Chained:
         for name, schema in (("logits", INDEXER_LOGITS_SCHEMA), ("select", T.SELECT_SCHEMA), ("chain", T.TOPK_SCHEMA)):
             self.lib.define(name + schema)
             self.lib.define(f"{name}_checked" + schema)
-            self.lib.impl(name, lambda *a: None, "CPU")  # shadowed by the native kernels
-        self.lib.impl("logits_checked", self._logits_checked, "CPU")
-        self.lib.impl("select_checked", self._select_checked, "CPU")
-        self.lib.impl("chain_checked", self._chain_checked, "CPU")
+            self.lib.impl(name, lambda *a: None, dispatch_key)  # shadowed by the native kernels
+        self.lib.impl("logits_checked", self._logits_checked, dispatch_key)
+        self.lib.impl("select_checked", self._select_checked, dispatch_key)
+        self.lib.impl("chain_checked", self._chain_checked, dispatch_key)
         ptrs = entry_points or [ctypes.cast(f, ctypes.c_void_p).value for f in self._keep]
         try:
-            self.n_reader = native.install_for_tests(ns, "logits", "logits_checked", "CPU", *ptrs)
-            self.n_select = native.install_for_tests(ns, "select", "select_checked", "CPU", *ptrs)
+            self.n_reader = native.install_for_tests(ns, "logits", "logits_checked", dispatch_key, *ptrs)
+            self.n_select = native.install_for_tests(ns, "select", "select_checked", dispatch_key, *ptrs)
         except RuntimeError as e:
             pytest.skip(f"the native kernel cannot be built here: {e}")
         self.h = {}
@@ -90,7 +92,7 @@ class Chained:
                 nat.set_cluster(h, True)
             nat.set_device(h, 0, fn, CONTEXT, (1024, 1, 1), True)
             self.h[key] = (nat, h, op, fn)
-        self.chain = native.chain(self.n_reader, self.n_select, ns, "chain", "chain_checked", "CPU",
+        self.chain = native.chain(self.n_reader, self.n_select, ns, "chain", "chain_checked", dispatch_key,
                                   T.CHAIN_READER_ARGS, T.CHAIN_SELECT_ARGS, T.CHAIN_K)
         ops = getattr(torch.ops, ns)
         self.op, self.logits_op, self.select_op = ops.chain, ops.logits, ops.select
@@ -106,7 +108,7 @@ class Chained:
 
     def _logits_checked(self, variant, q, w, cache, table, lens, msl):
         self.twin_calls["logits"] += 1
-        logits = torch.zeros((q.shape[0] * q.shape[1], msl), dtype=torch.float32)
+        logits = torch.zeros((q.shape[0] * q.shape[1], msl), dtype=torch.float32, device=q.device)
         self._register("logits", {"cache_map": None, "q": q, "weights": w, "cache": cache, "block_table": table,
                                   "seq_lens": lens, "logits": logits})
         return logits
@@ -114,7 +116,7 @@ class Chained:
     def _select_checked(self, variant, logits, lens, k):
         self.twin_calls["select"] += 1
         check_topk_k(k)
-        out = torch.empty((logits.shape[0], k), dtype=torch.int32)
+        out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
         self._register("select", {"logits": logits, "seq_lens": lens, "indices": out})
         return topk_reference(logits, lens, logits.shape[0] // lens.shape[0], k).to(torch.int32)
 
