@@ -46,9 +46,9 @@ from .diagnostics import KgenError
 from .diagnostics import err as _say
 from .files import write_atomic
 from .gpurun import precompile, start_gpu_command, sticky, usage_error
-from .host_cost import host_cost
+from .host_cost import host_cost, read_host_cost
 from .layout import Layout, compute, launch_shape, tokens_per_warp
-from .reader_check import bench_readers, profile_readers
+from .reader_check import bench_readers, peer_module, profile_readers
 from .reader_layout import readable
 from .runtime import current_stream_handle, device_info, load
 from .spec import Spec
@@ -436,13 +436,26 @@ def read_side(specs: list[Spec], timer: Timer, copy: dict, *, tunes: tuple = (No
               shapes: tuple | None = None) -> dict:
     """The read side (kgen.reader_check.bench_readers) and, with its default batches, the top-k's rows beside
     the engines' top-ks (`topk`: kgen.topk_bench.bench_topk; SGLang's top-k loaded once here, unless
-    KGEN_BENCH_PEER=0). Alternative tunings and shapes compare the reader alone."""
+    KGEN_BENCH_PEER=0) and the ops' host cost per eager call (`host`: kgen.host_cost.read_host_cost, DeepGEMM's
+    beside the layout it reads). Alternative tunings and shapes compare the reader alone."""
     reader = bench_readers(specs, timer, copy, say=_say, tunes=tunes, shapes=shapes)
     mine = [s for s in specs if readable(s)]
     if mine and shapes is None and tuple(tunes) == (None,):
         sglang = topk_bench.PeerState(topk_bench.peer_enabled())
         reader["topk"] = topk_bench.bench_topk(mine, timer=timer, say=_say, sglang=sglang)
+        reader["host"] = [_read_host(timer.torch, spec) for spec in mine]
     return reader
+
+
+def _read_host(torch, spec: Spec) -> dict:
+    try:
+        e = read_host_cost(torch, spec, peer=peer_module()[0])
+    except Exception as ex:  # noqa: BLE001 - recorded; the bench's other entries stand
+        return {"variant": spec.name, "error": f"{type(ex).__name__}: {ex}"[:1000]}
+    us, busy = e["us_per_call"], e["us_per_call_gpu_busy"]
+    _say(f"host {spec.name}: " + ", ".join(f"{w} {us[w]:.1f} / {busy[w]:.1f} us" for w in us)
+         + " (GPU idle / busy)")
+    return e
 
 
 def bench_command(paths: list[Path], tokens: list[int] | None, json_file: Path | None, *,

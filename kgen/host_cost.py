@@ -1,8 +1,14 @@
 """`kgen bench`'s host part: the host microseconds per eager call of each way to launch the writer
-(`host_us_per_call` in the bench's JSON), and the empty ops that give the dispatcher's floor.
+(`host_us_per_call` in the bench's JSON), of the read side's ops (`reader.host`: the reader, the fused top-k and
+its slots, DeepGEMM's reader beside them), and the empty ops that give the dispatcher's floor.
 
 One job, apart from the bench's device timings (kgen.timing) and its writer and reader cases (kgen.bench,
-kgen.reader_check); `scripts/host_breakdown.py` uses the same pieces for both ops on a GPU machine.
+kgen.reader_check); `scripts/host_breakdown.py` uses the same pieces for each piece of the ops' cost.
+
+Every way is timed twice: with the GPU idle when each loop starts, as an engine's eager call meets it, and behind a
+sleeping kernel (`gpu_busy`): every call of the loop then queues behind it, so no kernel of the loop can set its
+pace and the figure is the host's alone (with the GPU idle, a kernel longer than its launch would pace the loop
+once the launch queue filled, and a launch into an idle queue may cost the driver more).
 """
 
 from __future__ import annotations
@@ -17,6 +23,38 @@ from .spec import Spec
 
 HOST_CALLS = 200  # calls per timed loop: few enough that the launch queue never fills
 HOST_LOOPS = 15
+# cycles of torch.cuda._sleep ahead of each busy loop: ~15 ms at the H100's and H200's ~2 GHz, longer than a loop of
+# HOST_CALLS calls at 40 us each
+SLEEP_CYCLES = 30_000_000
+GOAL_US = 8.0  # issues 9, 20 and 21: each op's host cost per eager call
+# the read side's shape: one sequence of 4K keys, a kernel shorter than its launch (k: DeepSeek V4's)
+READ_BATCH, READ_KEYS, READ_K = 1, 4096, 512
+
+
+def time_ways(torch, ways: dict[str, Any], *, busy: bool = False, calls: int = HOST_CALLS,
+              loops: int = HOST_LOOPS) -> dict[str, list[float]]:
+    """Microseconds per call of each way, one figure per loop of `calls` calls (no sync inside a loop). The ways
+    take turns loop by loop, so that a slow phase of the host (the H200's host CPU runs the same Python up to ~1.8x
+    slower at times) weighs on every way alike; `busy`: each loop starts behind a sleeping kernel."""
+    for fn in ways.values():
+        for _ in range(20):
+            fn()
+    out: dict[str, list[float]] = {way: [] for way in ways}
+    for _ in range(loops):
+        for way, fn in ways.items():
+            torch.cuda.synchronize()
+            if busy:
+                torch.cuda._sleep(SLEEP_CYCLES)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out[way].append((time.perf_counter() - t0) / calls * 1e6)
+    torch.cuda.synchronize()
+    return out
+
+
+def medians(times: dict[str, list[float]]) -> dict[str, float]:
+    return {way: round(statistics.median(t), 3) for way, t in times.items()}
 
 
 def _no_op(*_args: Any) -> None:
@@ -24,11 +62,9 @@ def _no_op(*_args: Any) -> None:
 
 
 def host_cost(torch, spec: Spec, args: tuple) -> dict:
-    """Host microseconds per call of each way to launch the kernel (median of HOST_LOOPS loops of
-    HOST_CALLS calls, no sync inside a loop; the device runs behind, asynchronously). The ways take
-    turns loop by loop, so a slow phase of the host (the H200's host CPU runs the same Python up to
-    ~1.8x slower at times) weighs on every way alike; `python_call` (an empty Python function of the
-    op's arguments) shows how fast the host ran:
+    """Host microseconds per call of each way to launch the writer's kernel (median of time_ways' loops; the
+    same behind a busy GPU in `gpu_busy`); `python_call` (an empty Python function of the op's arguments) shows
+    how fast the host ran:
       op               torch.ops.kgen.norm_rope_store(variant string, ...) (what an engine calls): the
                        dispatcher into the native kernel (kgen.native: check + cuLaunchKernelEx in C++)
                        when it is installed ("native" says), else into the Python kernel
@@ -79,47 +115,82 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
             out[way] = {"error": f"{type(fn).__name__}: {fn}"[:300]}
         else:
             timed[way] = fn
-            for _ in range(20):
-                fn()
-    loops: dict[str, list[float]] = {way: [] for way in timed}
-    for _ in range(HOST_LOOPS):
-        for way, fn in timed.items():
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(HOST_CALLS):
-                fn()
-            loops[way].append((time.perf_counter() - t0) / HOST_CALLS * 1e6)
-    torch.cuda.synchronize()
-    for way, times in loops.items():
+    for way, times in time_ways(torch, timed).items():
         out[way] = round(statistics.median(times), 3)
         out[f"{way}_min"] = round(min(times), 3)
+    out["gpu_busy"] = medians(time_ways(torch, timed, busy=True))
     if kernel is not None and before is not None:  # calls of the loops above that the native kernel launched
         after = kernel.counts()
         out["native_calls"] = {"launched": after[0] - before[0], "declined": after[1] - before[1]}
     return out
 
 
-_EMPTY_OP: dict[str, Any] = {}
+def read_host_cost(torch, spec: Spec, peer=None) -> dict:
+    """Host microseconds per eager call of the read side's ops on one sequence of READ_KEYS keys (the reader's
+    inputs as kgen.reader_check makes them; medians of time_ways' loops, idle and behind a busy GPU):
+      indexer_logits      torch.ops.kgen.indexer_logits (the reader: its native kernel, one allocation, one launch)
+      indexer_topk        torch.ops.kgen.indexer_topk at k = READ_K (the native chain: two of each)
+      indexer_topk_slots  torch.ops.kgen.indexer_topk_slots, the same with the top-k writing cache slots
+      dispatch_floor      an empty op of the reader's schema: torch's dispatcher into Python alone
+      deepgemm, deepgemm_schedule
+                          DeepGEMM's fp8_paged_mqa_logits (its schedule made outside) and its schedule call apart,
+                          on the same tensors, where `peer` (deep_gemm) is given and reads the layout
+    `native` says whether the native kernels are installed, `goal_us` the issues' bound."""
+    from . import ops  # registers torch's ops: only where a GPU command runs
+    from . import reader_check as RC
+    from .ops.reader import INDEXER_LOGITS_SCHEMA
+
+    name = ops.variant_name(spec)
+    case = RC.make_case(spec, [READ_KEYS] * READ_BATCH, seed=0)
+    kgen = torch.ops.kgen
+    ways: dict[str, Any] = {
+        "indexer_logits": lambda: kgen.indexer_logits(name, *case),
+        "indexer_topk": lambda: kgen.indexer_topk(name, *case, READ_K),
+        "indexer_topk_slots": lambda: kgen.indexer_topk_slots(name, *case, READ_K),
+        "dispatch_floor": lambda: _empty_op(torch, schema=INDEXER_LOGITS_SCHEMA)(name, *case),
+    }
+    out: dict[str, Any] = {"variant": spec.name, "batch": READ_BATCH, "keys": READ_KEYS, "k": READ_K,
+                           "calls_per_loop": HOST_CALLS, "loops": HOST_LOOPS, "goal_us": GOAL_US}
+    why = RC.peer_takes(spec, 1) if peer is not None else "deep_gemm does not import"
+    if why:
+        out["peer"] = {"name": RC.PEER_NAME, "present": False, "why": why}
+    else:
+        ways["deepgemm"], ways["deepgemm_schedule"] = RC.peer_call(peer, spec, case, 1)
+        out["peer"] = {"name": RC.PEER_NAME, "present": True}
+    for fn in ways.values():  # loads the kernels, installs the native ones, learns the shapes
+        fn()
+    out["native"] = native.status()
+    out["us_per_call"] = medians(time_ways(torch, ways))
+    out["us_per_call_gpu_busy"] = medians(time_ways(torch, ways, busy=True))
+    return out
 
 
-def _empty_op(torch, custom: bool = False, device: str = "cuda"):
-    """An op with the schema of norm_rope_store whose CUDA implementation does nothing: the
-    dispatcher's share of the op's host cost (`torch.library` define + impl, as kgen.ops registers),
-    or with `custom` the same through `torch.library.custom_op`."""
-    key = "custom" if custom else "plain"
+_EMPTY_OP: dict[Any, Any] = {}
+
+
+def _empty_op(torch, custom: bool = False, device: str = "cuda", schema: str | None = None):
+    """An op of `schema` (by default norm_rope_store's) whose CUDA implementation does nothing: the dispatcher's
+    share of an op's host cost (`torch.library` define + impl, as kgen.ops registers), or with `custom` (the
+    writer's schema) the same through `torch.library.custom_op`."""
+    from .ops import NORM_ROPE_STORE_SCHEMA
+
+    schema = schema or NORM_ROPE_STORE_SCHEMA
+    key = (custom, device, schema)
     if key not in _EMPTY_OP:
-        from .ops import NORM_ROPE_STORE_SCHEMA
-
+        name = f"empty{sum(isinstance(k, tuple) for k in _EMPTY_OP)}"
         if custom:
+            if schema != NORM_ROPE_STORE_SCHEMA:
+                raise ValueError("the custom_op floor takes the writer's schema")
+
             def empty_custom(variant, x, weight, bias, freqs, positions, out_loc, cache):
                 return None
 
-            torch.library.custom_op("kgen_bench::empty_custom", empty_custom, mutates_args=("cache",),
-                                    device_types=device, schema=NORM_ROPE_STORE_SCHEMA)
-            _EMPTY_OP[key] = torch.ops.kgen_bench.empty_custom.default
+            torch.library.custom_op(f"kgen_bench::{name}", empty_custom, mutates_args=("cache",),
+                                    device_types=device, schema=schema)
         else:
             lib = torch.library.Library("kgen_bench", "FRAGMENT")  # noqa: TOR901
-            lib.define("empty" + NORM_ROPE_STORE_SCHEMA)
-            lib.impl("empty", lambda *a: None, device.upper())
-            _EMPTY_OP["lib"], _EMPTY_OP[key] = lib, torch.ops.kgen_bench.empty.default
+            lib.define(name + schema)
+            lib.impl(name, lambda *a: None, device.upper())
+            _EMPTY_OP[name] = lib  # kept: the op lives as long as its library
+        _EMPTY_OP[key] = getattr(torch.ops.kgen_bench, name).default
     return _EMPTY_OP[key]

@@ -4,61 +4,35 @@
 
 Prints `host_us_per_call` of torch.ops.kgen.norm_rope_store (the writer, N tokens), of
 torch.ops.kgen.indexer_logits (the reader, B sequences of K keys, fp8) and of torch.ops.kgen.indexer_topk
-(the reader then the top-k, the same inputs, k = --k), measured the same way: median of kgen.host_cost's
+(the reader then the top-k, the same inputs, k = --k), measured the same way: kgen.host_cost.time_ways' median of
 HOST_LOOPS loops of HOST_CALLS calls each, microseconds per call (no sync inside a loop, and few enough
-calls that the launch queue never fills: a kernel slower than its launch would otherwise set the pace,
-and the figure would be the device's). The pieces: the current-stream lookups, the generated Python
+calls that the launch queue never fills). The pieces: the current-stream lookups, the generated Python
 check alone, the dispatcher into an empty Python op, the Python kernel (the checked twin each native
 kernel falls back to), and the native kernels' counters (launched natively vs declined; the top-k: its
-native chain's). Every piece is timed twice: with the GPU idle between loops (`us_per_call`, as kgen bench
-measures the writer) and behind a sleeping kernel (`us_per_call_gpu_busy`: the host's cost alone, whatever
-the kernel's length)."""
+native chain's). Every piece is timed twice: with the GPU idle when each loop starts (`us_per_call`) and behind a
+sleeping kernel (`us_per_call_gpu_busy`: the host's cost alone, whatever the kernel's length). `kgen bench`
+records the ops' figures (the writer's `host_us_per_call`, the read side's `reader.host`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "specs" / "dsv4" / "indexer_fp8.yaml"
 
 
-# Cycles of torch.cuda._sleep queued ahead of a "GPU busy" loop: ~15 ms at the H100's and H200's ~2 GHz, longer
-# than a loop of HOST_CALLS calls at 40 us each, so every call of the loop is queued behind it.
-SLEEP_CYCLES = 30_000_000
-
-
-def per_call_us(fn, busy: bool = False) -> float:
-    """Median microseconds per call of fn over HOST_LOOPS loops. `busy`: each loop runs while the stream is held
-    by a sleeping kernel, so the device never sets the pace and the figure is the host's alone (an idle GPU lets
-    a kernel longer than its launch pace the loop, and a launch into an idle queue can cost the driver more)."""
+def timed(pieces: dict) -> dict:
+    """Each piece's microseconds per call (kgen.host_cost.time_ways' medians) with the GPU idle when each loop
+    starts and, apart, behind a busy GPU."""
     import torch
 
-    from kgen.host_cost import HOST_CALLS, HOST_LOOPS
+    from kgen.host_cost import medians, time_ways
 
-    for _ in range(50):
-        fn()
-    out = []
-    for _ in range(HOST_LOOPS):
-        torch.cuda.synchronize()
-        if busy:
-            torch.cuda._sleep(SLEEP_CYCLES)
-        t0 = time.perf_counter_ns()
-        for _ in range(HOST_CALLS):
-            fn()
-        out.append((time.perf_counter_ns() - t0) / HOST_CALLS / 1000)
-    torch.cuda.synchronize()
-    return round(statistics.median(out), 3)
-
-
-def timed(pieces: dict) -> dict:
-    """Each piece's microseconds per call with the GPU idle between loops and, apart, behind a busy GPU."""
-    return {"us_per_call": {k: per_call_us(f) for k, f in pieces.items()},
-            "us_per_call_gpu_busy": {k: per_call_us(f, busy=True) for k, f in pieces.items()}}
+    return {"us_per_call": medians(time_ways(torch, pieces)),
+            "us_per_call_gpu_busy": medians(time_ways(torch, pieces, busy=True))}
 
 
 def reader_cost(batch: int, keys: int) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+import types
 
 import pytest
 
@@ -360,13 +361,30 @@ def test_topk_cases_cover_fp8_fully_and_the_others_at_two_shapes():
 def test_kgen_bench_read_side_runs_the_topk_with_the_default_batches_only(monkeypatch, fp8):
     from kgen import bench
 
-    calls = []
+    calls, hosts = [], []
+    timer = types.SimpleNamespace(torch="the torch module")
     monkeypatch.setattr(bench, "bench_readers", lambda specs, timer, copy, **kw: {"results": []})
     monkeypatch.setattr(TB, "bench_topk", lambda specs, **kw: calls.append((specs, kw)) or {"results": ["t"]})
+    monkeypatch.setattr(bench, "read_host_cost", lambda torch, spec, peer: hosts.append((torch, spec)) or {
+        "variant": spec.name, "us_per_call": {"indexer_topk": 9.0}, "us_per_call_gpu_busy": {"indexer_topk": 7.0}})
     monkeypatch.setenv("KGEN_BENCH_PEER", "0")
-    out = bench.read_side([fp8], None, {})
+    out = bench.read_side([fp8], timer, {})
     assert out["topk"] == {"results": ["t"]} and calls[0][0] == [fp8]
     assert calls[0][1]["sglang"].peer is None and "KGEN_BENCH_PEER=0" in calls[0][1]["sglang"].why
-    assert "topk" not in bench.read_side([fp8], None, {}, shapes=((1, 4096),))
-    assert "topk" not in bench.read_side([fp8], None, {}, tunes=(None, {"kReaderWgStages": 3}))
-    assert len(calls) == 1
+    assert hosts == [("the torch module", fp8)] and out["host"][0]["us_per_call"] == {"indexer_topk": 9.0}
+    assert "topk" not in bench.read_side([fp8], timer, {}, shapes=((1, 4096),))
+    assert "host" not in bench.read_side([fp8], timer, {}, tunes=(None, {"kReaderWgStages": 3}))
+    assert len(calls) == 1 and len(hosts) == 1
+
+
+def test_kgen_bench_records_a_failed_host_measurement_and_goes_on(monkeypatch, fp8):
+    from kgen import bench
+
+    def fails(torch, spec, peer):
+        raise RuntimeError("CUDA error: out of memory")
+
+    monkeypatch.setattr(bench, "bench_readers", lambda specs, timer, copy, **kw: {"results": []})
+    monkeypatch.setattr(TB, "bench_topk", lambda specs, **kw: {"results": []})
+    monkeypatch.setattr(bench, "read_host_cost", fails)
+    out = bench.read_side([fp8], types.SimpleNamespace(torch=None), {})
+    assert out["host"] == [{"variant": fp8.name, "error": "RuntimeError: CUDA error: out of memory"}]

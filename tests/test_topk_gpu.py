@@ -241,3 +241,19 @@ def test_slots_are_the_selection_through_the_block_table(variant, lens, next_n, 
     chosen = topk_slots(topk_reference(logits.cpu(), seq_lens.cpu(), next_n, k), table.cpu(), next_n, page)
     assert same_sets(indexer_topk_logits_slots(variant, logits, seq_lens, table, k).cpu(), chosen) == []
 
+
+
+def test_read_host_cost_times_each_op_through_its_native_path():
+    """`kgen bench`'s reader.host on this GPU: every op timed idle and behind a busy GPU, the native kernels
+    installed (DeepGEMM left out: the peer is for the bench's runs). No bound on the figures: they are the bench's."""
+    import torch
+
+    from kgen.host_cost import read_host_cost
+    from kgen.resolve import resolve_spec
+
+    e = read_host_cost(torch, resolve_spec(FP8))
+    ops = {"indexer_logits", "indexer_topk", "indexer_topk_slots"}
+    for figures in (e["us_per_call"], e["us_per_call_gpu_busy"]):
+        assert set(figures) == ops | {"dispatch_floor"}
+        assert all(0 < us < 1e4 for us in figures.values()), figures
+    assert e["native"].startswith("on") and e["peer"]["present"] is False
