@@ -6,7 +6,7 @@
 # the call carries [".whl", ".xfer/pk", ".xfer/NAME", ...].
 #
 # It installs kgen's wheels, unpacks the kits and the trees, sets the environment and starts the peers' builds in
-# the background (DeepGEMM, SGLang's top-k). Then:
+# the background (DeepGEMM, SGLang's top-k; not with NO_PEERS=1 in the environment). Then:
 #   el                         seconds since the call began, for the log
 #   peers_ready                wait for both builds; deep_gemm on PYTHONPATH
 #   tests_beside_peers TREE TEST...
@@ -43,15 +43,19 @@ el() { echo "[$(( $(date +%s) - T0 )) s]"; }
 R=$OUT/r
 mkdir -p "$R"
 export R
-( bash .peers/deepgemm/build_on_device.sh > /tmp/dg_env 2> "$R/deepgemm_build.log" ) &
-DG_PID=$!
-( timeout 150 python3 scripts/sglang_topk_peer.py build .peers/sglang_topk > "$R/sglang_topk_build.log" 2>&1 ) &
-SG_PID=$!
-peers_ready() {
-  wait $SG_PID; echo "sglang top-k build rc=$? $(el)"
-  wait $DG_PID; echo "deepgemm build rc=$? $(el)"
-  eval "$(cat /tmp/dg_env)"  # deep_gemm's tree ahead of /tmp/site and the repository on PYTHONPATH
-}
+if [ "${NO_PEERS:-0}" = 1 ]; then  # a short call that times the host: no build loads its CPUs, no peer runs
+  peers_ready() { echo "peers not built (NO_PEERS=1) $(el)"; }
+else
+  ( bash .peers/deepgemm/build_on_device.sh > /tmp/dg_env 2> "$R/deepgemm_build.log" ) &
+  DG_PID=$!
+  ( timeout 150 python3 scripts/sglang_topk_peer.py build .peers/sglang_topk > "$R/sglang_topk_build.log" 2>&1 ) &
+  SG_PID=$!
+  peers_ready() {
+    wait $SG_PID; echo "sglang top-k build rc=$? $(el)"
+    wait $DG_PID; echo "deepgemm build rc=$? $(el)"
+    eval "$(cat /tmp/dg_env)"  # deep_gemm's tree ahead of /tmp/site and the repository on PYTHONPATH
+  }
+fi
 tests_beside_peers() {
   local tree=$1 pt
   shift
