@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from . import launcher, native
+from . import reader_check as RC
 from .runtime import load
 from .spec import Spec
 
@@ -137,7 +138,6 @@ def read_host_cost(torch, spec: Spec, peer=None) -> dict:
                           on the same tensors, where `peer` (deep_gemm) is given and reads the layout
     `native` says whether the native kernels are installed, `goal_us` the issues' bound."""
     from . import ops  # registers torch's ops: only where a GPU command runs
-    from . import reader_check as RC
     from .ops.reader import INDEXER_LOGITS_SCHEMA
 
     name = ops.variant_name(spec)
