@@ -42,3 +42,44 @@ def test_a_dearer_call_measures_more():
     out = HC.medians(HC.time_ways(fake_torch([]), {"cheap": lambda: None, "dear": lambda: spin(200)}, calls=20,
                                   loops=3))
     assert out["dear"] >= 200 > out["cheap"]
+
+
+def test_read_host_cost_times_the_read_ops_and_the_peer_beside_them(monkeypatch):
+    """read_host_cost's flow on the CPU (the ops' CPU implementations, an empty op at the CPU key, a stand-in for
+    DeepGEMM): every op and the floor timed in both modes; the peer's reader and schedule beside them where it
+    reads the layout, and said absent (with why) where it does not import."""
+    import torch
+
+    from kgen.resolve import resolve_spec
+
+    log: list = []
+    monkeypatch.setattr(torch, "cuda", fake_torch(log).cuda)
+    monkeypatch.setattr(HC, "HOST_LOOPS", 1)
+    monkeypatch.setattr(HC, "HOST_CALLS", 1)
+    make_case, empty_op = HC.RC.make_case, HC._empty_op
+    monkeypatch.setattr(HC.RC, "make_case", lambda *a, **k: make_case(*a, **{**k, "device": "cpu"}))
+    monkeypatch.setattr(HC, "_empty_op", lambda torch, schema=None: empty_op(torch, device="cpu", schema=schema))
+
+    class Peer:
+        calls: list = []
+
+        def get_num_sms(self):
+            return 132
+
+        def get_paged_mqa_logits_metadata(self, ctx, page_size, sms):
+            self.calls.append("schedule")
+
+        def fp8_paged_mqa_logits(self, q, kv, weights, ctx, table, meta, max_seq_len, clean):
+            self.calls.append("logits")
+
+    spec = resolve_spec("specs/dsv4.yaml::dsv4_indexer_fp8")
+    ops = {"indexer_logits", "indexer_topk", "indexer_topk_slots", "dispatch_floor"}
+    alone = HC.read_host_cost(torch, spec)
+    assert alone["peer"] == {"name": HC.RC.PEER_NAME, "present": False, "why": "deep_gemm does not import"}
+    assert set(alone["us_per_call"]) == set(alone["us_per_call_gpu_busy"]) == ops
+    assert (alone["batch"], alone["keys"], alone["k"]) == (HC.READ_BATCH, HC.READ_KEYS, HC.READ_K)
+    beside = HC.read_host_cost(torch, spec, peer=Peer())
+    assert beside["peer"]["present"] and set(beside["us_per_call"]) == ops | {"deepgemm", "deepgemm_schedule"}
+    assert {"logits", "schedule"} <= set(Peer.calls)
+    assert all(v > 0 for v in beside["us_per_call_gpu_busy"].values())
+    assert ("sleep", HC.SLEEP_CYCLES) in log

@@ -4,7 +4,7 @@ test ops' CUDA keys with CUDA tensors, its entry points swapped for C stubs (lau
 ops (torch.ops.kgen.*: the same native code with libcuda's cuLaunchKernelEx). The difference is the driver's two
 launches; the rest (torch's dispatcher, the argument checks, two CUDA caching allocator calls) is what the stubbed
 chain costs. fp8, 1 x 4K keys, k 512; each way timed with the GPU idle between loops and behind a sleeping kernel
-(kgen.host_cost.time_ways). Run from a tree's root:
+(scripts/host_breakdown.py's timed: kgen.host_cost.time_ways). Run from a tree's root:
 
     python bench/results/h200-2026-12-07-s30/host_parts.py [--json FILE]
 """
@@ -17,13 +17,13 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(Path.cwd() / "tests"), str(HERE.parents[1] / "topk2-2026-12-03")]
+sys.path[:0] = [str(Path.cwd() / "tests"), str(Path.cwd() / "scripts"), str(HERE.parent / "topk2-2026-12-03")]
 
+from host_breakdown import timed  # noqa: E402
 from host_cpu_chain import c_stubs  # noqa: E402
 from test_topk_native import FP8, Chained  # noqa: E402
 
 from kgen import reader_check as RC  # noqa: E402
-from kgen.host_cost import medians, time_ways  # noqa: E402
 from kgen.resolve import resolve_spec  # noqa: E402
 
 
@@ -53,8 +53,7 @@ def main() -> int:
         "torch.empty_like of the logits": lambda: torch.empty_like(logits),
     }
     before = c.chain.counts()
-    out = {"us_per_call": medians(time_ways(torch, ways)),
-           "us_per_call_gpu_busy": medians(time_ways(torch, ways, busy=True))}
+    out = timed(ways)
     after = c.chain.counts()
     out["stub_chain_calls"] = {"native": after[0] - before[0], "declined": after[1] - before[1]}
     text = json.dumps(out, indent=1)
