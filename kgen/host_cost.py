@@ -8,7 +8,8 @@ kgen.reader_check); `scripts/host_breakdown.py` uses the same pieces for each pi
 Every way is timed twice: with the GPU idle when each loop starts, as an engine's eager call meets it, and behind a
 sleeping kernel (`gpu_busy`): every call of the loop then queues behind it, so no kernel of the loop can set its
 pace and the figure is the host's alone (with the GPU idle, a kernel longer than its launch would pace the loop
-once the launch queue filled, and a launch into an idle queue may cost the driver more).
+once the launch queue filled, and a launch into an idle queue may cost the driver more). A busy loop that lasted
+as long as the sleep may have waited for it: `paced_loops` counts them (busy_figures).
 """
 
 from __future__ import annotations
@@ -56,6 +57,27 @@ def time_ways(torch, ways: dict[str, Any], *, busy: bool = False, calls: int = H
 
 def medians(times: dict[str, list[float]]) -> dict[str, float]:
     return {way: round(statistics.median(t), 3) for way, t in times.items()}
+
+
+def sleep_us(torch) -> float:
+    """The sleeping kernel's wall time on this device, microseconds (one, after a warm-up)."""
+    for _ in range(2):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        torch.cuda._sleep(SLEEP_CYCLES)
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e6
+
+
+def busy_figures(torch, ways: dict[str, Any], *, calls: int = HOST_CALLS, loops: int = HOST_LOOPS) -> dict:
+    """time_ways' medians behind a busy GPU, with the check that makes them the host's: a loop that lasted as long
+    as the sleeping kernel may have waited for it (the launch queue full), and is counted per way in
+    `paced_loops` (none: every loop's calls were queued while the kernel still slept)."""
+    times = time_ways(torch, ways, busy=True, calls=calls, loops=loops)
+    sleep = sleep_us(torch)
+    paced = {way: sum(t * calls >= 0.9 * sleep for t in ts) for way, ts in times.items()}
+    return {"us_per_call": medians(times), "sleep_us": round(sleep, 1),
+            "paced_loops": {way: n for way, n in paced.items() if n}}
 
 
 def _no_op(*_args: Any) -> None:
@@ -119,7 +141,7 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
     for way, times in time_ways(torch, timed).items():
         out[way] = round(statistics.median(times), 3)
         out[f"{way}_min"] = round(min(times), 3)
-    out["gpu_busy"] = medians(time_ways(torch, timed, busy=True))
+    out["gpu_busy"] = busy_figures(torch, timed)
     if kernel is not None and before is not None:  # calls of the loops above that the native kernel launched
         after = kernel.counts()
         out["native_calls"] = {"launched": after[0] - before[0], "declined": after[1] - before[1]}
@@ -161,7 +183,9 @@ def read_host_cost(torch, spec: Spec, peer=None) -> dict:
         fn()
     out["native"] = native.status()
     out["us_per_call"] = medians(time_ways(torch, ways))
-    out["us_per_call_gpu_busy"] = medians(time_ways(torch, ways, busy=True))
+    busy = busy_figures(torch, ways)
+    out["us_per_call_gpu_busy"] = busy.pop("us_per_call")
+    out["gpu_busy"] = busy
     return out
 
 

@@ -83,3 +83,13 @@ def test_read_host_cost_times_the_read_ops_and_the_peer_beside_them(monkeypatch)
     assert {"logits", "schedule"} <= set(Peer.calls)
     assert all(v > 0 for v in beside["us_per_call_gpu_busy"].values())
     assert ("sleep", HC.SLEEP_CYCLES) in log
+
+
+def test_a_busy_loop_as_long_as_the_sleep_is_counted_as_paced():
+    """busy_figures: a loop that lasted as long as the sleeping kernel may have waited for it (its launches filled
+    the queue); it is counted, the quick way's loops are not."""
+    torch = fake_torch([])
+    torch.cuda._sleep = lambda cycles: spin(3000)  # a stand-in whose sleep the host waits out at the sync
+    out = HC.busy_figures(torch, {"quick": lambda: None, "slow": lambda: spin(400)}, calls=10, loops=2)
+    assert out["sleep_us"] >= 3000 and out["paced_loops"] == {"slow": 2}
+    assert out["us_per_call"]["slow"] >= 400 > out["us_per_call"]["quick"]
