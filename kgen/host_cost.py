@@ -14,8 +14,11 @@ as long as the sleep may have waited for it: `paced_loops` counts them (busy_fig
 
 from __future__ import annotations
 
+import os
+import platform
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from . import launcher, native
@@ -53,6 +56,23 @@ def time_ways(torch, ways: dict[str, Any], *, busy: bool = False, calls: int = H
             out[way].append((time.perf_counter() - t0) / calls * 1e6)
     torch.cuda.synchronize()
     return out
+
+
+def host_machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
+    """What a host figure depends on besides kgen: the CPU's model (cpuinfo's first `model name`; None where the
+    file has none), the CPUs this process may run on and the Python. Two H100 machines of one kind ran the same
+    calls 1.7x apart (the dispatch floor 3.9 and 7.2 us: bench/results/h100-2026-12-07-s31/), so a host figure
+    is compared only on the same model, or as a multiple of its own `dispatch_floor`."""
+    model = None
+    try:
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": model, "cpus": cpus, "python": platform.python_version()}
 
 
 def medians(times: dict[str, list[float]]) -> dict[str, float]:
@@ -130,7 +150,7 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
 
     kernel = native.install(ops.NAMESPACE, "norm_rope_store", "_norm_rope_store_checked") if loaded else None
     out: dict = {"calls_per_loop": HOST_CALLS, "loops": HOST_LOOPS, "launcher": loaded.get("backend"),
-                 "native": native.status()}
+                 "native": native.status(), "host": host_machine()}
     before = kernel.counts() if kernel is not None else None
     timed = {}
     for way, fn in ways.items():
@@ -172,7 +192,8 @@ def read_host_cost(torch, spec: Spec, peer=None) -> dict:
         "dispatch_floor": lambda: _empty_op(torch, schema=INDEXER_LOGITS_SCHEMA)(name, *case),
     }
     out: dict[str, Any] = {"variant": spec.name, "batch": READ_BATCH, "keys": READ_KEYS, "k": READ_K,
-                           "calls_per_loop": HOST_CALLS, "loops": HOST_LOOPS, "goal_us": GOAL_US}
+                           "calls_per_loop": HOST_CALLS, "loops": HOST_LOOPS, "goal_us": GOAL_US,
+                           "host": host_machine()}
     why = RC.peer_takes(spec, 1) if peer is not None else "deep_gemm does not import"
     if why:
         out["peer"] = {"name": RC.PEER_NAME, "present": False, "why": why}

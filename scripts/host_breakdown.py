@@ -135,7 +135,7 @@ def main() -> int:
 
     from kgen import fastpath, native, ops
     from kgen.bench import bench_inputs
-    from kgen.host_cost import _empty_op
+    from kgen.host_cost import _empty_op, host_machine
 
     name = str(SPEC)
     v = ops.resolve(name)
@@ -164,7 +164,7 @@ def main() -> int:
     if kernel is not None and before is not None:
         after = kernel.counts()
         writer["native_calls"] = {"launched": after[0] - before[0], "declined": after[1] - before[1]}
-    out = {"native": native.status(), "writer": writer, "reader": reader_cost(a.batch, a.keys),
+    out = {"native": native.status(), "host": host_machine(), "writer": writer, "reader": reader_cost(a.batch, a.keys),
            "topk": topk_cost(a.batch, a.keys, a.k)}
     text = json.dumps(out, indent=1)
     print(text)

@@ -78,6 +78,7 @@ def test_read_host_cost_times_the_read_ops_and_the_peer_beside_them(monkeypatch)
     assert alone["peer"] == {"name": HC.RC.PEER_NAME, "present": False, "why": "deep_gemm does not import"}
     assert set(alone["us_per_call"]) == set(alone["us_per_call_gpu_busy"]) == ops
     assert (alone["batch"], alone["keys"], alone["k"]) == (HC.READ_BATCH, HC.READ_KEYS, HC.READ_K)
+    assert alone["host"] == HC.host_machine()  # the figures name the machine they were taken on
     beside = HC.read_host_cost(torch, spec, peer=Peer())
     assert beside["peer"]["present"] and set(beside["us_per_call"]) == ops | {"deepgemm", "deepgemm_schedule"}
     assert {"logits", "schedule"} <= set(Peer.calls)
@@ -93,3 +94,17 @@ def test_a_busy_loop_as_long_as_the_sleep_is_counted_as_paced():
     out = HC.busy_figures(torch, {"quick": lambda: None, "slow": lambda: spin(400)}, calls=10, loops=2)
     assert out["sleep_us"] >= 3000 and out["paced_loops"] == {"slow": 2}
     assert out["us_per_call"]["slow"] >= 400 > out["us_per_call"]["quick"]
+
+
+def test_host_machine_names_the_cpu_model_or_none(tmp_path):
+    """The CPU model from cpuinfo's first `model name` line (a host figure is only compared on the same model); a
+    file without one, or none at all, gives None and the other facts still."""
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+                    "processor\t: 1\nmodel name\t: another\n")
+    got = HC.host_machine(info)
+    assert got["cpu"] == "Intel(R) Xeon(R) Platinum 8480+"
+    assert got["cpus"] >= 1 and got["python"].count(".") == 2
+    info.write_text("processor\t: 0\nCPU implementer\t: 0x41\n")  # an Arm host's cpuinfo has no model name
+    assert HC.host_machine(info)["cpu"] is None
+    assert HC.host_machine(tmp_path / "absent")["cpu"] is None
