@@ -60,7 +60,7 @@ def time_ways(torch, ways: dict[str, Any], *, busy: bool = False, calls: int = H
 
 def host_machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
     """What a host figure depends on besides kgen: the CPU's model (cpuinfo's first `model name`; None where the
-    file has none), the CPUs this process may run on and the Python. Two H100 machines of one kind ran the same
+    file has none), the CPUs this process may run on and the Python. Two H100 machines ran the same
     calls 1.7x apart (the dispatch floor 3.9 and 7.2 us: bench/results/h100-2026-12-07-s31/), so a host figure
     is compared only on the same model, or as a multiple of its own `dispatch_floor`."""
     model = None
