@@ -131,9 +131,12 @@ def supported_archs() -> tuple[frozenset[int], str]:
     return frozenset(FALLBACK_ARCHS), "kgen's built-in list (NVRTC not found)"
 
 
-def _probe(lib_path: Path) -> tuple[frozenset[int], str] | None:
+def _probe(lib_path: Path, *, loaded_only: bool = False) -> tuple[frozenset[int], str] | None:
+    """(architectures, "NVRTC major.minor") of the library at `lib_path`; `loaded_only`: of the one this process
+    already loaded under that name (a bare soname), if any."""
     try:
-        lib = ctypes.CDLL(str(lib_path))
+        mode = os.RTLD_NOLOAD | os.RTLD_LAZY if loaded_only else ctypes.DEFAULT_MODE
+        lib = ctypes.CDLL(str(lib_path), mode=mode)
         n = ctypes.c_int()
         if lib.nvrtcGetNumSupportedArchs(ctypes.byref(n)) == 0 and n.value > 0:
             arr = (ctypes.c_int * n.value)()
@@ -148,9 +151,13 @@ def _probe(lib_path: Path) -> tuple[frozenset[int], str] | None:
 
 @functools.lru_cache(maxsize=1)
 def nvrtc_version() -> str:
-    """Asked of the library itself, never of the probe record: compile cache keys depend on it."""
+    """The version of the NVRTC that compiles, asked of the library, never of the probe record: compile cache keys
+    depend on it. cuda-python takes a libnvrtc the process already loaded under the wheel's soname before the
+    wheel's own file, so an LD_PRELOAD (scripts/nvrtc_image.sh: the device image's 13.0 in place of the pinned
+    13.5) compiles with another NVRTC than the wheel's; keyed by the wheel's, such a compile found the pinned
+    NVRTC's cubins and compiled nothing. Asked here without importing cuda-python (a cache hit never does)."""
     lib = nvrtc_library()
-    probed = _probe(lib) if lib is not None else None
+    probed = (_probe(Path(lib.name), loaded_only=True) or _probe(lib)) if lib is not None else None
     return probed[1] if probed is not None else supported_archs()[1]
 
 

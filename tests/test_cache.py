@@ -289,3 +289,35 @@ def test_concurrent_processes_compile_once(cache, inc, tmp_path):
     assert cached == ["False", "True", "True"]  # one compiled, the others waited and loaded it
     assert sum(e.count("compiling fake_variant") for _, e in outs) == 1
     assert len({o.split()[1] for o, _ in outs}) == 1
+
+
+
+_FAKE_NVRTC = """
+int nvrtcVersion(int* major, int* minor) { *major = 12; *minor = 1; return 0; }
+int nvrtcGetNumSupportedArchs(int* n) { *n = 1; return 0; }
+int nvrtcGetSupportedArchs(int* archs) { archs[0] = 90; return 0; }
+"""
+
+
+def test_the_key_names_the_nvrtc_a_preload_puts_in_place_of_the_wheels(tmp_path):
+    """The NVRTC version every compile key holds is the library that compiles: cuda-python takes a libnvrtc the
+    process already loaded under the wheel's soname before the wheel's file, so under an LD_PRELOAD (as
+    scripts/nvrtc_image.sh's) the key must name the preloaded one, else an image compile finds the pinned NVRTC's
+    cubins and compiles nothing. A stand-in library of that soname, preloaded into a child, is what it names."""
+    import shutil
+
+    from kgen.toolchain import nvrtc_library
+
+    wheel = nvrtc_library()
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if wheel is None or cc is None:
+        pytest.skip("no NVRTC wheel or no C compiler")
+    src, fake = tmp_path / "fake_nvrtc.c", tmp_path / "fake_nvrtc.so"
+    src.write_text(_FAKE_NVRTC)
+    subprocess.run([cc, "-shared", "-fPIC", f"-Wl,-soname,{wheel.name}", str(src), "-o", str(fake)], check=True)
+    ask = [sys.executable, "-c", "from kgen.toolchain import nvrtc_version; print(nvrtc_version())"]
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    preloaded = subprocess.run(ask, env={**env, "LD_PRELOAD": str(fake)}, capture_output=True, text=True, check=True)
+    plain = subprocess.run(ask, env=env, capture_output=True, text=True, check=True)
+    assert preloaded.stdout.strip() == "NVRTC 12.1"
+    assert plain.stdout.strip().startswith("NVRTC ") and plain.stdout.strip() != "NVRTC 12.1"  # the wheel's own
