@@ -291,7 +291,6 @@ def test_concurrent_processes_compile_once(cache, inc, tmp_path):
     assert len({o.split()[1] for o, _ in outs}) == 1
 
 
-
 _FAKE_NVRTC = """
 int nvrtcVersion(int* major, int* minor) { *major = 12; *minor = 1; return 0; }
 int nvrtcGetNumSupportedArchs(int* n) { *n = 1; return 0; }
