@@ -100,6 +100,14 @@ def busy_figures(torch, ways: dict[str, Any], *, calls: int = HOST_CALLS, loops:
             "paced_loops": {way: n for way, n in paced.items() if n}}
 
 
+def idle_and_busy(torch, ways: dict[str, Any]) -> dict:
+    """The read side's record of `ways`: medians with the GPU idle (`us_per_call`) and behind a busy GPU
+    (`us_per_call_gpu_busy`), with busy_figures' check beside them (`gpu_busy`: sleep_us, paced_loops)."""
+    idle = medians(time_ways(torch, ways))
+    busy = busy_figures(torch, ways)
+    return {"us_per_call": idle, "us_per_call_gpu_busy": busy.pop("us_per_call"), "gpu_busy": busy}
+
+
 def _no_op(*_args: Any) -> None:
     return None
 
@@ -203,10 +211,7 @@ def read_host_cost(torch, spec: Spec, peer=None) -> dict:
     for fn in ways.values():  # loads the kernels, installs the native ones, learns the shapes
         fn()
     out["native"] = native.status()
-    out["us_per_call"] = medians(time_ways(torch, ways))
-    busy = busy_figures(torch, ways)
-    out["us_per_call_gpu_busy"] = busy.pop("us_per_call")
-    out["gpu_busy"] = busy
+    out.update(idle_and_busy(torch, ways))
     return out
 
 

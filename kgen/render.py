@@ -263,23 +263,30 @@ def _topk_config_file(kabi: A.KernelAbi) -> str:
     return kabi.kernel.removeprefix("indexer_") + "_config.cuh"  # topk_config.cuh, topk_slots_config.cuh
 
 
-def _topk_files(spec: Spec, kabi: A.KernelAbi) -> dict[str, str]:
-    """A top-k kernel's config header and instantiation (beside the writer's config.cuh they include). The first of
-    TOPK_KERNELS holds kgen.topk_plan's numbers; each other one's config derives from it and adds only its Params,
-    so that a variant's numbers are written once."""
-    uri, base = spec.name, TOPK_KERNELS[0]
-    values = dict(uri=uri, name_expression=kabi.name_expression(uri), abi=abi_values(kabi), kernel=kabi.kernel,
-                  namespace=kabi.namespace, config_file=_topk_config_file(kabi),
-                  kernel_parameter=kabi.cxx_parameter("KgenConfig"))
-    files = {f"{uri}/{kabi.kernel}.cu": _render("variant/indexer_topk.cu.j2", **values)}
+def _topk_values(uri: str, kabi: A.KernelAbi) -> dict:
+    return dict(uri=uri, name_expression=kabi.name_expression(uri), abi=abi_values(kabi), kernel=kabi.kernel,
+                namespace=kabi.namespace, config_file=_topk_config_file(kabi),
+                kernel_parameter=kabi.cxx_parameter("KgenConfig"))
+
+
+def _topk_configs(uri: str, kabi: A.KernelAbi) -> dict[str, str]:
+    """A top-k kernel's config header and the ones it includes. The first of TOPK_KERNELS holds kgen.topk_plan's
+    numbers; each other one's config derives from it and adds only its Params, so that a variant's numbers are
+    written once."""
+    base, values = TOPK_KERNELS[0], _topk_values(uri, kabi)
+    path = f"{uri}/{_topk_config_file(kabi)}"
     if kabi is base:
-        config = _render("variant/topk_config.cuh.j2", **values, base_config="", parent="kgen_cfg",
-                         constants=[{"name": k, "value": v} for k, v in topk_constants().items()])
-    else:
-        files.update(_topk_files(spec, base))  # its config, which this one includes (the same file each time)
-        config = _render("variant/topk_config.cuh.j2", **values, base_config=_topk_config_file(base),
-                         parent=base.namespace, constants=[])
-    return {f"{uri}/{_topk_config_file(kabi)}": config, **files}
+        return {path: _render("variant/topk_config.cuh.j2", **values, base_config="", parent="kgen_cfg",
+                              constants=[{"name": k, "value": v} for k, v in topk_constants().items()])}
+    return {path: _render("variant/topk_config.cuh.j2", **values, base_config=_topk_config_file(base),
+                          parent=base.namespace, constants=[]), **_topk_configs(uri, base)}
+
+
+def _topk_files(spec: Spec, kabi: A.KernelAbi) -> dict[str, str]:
+    """A top-k kernel's configs and its instantiation (beside the writer's config.cuh they include)."""
+    uri = spec.name
+    return {**_topk_configs(uri, kabi),
+            f"{uri}/{kabi.kernel}.cu": _render("variant/indexer_topk.cu.j2", **_topk_values(uri, kabi))}
 
 
 def render_topk(spec: Spec, tune: dict | None = None, kabi: A.KernelAbi = A.INDEXER_TOPK) -> RenderedVariant:

@@ -29,11 +29,9 @@ def timed(pieces: dict) -> dict:
     starts and, apart, behind a busy GPU."""
     import torch
 
-    from kgen.host_cost import busy_figures, medians, time_ways
+    from kgen.host_cost import idle_and_busy
 
-    busy = busy_figures(torch, pieces)
-    return {"us_per_call": medians(time_ways(torch, pieces)), "us_per_call_gpu_busy": busy.pop("us_per_call"),
-            "gpu_busy": busy}
+    return idle_and_busy(torch, pieces)
 
 
 def reader_cost(batch: int, keys: int) -> dict:
