@@ -442,7 +442,7 @@ def read_side(specs: list[Spec], timer: Timer, copy: dict, *, tunes: tuple = (No
     mine = [s for s in specs if readable(s)]
     if mine and shapes is None and tuple(tunes) == (None,):
         sglang = topk_bench.PeerState(topk_bench.peer_enabled())
-        reader["topk"] = topk_bench.bench_topk(mine, timer=timer, say=_say, sglang=sglang)
+        reader["topk"] = topk_bench.bench_topk(mine, timer=timer, say=_say, sglang=sglang, copy=copy)
         reader["host"] = [_read_host(timer.torch, spec) for spec in mine]
     return reader
 

@@ -36,6 +36,7 @@ from typing import Any
 from . import peer_sglang_topk as P
 from . import reader_check as RC
 from .gpurun import sticky
+from .layout import compute as compute_layout
 from .peer_sglang import peer_enabled
 from .reader_layout import readable
 from .spec import Spec
@@ -51,6 +52,18 @@ SGLANG_ROWS = ("sglang_topk", "sglang_plan", "kgen_reader+sglang_topk", "deepgem
 SLOTS_ROWS = ("kgen_slots", "kgen_select_slots", "sglang_topk_slots")  # the selection as cache slots
 ROWS = ("kgen", "kgen_select", *SELECTS, "sglang_plan", *READER_ROWS, *DEEPGEMM_ROWS, *SLOTS_ROWS)
 TIMINGS = (("cold", {"lo": 10, "hi": 30}), ("graph", {"lo": 10, "hi": 20}))
+# issue 21's goals: the fused op's time at most this fraction of the unfused step it is judged against: DeepGEMM's
+# logits + the fastest top-k for fp8 keys (`deepgemm_fastest`), kgen's own reader + it for bf16 and fp4 keys
+GOAL_FP8, GOAL_OTHER = 0.6, 0.7
+BYTE_MODEL = ("floor_bytes: every sequence's keys read once (layout.bytes_per_token each, whatever next_n) and the "
+              "int32 indices written (rows x k x 4 B): what any fused step moves; floor_us: those bytes at the run's "
+              "copy bandwidth (copy.gbps, bytes read + written per second: the practical limit the writer's "
+              "fraction of copy uses). logits_bytes: the fp32 rows an unfused step writes and its top-k reads "
+              "(rows x max_seq_len x 4 B, each way), which a fused step need not move. Per timing mode: goal_us "
+              "(the goal's fraction of its base row's time), goal_over_floor (< 1: the goal asks for less time than "
+              "reading the keys once takes at copy speed, so no kernel that reads them can meet it where they come "
+              "from memory: cold, or keys_exceed_l2) and kgen_over_floor. q, weights and the block table are not "
+              "counted.")
 _IMPORT = object()  # bench_topk's default: DeepGEMM as reader_check.peer_module finds it
 
 
@@ -116,6 +129,41 @@ def ratios(t: dict) -> dict:
         best = _fastest(t, names)
         if best is not None and isinstance(t.get(base), float):
             out[fastest_key], out[ratio_key] = best, t[base] / t[best]
+    return out
+
+
+def floor_record(bytes_per_token: int, lens, rows: int, k: int, max_seq_len: int, copy_gbps: float | None,
+                 l2_bytes: int | None = None) -> dict:
+    """BYTE_MODEL's bytes of one shape (sequence lengths `lens`, `rows` query rows) and, given the run's copy
+    bandwidth, the time moving them takes at copy speed; given the device's L2 size, whether the keys exceed it
+    (`keys_exceed_l2`: then a graph's replays read them from memory too, and the floor binds warm as it does cold)."""
+    keys = sum(int(n) for n in lens) * int(bytes_per_token)
+    out: dict[str, Any] = {"floor_bytes": keys + int(rows) * int(k) * 4, "key_bytes": keys,
+                           "logits_bytes": int(rows) * int(max_seq_len) * 4}
+    if copy_gbps:
+        out["floor_us"] = out["floor_bytes"] / (float(copy_gbps) * 1e3)
+    if l2_bytes:
+        out["keys_exceed_l2"] = keys > int(l2_bytes)
+    return out
+
+
+_GOAL_KEYS = frozenset(("goal", "goal_us", "goal_over_floor", "kgen_over_floor"))
+
+
+def goal_record(t: dict, store: str, floor_us: float | None) -> dict:
+    """One timing mode's goal (issue 21): its base row (`deepgemm_fastest` for fp8 keys, else `reader_fastest`, as
+    `ratios` names them in `t`), goal_us, and against the byte floor goal_over_floor and kgen_over_floor. Empty where
+    the base row did not run."""
+    fp8 = store == "fp8_e4m3"
+    base, goal = ("deepgemm_fastest", GOAL_FP8) if fp8 else ("reader_fastest", GOAL_OTHER)
+    row = t.get(base)
+    if not isinstance(row, str) or not isinstance(t.get(row), float):
+        return {}
+    out: dict[str, Any] = {"goal": goal, "goal_base": row, "goal_us": goal * t[row]}
+    if floor_us:
+        out["goal_over_floor"] = out["goal_us"] / floor_us
+        if isinstance(t.get("kgen"), float):
+            out["kgen_over_floor"] = t["kgen"] / floor_us
     return out
 
 
@@ -194,9 +242,10 @@ def aligned_reader(spec: Spec, args: tuple):
 
 
 def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, next_n: int, k: int, *,
-                    seed: int = 0, peer=None, sglang=None) -> dict:
+                    seed: int = 0, peer=None, sglang=None, copy_gbps: float | None = None) -> dict:
     """One shape: every row of TOPK_BENCH_WHAT that can run (`peer`: deep_gemm or None; `sglang`: SGLang's
-    loaded top-k or None), cold and graph, the ratios, and the set checks."""
+    loaded top-k or None), cold and graph, the ratios, the byte floor and the goal against it (BYTE_MODEL; the
+    floor's time where the run's `copy_gbps` is given), and the set checks."""
     from .ops.topk import prepare, prepare_select
     from .score import same_sets, topk_slots, visible_lengths
 
@@ -215,6 +264,8 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
     e: dict[str, Any] = {"variant": spec.name, "store": spec.store.dtype, "batch": batch, "keys": keys,
                          "lengths": dist, "next_n": next_n, "k": k, "rows": int(vis.numel()), "max_seq_len": msl,
                          "total_keys": sum(lens)}
+    l2 = getattr(torch.cuda.get_device_properties(logits.device), "L2_cache_size", None) if logits.is_cuda else None
+    e.update(floor_record(compute_layout(spec).bytes_per_token, lens, e["rows"], k, msl, copy_gbps, l2))
     grid = getattr(select, "grid", None)  # as planned for this device (kgen.topk_plan.topk_cluster)
     if grid:
         e["topk_cluster"] = int(grid[0])
@@ -276,6 +327,7 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
             if "graph_error" in r:
                 t.setdefault("graph_errors", {})[name] = r["graph_error"]
         t.update(ratios(t))
+        t.update(goal_record(t, e["store"], e.get("floor_us")))
         e[how] = t
     # the sets, after the timings (each output written once more from the logits above)
     want = torch.topk(logits, kk, dim=1)
@@ -331,11 +383,13 @@ def topk_cases(specs: list[Spec], shapes=TOPK_BENCH_SHAPES, ks=RC.TOPK_KS) -> li
 
 
 def bench_topk(specs: list[Spec], shapes=TOPK_BENCH_SHAPES, *, ks=RC.TOPK_KS, say=print, timer=None,
-               cases: list | None = None, on_result=None, sglang: PeerState | None = None, deepgemm=_IMPORT) -> dict:
+               cases: list | None = None, on_result=None, sglang: PeerState | None = None, deepgemm=_IMPORT,
+               copy: dict | None = None) -> dict:
     """`kgen bench`'s top-k rows over topk_cases (`cases` overrides the list: (spec, batch, keys, dist, next_n, k)
     tuples); `sglang`: SGLang's top-k as loaded once for the run (default: loaded here unless KGEN_BENCH_PEER=0);
-    `deepgemm`: deep_gemm or None (default: imported where it can be). `on_result(out)` runs after each shape (a
-    partial file). A sticky CUDA error (the context lost) ends the run, said in `stopped`."""
+    `deepgemm`: deep_gemm or None (default: imported where it can be); `copy`: the run's copy bandwidth
+    (kgen.timing.copy_bandwidth; each shape's byte floor is timed by its gbps). `on_result(out)` runs after each
+    shape (a partial file). A sticky CUDA error (the context lost) ends the run, said in `stopped`."""
     torch = RC._torch()
     timer = timer or Timer(torch)
     dg, why = RC.peer_module() if deepgemm is _IMPORT else (deepgemm, None if deepgemm else "not asked")
@@ -348,10 +402,14 @@ def bench_topk(specs: list[Spec], shapes=TOPK_BENCH_SHAPES, *, ks=RC.TOPK_KS, sa
     # name / present / why at the top: DeepGEMM's, the keys of the JSON before SGLang's rows joined
     peers = {**{n: dg_rec[n] for n in ("name", "present") + (("why",) if "why" in dg_rec else ())},
              "deepgemm": dg_rec, "sglang": state.record()}
-    out: dict[str, Any] = {"what": TOPK_BENCH_WHAT, "peer": peers, "results": results}
+    out: dict[str, Any] = {"what": TOPK_BENCH_WHAT, "byte_model": BYTE_MODEL, "peer": peers, "results": results}
+    copy_gbps = (copy or {}).get("gbps")
+    if copy:
+        out["copy"] = copy
     for spec, batch, keys, dist, next_n, k in cases:
         try:
-            e = bench_topk_case(torch, timer, spec, batch, keys, dist, next_n, k, peer=dg, sglang=state.peer)
+            e = bench_topk_case(torch, timer, spec, batch, keys, dist, next_n, k, peer=dg, sglang=state.peer,
+                                copy_gbps=copy_gbps)
         except Exception as ex:  # noqa: BLE001 - recorded per shape
             e = {"variant": spec.name, "batch": batch, "keys": keys, "lengths": dist, "next_n": next_n, "k": k,
                  "error": f"{type(ex).__name__}: {ex}"[:1000]}
@@ -373,12 +431,14 @@ def topk_line(e: dict) -> str:
             f"k={e['k']:<5d}")
     if "error" in e:
         return f"{head} ERROR {e['error']}"
-    parts = []
+    parts = [f"floor {e['floor_us']:.1f} us"] if "floor_us" in e else []
     for how in ("cold", "graph"):
         t = e[how]
-        vals = " ".join(f"{n} {v:.1f}" for n, v in t.items() if isinstance(v, float) and not n.startswith("ratio"))
+        vals = " ".join(f"{n} {v:.1f}" for n, v in t.items()
+                        if isinstance(v, float) and not n.startswith("ratio") and n not in _GOAL_KEYS)
         rs = " ".join(f"{n.removeprefix('ratio_')} {v:.2f}" for n, v in t.items() if n.startswith("ratio"))
-        parts.append(f"{how}: {vals} us ({rs})")
+        goal = f", goal/floor {t['goal_over_floor']:.2f}" if "goal_over_floor" in t else ""
+        parts.append(f"{how}: {vals} us ({rs}{goal})")
     checks = " ".join(f"{n.removeprefix('check_')} {c['rows_differing_beyond_ties']}/{c['rows_checked']}"
                       f"+{c['short_rows_wrong']}/{c['short_rows']}" for n, c in e.items() if n.startswith("check_"))
     slots = " ".join(f"{n} {c}" for n, c in e.get("slots_check", {}).items())

@@ -15,6 +15,7 @@ import kgen.ops  # noqa: F401 - registers the ops
 from kgen import topk_bench as TB
 from kgen.bench import environment, write_json_atomic
 from kgen.resolve import resolve_spec
+from kgen.timing import Timer, copy_bandwidth
 
 FAMILY = "specs/dsv4.yaml::"
 
@@ -49,7 +50,9 @@ def main() -> int:
                 yield c
 
     data = {**environment(torch), "cases_planned": len(cases)}
-    out = TB.bench_topk([fp8], cases=Until(), on_result=lambda o: write_json_atomic(a.json, {**data, "topk": o}))
+    copy = copy_bandwidth(torch, Timer(torch))  # each shape's byte floor at this device's copy speed
+    out = TB.bench_topk([fp8], cases=Until(), on_result=lambda o: write_json_atomic(a.json, {**data, "topk": o}),
+                        copy=copy)
     write_json_atomic(a.json, {**data, "topk": out})
     print(f"{len(out['results'])} of {len(cases)} shapes in {time.time() - t0:.0f} s")
     return 0

@@ -36,6 +36,28 @@ def test_ratios_from_given_timings():
     assert TB.ratios({"kgen_select": 3.0, "kgen_reader+torch.topk": 12.0, "graph_errors": {}}) == {}
 
 
+def test_the_byte_floor_and_the_goal_against_it():
+    # two sequences of 4096 and 100 keys of 132 B, three query rows, k 512, a copy of 2000 GB/s
+    f = TB.floor_record(132, [4096, 100], 3, 512, 4096, 2000.0)
+    assert f["key_bytes"] == 4196 * 132 and f["floor_bytes"] == 4196 * 132 + 3 * 512 * 4
+    assert f["logits_bytes"] == 3 * 4096 * 4 and f["floor_us"] == pytest.approx(f["floor_bytes"] / 2e6)
+    assert "floor_us" not in TB.floor_record(132, [4096], 1, 512, 4096, None)  # no copy measured: bytes only
+    assert "keys_exceed_l2" not in f  # no L2 size given
+    assert TB.floor_record(132, [4096, 100], 3, 512, 4096, None, l2_bytes=4196 * 132)["keys_exceed_l2"] is False
+    assert TB.floor_record(132, [4096, 101], 3, 512, 4096, None, l2_bytes=4196 * 132)["keys_exceed_l2"] is True
+    t = {"kgen": 30.0, "deepgemm+sglang_topk": 40.0, "kgen_reader+sglang_topk": 20.0}
+    t.update(TB.ratios(t))
+    g = TB.goal_record(t, "fp8_e4m3", 30.0)  # fp8: judged against DeepGEMM + the fastest top-k, 0.6x
+    assert g == {"goal": 0.6, "goal_base": "deepgemm+sglang_topk", "goal_us": pytest.approx(24.0),
+                 "goal_over_floor": pytest.approx(0.8), "kgen_over_floor": pytest.approx(1.0)}
+    g = TB.goal_record(t, "bf16", 10.0)  # bf16 and fp4: kgen's own reader + the fastest top-k, 0.7x
+    assert g["goal_base"] == "kgen_reader+sglang_topk" and g["goal_us"] == pytest.approx(14.0)
+    assert g["goal_over_floor"] == pytest.approx(1.4)
+    assert "goal_over_floor" not in TB.goal_record(t, "fp8_e4m3", None)
+    no_dg = {"kgen": 30.0, "kgen_reader+sglang_topk": 20.0}
+    assert TB.goal_record({**no_dg, **TB.ratios(no_dg)}, "fp8_e4m3", 30.0) == {}  # the base row did not run
+
+
 def _check(logits, vis, got):
     got = torch.tensor(got, dtype=torch.int32)
     want = torch.topk(logits, min(got.shape[1], logits.shape[1]), dim=1)
@@ -198,9 +220,10 @@ def fp8():
     return resolve_spec("specs/dsv4.yaml::dsv4_indexer_fp8")
 
 
-def _case(spec, batch, keys, dist, next_n, k, *, sglang=None, dg=None, ms=None):
+def _case(spec, batch, keys, dist, next_n, k, *, sglang=None, dg=None, ms=None, copy_gbps=None):
     timer = GivenTimes(ms or [float(i + 1) for i in range(40)])
-    return TB.bench_topk_case(torch, timer, spec, batch, keys, dist, next_n, k, peer=dg, sglang=sglang), timer
+    return TB.bench_topk_case(torch, timer, spec, batch, keys, dist, next_n, k, peer=dg, sglang=sglang,
+                              copy_gbps=copy_gbps), timer
 
 
 def _every_row_said(e):
@@ -215,7 +238,7 @@ def test_every_row_beside_both_peers(cpu_rows, fp8):
     cold = [0.007, 0.003, 0.009, 0.002, 0.0105, 0.0045, 0.008, 0.001, 0.0015, 0.006, 0.005, 0.004]
     graph = [0.004, 0.005, 0.006, 0.001, 0.008, 0.0065, 0.008, 0.002, 0.0026, 0.009, 0.003, 0.007]
     e, timer = _case(fp8, 2, 4096, "equal", 1, 512, sglang=FakeSGLang(plans=True), dg=FakeDeepGEMM(cpu_rows),
-                     ms=cold + graph)
+                     ms=cold + graph, copy_gbps=1000.0)
     assert e["sglang_scores"] == "the logits" and e["sglang_plan_written"] and e["absent"] == {}
     _every_row_said(e)
     assert e["peer"] == {"name": "deep_gemm.fp8_paged_mqa_logits", "present": True}
@@ -240,8 +263,15 @@ def test_every_row_beside_both_peers(cpu_rows, fp8):
     for name in ("check_kgen", "check_kgen_select", "check_sglang"):
         assert e[name]["rows_checked"] == 2 and e[name]["rows_differing_beyond_ties"] == 0, (name, e[name])
     assert e["rows_checked"] == 2 and e["rows_differing_from_torch_topk"] == 0  # the keys kept from before
+    # the byte floor: two sequences of 4096 keys at 132 B and two rows of 512 indices, at 1000 GB/s
+    assert e["floor_bytes"] == 2 * 4096 * 132 + 2 * 512 * 4 and e["floor_us"] == pytest.approx(e["floor_bytes"] / 1e6)
+    assert c["goal_base"] == "deepgemm+sglang_topk" and c["goal_us"] == pytest.approx(0.6 * 4.0)
+    assert c["goal_over_floor"] == pytest.approx(2.4 / e["floor_us"]) and c["kgen_over_floor"] == pytest.approx(
+        7.0 / e["floor_us"])
     line = TB.topk_line(e)
     assert "B=2" in line and "kgen_to_reader_fastest 3.50" in line and "sglang 0/2+0/0" in line
+    assert f"floor {e['floor_us']:.1f} us" in line and f"goal/floor {c['goal_over_floor']:.2f}" in line
+    assert "goal_us" not in line
 
 
 def test_sglang_rows_absent_without_the_peer_and_deepgemm_past_next_n_2(cpu_rows, fp8):
@@ -331,8 +361,11 @@ def test_bench_topk_records_both_peers_and_stops_on_a_lost_context(cpu_rows, fp8
     cases = [(fp8, 1, 4096, "equal", 1, 512), (fp8, 2, 4096, "pm30", 2, 512)]
     seen = []
     out = TB.bench_topk([fp8], cases=cases, timer=GivenTimes([1.0] * 80), say=seen.append,
-                        sglang=TB.PeerState(peer=FakeSGLang()), deepgemm=None, on_result=lambda o: None)
+                        sglang=TB.PeerState(peer=FakeSGLang()), deepgemm=None, on_result=lambda o: None,
+                        copy={"gbps": 2000.0})
     assert out["peer"]["sglang"]["present"] is True
+    assert out["copy"] == {"gbps": 2000.0} and out["byte_model"] == TB.BYTE_MODEL
+    assert out["results"][0]["floor_us"] == pytest.approx((4096 * 132 + 512 * 4) / 2e6)  # each shape at that speed
     dg = {"name": "deep_gemm.fp8_paged_mqa_logits", "present": False, "why": "not asked"}
     assert out["peer"]["deepgemm"] == dg and {n: out["peer"][n] for n in dg} == dg  # the keys from before kept
     assert [e["batch"] for e in out["results"]] == [1, 2] and "stopped" not in out
@@ -368,8 +401,9 @@ def test_kgen_bench_read_side_runs_the_topk_with_the_default_batches_only(monkey
     monkeypatch.setattr(bench, "read_host_cost", lambda torch, spec, peer: hosts.append((torch, spec)) or {
         "variant": spec.name, "us_per_call": {"indexer_topk": 9.0}, "us_per_call_gpu_busy": {"indexer_topk": 7.0}})
     monkeypatch.setenv("KGEN_BENCH_PEER", "0")
-    out = bench.read_side([fp8], timer, {})
+    out = bench.read_side([fp8], timer, {"gbps": 3000.0})
     assert out["topk"] == {"results": ["t"]} and calls[0][0] == [fp8]
+    assert calls[0][1]["copy"] == {"gbps": 3000.0}  # the shapes' byte floor at the run's copy speed
     assert calls[0][1]["sglang"].peer is None and "KGEN_BENCH_PEER=0" in calls[0][1]["sglang"].why
     assert hosts == [("the torch module", fp8)] and out["host"][0]["us_per_call"] == {"indexer_topk": 9.0}
     assert "topk" not in bench.read_side([fp8], timer, {}, shapes=((1, 4096),))
