@@ -255,6 +255,9 @@ def test_bench_smoke(tmp_path):
     assert e["kgen"]["peak_extra_bytes"] == 0
     assert e["kgen"]["graph"]["ms"] > 0 and e["kgen"]["cold"]["ms"] > 0
     assert "floor" in e and data["byte_model"] and data["command"]
+    host = e["kgen"]["host_us_per_call"]  # the writer's host record, also in the read side's shape
+    assert set(host["us_per_call"]) == set(host["us_per_call_gpu_busy"]) >= {"op", "dispatch_floor"}
+    assert host["us_per_call"]["op"] == host["op"] and host["us_per_call_gpu_busy"] == host["gpu_busy"]["us_per_call"]
 
 
 def _plan_spec(source: str, ratio: int):
