@@ -4,7 +4,7 @@ indices written, at copy speed), the goal (0.6x DeepGEMM + the fastest top-k for
 over it, in graphs and cold. Where the JSON has no floor (runs before session 32) it is computed here from the
 entry's total_keys at the copy speed given.
 
-    python bench/results/s32/floor_table.py JSON [--copy-gbps G]
+    python bench/results/h100-2026-12-07-s32/floor_table.py JSON [--copy-gbps G]
 """
 
 from __future__ import annotations
