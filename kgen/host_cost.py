@@ -166,12 +166,13 @@ def host_cost(torch, spec: Spec, args: tuple) -> dict:
             out[way] = {"error": f"{type(fn).__name__}: {fn}"[:300]}
         else:
             timed[way] = fn
-    for way, times in time_ways(torch, timed).items():
-        out[way] = round(statistics.median(times), 3)
-        out[f"{way}_min"] = round(min(times), 3)
+    times = time_ways(torch, timed)
+    # the medians in the read side's shape (idle_and_busy's, so that one reader reads both records), and flat
+    out["us_per_call"] = medians(times)
+    for way, ts in times.items():
+        out[way] = out["us_per_call"][way]
+        out[f"{way}_min"] = round(min(ts), 3)
     out["gpu_busy"] = busy_figures(torch, timed)
-    # the read side's shape of the same figures (idle_and_busy's), so that one reader reads both records
-    out["us_per_call"] = {way: out[way] for way in timed}
     out["us_per_call_gpu_busy"] = dict(out["gpu_busy"]["us_per_call"])
     if kernel is not None and before is not None:  # calls of the loops above that the native kernel launched
         after = kernel.counts()

@@ -39,6 +39,7 @@ from .gpurun import sticky
 from .layout import compute as compute_layout
 from .peer_sglang import peer_enabled
 from .reader_layout import readable
+from .runtime import device_facts
 from .spec import Spec
 from .timing import Timer
 
@@ -264,7 +265,7 @@ def bench_topk_case(torch, timer, spec: Spec, batch: int, keys: int, dist: str, 
     e: dict[str, Any] = {"variant": spec.name, "store": spec.store.dtype, "batch": batch, "keys": keys,
                          "lengths": dist, "next_n": next_n, "k": k, "rows": int(vis.numel()), "max_seq_len": msl,
                          "total_keys": sum(lens)}
-    l2 = getattr(torch.cuda.get_device_properties(logits.device), "L2_cache_size", None) if logits.is_cuda else None
+    l2 = device_facts(logits.device.index).l2_bytes if logits.is_cuda else None
     e.update(floor_record(compute_layout(spec).bytes_per_token, lens, e["rows"], k, msl, copy_gbps, l2))
     grid = getattr(select, "grid", None)  # as planned for this device (kgen.topk_plan.topk_cluster)
     if grid:
