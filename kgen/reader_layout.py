@@ -251,13 +251,6 @@ READER_WG_TMA_PRODUCER_THREADS = 32  # one warp, after the consumers' warpgroups
 # its own 8-B mbarrier, which the consumers wait for
 READER_WG_TMA_SHARE_BYTES = 40
 READER_WG_TMA_MAX_CONSUMERS = 4
-# The evict-first cubin (kgen.reader_plan.reader_wg_evict_first: picked where B x token groups x max_seq_len keys
-# overflow the device's L2) copies under the policy only where the keys the launch really reads, which every CTA
-# counts from seq_lens, exceed this many bytes: the smallest L2 of the sm_90a parts (H100 and H800 50 MiB, H200 60
-# MiB), so that a ragged batch whose longest sequence made the host's bound overflow the L2 while its keys fit
-# keeps them there for the next call on them. A constant of the architecture, not of the device, so that an AOT
-# cubin serves every part.
-READER_WG_EVICT_L2_BYTES = 50 << 20
 READER_WG_TMA_MAX_STAGES = 32
 READER_WG_TMA_MAP_BYTES = 128  # a CUtensorMap (64-B aligned)
 READER_SM_REGISTERS = SM90.registers  # 32-bit registers of an sm_90 SM
@@ -483,7 +476,6 @@ def reader_constants(lay: Layout, tune: dict[str, int] | None = None) -> dict[st
         "kReaderWgTmaBarrierBytes": READER_WG_TMA_BARRIER_BYTES,
         "kReaderWgTmaProducerThreads": READER_WG_TMA_PRODUCER_THREADS,
         "kReaderWgTmaShareBytes": READER_WG_TMA_SHARE_BYTES,
-        "kReaderWgEvictAboveTiles": READER_WG_EVICT_L2_BYTES // (READER_WG_TILE_KEYS * lay.bytes_per_token),
         # the capacities and limits the twins compare against: rendered, never typed in the header
         "kReaderSmemBytes": READER_SMEM_BYTES,
         "kReaderMaxGroupsInFlight": READER_MAX_GROUPS_IN_FLIGHT,

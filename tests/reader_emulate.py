@@ -35,10 +35,9 @@ def build(spec: Spec, work: Path, *, sanitize: bool = False, tune: dict | None =
 
 
 def launch(spec: Spec, exe: Path, work: Path, args: tuple, *, sm_count: int = 4, check_bounds: bool = True,
-           wgmma: bool = False, tune: dict | None = None, copies: dict | None = None):
+           wgmma: bool = False, tune: dict | None = None):
     """The kernel's logits for `args` (kgen.reader_check.make_case's tuple, CPU tensors); `wgmma` and
-    `tune` as the executable was built (the launch shape of that path and tuning). `copies`, where given, gets
-    the launch's bulk and tensor copies counted by their L2 policy (none, evict_first, evict_normal)."""
+    `tune` as the executable was built (the launch shape of that path and tuning)."""
     import torch
 
     from kgen import reader_layout as RL
@@ -58,9 +57,6 @@ def launch(spec: Spec, exe: Path, work: Path, args: tuple, *, sm_count: int = 4,
     r = subprocess.run([str(exe), str(d), *map(str, grid), str(threads), str(smem)], capture_output=True, text=True,
                        env=env, timeout=600)
     assert r.returncode == 0, f"{spec.name}: exit {r.returncode}\n{r.stderr[-6000:]}"
-    if copies is not None:
-        counts = r.stdout.split("copies by L2 policy:")[1].split()
-        copies.update({counts[i]: int(counts[i + 1]) for i in range(0, len(counts), 2)})
     out = torch.frombuffer(bytearray((d / "logits.out").read_bytes()), dtype=torch.float32)
     return out.reshape(a.tensors["logits"].shape), grid
 

@@ -105,9 +105,7 @@ def test_reader_started_early_waits_for_the_writer_before_it():
 # test_kernel_matches_the_torch_path's cases with kReaderWgTma 0.
 TMA_TUNES = [{"kReaderWgTma": 1, "kReaderWgTmaStages": 8, "kReaderWgConsumers": 2},
              {"kReaderWgTma": 1, "kReaderWgTmaStages": 12, "kReaderWgConsumers": 3},
-             {"kReaderWgTma": 1, "kReaderWgEvictFirst": 1},  # the cubin of launches the L2 cannot hold: these
-             # cases' keys fit it, so their copies go under the default policy; with no bound, under evict-first
-             {"kReaderWgTma": 1, "kReaderWgEvictFirst": 1, "kReaderWgEvictAboveTiles": 0},
+             {"kReaderWgTma": 1, "kReaderWgEvictFirst": 1},  # the L2 policy of launches the L2 cannot hold
              {"kReaderWgTma": 1, "kReaderWgKeyRegisters": 1}]  # fp8 tiles in the A registers at every next_n
 
 
@@ -120,8 +118,7 @@ def _runs_tma(spec, tune) -> bool:
     return has_wgmma(device_arch(spec, 0)) and RL.reader_wg_tma(L.compute(spec), tune)
 
 
-@pytest.mark.parametrize("tune", TMA_TUNES, ids=["2x2", "1x3", "evict-first", "evict-first-always",
-                                                  "keys-in-registers"])
+@pytest.mark.parametrize("tune", TMA_TUNES, ids=["2x2", "1x3", "evict-first", "keys-in-registers"])
 @pytest.mark.parametrize("path", ["dsv4/indexer_fp8.yaml", "indexer_bf16.yaml"])
 @pytest.mark.parametrize("case", [0, 2, 3, 4, 6, 7])
 def test_tma_variant_matches_the_torch_path(path, case, tune):

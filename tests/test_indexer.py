@@ -718,7 +718,7 @@ def test_abi_check_wants_64_heads_and_the_layouts_q_dtype():
 
 
 def emulate(spec: Spec, lens: list[int], next_n: int, tmp: Path, *, tune=None, sanitize=False, table_fix=None,
-            wgmma=False, sm_count=4, copies=None):
+            wgmma=False, sm_count=4):
     import reader_emulate as E
 
     if wgmma:  # the cp.async variant unless `tune` names the TMA variant (kReaderWgTma 1)
@@ -728,7 +728,7 @@ def emulate(spec: Spec, lens: list[int], next_n: int, tmp: Path, *, tune=None, s
         table_fix(args)
     exe = E.build(spec, tmp, tune=tune, sanitize=sanitize, wgmma=wgmma)
     got, _ = E.launch(spec, exe, tmp, tuple(args), check_bounds=table_fix is None, wgmma=wgmma, tune=tune,
-                      sm_count=sm_count, copies=copies)
+                      sm_count=sm_count)
     return got, args
 
 
@@ -879,24 +879,6 @@ def test_tma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms, 
     r = emulated_result(spec, lens, next_n, tmp_path, "emulated wgmma tma", tune=tune, wgmma=True, sm_count=sms)
     assert r.ok, r
     assert r.rows_compared > 0 and r.relative_error < 1e-5
-
-
-@pytest.mark.parametrize("tune,policy", [
-    ({}, "none"),  # the shipped cubin: no hint
-    ({"kReaderWgEvictFirst": 1}, "evict_normal"),  # a launch whose keys fit the smallest sm_90a L2 many times over
-    ({"kReaderWgEvictFirst": 1, "kReaderWgEvictAboveTiles": 5}, "evict_first"),  # more tiles than the bound
-    ({"kReaderWgEvictFirst": 1, "kReaderWgEvictAboveTiles": 6}, "evict_normal"),  # exactly the bound's tiles
-])
-def test_the_evict_first_cubin_picks_the_policy_by_the_keys_the_launch_reads(tune, policy, tmp_path):
-    # the evict-first cubin is picked by the host from B x max_seq_len; the kernel copies under the policy only where
-    # the tiles seq_lens give (1 + 3 + 2 here, one token group a sequence) overflow kReaderWgEvictAboveTiles
-    spec = spec_of("fp8")
-    assert RL.reader_constants(L.compute(spec))["kReaderWgEvictAboveTiles"] == (50 << 20) // (64 * 132)
-    copies: dict = {}
-    got, args = emulate(spec, [3, 130, 100], 2, tmp_path, tune={**TMA, **tune}, wgmma=True, copies=copies)
-    r = rc.compare(spec.name, "emulated wgmma tma", got, indexer_logits_torch(spec, *args, accum=torch.float64))
-    assert r.ok and r.relative_error < 1e-5, r
-    assert copies[policy] > 0 and sum(copies.values()) == copies[policy], copies
 
 
 def test_tma_source_on_cpu_for_random_specs(tmp_path):

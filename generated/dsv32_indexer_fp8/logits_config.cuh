@@ -32,7 +32,6 @@ struct dsv32_indexer_fp8 : kgen_cfg::dsv32_indexer_fp8 {
   static constexpr long long kReaderWgTmaBarrierBytes = 16;
   static constexpr long long kReaderWgTmaProducerThreads = 32;
   static constexpr long long kReaderWgTmaShareBytes = 40;
-  static constexpr long long kReaderWgEvictAboveTiles = 6206;
   static constexpr long long kReaderSmemBytes = 49152;
   static constexpr long long kReaderMaxGroupsInFlight = 4;
   static constexpr long long kReaderWgMaxTokens = 4;

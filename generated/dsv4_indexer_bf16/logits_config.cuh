@@ -32,7 +32,6 @@ struct dsv4_indexer_bf16 : kgen_cfg::dsv4_indexer_bf16 {
   static constexpr long long kReaderWgTmaBarrierBytes = 16;
   static constexpr long long kReaderWgTmaProducerThreads = 32;
   static constexpr long long kReaderWgTmaShareBytes = 40;
-  static constexpr long long kReaderWgEvictAboveTiles = 3200;
   static constexpr long long kReaderSmemBytes = 49152;
   static constexpr long long kReaderMaxGroupsInFlight = 4;
   static constexpr long long kReaderWgMaxTokens = 4;

@@ -10,7 +10,6 @@
 #include "kgen_cpu_shim.h"
 
 #include <algorithm>
-#include <atomic>
 #include <barrier>
 #include <condition_variable>
 #include <cstdlib>
@@ -341,23 +340,11 @@ template <int N>
 inline void setmaxnreg_dec() {}
 template <int N>
 inline void setmaxnreg_inc() {}
-// The L2 policies: tokens the copies below count by (kPolicyNone: a copy without a hint). The emulator has no L2;
-// it records under which policy each copy was issued (run_reader prints the counts).
-enum : unsigned long long { kPolicyNone = 0, kPolicyEvictFirst = 1, kPolicyEvictNormal = 2 };
-inline std::atomic<unsigned long long> policy_copies[3];
-inline unsigned long long evict_first_policy() { return kPolicyEvictFirst; }
-inline unsigned long long evict_normal_policy() { return kPolicyEvictNormal; }
-template <bool Hint>
-inline void count_copy(unsigned long long policy) {
-  const unsigned long long at = Hint ? policy : kPolicyNone;
-  if (at > kPolicyEvictNormal) std::abort();  // a hint operand no policy call made
-  ++policy_copies[at];
-}
+inline unsigned long long evict_first_policy() { return 0; }
 inline void prefetch_map(const void*) {}
 template <bool Hint = false>
 inline void tma_load_4d(uint32_t dst, const void* map, uint32_t bar, int c0, int c1, int c2, int c3,
-                        unsigned long long policy = 0) {
-  count_copy<Hint>(policy);
+                        unsigned long long = 0) {
   const TensorMap& m = *static_cast<const TensorMap*>(map);
   const unsigned long long row = m.box[0], rows = m.box[1] * m.box[2] * m.box[3];
   if (m.base == nullptr || row != 128 || m.box[1] != 1 || m.box[3] != 1 || dst % 1024 ||
@@ -377,8 +364,7 @@ inline void tma_load_4d(uint32_t dst, const void* map, uint32_t bar, int c0, int
   bar_copied(bar, static_cast<uint32_t>(rows * row));
 }
 template <bool Hint = false>
-inline void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, unsigned long long policy = 0) {
-  count_copy<Hint>(policy);
+inline void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, unsigned long long = 0) {
   if (bytes % 16 || dst % 16 || reinterpret_cast<uintptr_t>(src) % 16 || dst + bytes > tl_cta->smem_bytes)
     std::abort();
   std::memcpy(tl_cta->smem + dst, src, bytes);

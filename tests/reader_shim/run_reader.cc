@@ -1,7 +1,6 @@
 // The CPU emulation of one indexer_logits launch: ./run_reader dir gx gy gz threads smem_bytes
 // dir/params.bin + dir/pointers.txt as kgen/abi.py's cpu_launch_files writes them, read and written back
 // by tests/cpu_shim/launch_files.h. CTAs run one after another; the threads of a CTA run at once.
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -50,9 +49,5 @@ int main(int argc, char** argv) {
         for (auto& t : ts) t.join();
       }
   kgen_cpu::store(d, bufs);
-  std::printf("copies by L2 policy: none %llu evict_first %llu evict_normal %llu\n",
-              kgen_cpu::wg_emulation::policy_copies[kgen_cpu::wg_emulation::kPolicyNone].load(),
-              kgen_cpu::wg_emulation::policy_copies[kgen_cpu::wg_emulation::kPolicyEvictFirst].load(),
-              kgen_cpu::wg_emulation::policy_copies[kgen_cpu::wg_emulation::kPolicyEvictNormal].load());
   return 0;
 }

@@ -180,7 +180,7 @@ KGEN_HD constexpr bool wg_constants_agree() {
          (C::kReaderWgTma == 0 || (wg && wg_tma_readable<C>() && C::kReaderWgStages % C::kReaderWgConsumers == 0 &&
                                    C::kReaderWgStages <= 32)) &&
          C::kReaderWgConsumers >= 1 && C::kReaderWgConsumers <= C::kReaderWgTmaMaxConsumers &&
-         (C::kReaderWgEvictFirst == 0 || C::kReaderWgEvictFirst == 1) && C::kReaderWgEvictAboveTiles >= 0 &&
+         (C::kReaderWgEvictFirst == 0 || C::kReaderWgEvictFirst == 1) &&
          (C::kReaderWgPairs == 0 ||
           (C::kReaderWgPairs == 1 && wg && wg_tokens<C>() >= 2 &&
            (C::kReaderWgSplit

@@ -162,13 +162,11 @@ struct Work {
   }
 
   // this CTA's share (every lane of the calling warp gets it); `first`: load_lens(p, 0, lane), `known`: guess(p)
-  // where the caller has it (else computed where the share is the guess); `total`, where given: the launch's tiles
-  // (the list's length T, the same in every CTA)
+  // where the caller has it (else computed where the share is the guess)
   __device__ static Share share(const typename C::Params& p, int lane) {
     return share(p, lane, load_lens(p, 0, lane), nullptr);
   }
-  __device__ static Share share(const typename C::Params& p, int lane, const Lens& first, const Guess* known,
-                                long long* total = nullptr) {
+  __device__ static Share share(const typename C::Params& p, int lane, const Lens& first, const Guess* known) {
     const int np = pairs(p), tm = tiles_max(p);
     long long T = 0;
     // pass 1: the tiles' count, a round of 128 pairs at a time, each sum over 64 pairs (< 2^31: a pair has
@@ -180,7 +178,6 @@ struct Work {
       T += static_cast<long long>(warp_sum(n01)) + warp_sum(n23);
     }
     const long long F = static_cast<long long>(np) * tm - T;
-    if (total != nullptr) *total = T;
     Share s;
     s.fill_pair = np;
     s.fill_tile = 0;

@@ -113,12 +113,6 @@ __device__ __forceinline__ unsigned long long evict_first_policy() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
-// the L2's default policy, as a hint operand (for copies whose hint is chosen at run time)
-__device__ __forceinline__ unsigned long long evict_normal_policy() {
-  unsigned long long policy;
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
 // box (c0, c1, c2, c3) of the tensor map at `map` into shared memory at `dst`, completing on `bar`; with
 // `Hint`, under the L2 policy `policy`
 template <bool Hint = false>

@@ -104,18 +104,12 @@ struct WgTmaLogits {
   using Work = wg::Work<C, kTokens, kTile>;
 
   // the share's tiles, in order, into the ring; `row_pair`, `window`, `entry`: the table columns
-  // [window, +32) of row_pair's sequence the caller loaded (lane l: column window + l), -1: none; `tiles`: the
-  // launch's (Work::share's total), whose keys the evict-first cubin copies under that policy only where they
-  // overflow kReaderWgEvictAboveTiles tiles (kgen/reader_layout.py READER_WG_EVICT_L2_BYTES), else under the L2's
-  // default
+  // [window, +32) of row_pair's sequence the caller loaded (lane l: column window + l), -1: none
   __device__ static void produce(const typename C::Params& p, const Smem& sm, const typename Work::Share& share,
-                                 int lane, int row_pair, int window, int entry, long long tiles) {
+                                 int lane, int row_pair, int window, int entry) {
     const void* map = &p.cache_map;
     constexpr bool kHint = C::kReaderWgEvictFirst != 0;
-    unsigned long long policy = 0;
-    if constexpr (kHint) {  // keys are read once: where they overflow the L2, they displace each other first
-      policy = tiles > C::kReaderWgEvictAboveTiles ? wg::evict_first_policy() : wg::evict_normal_policy();
-    }
+    const unsigned long long policy = kHint ? wg::evict_first_policy() : 0;  // keys are read once
     uint32_t generic = 0;  // fp8: stages whose rows' factors this warp last wrote by st.shared
     typename Work::Cursor at(p, share);
     const int* table = reader::table_row(p, row_pair < 0 ? 0 : row_pair / Work::groups(p));
@@ -258,13 +252,12 @@ struct WgTmaLogits {
               ? table_entry(p, p.block_table + static_cast<long long>(Work::tokens_of(p, guess_pair).b) * p.max_pages,
                             col, lane)
               : -1;
-      long long tiles = 0;
-      const typename Work::Share share = Work::share(p, lane, lens, &guess, &tiles);  // this CTA's tiles
+      const typename Work::Share share = Work::share(p, lane, lens, &guess);  // this CTA's tiles
       if (lane == 0) {
         *sm.share = share;
         wg::bar_arrive(sm.shared());  // (release: the share's stores before the arrival)
       }
-      produce(p, sm, share, lane, guessed ? guess_pair : -1, col, entry, tiles);
+      produce(p, sm, share, lane, guessed ? guess_pair : -1, col, entry);
       Work::fill(p, share, lane, 32);  // the columns past the pairs' tiles, while the consumers score
       return;
     }
