@@ -10,7 +10,8 @@ order and in reverse order (order effects cancel).
 
 MTP_SHAPES overrides the shapes: "B:keys:lengths:next_n,..." (lengths equal, pm30 or uniform); MTP_ALTERNATIVES=0
 leaves the pair and split cubins out; MTP_SPLIT_RINGS="12,20" adds the split cubin on those rings too;
-MTP_TUNES='{"NAME": {tuning}, ...}' adds those cubins (where the TMA variant reads the layout with them)."""
+MTP_TUNES='{"NAME": {tuning}, ...}' adds those cubins (where the TMA variant reads the layout with them, or, for a
+layout the TMA variant does not read (fp4), the cp.async cubin with them)."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def main() -> None:
                 if ring and os.environ.get("MTP_CONTROL", "1") == "1" and b * k >= 32 * 65536:
                     tunes["one_token_ring"] = {**ONE_TOKEN, "kReaderWgTmaStages": ring}
             for name, tune in extra.items():
-                if RL.reader_wg_tma(lay, tune):
+                if RL.reader_wg_tma(lay, tune) or not RL.reader_wg_tma(lay, None):
                     tunes[name] = tune
             for name, tune in tunes.items():
                 launch, lg = rc.launcher(spec, args, tune)

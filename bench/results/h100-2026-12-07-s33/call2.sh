@@ -4,8 +4,8 @@
 # 2. the read side's batches (kgen.reader_check.BATCH_SHAPES, what `kgen bench --readers-only` times: equal, +-30 %
 #    and uniform lengths, next_n 1, 2 and 4), fp8 beside DeepGEMM in the same process, then fp4 and bf16 (no peer:
 #    fraction of copy), in the time left (the JSON is rewritten after every shape).
-#   run(command="bash bench/results/s33/call2.sh", carry=[".whl", ".xfer/pk"], timeout_s=600)
-# Read: python bench/results/s33/batches_table.py DIR/r/batches.json
+#   run(command="bash bench/results/h100-2026-12-07-s33/call2.sh", carry=[".whl", ".xfer/pk"], timeout_s=600)
+# Read: python bench/results/h100-2026-12-07-s33/batches_table.py DIR/r/batches.json
 cd "$(dirname "$0")/../../.."
 source scripts/device_call.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
@@ -14,6 +14,6 @@ in_tree head $R/pytest_gpu.log 240 python3 -m pytest -m gpu -q -p no:cacheprovid
 grep -E "^(FAILED|ERROR)" $R/pytest_gpu.log | cut -c1-300 | head -12
 snap call2
 peers_ready
-in_tree head $R/batches.log $(( 560 - ($(date +%s) - T0) )) python3 bench/results/s33/batches.py $R/batches.json \
+in_tree head $R/batches.log $(( 560 - ($(date +%s) - T0) )) python3 bench/results/h100-2026-12-07-s33/batches.py $R/batches.json \
   specs/dsv4.yaml
 pack call2

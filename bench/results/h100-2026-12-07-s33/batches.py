@@ -2,7 +2,7 @@
 and 4) for each spec given, DeepGEMM's fp8_paged_mqa_logits beside the layout it reads, in the same process on the
 same tensors; the JSON rewritten after every shape, so that a call cut short keeps what it measured.
 
-    python bench/results/s33/batches.py OUT.json SPEC...
+    python bench/results/h100-2026-12-07-s33/batches.py OUT.json SPEC...
 """
 
 from __future__ import annotations
