@@ -1,6 +1,6 @@
-"""The read side's batches (bench/results/h100-2026-12-07-s33/batches.py's JSON) against issue 20's goals: per shape, kgen's cold and
-graph us, DeepGEMM's and the speed (DeepGEMM time / kgen time) where it ran; fraction of copy where no peer reads the
-layout; next_n 2 and 4 against next_n 1 on the same shape's keys.
+"""The read side's batches (bench/results/h100-2026-12-07-s33/batches.py's JSON) against issue 20's goals: per
+shape, kgen's cold and graph us, DeepGEMM's and the speed (DeepGEMM time / kgen time) where it ran; fraction of copy
+where no peer reads the layout; next_n 2 and 4 against next_n 1 on the same shape's keys.
 
     python bench/results/h100-2026-12-07-s33/batches_table.py DIR/r/batches.json
 """
