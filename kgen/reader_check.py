@@ -310,14 +310,15 @@ PEER_MAX_NEXT_N = 2  # DeepGEMM's sm_90 kernel
 
 
 def batch_lens(batch: int, keys: int, dist: str, seed: int, next_n: int = 1) -> list[int]:
-    """Sequence lengths (at least next_n: a sequence holds its MTP tokens' keys)."""
+    """Sequence lengths (at least next_n: a sequence holds its MTP tokens' keys). One draw for every next_n, so
+    that a shape's MTP entries read the keys its next_n 1 entry reads (batch_goals' MTP cost compares them)."""
     rng = random.Random(seed)
     if dist == "equal":
         return [keys] * batch
     if dist == "pm30":
         return [rng.randint(int(0.7 * keys), int(1.3 * keys)) for _ in range(batch)]
     if dist == "uniform":
-        return [rng.randint(max(1, next_n), keys) for _ in range(batch)]
+        return [max(next_n, rng.randint(1, keys)) for _ in range(batch)]
     raise ValueError(f"lengths {dist!r}: equal, pm30 or uniform")
 
 
@@ -402,8 +403,9 @@ def bench_batch(torch, timer, spec: Spec, batch: int, keys: int, dist: str, next
     lay = L.compute(spec)
     nbytes = sum(lens) * lay.bytes_per_token + batch * next_n * msl * 4
     launch, logits = launcher(spec, args)
-    e: dict[str, Any] = {"variant": spec.name, "batch": batch, "keys": keys, "lengths": dist, "next_n": next_n,
-                         "max_seq_len": msl, "total_keys": sum(lens), "bytes": nbytes}
+    e: dict[str, Any] = {"variant": spec.name, "store": spec.store.dtype, "batch": batch, "keys": keys,
+                         "lengths": dist, "next_n": next_n, "max_seq_len": msl, "total_keys": sum(lens),
+                         "bytes": nbytes}
     why = peer_takes(spec, next_n)
     if peer is None or why:
         e["peer"] = {"name": PEER_NAME, "present": False, "why": why or "deep_gemm does not import"}
@@ -454,7 +456,71 @@ def bench_batches(specs: list[Spec], shapes=BATCH_SHAPES, *, say=print, timer=No
             data["results"].append(e)
             say(batch_line(e))
             torch.cuda.empty_cache()
+    data["goals"] = batch_goals(data["results"])
+    say(goals_line(data["goals"]))
     return data
+
+
+# issue 20's goals for the read side's batches (docs/gpu.md, "The read side beside its peer"): fp8 at least the peer's
+# speed, 1.2x it where the launch is latency-bound (one sequence, 4K keys, ragged lengths); next_n 2 at most 1.15x
+# next_n 1's time on the same keys, next_n 4 at most 1.4x; bf16 at least 0.85 of copy from 32 x 64K keys up; fp4 no
+# slower per key than fp8
+GOAL_PEER_SPEED, GOAL_PEER_SPEED_LATENCY = 1.0, 1.2
+GOAL_MTP_COST = {2: 1.15, 4: 1.4}
+GOAL_BF16_COPY, GOAL_BF16_FROM_KEYS = 0.85, 32 * 65536
+GOAL_FP4_OVER_FP8 = 1.0
+_MODES = ("cold", "graph")
+
+
+def batch_goals(results: list[dict]) -> dict[str, list[dict]]:
+    """Each goal against bench_batches' entries (those without an error), per shape and timing mode: `value`, `goal`,
+    `met`. MTP cost: an entry's time over its shape's next_n 1 entry's, `same_keys` false where the two read
+    different keys (runs before batch_lens drew one set per shape), then judged per key. fp4 per key: its time over
+    fp8's on the same shape."""
+    ok = [e for e in results if "error" not in e]
+    at = {(e["variant"], e["batch"], e["keys"], e["lengths"], e["next_n"]): e for e in ok}
+    store = {e["variant"]: e.get("store") for e in ok}
+    out: dict[str, list[dict]] = {"peer_speed": [], "mtp_cost": [], "bf16_fraction_of_copy": [],
+                                  "fp4_per_key_over_fp8": []}
+
+    def judged(e: dict, what: dict, goal: float, at_most: bool) -> dict:
+        row = {k: e[k] for k in ("variant", "batch", "keys", "lengths", "next_n")} | what | {"goal": goal}
+        row["met"] = {m: (v <= goal if at_most else v >= goal) for m, v in what["value"].items()}
+        return row
+
+    for (v, b, k, dist, n), e in at.items():
+        peer = e.get("peer", {})
+        if peer.get("present"):
+            latency = b == 1 or k <= 4096 or dist != "equal"
+            out["peer_speed"].append(judged(e, {"value": {m: peer["speed"][m] for m in _MODES}},
+                                            GOAL_PEER_SPEED_LATENCY if latency else GOAL_PEER_SPEED, False))
+        one = at.get((v, b, k, dist, 1))
+        if n in GOAL_MTP_COST and one is not None:
+            same = e["total_keys"] == one["total_keys"]
+            per = 1.0 if same else one["total_keys"] / e["total_keys"]
+            out["mtp_cost"].append(judged(e, {"value": {m: e[m]["ms"] / one[m]["ms"] * per for m in _MODES},
+                                              "same_keys": same}, GOAL_MTP_COST[n], True))
+        if store.get(v) == "bf16" and b * k >= GOAL_BF16_FROM_KEYS and "fraction_of_copy" in e["cold"]:
+            out["bf16_fraction_of_copy"].append(judged(
+                e, {"value": {m: e[m]["fraction_of_copy"] for m in _MODES}}, GOAL_BF16_COPY, False))
+        if store.get(v) == "fp4_e2m1":
+            for w, s in store.items():
+                fp8 = at.get((w, b, k, dist, n)) if s == "fp8_e4m3" else None
+                if fp8 is not None and fp8["total_keys"] == e["total_keys"]:
+                    out["fp4_per_key_over_fp8"].append(judged(
+                        e, {"value": {m: e[m]["ms"] / fp8[m]["ms"] for m in _MODES}, "fp8": w}, GOAL_FP4_OVER_FP8,
+                        True))
+    return out
+
+
+def goals_line(goals: dict[str, list[dict]]) -> str:
+    """How many of each goal's shapes met it, cold and in graphs."""
+    parts = []
+    for name, judged in goals.items():
+        if judged:
+            met = [sum(r["met"][m] for r in judged) for m in _MODES]
+            parts.append(f"{name} {met[0]} / {met[1]} of {len(judged)}")
+    return "goals met (cold / graph): " + ("; ".join(parts) if parts else "none judged")
 
 
 def batch_line(e: dict) -> str:
