@@ -437,7 +437,7 @@ def bench_batch(torch, timer, spec: Spec, batch: int, keys: int, dist: str, next
 
 def bench_batches(specs: list[Spec], shapes=BATCH_SHAPES, *, say=print, timer=None, copy: dict | None = None) -> dict:
     """BATCH_SHAPES of each readable variant; the peer beside the layouts it reads whenever deep_gemm imports
-    (the JSON says why it is absent otherwise)."""
+    (the JSON says why it is absent otherwise); issue 20's goals judged from the entries (`goals`: batch_goals)."""
     torch = _torch()
     timer = timer or Timer(torch)
     copy = copy or copy_bandwidth(torch, timer)
