@@ -82,7 +82,8 @@ def reader_tokens_per_cta(spec: Spec) -> int:
 # the layout (reader_wg_tma_layout), its ring of kReaderWgTmaStages tiles shared by kReaderWgConsumers
 # warpgroups (one producer warp per CTA: more consumers starve it); kReaderWgKeyRegisters: its fp8 tiles into the
 # wgmma's A registers once for every MTP token (reader_wg_key_registers; MTP launches pick it by shape,
-# kgen.reader_plan.READER_WG_KEY_REGISTER_TOKENS). Each value was picked on the H200 from
+# kgen.reader_plan.READER_WG_KEY_REGISTER_TOKENS), and fp4's held tile scored the same way (a tuning only, not
+# measured yet). Each value was picked on the H200 from
 # the runs whose READMEs hold the figures: bench/results/h200-2026-11-30/reader/run2-f16-widened (prefetch),
 # reader2 and reader3 (the cp.async ring and L2 prefetch), tma1 (the TMA variant and its rings); fp8's TMA ring of 4
 # from bench/results/h200-2026-12-06-s27/ (call1: 0.94-1.01x the ring of 8's time, one process, every MTP shape).
@@ -375,16 +376,22 @@ def reader_wg_pairs(lay: Layout, tune: dict[str, int] | None = None) -> bool:
 
 
 def reader_wg_key_registers(lay: Layout, tune: dict[str, int] | None = None) -> bool:
-    """Does the reader rendered with `tune` score MTP tokens from fp8 tiles in the wgmma's A registers
-    (kReaderWgKeyRegisters 1, where the TMA variant runs one token per group on rows of one 128-B chunk: the tile's
-    16 registers a thread)? A warpgroup loads its tile once (ldmatrix) and hands the stage back before any wgmma;
-    each token's 64 heads are two m64n32 groups, the next one issued before the last one is summed, so a wgmma
-    runs while the warpgroup adds up the heads. Else every token's m64n64 group reads the tile from shared memory
-    and waits before its sums (kgen.reader_plan.reader_wg_key_tune picks it per launch)."""
+    """Does the reader rendered with `tune` score MTP tokens from key tiles held in the wgmma's A registers, each
+    token's 64 heads as two m64n32 groups, the next one issued before the last one is summed, so that a wgmma runs
+    while the warpgroup adds up the heads (kReaderWgKeyRegisters 1, one token per group)?
+    - fp8, where the TMA variant reads rows of one 128-B chunk: a warpgroup loads its tile once (ldmatrix, the
+      tile's 16 registers a thread) and hands the stage back before any wgmma; else every token's m64n64 group
+      reads the tile from shared memory and waits before its sums (kgen.reader_plan.reader_wg_key_tune picks it
+      per launch);
+    - fp4 at head_dim 128 (the cp.async variant), whose tile is converted into 32 A registers once for all of its
+      tokens anyway: else every token's m64n64 group waits before its sums."""
     merged = {**_tuning(lay.spec), **(tune or {})}
-    return (bool(merged["kReaderWgKeyRegisters"]) and lay.spec.store.dtype == "fp8_e4m3"
-            and reader_wg_tma(lay, tune) and not reader_wg_pairs(lay, tune)
-            and reader_wg_chunks(lay) == 1)
+    if not merged["kReaderWgKeyRegisters"] or reader_wg_pairs(lay, tune):
+        return False
+    if lay.spec.store.dtype == "fp4_e2m1":
+        # held: a row's four quarters (a thread each) of one scale block each, one group of 8 k16 steps
+        return reader_wg_enabled(lay, tune) and lay.spec.head_dim == 4 * READER_WG_FP4_BLOCK
+    return lay.spec.store.dtype == "fp8_e4m3" and reader_wg_tma(lay, tune) and reader_wg_chunks(lay) == 1
 
 
 def reader_wg_tma_layout(lay: Layout) -> bool:

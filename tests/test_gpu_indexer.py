@@ -153,6 +153,21 @@ def test_pair_cubin_matches_the_torch_path(path, case, how):
     assert r.ok, r
 
 
+@pytest.mark.parametrize("case", [0, 3, 4, 5, 6])  # next_n 1, 2, 4, 3, 4 (40 sequences)
+def test_fp4_keys_in_registers_match_the_torch_path(case):
+    """fp4's held tile scored as two m64n32 groups a token, each issued before the warpgroup sums the last
+    (kReaderWgKeyRegisters on the cp.async fp4 cubin): its asynchronous wgmma on the hardware, where the CPU
+    emulation runs them in order."""
+    from kgen import layout as L
+    from kgen import reader_layout as RL
+
+    spec, tune = load_spec(SPECS / "dsv4/indexer_fp4.yaml"), {"kReaderWgKeyRegisters": 1}
+    assert RL.reader_wg_key_registers(L.compute(spec), tune)
+    lens, next_n = rc.correctness_cases(spec)[case]
+    r = rc.run_case(spec, lens, next_n=next_n, tune=tune)
+    assert r.ok, r
+
+
 @pytest.mark.parametrize("path", ["dsv4/indexer_fp8.yaml", "indexer_bf16.yaml"])
 def test_tma_variant_reads_no_page_outside_the_cache(path):
     """A visible tile whose table entry lies outside the cache is not copied: its logits are NaN, every

@@ -519,8 +519,13 @@ def test_keys_in_registers_where_the_tma_variant_runs_fp8_tiles_of_one_chunk():
     assert RL.reader_wg_key_registers(fp8, keys) and not RL.reader_wg_key_registers(fp8)
     assert not RL.reader_wg_key_registers(fp8, {**keys, **CP})  # the cp.async variant stages wgmma's shared operand
     assert not RL.reader_wg_key_registers(fp8, {**keys, "kReaderWgPairs": 1})  # m64n128 groups read A from smem
-    for lay in (bf16, fp4):  # bf16's A is 32 registers a thread; fp4 widens into registers its own way
-        assert not RL.reader_wg_key_registers(lay, keys)
+    assert not RL.reader_wg_key_registers(bf16, keys)  # bf16's A would be 32 registers a thread
+    # fp4's cp.async cubin converts its tile into the A registers once for all tokens at head_dim 128: asked for, its
+    # tokens are two m64n32 groups each; not with pairs, nor at head_dim 256 (two groups converted per token)
+    assert RL.reader_wg_key_registers(fp4, keys) and not RL.reader_wg_key_registers(fp4)
+    assert not RL.reader_wg_key_registers(fp4, {**keys, "kReaderWgPairs": 1})
+    assert not RL.reader_wg_key_registers(L.compute(with_(spec_of("fp4"), head_dim=256)), keys)
+    assert RP.reader_wg_shape_tune(fp4, None, 32, 4, 65536, 132) is None  # no launch picks it by shape yet
     wide = L.compute(with_(spec_of("fp8"), head_dim=256, store={"block": 256}, host={}))  # 2 chunks: 32 registers
     assert RL.reader_wg_tma(wide) and not RL.reader_wg_key_registers(wide, keys)
     name = fp8.spec.name
@@ -782,6 +787,28 @@ def test_wgmma_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms
     assert r.rows_compared > 0 and r.relative_error < 1e-5  # fp32 sums of exact products
 
 
+# fp4 tiles held in the A registers, each token's heads two m64n32 groups issued ahead of the sums
+# (kReaderWgKeyRegisters on the cp.async fp4 cubin): next_n 1-4, ragged lengths, tokens that see no key of a tile,
+# a share crossing sequences; its logits bitwise those of the one-token cubin (the heads summed in the same order)
+@pytest.mark.parametrize("lens,next_n,tune,sms", [
+    ([1, 63, 64, 65, 300], 1, None, 4),
+    ([1, 2, 63, 64, 65, 300], 2, {"kReaderWgStages": 2}, 4),
+    ([0, 1, 5, 200, 64, 640], 3, {"kReaderWgStages": 4}, 1),
+    ([3, 129, 1000], 4, None, 64),
+])
+def test_fp4_keys_in_registers_on_cpu_match_the_one_token_cubin(lens, next_n, tune, sms, tmp_path):
+    spec = spec_of("fp4")
+    keys = {**KEYS, **(tune or {})}
+    assert RL.reader_wg_key_registers(L.compute(spec), keys)
+    got, args = emulate(spec, lens, next_n, tmp_path / "keys", tune=keys, wgmma=True, sm_count=sms)
+    r = rc.compare(spec.name, "emulated wgmma fp4 keys in registers", got,
+                   indexer_logits_torch(spec, *args, accum=torch.float64))
+    assert r.ok, r
+    assert r.rows_compared > 0 and r.relative_error < 1e-5
+    one, _ = emulate(spec, lens, next_n, tmp_path / "one", tune=tune, wgmma=True, sm_count=sms)
+    assert torch.equal(got, one)
+
+
 # fp4 keys widened into the A registers in groups of 8 k-steps: head_dim 256 takes 2 groups (the second
 # group's registers reused once the first group's wgmma are done)
 @pytest.mark.parametrize("head_dim,lens,next_n,tune", [
@@ -843,7 +870,7 @@ def test_pair_source_on_cpu_matches_the_torch_path(key, lens, next_n, tune, sms,
 
 
 TMA = {"kReaderWgTma": 1}
-KEYS = {"kReaderWgKeyRegisters": 1}  # fp8 tiles in the wgmma's A registers (MTP launches pick it by shape)
+KEYS = {"kReaderWgKeyRegisters": 1}  # key tiles held in the wgmma's A registers (fp8 MTP launches pick it by shape)
 
 
 # the TMA variant (the shipped cubin of bf16 and fp8 keys; tests/reader_shim emulates its mbarriers, tensor and

@@ -224,12 +224,13 @@ inline void mma_e4m3(float (&d)[N], unsigned long long da, unsigned long long db
   static_assert(N == 32 || N == 64, "m64n64 or m64n128");
   mma<1>(d, da, db, accumulate, [](const unsigned char* p) { return e4m3_value(p[0]); });
 }
-// bf16 m64nNk16 with A from registers: the CTA is the one warpgroup (WgFp4Logits); every thread publishes its
-// four A registers (PTX ISA: register i of lane 4 gid + tig in warp w holds row 16 w + gid + 8 (i % 2), k
-// 2 tig + 8 (i / 2) and the next, the lower k in the low half), then computes its own accumulators from them.
+// bf16 m64nNk16 with A from registers (N 32, 64 or 128 heads: d[N / 2]): the CTA is the one warpgroup
+// (WgFp4Logits); every thread publishes its four A registers (PTX ISA: register i of lane 4 gid + tig in warp w
+// holds row 16 w + gid + 8 (i % 2), k 2 tig + 8 (i / 2) and the next, the lower k in the low half), then computes
+// its own accumulators from them.
 template <int N>
 inline void mma_bf16_ra(float (&d)[N], const uint32_t (&a)[4], unsigned long long db, uint32_t accumulate) {
-  static_assert(N == 32 || N == 64, "m64n64 or m64n128");
+  static_assert(N == 16 || N == 32 || N == 64, "m64n32, m64n64 or m64n128");
   Cta* cta = tl_cta;
   if (cta->threads != 128) std::abort();
   const int tid = static_cast<int>(tl_thread.x), warp = tid / 32, gid = tid % 32 / 4, tig = tid % 4;

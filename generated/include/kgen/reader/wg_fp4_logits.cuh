@@ -84,6 +84,9 @@ struct WgFp4Logits {
   static constexpr int kStageBytes{reader::wg_fp4_stage<C>()};
   // two MTP tokens per m64n128 group (kReaderWgPairs): q chunk-major, so that two tokens' chunk is one operand
   static constexpr bool kPairs = C::kReaderWgPairs != 0 && kTokens > 1;
+  // each token's heads as two m64n32 groups from the held tile, the next issued before the last is summed
+  // (kReaderWgKeyRegisters: score_held)
+  static constexpr bool kKeyRegisters = C::kReaderWgKeyRegisters != 0;
   static constexpr int kQTokenUnits = (kPairs ? 1 : kChunks) * (kQChunkBytes / 16);  // a token's q, in units
 
   static_assert(C::kStoreDtype == Dtype::fp4_e2m1 && C::kScaleKind == ScaleKind::ue8m0 && C::kScaleUnit == 1,
@@ -105,6 +108,7 @@ struct WgFp4Logits {
   static_assert(kStageBytes % 16 == 0 && kPackedStageBytes % 16 == 0, "[wgmma-fp4] stages 16-B aligned");
   static_assert(kQChunkBytes % kAlign == 0, "[wgmma] operand bases 1024-B aligned");
   static_assert(kStages >= 2, "staging shape");
+  static_assert(!kKeyRegisters || (kHeld && !kPairs), "[wgmma-fp4] two m64n32 groups a token from the held tile");
   static_assert(reader::wg_smem<C>(kTokens) <= C::kReaderMaxSmemBytes, "[wgmma] shared memory within 227 KB");
 
   struct Smem {
@@ -225,6 +229,63 @@ struct WgFp4Logits {
     }
   }
 
+  // acc = 32 heads of q (the B operand's rows from b_lo on, chunks b_step units apart) times the tile held in `a`,
+  // as one committed group; mma_wait tells when it is done
+  __device__ static __forceinline__ void issue_half(float (&acc)[16], const uint32_t (&a)[kGroupSteps][4],
+                                                    uint32_t b_lo, uint32_t b_step) {
+    wg::mma_fence();
+#pragma unroll
+    for (int j = 0; j < kGroupSteps; ++j)
+      wg::mma_bf16_ra(acc, a[j], wg::desc_sw128_of(b_lo + (j / 4) * b_step + 2 * (j % 4)), j > 0 ? 1u : 0u);
+    wg::mma_commit();
+  }
+
+  // The tile's tokens from the held tile (kKeyRegisters), as WgTmaLogits::score_from_registers scores fp8 tiles:
+  // heads [0, 32) and [32, 64) of a token are two m64n32 groups, and each group is issued before the warpgroup sums
+  // the one before it, so a wgmma runs while it adds up heads. The tokens before the first that sees a key of the
+  // tile store -inf and cost no wgmma; every later token sees one key more. The heads are summed in m64n64's order.
+  __device__ static void score_held(const typename C::Params& p, const Smem& sm, const typename Work::Cursor& at,
+                                    const uint32_t (&a)[kGroupSteps][4], const float* info, uint32_t q_lo,
+                                    uint32_t q_step, int k0, int warp, int gid, int tig) {
+    constexpr uint32_t kHalfUnits = H / 2 * kChunkBytes / 16;  // heads [32, 64) of a token's q, in descriptor units
+    const float factor = tig < 2 ? info[wg::finish_row(warp, gid, tig)] : 0.0f;
+    const int ntok = at.at.ntok;
+    int t = 0;
+    for (; t < ntok && k0 >= at.visible(p, t); ++t)
+      wg::store_logit(0.0f, 0.0f, factor, at.row(p, t), k0, p.max_seq_len, at.visible(p, t), warp, gid, tig);
+    if (t == ntok) return;
+    float lo[16], hi[16];  // heads [0, 32) and [32, 64) of a token
+    issue_half(lo, a, q_lo + t * kQTokenUnits, q_step);
+    float* out = at.row(p, t);  // token t's logits row; the next token's is max_seq_len further
+    // unrolled, a path per case: an accumulator array in flight never meets another value of itself where paths
+    // join (ptxas would copy it there and serialize every wgmma)
+#pragma unroll
+    for (int u = 0; u < kTokens; ++u, ++t) {
+      const uint32_t q_t = q_lo + t * kQTokenUnits;
+      const float* wt = sm.w + t * H;
+      const int visible_t = at.visible(p, t);
+      issue_half(hi, a, q_t + kHalfUnits, q_step);
+      wg::mma_wait<1>();
+      wg::keep(lo);
+      float v0 = 0.0f, u0 = 0.0f, v1 = 0.0f, u1 = 0.0f;
+      wg::add_head_sums<4>(lo, wt, tig, v0, u0, v1, u1);
+      if (t + 1 == ntok) {
+        wg::mma_wait<0>();
+        wg::keep(hi);
+        wg::add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
+        wg::finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, warp, gid, tig);
+        break;
+      }
+      wg::keep_sums(v0, u0, v1, u1);  // lo summed before the next token's first half overwrites it
+      issue_half(lo, a, q_t + kQTokenUnits, q_step);
+      wg::mma_wait<1>();
+      wg::keep(hi);
+      wg::add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
+      wg::finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, warp, gid, tig);
+      out += p.max_seq_len;
+    }
+  }
+
   __device__ static void run(const typename C::Params& p) {
     KGEN_DYNAMIC_SMEM(smem);
     const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
@@ -290,26 +351,30 @@ struct WgFp4Logits {
       const int k0 = at.k0();
       uint32_t a[kGroupSteps][4];  // the tile's A registers (kHeld), else one group's at a time
       if constexpr (kHeld) convert(a, stage, 0, warp, gid, tig);
+      if constexpr (kKeyRegisters) {
+        score_held(p, sm, at, a, info, q_lo, q_step, k0, warp, gid, tig);
+      } else {
 #pragma unroll 1
-      for (int t = 0; t < at.at.ntok; ++t) {
-        const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
-        const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
-        if constexpr (kPairs) {
-          if (t + 1 < at.at.ntok) {  // tokens t and t + 1 in one m64n128 group: the second sees one key more
-            const int visible_u = at.visible(p, t + 1);
-            const bool any_u = k0 < visible_u;
-            float pair[64];
-            if (any_u) tile_mma(pair, a, stage, q_lo + t * kQTokenUnits, q_step, warp, gid, tig);
-            wg::finish(wg::token_half(pair, 0), any, sm.w + t * H, info, at.row(p, t), k0, p.max_seq_len, visible_t,
-                       warp, gid, tig);
-            wg::finish(wg::token_half(pair, 1), any_u, sm.w + (t + 1) * H, info, at.row(p, t + 1), k0, p.max_seq_len,
-                       visible_u, warp, gid, tig);
-            ++t;
-            continue;
+        for (int t = 0; t < at.at.ntok; ++t) {
+          const int visible_t = at.visible(p, t);  // keys [0, visible_t) are token t's
+          const bool any = k0 < visible_t;         // a tile none of whose keys the token sees costs no mma
+          if constexpr (kPairs) {
+            if (t + 1 < at.at.ntok) {  // tokens t and t + 1 in one m64n128 group: the second sees one key more
+              const int visible_u = at.visible(p, t + 1);
+              const bool any_u = k0 < visible_u;
+              float pair[64];
+              if (any_u) tile_mma(pair, a, stage, q_lo + t * kQTokenUnits, q_step, warp, gid, tig);
+              wg::finish(wg::token_half(pair, 0), any, sm.w + t * H, info, at.row(p, t), k0, p.max_seq_len, visible_t,
+                         warp, gid, tig);
+              wg::finish(wg::token_half(pair, 1), any_u, sm.w + (t + 1) * H, info, at.row(p, t + 1), k0, p.max_seq_len,
+                         visible_u, warp, gid, tig);
+              ++t;
+              continue;
+            }
           }
+          if (any) tile_mma(acc, a, stage, q_lo + t * kQTokenUnits, q_step, warp, gid, tig);
+          wg::finish(acc, any, sm.w + t * H, info, at.row(p, t), k0, p.max_seq_len, visible_t, warp, gid, tig);
         }
-        if (any) tile_mma(acc, a, stage, q_lo + t * kQTokenUnits, q_step, warp, gid, tig);
-        wg::finish(acc, any, sm.w + t * H, info, at.row(p, t), k0, p.max_seq_len, visible_t, warp, gid, tig);
       }
     }
     Work::fill(p, share, tid, kThreads);

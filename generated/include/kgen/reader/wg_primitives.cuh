@@ -240,6 +240,18 @@ __device__ __forceinline__ void mma_bf16_ra(float (&d)[64], const uint32_t (&a)[
       : KGEN_WGMMA_D16(0), KGEN_WGMMA_D16(16), KGEN_WGMMA_D16(32), KGEN_WGMMA_D16(48)
       : KGEN_WGMMA_A_REGS, "l"(b), "r"(accumulate));
 }
+// bf16 m64n32k16 with A from registers (fp4 tiles converted once for every MTP token, WgFp4Logits; d[16]: 32 of a
+// token's heads)
+__device__ __forceinline__ void mma_bf16_ra(float (&d)[16], const uint32_t (&a)[4], unsigned long long b,
+                                            uint32_t accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+      ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+      : KGEN_WGMMA_D16(0)
+      : KGEN_WGMMA_A_REGS, "l"(b), "r"(accumulate));
+}
 // e4m3 m64n32k32 with A from registers (fp8 tiles loaded once for every MTP token, WgTmaLogits; d[16]: 32 of a
 // token's heads): the same fragment as bf16's k16 in bytes (register i: row 16 warp + gid + 8 (i % 2), bytes
 // 4 tig + 16 (i / 2) + {0 .. 3}, the lowest k in the low byte)

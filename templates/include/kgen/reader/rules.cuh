@@ -189,8 +189,9 @@ KGEN_HD constexpr bool wg_constants_agree() {
                       C::kReaderSmRegisters))) &&
          (C::kReaderWgSplit == 0 || (C::kReaderWgSplit == 1 && C::kReaderWgTma == 1 && C::kReaderWgPairs == 1)) &&
          (C::kReaderWgKeyRegisters == 0 ||
-          (C::kReaderWgKeyRegisters == 1 && C::kReaderWgTma == 1 && C::kReaderWgPairs == 0 &&
-           C::kStoreDtype == Dtype::fp8_e4m3 && C::kReaderWgChunks == 1)) &&
+          (C::kReaderWgKeyRegisters == 1 && C::kReaderWgPairs == 0 &&
+           ((C::kReaderWgTma == 1 && C::kStoreDtype == Dtype::fp8_e4m3 && C::kReaderWgChunks == 1) ||
+            (C::kReaderWgTma == 0 && C::kStoreDtype == Dtype::fp4_e2m1 && C::kHeadDim == 4 * C::kBlock)))) &&
          C::kReaderWgTmaBarrierBytes == kWgTmaBarrierBytes && C::kReaderWgTmaProducerThreads == kWgTmaProducerThreads &&
          C::kReaderWgTmaShareBytes == kWgTmaShareBytes;
 }
