@@ -160,49 +160,14 @@ struct WgTmaLogits {
   }
 
   // kKeyRegisters: the tile's tokens from its rows in the A registers (wg::load_key_fragments), each token's
-  // 32-head halves as m64n32 groups, each issued before the half ahead of it is summed: a wgmma runs while the
-  // warpgroup sums the previous half, with the 32 accumulators one m64n64 group takes. A token that sees no key of
-  // the tile (visibility grows with the token) stores -inf and issues nothing.
+  // 32-head halves as m64n32 groups (wg::score_halves)
   __device__ static void score_from_registers(const typename C::Params& p, const Smem& sm,
                                               const typename Work::Cursor& at,
                                               const uint32_t (&keys)[wg::chunk_steps()][4], uint32_t q_lo, int k0,
                                               float factor, int gwarp, int lane) {
     constexpr uint32_t kHalfUnits = H / 2 * kChunkBytes / 16;  // heads [32, 64) of a token's q, in descriptor units
-    const int gid = lane / 4, tig = lane % 4, ntok = at.at.ntok;
-    int t = 0;
-    for (; t < ntok && k0 >= at.visible(p, t); ++t)
-      wg::store_logit(0.0f, 0.0f, factor, at.row(p, t), k0, p.max_seq_len, at.visible(p, t), gwarp, gid, tig);
-    if (t == ntok) return;
-    float lo[16], hi[16];  // heads [0, 32) and [32, 64) of a token
-    wg::issue_mma_ra(lo, keys, q_lo + t * kQTokenUnits);
-    float* out = at.row(p, t);  // token t's logits row; the next token's is max_seq_len further
-    // unrolled, and a path per case: an accumulator array in flight never meets another value of itself where
-    // paths join (ptxas would copy it there, and serialize every wgmma)
-#pragma unroll
-    for (int u = 0; u < kTokens; ++u, ++t) {
-      const uint32_t q_t = q_lo + t * kQTokenUnits;
-      const float* wt = sm.w + t * H;
-      const int visible_t = at.visible(p, t);
-      wg::issue_mma_ra(hi, keys, q_t + kHalfUnits);
-      wg::mma_wait<1>();
-      wg::keep(lo);
-      float v0 = 0.0f, u0 = 0.0f, v1 = 0.0f, u1 = 0.0f;
-      wg::add_head_sums<4>(lo, wt, tig, v0, u0, v1, u1);
-      if (t + 1 == ntok) {
-        wg::mma_wait<0>();
-        wg::keep(hi);
-        wg::add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
-        wg::finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, gwarp, gid, tig);
-        break;
-      }
-      wg::keep_sums(v0, u0, v1, u1);  // lo summed before the next token's first half overwrites it
-      wg::issue_mma_ra(lo, keys, q_t + kQTokenUnits);
-      wg::mma_wait<1>();
-      wg::keep(hi);
-      wg::add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
-      wg::finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, gwarp, gid, tig);
-      out += p.max_seq_len;
-    }
+    wg::score_halves<kTokens, H>(p, at, sm.w, q_lo, kQTokenUnits, kHalfUnits, factor, k0, gwarp, lane / 4, lane % 4,
+                                 [&](float (&acc)[16], uint32_t b_lo) { wg::issue_mma_ra(acc, keys, b_lo); });
   }
 
   __device__ static void run(const typename C::Params& p) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "launch.cuh"
+#include "wg_primitives.cuh"
 
 namespace kgen {
 
@@ -91,6 +92,55 @@ __device__ __forceinline__ void finish(const float (&acc)[32], bool any, const f
                                        int k0, int key_end, int visible_t, int warp, int gid, int tig) {
   const float factor = tig < 2 ? info[finish_row(warp, gid, tig)] : 0.0f;
   finish_with(acc, any, wt, factor, out, k0, key_end, visible_t, warp, gid, tig);
+}
+
+// A tile's tokens from key tiles the warpgroup holds in the wgmma's A registers (WgTmaLogits' fp8 tiles, WgFp4Logits'
+// held fp4 tile): each token's heads [0, 32) and [32, 64) are two m64n32 groups, `issue(acc, b_lo)` committing one
+// of them (acc = the held tile times q's 32 rows from descriptor b_lo on), each issued before the warpgroup sums
+// the one ahead of it, so a wgmma runs while it adds up heads, with the 32 accumulators one m64n64 group takes. The
+// tokens before the first that sees a key of the tile (visibility grows with the token) store -inf and issue
+// nothing. The heads are summed in m64n64's order: the logits are the one-token cubin's, bitwise. `w`: the tokens'
+// weights (H a token); `q_lo`, `token_units`, `half_units`: the first token's q, a token's q and heads [32, 64) of
+// it, in descriptor units; `factor`: this thread's row's (finish_with).
+template <int kTokens, int H, class Params, class Cursor, class Issue>
+__device__ __forceinline__ void score_halves(const Params& p, const Cursor& at, const float* w, uint32_t q_lo,
+                                             uint32_t token_units, uint32_t half_units, float factor, int k0, int warp,
+                                             int gid, int tig, Issue&& issue) {
+  const int ntok = at.at.ntok;
+  int t = 0;
+  for (; t < ntok && k0 >= at.visible(p, t); ++t)
+    store_logit(0.0f, 0.0f, factor, at.row(p, t), k0, p.max_seq_len, at.visible(p, t), warp, gid, tig);
+  if (t == ntok) return;
+  float lo[16], hi[16];  // heads [0, 32) and [32, 64) of a token
+  issue(lo, q_lo + t * token_units);
+  float* out = at.row(p, t);  // token t's logits row; the next token's is max_seq_len further
+  // unrolled, and a path per case: an accumulator array in flight never meets another value of itself where
+  // paths join (ptxas would copy it there, and serialize every wgmma)
+#pragma unroll
+  for (int u = 0; u < kTokens; ++u, ++t) {
+    const uint32_t q_t = q_lo + t * token_units;
+    const float* wt = w + t * H;
+    const int visible_t = at.visible(p, t);
+    issue(hi, q_t + half_units);
+    mma_wait<1>();
+    keep(lo);
+    float v0 = 0.0f, u0 = 0.0f, v1 = 0.0f, u1 = 0.0f;
+    add_head_sums<4>(lo, wt, tig, v0, u0, v1, u1);
+    if (t + 1 == ntok) {
+      mma_wait<0>();
+      keep(hi);
+      add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
+      finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, warp, gid, tig);
+      break;
+    }
+    keep_sums(v0, u0, v1, u1);  // lo summed before the next token's first half overwrites it
+    issue(lo, q_t + token_units);
+    mma_wait<1>();
+    keep(hi);
+    add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
+    finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, warp, gid, tig);
+    out += p.max_seq_len;
+  }
 }
 
 }  // namespace wg

@@ -240,50 +240,15 @@ struct WgFp4Logits {
     wg::mma_commit();
   }
 
-  // The tile's tokens from the held tile (kKeyRegisters), as WgTmaLogits::score_from_registers scores fp8 tiles:
-  // heads [0, 32) and [32, 64) of a token are two m64n32 groups, and each group is issued before the warpgroup sums
-  // the one before it, so a wgmma runs while it adds up heads. The tokens before the first that sees a key of the
-  // tile store -inf and cost no wgmma; every later token sees one key more. The heads are summed in m64n64's order.
+  // The tile's tokens from the held tile (kKeyRegisters), each token's 32-head halves as m64n32 groups
+  // (wg::score_halves, as WgTmaLogits scores its fp8 tiles)
   __device__ static void score_held(const typename C::Params& p, const Smem& sm, const typename Work::Cursor& at,
                                     const uint32_t (&a)[kGroupSteps][4], const float* info, uint32_t q_lo,
                                     uint32_t q_step, int k0, int warp, int gid, int tig) {
     constexpr uint32_t kHalfUnits = H / 2 * kChunkBytes / 16;  // heads [32, 64) of a token's q, in descriptor units
     const float factor = tig < 2 ? info[wg::finish_row(warp, gid, tig)] : 0.0f;
-    const int ntok = at.at.ntok;
-    int t = 0;
-    for (; t < ntok && k0 >= at.visible(p, t); ++t)
-      wg::store_logit(0.0f, 0.0f, factor, at.row(p, t), k0, p.max_seq_len, at.visible(p, t), warp, gid, tig);
-    if (t == ntok) return;
-    float lo[16], hi[16];  // heads [0, 32) and [32, 64) of a token
-    issue_half(lo, a, q_lo + t * kQTokenUnits, q_step);
-    float* out = at.row(p, t);  // token t's logits row; the next token's is max_seq_len further
-    // unrolled, a path per case: an accumulator array in flight never meets another value of itself where paths
-    // join (ptxas would copy it there and serialize every wgmma)
-#pragma unroll
-    for (int u = 0; u < kTokens; ++u, ++t) {
-      const uint32_t q_t = q_lo + t * kQTokenUnits;
-      const float* wt = sm.w + t * H;
-      const int visible_t = at.visible(p, t);
-      issue_half(hi, a, q_t + kHalfUnits, q_step);
-      wg::mma_wait<1>();
-      wg::keep(lo);
-      float v0 = 0.0f, u0 = 0.0f, v1 = 0.0f, u1 = 0.0f;
-      wg::add_head_sums<4>(lo, wt, tig, v0, u0, v1, u1);
-      if (t + 1 == ntok) {
-        wg::mma_wait<0>();
-        wg::keep(hi);
-        wg::add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
-        wg::finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, warp, gid, tig);
-        break;
-      }
-      wg::keep_sums(v0, u0, v1, u1);  // lo summed before the next token's first half overwrites it
-      issue_half(lo, a, q_t + kQTokenUnits, q_step);
-      wg::mma_wait<1>();
-      wg::keep(hi);
-      wg::add_head_sums<4>(hi, wt + H / 2, tig, v0, u0, v1, u1);
-      wg::finish_sums(v0 + u0, v1 + u1, factor, out, k0, p.max_seq_len, visible_t, warp, gid, tig);
-      out += p.max_seq_len;
-    }
+    wg::score_halves<kTokens, H>(p, at, sm.w, q_lo, kQTokenUnits, kHalfUnits, factor, k0, warp, gid, tig,
+                                 [&](float (&acc)[16], uint32_t b_lo) { issue_half(acc, a, b_lo, q_step); });
   }
 
   __device__ static void run(const typename C::Params& p) {
