@@ -77,13 +77,14 @@ def reader_tokens_per_cta(spec: Spec) -> int:
 # the next tile's rows while this one computes (off: a prefetched tile costs registers); __launch_bounds__
 # minimum CTAs per SM (0: none); the heads in kReaderHeadPasses passes (fewer accumulator registers).
 # kReaderWgStages: the cp.async variant's ring of staged chunks (an even ring: two 64-key fp8 tiles, one
-# whole bf16 tile, per pipeline step; fp4's 3: the fewest that still give 4 CTAs per SM, not measured yet);
+# whole bf16 tile, per pipeline step; fp4's 3: the fewest that still give 4 CTAs per SM, and 2 measured as fast at
+# 32 x 64K next_n 1 in bench/results/h100-2026-12-07-s34/);
 # kReaderWgL2Prefetch: the L2 prefetch size of its key copies. kReaderWgTma: the TMA variant where it reads
 # the layout (reader_wg_tma_layout), its ring of kReaderWgTmaStages tiles shared by kReaderWgConsumers
 # warpgroups (one producer warp per CTA: more consumers starve it); kReaderWgKeyRegisters: its fp8 tiles into the
 # wgmma's A registers once for every MTP token (reader_wg_key_registers; MTP launches pick it by shape,
-# kgen.reader_plan.READER_WG_KEY_REGISTER_TOKENS), and fp4's held tile scored the same way (a tuning only, not
-# measured yet). Each value was picked on the H200 from
+# kgen.reader_plan.READER_WG_KEY_REGISTER_TOKENS), and fp4's held tile scored the same way (its MTP launches pick
+# it, on a ring of 2: READER_WG_KEY_REGISTER_STAGES). Each value was picked on the H200 from
 # the runs whose READMEs hold the figures: bench/results/h200-2026-11-30/reader/run2-f16-widened (prefetch),
 # reader2 and reader3 (the cp.async ring and L2 prefetch), tma1 (the TMA variant and its rings); fp8's TMA ring of 4
 # from bench/results/h200-2026-12-06-s27/ (call1: 0.94-1.01x the ring of 8's time, one process, every MTP shape).

@@ -107,22 +107,34 @@ def reader_wg_pair_tune(lay: Layout, tune: dict[str, int] | None, next_n: int) -
     return paired if reader_wg_tma(lay, paired) and reader_wg_pairs(lay, paired) else tune
 
 
-# The TMA variant's fp8 tiles in the wgmma's A registers (kReaderWgKeyRegisters, reader_layout.reader_wg_key_registers)
-# for launches of at least this many query tokens per sequence, by key dtype. Both cubins in one process on the same
-# tensors (H100, graphs, bench/results/h100-2026-12-06-s24/, calls 2 and 3; B x keys 1 x 4K ... 64 x 32K, equal,
-# +-30 % and uniform lengths) against the cubin whose every token reads the keys from shared memory: next_n 4
-# 0.91-0.94x its time (0.99x at 1 x 4K), next_n 3 0.95-0.96x, next_n 2 0.98-1.03x, next_n 1 1.00-1.07x (two m64n32
-# groups and their waits cost one token what they save the next).
-READER_WG_KEY_REGISTER_TOKENS: dict[str, int] = {"fp8_e4m3": 3}
+# Key tiles held in the wgmma's A registers (kReaderWgKeyRegisters, reader_layout.reader_wg_key_registers) for
+# launches of at least this many query tokens per sequence, by key dtype.
+# - fp8 (the TMA variant): both cubins in one process on the same tensors (H100, graphs,
+#   bench/results/h100-2026-12-06-s24/, calls 2 and 3; B x keys 1 x 4K ... 64 x 32K, equal, +-30 % and uniform
+#   lengths) against the cubin whose every token reads the keys from shared memory: next_n 4 0.91-0.94x its time
+#   (0.99x at 1 x 4K), next_n 3 0.95-0.96x, next_n 2 0.98-1.03x, next_n 1 1.00-1.07x (two m64n32 groups and their
+#   waits cost one token what they save the next).
+# - fp4 (the cp.async variant, its tile converted into the A registers for every token anyway), on the ring of
+#   READER_WG_KEY_REGISTER_STAGES: against the shipped cubin (3 stages, each token's m64n64 group waited for
+#   before its sums), one process, the same tensors (H100, bench/results/h100-2026-12-07-s34/, call1): next_n 4
+#   0.71x its time at 32 x 64K and at 128 x 16K uniform in graphs (271.8 against 382.7 us, 144.1 against
+#   203.8), 0.90x at 1 x 64K; next_n 2 0.95x and 0.93x; next_n 1 1.00x (108.1 against 108.0 us), so next_n 1
+#   keeps the shipped cubin. Either change alone gives next_n 4 0.80x: 2 stages leave room for 3 CTAs an SM
+#   where next_n 4's q (64 KB of bf16) leaves 2 on 3 stages.
+READER_WG_KEY_REGISTER_TOKENS: dict[str, int] = {"fp8_e4m3": 3, "fp4_e2m1": 2}
+READER_WG_KEY_REGISTER_STAGES: dict[str, int] = {"fp4_e2m1": 2}  # the cp.async ring those launches run on
 
 
 def reader_wg_key_tune(lay: Layout, tune: dict[str, int] | None, next_n: int) -> dict[str, int] | None:
-    """`tune` plus the keys-in-registers cubin for a TMA-variant launch of next_n >= READER_WG_KEY_REGISTER_TOKENS'
-    entry, unless `tune` fixes kReaderWgKeyRegisters or that cubin would not read the layout; `tune` otherwise."""
-    least = READER_WG_KEY_REGISTER_TOKENS.get(lay.spec.store.dtype)
+    """`tune` plus the keys-in-registers cubin (on READER_WG_KEY_REGISTER_STAGES' ring where the key dtype has one
+    and `tune` fixes none) for a launch of next_n >= READER_WG_KEY_REGISTER_TOKENS' entry, unless `tune` fixes
+    kReaderWgKeyRegisters or that cubin would not read the layout; `tune` otherwise."""
+    dtype = lay.spec.store.dtype
+    least = READER_WG_KEY_REGISTER_TOKENS.get(dtype)
     if least is None or next_n < least or (tune and "kReaderWgKeyRegisters" in tune):
         return tune
-    keyed = {**(tune or {}), "kReaderWgKeyRegisters": 1}
+    ring = READER_WG_KEY_REGISTER_STAGES.get(dtype)
+    keyed = {**({"kReaderWgStages": ring} if ring else {}), **(tune or {}), "kReaderWgKeyRegisters": 1}
     return keyed if reader_wg_key_registers(lay, keyed) else tune
 
 
@@ -133,14 +145,16 @@ def reader_wg_shape_tune(lay: Layout, tune: dict[str, int] | None, batch: int, n
       where next_n reaches READER_WG_KEY_REGISTER_TOKENS (reader_wg_key_tune), plus the
       evict-first L2 policy where the launch's keys overflow the L2 (reader_wg_evict_first; `l2_bytes` 0:
       unknown, never), unless `tune` fixes kReaderWgEvictFirst;
-    - the cp.async variant: `tune` itself where it fixes kReaderWgStages or the key dtype has no shape rule
-      (READER_WG_SHAPE_STAGES), else `tune` plus this shape's stages."""
+    - the cp.async variant: `tune` plus the keys in registers where next_n reaches READER_WG_KEY_REGISTER_TOKENS
+      (reader_wg_key_tune, fp4's MTP launches); then that itself where it fixes kReaderWgStages or the key dtype
+      has no shape rule (READER_WG_SHAPE_STAGES), else plus this shape's stages."""
     if reader_wg_tma(lay, tune):
         tune = reader_wg_key_tune(lay, reader_wg_pair_tune(lay, tune, next_n), next_n)
         if (tune and "kReaderWgEvictFirst" in tune) or not reader_wg_evict_first(lay, batch, next_n, max_seq_len,
                                                                                   l2_bytes, tune):
             return tune
         return {**(tune or {}), "kReaderWgEvictFirst": 1}
+    tune = reader_wg_key_tune(lay, tune, next_n)
     rule = READER_WG_SHAPE_STAGES.get(lay.spec.store.dtype)
     if rule is None or (tune and "kReaderWgStages" in tune):
         return tune

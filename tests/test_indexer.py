@@ -439,7 +439,8 @@ def test_ring_by_launch_shape():
     for key in ("fp8", "dsv32"):
         assert rc.ring_tunes(spec_of(key), None) == [None, {"kReaderWgEvictFirst": 1}, keys,
                                                      {**keys, "kReaderWgEvictFirst": 1}]
-    assert rc.ring_tunes(spec_of("fp4"), None) == [None]  # the mma.sync path: no ring
+    # fp4 (the cp.async variant, no shape rule for its ring): its keys in registers on a ring of 2 at MTP launches
+    assert rc.ring_tunes(spec_of("fp4"), None) == [None, {"kReaderWgStages": 2, **keys}]
 
 
 def test_evict_first_where_the_launch_overflows_the_l2():
@@ -507,7 +508,8 @@ def test_pair_cubin_plan_and_its_shape_rule(monkeypatch):
         assert pair in rc.ring_tunes(lay.spec, None)
     # the cp.async variants: a tuning may ask for pairs where a CTA holds two tokens (2 CTAs per SM)
     assert RP.reader_wg_shape_tune(fp8, CP, 128, 2, 65536, 132) == CP
-    assert RP.reader_wg_shape_tune(fp4, None, 128, 2, 65536, 132) is None and runs_wgmma(spec_of("fp4"), "sm_90a")
+    assert RP.reader_wg_shape_tune(fp4, {"kReaderWgKeyRegisters": 0}, 128, 2, 65536, 132) == {
+        "kReaderWgKeyRegisters": 0} and runs_wgmma(spec_of("fp4"), "sm_90a")
     assert RL.reader_wg_pairs(fp4, {"kReaderWgPairs": 1}) and RL.reader_wg_pairs(fp8, {**CP, "kReaderWgPairs": 1})
     assert not RL.reader_wg_pairs(bf16, {**CP, "kReaderWgPairs": 1})  # one token per CTA (two chunks per row)
     assert RL.reader_wg_ctas_per_sm(fp4, 1, 3, pairs=True) == 2
@@ -525,7 +527,17 @@ def test_keys_in_registers_where_the_tma_variant_runs_fp8_tiles_of_one_chunk():
     assert RL.reader_wg_key_registers(fp4, keys) and not RL.reader_wg_key_registers(fp4)
     assert not RL.reader_wg_key_registers(fp4, {**keys, "kReaderWgPairs": 1})
     assert not RL.reader_wg_key_registers(L.compute(with_(spec_of("fp4"), head_dim=256)), keys)
-    assert RP.reader_wg_shape_tune(fp4, None, 32, 4, 65536, 132) is None  # no launch picks it by shape yet
+    # fp4's MTP launches pick it, on READER_WG_KEY_REGISTER_STAGES' ring unless the tuning fixes one; next_n 1 not
+    fp4_mtp = {"kReaderWgStages": RP.READER_WG_KEY_REGISTER_STAGES["fp4_e2m1"], **keys}
+    assert RP.READER_WG_KEY_REGISTER_TOKENS["fp4_e2m1"] == 2 and fp4_mtp["kReaderWgStages"] == 2
+    assert RP.reader_wg_shape_tune(fp4, None, 32, 4, 65536, 132) == fp4_mtp
+    assert RP.reader_wg_shape_tune(fp4, None, 1, 2, 4096, 132) == fp4_mtp
+    assert RP.reader_wg_shape_tune(fp4, None, 32, 1, 65536, 132) is None
+    assert RP.reader_wg_shape_tune(fp4, {"kReaderWgStages": 4}, 32, 4, 65536, 132) == {"kReaderWgStages": 4, **keys}
+    assert RP.reader_wg_shape_tune(fp4, {"kReaderWgPairs": 1}, 32, 4, 65536, 132) == {"kReaderWgPairs": 1}
+    assert fp4_mtp in rc.ring_tunes(fp4.spec, None)
+    wide4 = L.compute(with_(spec_of("fp4"), head_dim=256))  # two groups converted per token: not held
+    assert RP.reader_wg_shape_tune(wide4, None, 32, 4, 65536, 132) is None
     wide = L.compute(with_(spec_of("fp8"), head_dim=256, store={"block": 256}, host={}))  # 2 chunks: 32 registers
     assert RL.reader_wg_tma(wide) and not RL.reader_wg_key_registers(wide, keys)
     name = fp8.spec.name
