@@ -53,6 +53,19 @@ def test_peer_speed_asks_more_where_the_launch_is_latency_bound():
     for shape in ((1, 65536, "equal"), (32, 4096, "equal"), (32, 65536, "uniform")):
         assert by[shape]["goal"] == rc.GOAL_PEER_SPEED_LATENCY
     assert by[(1, 65536, "equal")]["met"] == {"cold": False, "graph": True}
+    assert "goal_fraction_of_copy" not in by[(1, 65536, "equal")]  # no byte model in the entry: not judged
+
+
+def test_peer_speed_says_what_fraction_of_copy_its_goal_asks():
+    # kgen at 0.87 / 0.95 of copy and as fast as the peer: 1.2x the peer asks 1.04 / 1.14 of copy, past copy cold
+    ragged = entry("fp8", "fp8_e4m3", 32, 65536, "pm30", 1, 1.0, 1.0, speed=(1.0, 1.0), copy=(0.87, 0.95))
+    # half the peer's speed at 0.2 of copy: the peer is at 0.4, the goal asks 0.48
+    small = entry("fp8", "fp8_e4m3", 1, 4096, "equal", 1, 1.0, 1.0, speed=(0.5, 0.5), copy=(0.2, 0.2))
+    goals = rc.batch_goals([ragged, small])
+    by = {r["batch"]: r for r in goals["peer_speed"]}
+    assert by[32]["goal_fraction_of_copy"] == pytest.approx({"cold": 1.2 * 0.87, "graph": 1.2 * 0.95})
+    assert by[1]["goal_fraction_of_copy"] == pytest.approx({"cold": 0.48, "graph": 0.48})
+    assert rc.goals_line(goals) == "goals met (cold / graph): peer_speed 0 / 0 of 2 (past copy's speed cold at 1)"
 
 
 def test_mtp_cost_on_the_same_keys_and_per_key_where_they_differ():
