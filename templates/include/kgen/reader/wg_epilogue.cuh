@@ -97,27 +97,25 @@ __device__ __forceinline__ void finish(const float (&acc)[32], bool any, const f
 // A tile's tokens from key tiles the warpgroup holds in the wgmma's A registers (WgTmaLogits' fp8 tiles, WgFp4Logits'
 // held fp4 tile): each token's heads [0, 32) and [32, 64) are two m64n32 groups, `issue(acc, b_lo)` committing one
 // of them (acc = the held tile times q's 32 rows from descriptor b_lo on), each issued before the warpgroup sums
-// the one ahead of it, so a wgmma runs while it adds up heads, with the 32 accumulators one m64n64 group takes. The
-// tokens before the first that sees a key of the tile (visibility grows with the token) store -inf and issue
-// nothing. The heads are summed in m64n64's order: the logits are the one-token cubin's, bitwise. `w`: the tokens'
-// weights (H a token); `q_lo`, `token_units`, `half_units`: the first token's q, a token's q and heads [32, 64) of
-// it, in descriptor units; `factor`: this thread's row's (finish_with).
+// the one ahead of it, so a wgmma runs while it adds up heads, with the 32 accumulators one m64n64 group takes. Every
+// token is issued, also one that sees no key of the tile (its logits there are -inf whatever it sums; only a
+// sequence's last tile, starting within next_n - 1 keys of its end, can lie past the first token's keys): the token
+// index is then the unrolled loop's, each q descriptor the first's plus a constant. The heads are summed in m64n64's
+// order: the logits are the one-token cubin's, bitwise. `w`: the tokens' weights (H a token); `q_lo`, `token_units`,
+// `half_units`: the first token's q, a token's q and heads [32, 64) of it, in descriptor units; `factor`: this
+// thread's row's (finish_with).
 template <int kTokens, int H, class Params, class Cursor, class Issue>
 __device__ __forceinline__ void score_halves(const Params& p, const Cursor& at, const float* w, uint32_t q_lo,
                                              uint32_t token_units, uint32_t half_units, float factor, int k0, int warp,
                                              int gid, int tig, Issue&& issue) {
   const int ntok = at.at.ntok;
-  int t = 0;
-  for (; t < ntok && k0 >= at.visible(p, t); ++t)
-    store_logit(0.0f, 0.0f, factor, at.row(p, t), k0, p.max_seq_len, at.visible(p, t), warp, gid, tig);
-  if (t == ntok) return;
   float lo[16], hi[16];  // heads [0, 32) and [32, 64) of a token
-  issue(lo, q_lo + t * token_units);
-  float* out = at.row(p, t);  // token t's logits row; the next token's is max_seq_len further
+  issue(lo, q_lo);
+  float* out = at.row(p, 0);  // token t's logits row; the next token's is max_seq_len further
   // unrolled, and a path per case: an accumulator array in flight never meets another value of itself where
   // paths join (ptxas would copy it there, and serialize every wgmma)
 #pragma unroll
-  for (int u = 0; u < kTokens; ++u, ++t) {
+  for (int t = 0; t < kTokens; ++t) {
     const uint32_t q_t = q_lo + t * token_units;
     const float* wt = w + t * H;
     const int visible_t = at.visible(p, t);
