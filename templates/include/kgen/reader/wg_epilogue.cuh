@@ -98,12 +98,12 @@ __device__ __forceinline__ void finish(const float (&acc)[32], bool any, const f
 // held fp4 tile): each token's heads [0, 32) and [32, 64) are two m64n32 groups, `issue(acc, b_lo)` committing one
 // of them (acc = the held tile times q's 32 rows from descriptor b_lo on), each issued before the warpgroup sums
 // the one ahead of it, so a wgmma runs while it adds up heads, with the 32 accumulators one m64n64 group takes. Every
-// token is issued, also one that sees no key of the tile (its logits there are -inf whatever it sums; only a
-// sequence's last tile, starting within next_n - 1 keys of its end, can lie past the first token's keys): the token
-// index is then the unrolled loop's, each q descriptor the first's plus a constant. The heads are summed in m64n64's
-// order: the logits are the one-token cubin's, bitwise. `w`: the tokens' weights (H a token); `q_lo`, `token_units`,
-// `half_units`: the first token's q, a token's q and heads [32, 64) of it, in descriptor units; `factor`: this
-// thread's row's (finish_with).
+// token is issued, also one that sees no key of the tile (its logits there are -inf whatever it sums; only the pair's
+// last tile, starting fewer than ntok keys before the end of what its last token sees, can lie past the first
+// token's keys): the token index is then the unrolled loop's, each q descriptor the first's plus a constant. The
+// heads are summed in m64n64's order: the logits are the one-token cubin's, bitwise. `w`: the tokens' weights (H a
+// token); `q_lo`, `token_units`, `half_units`: the first token's q, a token's q and heads [32, 64) of it, in
+// descriptor units; `factor`: this thread's row's (finish_with).
 template <int kTokens, int H, class Params, class Cursor, class Issue>
 __device__ __forceinline__ void score_halves(const Params& p, const Cursor& at, const float* w, uint32_t q_lo,
                                              uint32_t token_units, uint32_t half_units, float factor, int k0, int warp,
