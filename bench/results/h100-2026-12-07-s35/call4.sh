@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../../.."
 HERE=bench/results/h100-2026-12-07-s35
 mkdir -p .xfer/main .xfer/aligned
 cp -r kgen templates specs scripts .xfer/main/
-cp -r kgen templates specs scripts tests .xfer/aligned/
+cp -r kgen templates specs scripts tests pyproject.toml .xfer/aligned/
 (cd .xfer/aligned && patch -s -p1 < "../../$HERE/aligned-smem.patch")
 NO_PEERS=1 source scripts/device_call.sh
 export KGEN_BENCH_PEER=0
