@@ -8,7 +8,7 @@
 # 3. the read side's batches (kgen.reader_check.BATCH_SHAPES) of fp4 and fp8 in the time left (session 34's call2).
 #   run(command="bash bench/results/h100-2026-12-07-s35/call1.sh", carry=[".whl", ".xfer/pk", ".xfer/base"],
 #       timeout_s=600)
-# Read: python bench/results/h100-2026-12-06-s24/mtp_table.py DIR/r/mtp_TREE_ROUND.json;
+# Read: python bench/results/h100-2026-12-06-s26/reader_trees.py DIR/r mtp base head;
 #       python bench/results/h100-2026-12-07-s33/batches_table.py DIR/r/batches.json
 cd "$(dirname "$0")/../../.."
 NO_PEERS=1 source scripts/device_call.sh

@@ -10,7 +10,7 @@
 # 2. main and the patched tree in alternating processes, two rounds: the shipped launch of fp8, fp4 and bf16 at
 #    next_n 1 and 4 (scripts/reader_mtp_bench.py).
 #   run(command="bash bench/results/h100-2026-12-07-s35/call4.sh", carry=[".whl", ".xfer/pk"], timeout_s=450)
-# Read: python bench/results/h100-2026-12-07-s35/ab_table.py DIR/r main aligned
+# Read: python bench/results/h100-2026-12-06-s26/reader_trees.py DIR/r mtp main aligned
 cd "$(dirname "$0")/../../.."
 HERE=bench/results/h100-2026-12-07-s35
 mkdir -p .xfer/main .xfer/aligned
