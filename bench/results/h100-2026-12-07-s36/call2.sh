@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# Session 36's second call: main as it stands, every GPU test and the ops' host cost.
-# 1. `pytest -m gpu` but the peers' two files, while DeepGEMM and SGLang's kernels build (the JUnit XML is written
-#    at the end, so a cut run keeps its log only);
-# 2. with the builds done (no build loads the CPUs): the ops' host cost per eager call, idle and behind a busy GPU
+# Session 36's second call: main as it stands: ncu of fp4's reader, every GPU test, the ops' host cost.
+# 1. ncu of fp4's reader at 32 x 64K, next_n 1, 2 and 4 (profile_fp4.py): what bounds its time per key;
+# 2. `pytest -m gpu` but the peers' two files (the JUnit XML is written at the end, so a cut run keeps its log only);
+#    DeepGEMM and SGLang's kernels build meanwhile;
+# 3. with the builds done (no build loads the CPUs): the ops' host cost per eager call, idle and behind a busy GPU
 #    (scripts/host_breakdown.py: the writer, the reader, the top-k, an empty op of the same schema);
-# 3. the peers' GPU tests (SGLang's writer and top-k beside kgen's, on the same tensors).
+# 4. the peers' GPU tests (SGLang's writer and top-k beside kgen's, on the same tensors).
 #   run(command="bash bench/results/h100-2026-12-07-s36/call2.sh", carry=[".whl", ".xfer/pk"], timeout_s=600)
 # Read: python bench/results/h100-2026-12-07-s31/host_table.py DIR/r
 cd "$(dirname "$0")/../../.."
 source scripts/device_call.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 lscpu | grep -E "Model name" | head -1
-in_tree head $R/pytest_gpu.log 330 python3 -m pytest -p no:cacheprovider -m gpu -q -rs --junitxml=$R/pytest_gpu.xml \
+P=bench/results/h100-2026-12-07-s36/profile_fp4.py
+in_tree head $R/warm_fp4.log 60 python3 $P  # the cubins into the cache first
+in_tree head $R/ncu_fp4.log 90 ncu --clock-control none -k regex:"indexer_logits" -c 3 --section SpeedOfLight \
+  --section WarpStateStats --section InstructionStats --section LaunchStats --section Occupancy \
+  --section SourceCounters -o $R/fp4 python3 $P
+ncu --import $R/fp4.ncu-rep --page details > $R/details_fp4.txt 2>&1
+ncu --import $R/fp4.ncu-rep --page source --csv --print-source sass 2> $R/src.err | gzip > $R/source_fp4.csv.gz
+grep -E "^  [a-zA-Z_].*\(|Duration|Executed Instructions  |Registers Per|DRAM Throughput" $R/details_fp4.txt | cut -c1-120
+rm -f $R/fp4.ncu-rep
+snap call2
+in_tree head $R/pytest_gpu.log 300 python3 -m pytest -p no:cacheprovider -m gpu -q -rs --junitxml=$R/pytest_gpu.xml \
   --ignore=tests/test_peer_sglang_gpu.py --ignore=tests/test_peer_sglang_topk_gpu.py
 grep -E "^(FAILED|ERROR)|passed|failed" "$R/pytest_gpu.log" | cut -c1-300 | head -12
 peers_ready
