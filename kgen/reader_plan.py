@@ -112,8 +112,10 @@ def reader_wg_pair_tune(lay: Layout, tune: dict[str, int] | None, next_n: int) -
 # - fp8 (the TMA variant): both cubins in one process on the same tensors (H100, graphs,
 #   bench/results/h100-2026-12-06-s24/, calls 2 and 3; B x keys 1 x 4K ... 64 x 32K, equal, +-30 % and uniform
 #   lengths) against the cubin whose every token reads the keys from shared memory: next_n 4 0.91-0.94x its time
-#   (0.99x at 1 x 4K), next_n 3 0.95-0.96x, next_n 2 0.98-1.03x, next_n 1 1.00-1.07x (two m64n32 groups and their
-#   waits cost one token what they save the next).
+#   (0.99x at 1 x 4K), next_n 3 0.95-0.96x, next_n 1 1.00-1.07x (two m64n32 groups and their waits cost one token
+#   what they save the next). At next_n 2 it was 0.98-1.03x then; since its tokens' q descriptors are constants
+#   (wg::score_halves issues every token of a held tile) 0.93-0.97x in graphs and 0.95-1.01x cold, every logit
+#   equal, DeepGEMM beside (H100, bench/results/h100-2026-12-07-s36/, call2: 8 shapes, 1 x 64K ... 128 x 16K).
 # - fp4 (the cp.async variant, its tile converted into the A registers for every token anyway), on the ring of
 #   READER_WG_KEY_REGISTER_STAGES: against the shipped cubin (3 stages, each token's m64n64 group waited for
 #   before its sums), one process, the same tensors (H100, bench/results/h100-2026-12-07-s34/, call1): next_n 4
@@ -121,7 +123,7 @@ def reader_wg_pair_tune(lay: Layout, tune: dict[str, int] | None, next_n: int) -
 #   203.8), 0.90x at 1 x 64K; next_n 2 0.95x and 0.93x; next_n 1 1.00x (108.1 against 108.0 us), so next_n 1
 #   keeps the shipped cubin. Either change alone gives next_n 4 0.80x: 2 stages leave room for 3 CTAs an SM
 #   where next_n 4's q (64 KB of bf16) leaves 2 on 3 stages.
-READER_WG_KEY_REGISTER_TOKENS: dict[str, int] = {"fp8_e4m3": 3, "fp4_e2m1": 2}
+READER_WG_KEY_REGISTER_TOKENS: dict[str, int] = {"fp8_e4m3": 2, "fp4_e2m1": 2}
 READER_WG_KEY_REGISTER_STAGES: dict[str, int] = {"fp4_e2m1": 2}  # the cp.async ring those launches run on
 
 

@@ -502,9 +502,11 @@ def test_pair_cubin_plan_and_its_shape_rule(monkeypatch):
         assert RP.reader_wg_shape_tune(lay, None, 32, 1, 65536, 132) is None
         for n in (2, 3, 4, 5):
             assert RP.reader_wg_shape_tune(lay, None, 32, n, 65536, 132) == pair
-        assert RP.reader_wg_shape_tune(lay, {"kReaderWgPairs": 0}, 32, 2, 65536, 132) == {"kReaderWgPairs": 0}
-        assert RP.reader_wg_shape_tune(lay, {"kReaderWgConsumers": 3, "kReaderWgTmaStages": 12}, 32, 2, 65536,
-                                       132) == {"kReaderWgConsumers": 3, "kReaderWgTmaStages": 12}
+        # pairs off: the one-token cubin, fp8's holding its tile in the A registers (READER_WG_KEY_REGISTER_TOKENS)
+        held = {"kReaderWgKeyRegisters": 1} if lay is fp8 else {}
+        assert RP.reader_wg_shape_tune(lay, {"kReaderWgPairs": 0}, 32, 2, 65536, 132) == {"kReaderWgPairs": 0, **held}
+        three = {"kReaderWgConsumers": 3, "kReaderWgTmaStages": 12}  # no room for pairs: the one-token cubin
+        assert RP.reader_wg_shape_tune(lay, three, 32, 2, 65536, 132) == {**three, **held}
         assert pair in rc.ring_tunes(lay.spec, None)
     # the cp.async variants: a tuning may ask for pairs where a CTA holds two tokens (2 CTAs per SM)
     assert RP.reader_wg_shape_tune(fp8, CP, 128, 2, 65536, 132) == CP
