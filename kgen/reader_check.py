@@ -299,8 +299,9 @@ BATCH_SHAPES: tuple[tuple[int, int, str, int], ...] = (
     *((b, k, "equal", 1) for b, k in ((1, 4096), (1, 65536), (1, 262144), (1, 1048576), (32, 4096), (32, 65536),
                                       (64, 32768), (128, 4096), (128, 65536))),
     *((b, k, d, 1) for d in ("pm30", "uniform") for b, k in ((32, 65536), (64, 32768), (128, 16384))),
+    (64, 4096, "pm30", 1),  # a decode batch of short contexts: the keys stay in the L2 across graph replays
     *((b, k, d, n) for n in (2, 4) for b, k, d in ((1, 65536, "equal"), (32, 65536, "equal"), (64, 32768, "pm30"),
-                                                    (128, 16384, "uniform"))),
+                                                    (128, 16384, "uniform"), (64, 4096, "pm30"))),
 )
 BATCH_BYTE_MODEL = ("per call: every sequence's keys read once (layout.bytes_per_token each, whatever next_n) + "
                     "B x next_n x max_seq_len x 4 B of fp32 logits written (kgen writes the -inf columns; the peer "
